@@ -1,0 +1,318 @@
+"""``jupyter gpu-pool``: see the pool, list profiles, install kernelspecs, start JupyterLab."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import jupyter_core.paths
+from jupyter_core.application import JupyterApp
+from traitlets import Bool, Unicode
+
+from . import __version__
+from .config import CONFIG_FILE, DEMO_INVENTORY, ConfigError, GPUPool, config_files, load_settings
+from .devices.nvml import discover
+from .local_pool import LocalPool, build_inventory
+from .pool import Snapshot, format_size
+from .pool.errors import format_age
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), *(line(r) for r in rows)])
+
+
+class _PoolApp(JupyterApp):
+    """Base of the subcommands: the pool's own config loading, uniform errors."""
+
+    classes = [GPUPool]
+    version = __version__
+
+    def load_config_file(self, *args, **kwargs):
+        """The pool reads its config files itself (config.load_settings), alike for every entry point."""
+
+    def settings(self):
+        try:
+            return load_settings(self.config)
+        except ConfigError as e:
+            self.exit_error(f"Bad GPU pool configuration: {e}")
+
+    def pool(self) -> LocalPool:
+        settings = self.settings()
+        try:
+            return LocalPool(settings)
+        except ConfigError as e:
+            self.exit_error(f"Bad GPU pool configuration: {e}")
+
+    def exit_error(self, message: str):
+        print(message, file=sys.stderr)
+        self.exit(2)
+
+
+def render_status(pool: LocalPool, snap: Snapshot) -> str:
+    s = pool.settings
+    out = [
+        f"GPU pool · {pool.inventory.note}",
+        f"ledger {s.ledger_path} · placement {s.placement} · {len(snap.leases)} lease(s) held",
+        "",
+    ]
+    if not snap.gpus:
+        out.append("No GPUs in the pool. Declare some in GPUPool.inventory or run on a machine with a GPU.")
+    for usage in snap.gpus:
+        g = usage.gpu
+        sm = f" · {g.sm_count} SMs" if g.sm_count else ""
+        out.append(f"{g.label}  {g.uuid}{sm}")
+        out.append(
+            f"  used {format_size(usage.memory)} of {format_size(g.memory)} · SM {usage.sm_percent}% of 100%"
+            f"{' · exclusive' if usage.exclusive else ''} · {usage.leases} slice(s)"
+        )
+        leases = snap.leases_on(g.uuid)
+        if leases:
+            rows = [
+                [lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile,
+                 "whole" if lease.whole else format_size(lease.memory) +
+                 (f" · {lease.sm_percent}%" if lease.sm_percent else ""),
+                 lease.isolation, lease.state, format_age(snap.at - lease.created), lease.label or "-"]
+                for lease in leases
+            ]
+            table = _table(rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "SLICE", "ISOLATION", "STATE", "AGE",
+                                  "NOTEBOOK"])
+            out.extend("    " + line for line in table.splitlines())
+        out.append("")
+    hibernated = [lease for lease in snap.leases if not lease.gpus]
+    if hibernated:
+        out.append("Hibernated (no GPU held; memory in host RAM):")
+        rows = [[lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile, format_size(lease.host_bytes),
+                 format_age(snap.at - lease.state_since), lease.label or "-"] for lease in hibernated]
+        out.extend("    " + line for line in _table(
+            rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "HOST RAM", "FOR", "NOTEBOOK"]).splitlines())
+        out.append("")
+    if snap.waiters:
+        out.append("Queue:")
+        rows = [[str(w.position), w.owner, w.kernel_id[:8], w.profile, str(w.slice),
+                 "resume" if w.lease_id else "start", format_age(snap.at - w.enqueued)] for w in snap.waiters]
+        out.extend("    " + line for line in _table(
+            rows, ["#", "OWNER", "KERNEL", "PROFILE", "SLICE", "FOR", "WAITING"]).splitlines())
+    else:
+        out.append("Queue: empty")
+    return "\n".join(out)
+
+
+class StatusApp(_PoolApp):
+    name = "jupyter-gpu-pool-status"
+    description = "Print the pool: each GPU, its slices, the leases (owner, kernel, profile, age) and the queue."
+    as_json = Bool(False, help="Print JSON instead of a table.").tag(config=True)
+    flags = {"json": ({"StatusApp": {"as_json": True}}, "Print JSON instead of a table.")}
+
+    def start(self):
+        pool = self.pool()
+        pool.reconcile()
+        snap = pool.ledger.snapshot()
+        if self.as_json:
+            print(json.dumps({
+                "note": pool.inventory.note,
+                "ledger": pool.settings.ledger_path,
+                "placement": pool.settings.placement,
+                "gpus": [{**u.gpu.to_dict(), "used_memory": u.memory, "used_sm_percent": u.sm_percent,
+                          "exclusive": u.exclusive, "slices": u.leases} for u in snap.gpus],
+                "leases": [lease.to_dict() for lease in snap.leases],
+                "queue": [w.to_dict() for w in snap.waiters],
+            }, indent=1))
+        else:
+            print(render_status(pool, snap))
+
+
+class ProfilesApp(_PoolApp):
+    name = "jupyter-gpu-pool-profiles"
+    description = "List the profiles users may pick."
+
+    def start(self):
+        s = self.settings()
+        rows = [[p.name + (" (default)" if p.name == s.default_profile else ""), p.display_name,
+                 p.slice.to_text(), p.isolation, "yes" if p.hibernation_possible else "no", p.description]
+                for p in s.profiles.values()]
+        print(_table(rows, ["PROFILE", "DISPLAY NAME", "SLICE", "ISOLATION", "HIBERNATE", "DESCRIPTION"]))
+
+
+class KernelSpecInstallApp(_PoolApp):
+    name = "jupyter-gpu-pool-kernelspec-install"
+    description = "Install one kernelspec per profile (named <name>-<profile>)."
+    user = Bool(False, help="Install for the current user instead of system-wide.").tag(config=True)
+    sys_prefix = Bool(False, help="Install into sys.prefix (this environment).").tag(config=True)
+    prefix = Unicode("", help="Install under this prefix (share/jupyter/kernels).").tag(config=True)
+    kernel_name = Unicode("gpu-pool", help="Name prefix of the kernelspecs.").tag(config=True)
+    flags = {
+        "user": ({"KernelSpecInstallApp": {"user": True}}, "Install for the current user."),
+        "sys-prefix": ({"KernelSpecInstallApp": {"sys_prefix": True}}, "Install into sys.prefix."),
+    }
+    aliases = {"prefix": "KernelSpecInstallApp.prefix", "name": "KernelSpecInstallApp.kernel_name"}
+
+    def start(self):
+        s = self.settings()
+        prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
+        from .kernel_provisioner import kernelspecs
+
+        for name, dest in kernelspecs.install(list(s.profiles.values()), prefix_name=self.kernel_name,
+                                              user=self.user, prefix=prefix):
+            print(f"installed kernelspec {name} in {dest}")
+
+
+class KernelSpecApp(JupyterApp):
+    name = "jupyter-gpu-pool-kernelspec"
+    description = "Manage the pool's kernelspecs."
+    subcommands = {"install": (KernelSpecInstallApp, KernelSpecInstallApp.description)}
+
+    def start(self):
+        if self.subapp is None:
+            print("Usage: jupyter gpu-pool kernelspec install [--user|--sys-prefix|--prefix=P] [--name=N]")
+            self.exit(2)
+        self.subapp.start()
+
+
+def write_initial_config(directory: str, demo: bool) -> str:
+    """Write a starting config an admin can edit; with ``demo``, a declared demo inventory."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{CONFIG_FILE}.json")
+    from .config import DEFAULT_PROFILES
+
+    body: dict = {"GPUPool": {"profiles": DEFAULT_PROFILES}}
+    if demo:
+        body["GPUPool"]["inventory"] = DEMO_INVENTORY
+    with open(path, "w") as f:
+        json.dump(body, f, indent=2)
+    return path
+
+
+class InitApp(_PoolApp):
+    name = "jupyter-gpu-pool-init"
+    description = "Write a starting jupyter_gpu_pool_config.json (with a demo inventory where no GPU is found)."
+    directory = Unicode("", help="Directory for the config file (default: this environment's etc/jupyter).") \
+        .tag(config=True)
+    force = Bool(False, help="Overwrite an existing config file.").tag(config=True)
+    aliases = {"dir": "InitApp.directory"}
+    flags = {"force": ({"InitApp": {"force": True}}, "Overwrite an existing config file.")}
+
+    def start(self):
+        directory = self.directory or jupyter_core.paths.ENV_CONFIG_PATH[0]
+        target = os.path.join(directory, f"{CONFIG_FILE}.json")
+        if os.path.exists(target) and not self.force:
+            self.exit_error(f"{target} exists; edit it, or pass --force to replace it")
+        found = discover()
+        path = write_initial_config(directory, demo=not found.gpus)
+        print(f"wrote {path}")
+        print(found.summary + ("" if found.gpus else "; the config declares a demo inventory (not real GPUs)"))
+
+
+class LabApp(_PoolApp):
+    name = "jupyter-gpu-pool-lab"
+    description = """Set up the pool on this machine and start JupyterLab: writes a config if there is
+    none (a declared demo inventory where no GPU is found), installs a kernelspec per profile into this
+    environment, then runs `jupyter lab` with the remaining arguments."""
+
+    def start(self):
+        banner = []
+        if not config_files():
+            found = discover()
+            path = write_initial_config(jupyter_core.paths.ENV_CONFIG_PATH[0], demo=not found.gpus)
+            banner.append(f"No GPU pool config found: wrote {path} (edit it to set profiles and quotas).")
+        settings = self.settings()
+        inventory = build_inventory(settings)
+        if not inventory.gpus:
+            path = os.path.join(jupyter_core.paths.ENV_CONFIG_PATH[0], f"{CONFIG_FILE}.json")
+            if not settings.declared:
+                body = json.load(open(path)) if os.path.exists(path) else {}
+                body.setdefault("GPUPool", {})["inventory"] = DEMO_INVENTORY
+                with open(path, "w") as f:
+                    json.dump(body, f, indent=2)
+                banner.append(f"Added a declared demo inventory to {path}.")
+                settings = self.settings()
+                inventory = build_inventory(settings)
+        pool = self.pool()
+        if inventory.declared:
+            banner.append("*** NO GPU DETECTED: the pool runs on a DECLARED DEMO INVENTORY. Its GPUs are not "
+                          "real; kernels get slices in the ledger but no GPU memory. ***")
+        from .kernel_provisioner import kernelspecs
+
+        wanted = {kernelspecs.kernelspec_name("gpu-pool", p) for p in settings.profiles.values()}
+        for name, info in kernelspecs.installed_pool_kernelspecs().items():
+            if name.startswith("gpu-pool-") and name not in wanted and info["resource_dir"].startswith(sys.prefix):
+                kernelspecs.remove(name)
+        installed = kernelspecs.install(list(settings.profiles.values()), prefix=sys.prefix)
+        banner.append(f"GPU pool: {inventory.note}.")
+        banner.append("Profiles: " + ", ".join(f"{p.name} ({p.slice}, {p.isolation})"
+                                               for p in settings.profiles.values()))
+        banner.append(f"Kernelspecs: {', '.join(n for n, _ in installed)}. Pool status: jupyter gpu-pool status")
+        pool.reconcile()
+        width = max(len(line) for line in banner)
+        print("=" * min(width, 100))
+        print("\n".join(banner))
+        print("=" * min(width, 100), flush=True)
+        jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable)) or "jupyter"
+        os.execv(jupyter, [jupyter, "lab", *self.extra_args])
+
+
+class ReconcileApp(_PoolApp):
+    name = "jupyter-gpu-pool-reconcile"
+    description = "Release every lease whose kernel and server are gone."
+
+    def start(self):
+        pool = self.pool()
+        reclaimed = pool.reconcile()
+        for lease in reclaimed:
+            print(f"reclaimed lease {lease.short_id} of {lease.owner} (kernel {lease.kernel_id[:8]}): {lease.reason}")
+        print(f"{len(reclaimed)} lease(s) reclaimed")
+
+
+class MPSApp(_PoolApp):
+    name = "jupyter-gpu-pool-mps"
+    description = "The pool's MPS control daemon: jupyter gpu-pool mps [status|start|stop]."
+
+    def start(self):
+        from .devices.mps import MPSUnavailable
+
+        action = self.extra_args[0] if self.extra_args else "status"
+        daemon = self.pool().mps
+        try:
+            if action == "start":
+                print("started" if daemon.start() else "already running", "on", daemon.pipe_directory)
+            elif action == "stop":
+                print("stopped" if daemon.stop() else "not running")
+            elif action == "status":
+                print(("running" if daemon.running() else "not running") + f" ({daemon.pipe_directory})")
+            else:
+                self.exit_error(f"unknown action {action!r}: use status, start or stop")
+        except MPSUnavailable as e:
+            self.exit_error(str(e))
+
+
+class GPUPoolApp(JupyterApp):
+    name = "jupyter-gpu-pool"
+    version = __version__
+    description = "Elastic GPU kernels for Jupyter: the pool on this machine."
+    subcommands = {
+        "status": (StatusApp, StatusApp.description),
+        "profiles": (ProfilesApp, ProfilesApp.description),
+        "kernelspec": (KernelSpecApp, KernelSpecApp.description),
+        "init": (InitApp, InitApp.description),
+        "lab": (LabApp, LabApp.description),
+        "reconcile": (ReconcileApp, ReconcileApp.description),
+        "mps": (MPSApp, MPSApp.description),
+    }
+
+    def start(self):
+        if self.subapp is None:
+            print(f"{self.description}\n\nSubcommands:")
+            for name, (_, help_text) in self.subcommands.items():
+                print(f"  {name:<12} {help_text.splitlines()[0]}")
+            self.exit(2)
+        self.subapp.start()
+
+
+main = launch_new_instance = GPUPoolApp.launch_instance
+
+if __name__ == "__main__":
+    main()
+

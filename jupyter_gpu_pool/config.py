@@ -1,0 +1,313 @@
+"""The admin's configuration, in one place read alike by the provisioner, the server and the CLI.
+
+Admins write ``jupyter_gpu_pool_config.py`` (or ``.json``) in any directory of
+Jupyter's config path (``jupyter --paths``), for example
+``/etc/jupyter/jupyter_gpu_pool_config.py``::
+
+    c.GPUPool.profiles = {
+        "gpu-10g": {"slice": "10GiB"},
+        "gpu-20g-50": {"slice": "20GiB,50%", "isolation": "mps"},
+    }
+    c.GPUPool.default_user_quota = {"memory": "40GiB", "kernels": 4}
+
+The same ``c.GPUPool`` settings may also be given in ``jupyter_server_config.py``
+or on the command line of ``jupyter lab``; those win over the pool's own file.
+:func:`load_settings` turns the traitlets into validated domain objects and
+stops with a message naming the bad setting and value.
+"""
+
+from __future__ import annotations
+
+import getpass
+import grp
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_config_path, jupyter_data_dir, jupyter_runtime_dir
+from traitlets import Bool, Dict, Enum, Float, List, Unicode, default
+from traitlets.config import Config, Configurable
+from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+from .pool import (
+    BINPACK,
+    PLACEMENTS,
+    GPU,
+    Profile,
+    QuotaBook,
+    UnknownProfile,
+    build_quota_book,
+    parse_inventory,
+    parse_profiles,
+)
+
+CONFIG_FILE = "jupyter_gpu_pool_config"
+
+DEFAULT_PROFILES = {
+    "gpu-10g": {"slice": "10GiB", "isolation": "soft", "description": "10 GiB of GPU memory, shared SMs"},
+    "gpu-20g-50": {
+        "slice": "20GiB,50%",
+        "isolation": "mps",
+        "description": "20 GiB and half the SMs, enforced by NVIDIA MPS",
+    },
+    "gpu-whole": {"slice": "whole", "description": "one whole GPU"},
+}
+
+DEMO_INVENTORY = [{"name": "Demo GPU (declared, not real)", "memory": "40GiB", "sm_count": 108, "count": 2}]
+
+
+class ConfigError(ValueError):
+    """A bad admin setting: the message names the setting and the value."""
+
+
+class GPUPool(Configurable):
+    """Settings of the GPU pool on this machine."""
+
+    profiles = Dict(
+        default_value=DEFAULT_PROFILES,
+        help="""Slices users may pick, by name.  Each value is a dict with 'slice' ("10GiB",
+        "10GiB,25%", "whole", "2 x whole"), optional 'isolation' ("soft", "mps" or "exclusive"; by
+        default "exclusive" for whole GPUs, "mps" when an SM share is given, else "soft"),
+        'display_name' and 'description'.  One kernelspec is installed per profile.""",
+    ).tag(config=True)
+
+    default_profile = Unicode(
+        "",
+        help="Profile for a kernelspec that names the gpu-pool provisioner but no profile "
+        "(empty: the first profile).",
+    ).tag(config=True)
+
+    gpu_discovery = Enum(
+        ["auto", "nvml", "declared"],
+        default_value="auto",
+        help="""Where the pool's GPUs come from.  'auto': the GPUs NVML detects, or the declared
+        inventory where NVML finds none; 'nvml': detected GPUs only; 'declared': the declared
+        inventory only (tests, CI, Binder, a machine without a GPU).""",
+    ).tag(config=True)
+
+    inventory = List(
+        default_value=[],
+        help="""Declared GPUs, for machines where NVML detects none: a list of dicts such as
+        {"name": "A100", "memory": "40GiB", "sm_count": 108, "count": 2}.  Declared GPUs are
+        marked as such everywhere; their slices hold no real memory.""",
+    ).tag(config=True)
+
+    placement = Enum(
+        list(PLACEMENTS),
+        default_value=BINPACK,
+        help="""Which GPU a slice goes on: 'binpack' fills the fullest GPU that fits (keeps GPUs free
+        for big slices), 'spread' takes the emptiest (less contention between kernels).""",
+    ).tag(config=True)
+
+    ledger_path = Unicode(
+        help="""The SQLite file of leases.  Every Jupyter server sharing the GPUs must use the same
+        file on a local disk (not NFS).  On a multi-user machine set a shared path such as
+        /var/lib/jupyter-gpu-pool/ledger.sqlite, writable by every user of the pool.""",
+    ).tag(config=True)
+
+    @default("ledger_path")
+    def _default_ledger_path(self) -> str:
+        return os.path.join(jupyter_data_dir(), "gpu_pool", "ledger.sqlite")
+
+    default_user_quota = Dict(
+        default_value={},
+        help="""Quota of every user without an entry in user_quotas: {"memory": "40GiB",
+        "sm_percent": 200, "kernels": 4}.  Any field may be left out (no limit).""",
+    ).tag(config=True)
+
+    user_quotas = Dict(
+        default_value={},
+        help='Per-user quotas, by user name: {"alice": {"memory": "80GiB", "kernels": 8}}.',
+    ).tag(config=True)
+
+    group_quotas = Dict(
+        default_value={},
+        help="""Per-group quotas: the combined holdings of all members of the group may not pass
+        them.  {"students": {"memory": "160GiB"}}.""",
+    ).tag(config=True)
+
+    group_members = Dict(
+        default_value={},
+        help='Group membership for quotas: {"students": ["alice", "bob"]}.',
+    ).tag(config=True)
+
+    unix_groups = Bool(
+        True, help="Also count the Unix groups of the user running the server as their groups."
+    ).tag(config=True)
+
+    owner = Unicode(
+        help="The user name leases are held under: JUPYTERHUB_USER under JupyterHub, else the login name.",
+    ).tag(config=True)
+
+    @default("owner")
+    def _default_owner(self) -> str:
+        return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+    start_queue_timeout = Float(
+        0.0,
+        help="""Seconds a kernel start may wait in the queue when the pool is full (0: refuse at
+        once with a message).  Keep it under the kernel launch timeout of your frontend (60 s).""",
+    ).tag(config=True)
+
+    holder_grace = Float(
+        30.0,
+        help="""Seconds a lease is kept after its kernel process died, so that the server's kernel
+        restarter can reuse it; after that the slice is reclaimed.""",
+    ).tag(config=True)
+
+    mps_pipe_directory = Unicode(
+        help="CUDA_MPS_PIPE_DIRECTORY of the pool's MPS control daemon.",
+    ).tag(config=True)
+
+    @default("mps_pipe_directory")
+    def _default_mps_pipe(self) -> str:
+        return os.path.join(jupyter_runtime_dir(), "gpu_pool", "mps-pipe")
+
+    mps_log_directory = Unicode(
+        help="CUDA_MPS_LOG_DIRECTORY of the pool's MPS control daemon.",
+    ).tag(config=True)
+
+    @default("mps_log_directory")
+    def _default_mps_log(self) -> str:
+        return os.path.join(jupyter_runtime_dir(), "gpu_pool", "mps-log")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated configuration as domain objects."""
+
+    profiles: dict[str, Profile]
+    default_profile: str
+    quotas: QuotaBook
+    declared: list[GPU]
+    gpu_discovery: str
+    placement: str
+    ledger_path: str
+    owner: str
+    unix_groups: bool
+    start_queue_timeout: float
+    holder_grace: float
+    mps_pipe_directory: str
+    mps_log_directory: str
+    config_files: tuple[str, ...] = ()
+
+    def profile(self, name: str | None) -> Profile:
+        name = name or self.default_profile
+        if name not in self.profiles:
+            raise UnknownProfile(name, list(self.profiles))
+        return self.profiles[name]
+
+    def groups_of(self, user: str) -> tuple[str, ...]:
+        extra = unix_groups_of(user) if self.unix_groups else ()
+        return self.quotas.groups_of(user, extra)
+
+
+def unix_groups_of(user: str) -> tuple[str, ...]:
+    try:
+        import pwd
+
+        gid = pwd.getpwnam(user).pw_gid
+        return tuple(sorted(grp.getgrgid(g).gr_name for g in os.getgrouplist(user, gid)))
+    except (KeyError, OSError):
+        return ()
+
+
+def config_files(paths: list[str] | None = None) -> list[Path]:
+    """The pool's config files present on Jupyter's config path, lowest priority first."""
+    found = []
+    for directory in reversed(paths if paths is not None else jupyter_config_path()):
+        for ext in (".py", ".json"):
+            path = Path(directory) / f"{CONFIG_FILE}{ext}"
+            if path.is_file():
+                found.append(path)
+    return found
+
+
+def read_config(paths: list[str] | None = None) -> tuple[Config, list[Path]]:
+    config = Config()
+    files = config_files(paths)
+    for path in files:
+        loader_cls = PyFileConfigLoader if path.suffix == ".py" else JSONFileConfigLoader
+        try:
+            config.merge(loader_cls(path.name, path=str(path.parent)).load_config())
+        except Exception as e:  # a syntax error in the admin's file: name the file
+            raise ConfigError(f"cannot read {path}: {e}") from e
+    return config, files
+
+
+def load_settings(parent_config: Config | None = None, paths: list[str] | None = None) -> Settings:
+    """Read the pool's config files, apply ``parent_config`` on top, validate, return Settings."""
+    config, files = read_config(paths)
+    if parent_config is not None and "GPUPool" in parent_config:
+        config.merge(Config({"GPUPool": parent_config.GPUPool}))
+    try:
+        pool = GPUPool(config=config)
+    except Exception as e:  # traitlets' own type errors already name the trait
+        raise ConfigError(f"GPUPool: {e}") from e
+    return settings_from(pool, tuple(str(f) for f in files))
+
+
+def settings_from(pool: GPUPool, files: tuple[str, ...] = ()) -> Settings:
+    def checked(setting: str, fn, *args):
+        try:
+            return fn(*args)
+        except ValueError as e:
+            raise ConfigError(f"GPUPool.{setting}: {e}") from None
+
+    profiles = checked("profiles", parse_profiles, pool.profiles)
+    default_profile = pool.default_profile or next(iter(profiles))
+    if default_profile not in profiles:
+        raise ConfigError(
+            f"GPUPool.default_profile: {default_profile!r} is not a profile; the profiles are {', '.join(profiles)}"
+        )
+    quotas = checked(
+        "user_quotas/group_quotas/default_user_quota/group_members",
+        build_quota_book,
+        pool.user_quotas,
+        pool.group_quotas,
+        pool.default_user_quota,
+        pool.group_members,
+    )
+    declared = checked("inventory", parse_inventory, pool.inventory)
+    if pool.start_queue_timeout < 0:
+        raise ConfigError(f"GPUPool.start_queue_timeout must be 0 or more, not {pool.start_queue_timeout}")
+    if pool.holder_grace < 0:
+        raise ConfigError(f"GPUPool.holder_grace must be 0 or more, not {pool.holder_grace}")
+    if not pool.owner:
+        raise ConfigError("GPUPool.owner must not be empty")
+    return Settings(
+        profiles=profiles,
+        default_profile=default_profile,
+        quotas=quotas,
+        declared=declared,
+        gpu_discovery=pool.gpu_discovery,
+        placement=pool.placement,
+        ledger_path=os.path.expanduser(pool.ledger_path),
+        owner=pool.owner,
+        unix_groups=pool.unix_groups,
+        start_queue_timeout=pool.start_queue_timeout,
+        holder_grace=pool.holder_grace,
+        mps_pipe_directory=pool.mps_pipe_directory,
+        mps_log_directory=pool.mps_log_directory,
+        config_files=files,
+    )
+
+
+def check_profiles_fit(settings: Settings, gpus: list[GPU]) -> None:
+    """Every profile must fit on some GPU of the pool; say which does not."""
+    if not gpus:
+        return
+    for profile in settings.profiles.values():
+        spec = profile.slice
+        if spec.whole:
+            if spec.gpu_count > len(gpus):
+                raise ConfigError(
+                    f"GPUPool.profiles[{profile.name!r}]: asks for {spec.gpu_count} whole GPUs "
+                    f"but the pool has {len(gpus)}"
+                )
+        elif spec.memory > max(g.memory for g in gpus):  # type: ignore[operator]
+            biggest = max(gpus, key=lambda g: g.memory)
+            raise ConfigError(
+                f"GPUPool.profiles[{profile.name!r}]: slice {spec} is larger than the largest GPU "
+                f"of the pool ({biggest.label})"
+            )

@@ -1,0 +1,1 @@
+"""The hardware edge: NVML inventory and telemetry, the local MPS daemon."""

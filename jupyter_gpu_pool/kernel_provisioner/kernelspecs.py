@@ -1,0 +1,75 @@
+"""One kernelspec per profile, so that the launcher shows "Python 3 · GPU 10 GiB"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+from ..pool import Profile
+
+PROVISIONER = "gpu-pool"
+
+
+def kernelspec_name(prefix: str, profile: Profile) -> str:
+    return f"{prefix}-{profile.name}"
+
+
+def kernel_json(profile: Profile, python: str = sys.executable) -> dict:
+    return {
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python 3 · {profile.display_name}",
+        "language": "python",
+        "metadata": {
+            "debugger": True,
+            "kernel_provisioner": {"provisioner_name": PROVISIONER, "config": {"profile": profile.name}},
+            "gpu_pool": {"profile": profile.name, "slice": profile.slice.to_text(), "isolation": profile.isolation},
+        },
+    }
+
+
+def _logo_files() -> list[str]:
+    try:
+        from ipykernel.kernelspec import RESOURCES
+    except ImportError:
+        return []
+    return [os.path.join(RESOURCES, f) for f in os.listdir(RESOURCES) if f.startswith("logo")]
+
+
+def install(profiles: list[Profile], *, prefix_name: str = "gpu-pool", user: bool = False,
+            prefix: str | None = None, python: str = sys.executable) -> list[tuple[str, str]]:
+    """Install a kernelspec per profile; return (name, directory) for each."""
+    ksm = KernelSpecManager()
+    installed = []
+    for profile in profiles:
+        name = kernelspec_name(prefix_name, profile)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "kernel.json"), "w") as f:
+                json.dump(kernel_json(profile, python), f, indent=1, ensure_ascii=False)
+            for logo in _logo_files():
+                shutil.copy(logo, tmp)
+            dest = ksm.install_kernel_spec(tmp, kernel_name=name, user=user, prefix=prefix)
+        installed.append((name, dest))
+    return installed
+
+
+def installed_pool_kernelspecs() -> dict[str, dict]:
+    """Kernelspecs on this machine that use the gpu-pool provisioner: name -> {resource_dir, spec}."""
+    found = {}
+    ksm = KernelSpecManager()
+    for name, info in ksm.get_all_specs().items():
+        meta = info.get("spec", {}).get("metadata", {})
+        if meta.get("kernel_provisioner", {}).get("provisioner_name") == PROVISIONER:
+            found[name] = info
+    return found
+
+
+def remove(name: str) -> str | None:
+    try:
+        return KernelSpecManager().remove_kernel_spec(name)
+    except NoSuchKernel:
+        return None

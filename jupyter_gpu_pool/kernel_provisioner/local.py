@@ -1,0 +1,249 @@
+"""The ``gpu-pool`` provisioner: a local kernel process on a slice of the pool.
+
+A kernelspec selects it with::
+
+    "metadata": {"kernel_provisioner": {"provisioner_name": "gpu-pool",
+                                        "config": {"profile": "gpu-10g"}}}
+
+Lifecycle (jupyter_client calls these; see ``KernelManager``):
+
+- ``pre_launch`` takes a lease (or reuses this kernel's lease on a restart) and
+  puts the slice into the kernel's environment;
+- ``launch_kernel`` records the kernel process as the lease's holder;
+- ``cleanup(restart=True)`` keeps the lease for the next launch;
+  ``cleanup(restart=False)`` releases it.  A failed launch releases it too.
+- Exits that jupyter_client never reports (a kernel killed and not restarted, a
+  server killed with ``kill -9``) are caught by the ledger's reconcile, which
+  judges the holders recorded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from jupyter_client.provisioning import LocalProvisioner
+from tornado.web import HTTPError
+from traitlets import Unicode
+
+from .. import processes
+from ..config import ConfigError
+from ..devices.mps import MPSUnavailable
+from ..local_pool import LocalPool, local_pool
+from ..pool import ACTIVE, MPS, Lease, Profile, LeaseNotFound, PoolError, PoolExhausted, QuotaExceeded, UnknownProfile
+from .environment import slice_environment
+
+_CONFIG_KEYS = {"profile"}
+
+
+class KernelStartRefused(HTTPError, RuntimeError):
+    """A kernel start the pool refused.  An HTTPError, so that jupyter_server answers the
+    frontend with this status and message instead of a 500 and a traceback."""
+
+    def __init__(self, status: int, message: str, reason: str = "refused"):
+        super().__init__(status, message.replace("%", "%%"), reason=None)
+        self.message = message
+        self.pool_reason = reason
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _refusal(err: Exception) -> KernelStartRefused:
+    if isinstance(err, QuotaExceeded):
+        return KernelStartRefused(403, str(err), err.reason)
+    if isinstance(err, PoolExhausted):
+        return KernelStartRefused(503, str(err), err.reason)
+    if isinstance(err, UnknownProfile):
+        return KernelStartRefused(400, str(err), err.reason)
+    if isinstance(err, MPSUnavailable):
+        return KernelStartRefused(503, f"This GPU profile needs NVIDIA MPS, which is unavailable: {err}", "mps")
+    if isinstance(err, ConfigError):
+        return KernelStartRefused(500, f"The GPU pool is misconfigured, tell your admin: {err}", "config")
+    return KernelStartRefused(500, str(err), getattr(err, "reason", "error"))
+
+
+class GPUPoolProvisioner(LocalProvisioner):
+    """Starts a local kernel holding a lease on a slice of the GPU pool."""
+
+    profile = Unicode(
+        "",
+        help="Profile name this kernelspec starts on (kernelspec provisioner config); "
+        "empty means the admin's GPUPool.default_profile.",
+    ).tag(config=True)
+
+    lease_id = Unicode(None, allow_none=True, help="The lease this kernel holds (set by the provisioner).")
+
+    release_reason = Unicode(
+        "shutdown", help="Why the lease is released at cleanup; the culler sets it before it acts."
+    )
+
+    def __init__(self, **kwargs: Any):
+        # The kernelspec's provisioner config arrives as keyword arguments: refuse typos plainly.
+        unknown = set(kwargs) - _CONFIG_KEYS - {"kernel_id", "kernel_spec", "parent", "config", "log"}
+        if unknown:
+            raise KernelStartRefused(
+                400,
+                f"The kernelspec's gpu-pool provisioner config has unknown keys {sorted(unknown)}; "
+                f"the known key is 'profile'. Fix the kernelspec (jupyter gpu-pool kernelspec install).",
+                "bad_kernelspec",
+            )
+        if "profile" in kwargs and not isinstance(kwargs["profile"], str):
+            raise KernelStartRefused(
+                400, f"The kernelspec's gpu-pool profile must be a name, not {kwargs['profile']!r}.",
+                "bad_kernelspec")
+        super().__init__(**kwargs)
+        self._pool: LocalPool | None = None
+        self._lease: Lease | None = None
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    async def pool(self) -> LocalPool:
+        if self._pool is None:
+            parent_config = self.parent.config if self.parent is not None else None
+            try:
+                self._pool = await asyncio.to_thread(local_pool, parent_config)
+            except ConfigError as e:
+                raise _refusal(e) from e
+        return self._pool
+
+    @property
+    def lease(self) -> Lease | None:
+        return self._lease if self.lease_id else None
+
+    async def _take_lease(self, pool: LocalPool, label: str) -> tuple[Lease, Profile]:
+        try:
+            profile = pool.settings.profile(self.profile or None)
+        except UnknownProfile as e:
+            raise _refusal(e) from e
+        if self.lease_id:  # a restart: keep the lease unless it is gone
+            lease = await asyncio.to_thread(pool.ledger.get, self.lease_id)
+            if lease is not None and lease.state == ACTIVE:
+                return lease, pool.settings.profiles.get(lease.profile, profile)
+            if lease is not None:
+                await pool.arelease(lease.id, "restarted while hibernated")
+            self.lease_id = None
+        request = pool.request(self.kernel_id, profile, label=label)
+        try:
+            return await pool.aallocate(request), profile
+        except PoolExhausted as e:
+            if pool.settings.start_queue_timeout <= 0:
+                raise _refusal(e) from e
+            return await self._wait_in_queue(pool, request, e), profile
+        except PoolError as e:
+            raise _refusal(e) from e
+
+    async def _wait_in_queue(self, pool: LocalPool, request, first_refusal: PoolExhausted) -> Lease:
+        timeout = pool.settings.start_queue_timeout
+        ledger = pool.ledger
+        waiter = await asyncio.to_thread(ledger.enqueue, request.owner, request.kernel_id, request.profile.name,
+                                         request.profile.slice, label=request.label)
+        self.log.info("GPU pool full: kernel %s waits for a %s slice at queue position %d (up to %.0fs)",
+                      self.kernel_id, request.profile.name, waiter.position, timeout)
+        deadline = time.monotonic() + timeout
+        refusal: PoolError = first_refusal
+        try:
+            while time.monotonic() < deadline:
+                await asyncio.sleep(1.0)
+                current = await asyncio.to_thread(ledger.heartbeat, waiter.id)
+                if current is None:  # pruned; put ourselves back at the end
+                    current = await asyncio.to_thread(ledger.enqueue, request.owner, request.kernel_id,
+                                                      request.profile.name, request.profile.slice,
+                                                      label=request.label)
+                    waiter = current
+                try:
+                    return await pool.aallocate(request, waiter_id=waiter.id)
+                except PoolExhausted as e:
+                    refusal = e
+                    self.log.info("kernel %s still waiting for a GPU slice, queue position %d",
+                                  self.kernel_id, current.position)
+                except PoolError as e:
+                    raise _refusal(e) from e
+        finally:
+            await asyncio.to_thread(ledger.dequeue, waiter.id)
+        raise KernelStartRefused(
+            503, f"Waited {timeout:.0f}s in the GPU queue without a free slice. {refusal}", "queue_timeout")
+
+    async def _release(self, reason: str) -> None:
+        if not self.lease_id or self._pool is None:
+            return
+        lease_id, self.lease_id = self.lease_id, None
+        released = await self._pool.arelease(lease_id, reason)
+        if released:
+            self.log.info("GPU lease %s of kernel %s released (%s)", lease_id[:8], self.kernel_id, reason)
+
+    # -- provisioner API --------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        pool = await self.pool()
+        env = kwargs.get("env") or {}
+        lease, profile = await self._take_lease(pool, label=env.get("JPY_SESSION_NAME", ""))
+        self.lease_id, self._lease = lease.id, lease
+        try:
+            kwargs = await super().pre_launch(**kwargs)
+            gpus = [g for g in (pool.gpu(u) for u in lease.gpus) if g is not None]
+            mps_env = None
+            if profile.isolation == MPS:
+                mps_env = pool.mps.env()
+                if any(not g.declared for g in gpus):
+                    await asyncio.to_thread(pool.mps.start)
+            kwargs["env"].update(
+                slice_environment(lease, profile, gpus, mps_env, kwargs["env"].get("PYTHONPATH", ""))
+            )
+            self.log.info("kernel %s holds GPU lease %s: %s on %s", self.kernel_id, lease.short_id,
+                          profile.slice, ", ".join(g.label for g in gpus))
+        except BaseException as e:
+            await self._release("launch failed")
+            if isinstance(e, (MPSUnavailable, ConfigError)):
+                raise _refusal(e) from e
+            raise
+        return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any):
+        try:
+            info = await super().launch_kernel(cmd, **kwargs)
+        except BaseException:
+            await self._release("launch failed")
+            raise
+        try:
+            holder = await asyncio.to_thread(processes.identify, self.pid)
+        except Exception:  # exited already: record it so that reconcile reclaims the slice
+            holder = processes.Holder(pid=self.pid, start=0.0, host=processes.hostname())
+        try:
+            await asyncio.to_thread(self._pool.ledger.set_holder, self.lease_id, holder)  # type: ignore[union-attr]
+        except LeaseNotFound:
+            self.log.warning("GPU lease of kernel %s vanished during launch", self.kernel_id)
+        return info
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await super().cleanup(restart=restart)
+        if not self.lease_id or self._pool is None:
+            return
+        if restart:
+            try:
+                await asyncio.to_thread(self._pool.ledger.set_holder, self.lease_id, None)
+            except LeaseNotFound:
+                self.lease_id = None
+        else:
+            await self._release(self.release_reason)
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info = await super().get_provisioner_info()
+        info.update({"gpu_pool_lease_id": self.lease_id, "gpu_pool_profile": self.profile})
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict) -> None:
+        """A restarted server adopts a running kernel: its lease gets this server as manager."""
+        await super().load_provisioner_info(provisioner_info)
+        self.profile = provisioner_info.get("gpu_pool_profile") or self.profile
+        lease_id = provisioner_info.get("gpu_pool_lease_id")
+        if lease_id:
+            pool = await self.pool()
+            manager = await asyncio.to_thread(processes.identify)
+            try:
+                self._lease = await asyncio.to_thread(pool.ledger.adopt, lease_id, manager)
+                self.lease_id = lease_id
+            except LeaseNotFound:
+                self.log.warning("kernel %s: its GPU lease %s is no longer held", self.kernel_id, lease_id[:8])
+                self.lease_id = None

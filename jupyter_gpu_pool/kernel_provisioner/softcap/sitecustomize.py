@@ -1,0 +1,68 @@
+"""Soft-isolation caps for a gpu-pool kernel, applied lazily.
+
+This file is on the kernel's PYTHONPATH only for ``soft`` slices.  It costs a
+kernel that never imports PyTorch nothing but installing one import hook: when
+``torch`` is imported, the hook queues ``set_per_process_memory_fraction`` to
+run when PyTorch initialises CUDA (``torch.cuda._lazy_call``), so even the
+import itself stays free of a CUDA context.  JAX and CuPy read their caps from
+the environment and need no hook.  Any ``sitecustomize`` that this one shadows
+is still run.
+"""
+
+import importlib.util
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _cap_torch(torch):
+    fraction = float(os.environ["JUPYTER_GPU_POOL_MEMORY_FRACTION"])
+
+    def apply():
+        torch.cuda.set_per_process_memory_fraction(fraction, 0)
+
+    torch.cuda._lazy_call(apply)
+    torch._jupyter_gpu_pool_memory_fraction = fraction  # so a user (and a test) can see the cap is set
+
+
+class _TorchCapFinder:
+    """A meta path finder (duck-typed: importing importlib.abc would cost every kernel start)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # one-shot: find the real spec without finding ourselves again
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            try:
+                _cap_torch(module)
+            except Exception as e:  # never break the user's import over a cap
+                sys.stderr.write(f"jupyter-gpu-pool: could not cap PyTorch's GPU memory: {e}\n")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _chain_shadowed_sitecustomize():
+    """Run the sitecustomize this file shadows, if there is one further down sys.path."""
+    for entry in sys.path:
+        if not entry or os.path.abspath(entry) == _HERE:
+            continue
+        candidate = os.path.join(entry, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            spec = importlib.util.spec_from_file_location("_shadowed_sitecustomize", candidate)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return
+
+
+if os.environ.get("JUPYTER_GPU_POOL_MEMORY_FRACTION") and "torch" not in sys.modules:
+    sys.meta_path.insert(0, _TorchCapFinder())
+_chain_shadowed_sitecustomize()

@@ -1,0 +1,115 @@
+"""Refusals a notebook user reads.  Each message says what went wrong, what is
+held by whom (only the user's own kernels, by name), and what to do next."""
+
+from __future__ import annotations
+
+from .leases import Lease
+from .slices import format_size
+
+
+def format_age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+
+
+def describe_lease(lease: Lease, now: float) -> str:
+    name = lease.label or f"kernel {lease.kernel_id[:8]}"
+    size = f"{lease.gpu_count} whole GPU(s)" if lease.whole else format_size(lease.memory)
+    if lease.sm_percent:
+        size += f" · {lease.sm_percent}%"
+    return f"{name} ({lease.profile}, {size}, {lease.state} for {format_age(now - lease.state_since)})"
+
+
+def describe_holdings(holdings: list[Lease], now: float) -> str:
+    if not holdings:
+        return "You hold no GPU slice right now."
+    lines = "; ".join(describe_lease(lease, now) for lease in holdings)
+    return f"Your kernels holding the pool: {lines}."
+
+
+class PoolError(Exception):
+    """Base of every refusal; ``str(e)`` is the message for the user."""
+
+    reason = "error"
+
+    def to_dict(self) -> dict:
+        return {"reason": self.reason, "message": str(self)}
+
+
+class UnknownProfile(PoolError, ValueError):
+    reason = "unknown_profile"
+
+    def __init__(self, name: str, known: list[str]):
+        self.name = name
+        super().__init__(
+            f"There is no GPU profile named {name!r}. The profiles are: {', '.join(sorted(known))}. "
+            "Ask your admin to add it, or pick one of these."
+        )
+
+
+class QuotaExceeded(PoolError):
+    """The request would pass the user's quota or one of their groups'."""
+
+    reason = "quota_exceeded"
+
+    def __init__(self, *, owner: str, profile: str, scope: str, resource: str, limit: str, used: str,
+                 asked: str, holdings: list[Lease], now: float):
+        self.owner, self.profile, self.scope, self.resource = owner, profile, scope, resource
+        self.limit, self.used, self.asked = limit, used, asked
+        self.holdings = holdings
+        whose = "you hold" if scope == "user" else f"group {scope!r} holds (all its members together)"
+        quota = "your GPU quota" if scope == "user" else f"the GPU quota of group {scope!r}"
+        super().__init__(
+            f"GPU quota exceeded: a kernel on profile {profile!r} would pass {quota}. "
+            f"{resource.capitalize()}: {whose} {used} of {limit}, and this kernel needs {asked}. "
+            f"{describe_holdings(holdings, now)} "
+            "Shut down a kernel you no longer need (Kernel > Shut Down Kernel), or pick a smaller profile."
+        )
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "scope": self.scope, "resource": self.resource, "limit": self.limit,
+                "used": self.used, "asked": self.asked, "holdings": [h.id for h in self.holdings]}
+
+
+class PoolExhausted(PoolError):
+    """No GPU in the pool has room for the slice right now."""
+
+    reason = "pool_exhausted"
+
+    def __init__(self, *, profile: str, slice_text: str, gpu_count: int, largest: str | None,
+                 holdings: list[Lease], queued: int, now: float):
+        self.profile, self.slice_text, self.largest, self.holdings, self.queued = (
+            profile, slice_text, largest, holdings, queued)
+        if gpu_count == 0:
+            where = "the pool has no GPUs (none detected, none declared). Ask your admin to check the inventory."
+        elif largest:
+            where = f"all {gpu_count} GPU(s) of the pool are taken; the largest free slice is {largest}."
+        else:
+            where = f"all {gpu_count} GPU(s) of the pool are fully taken."
+        waiting = f" {queued} other request(s) are waiting in the queue." if queued else ""
+        super().__init__(
+            f"The GPU pool is full: no GPU has room for profile {profile!r} ({slice_text}); {where}{waiting} "
+            f"{describe_holdings(holdings, now)} "
+            "Try again in a few minutes, pick a smaller profile, or shut down a kernel you no longer need."
+        )
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "profile": self.profile, "slice": self.slice_text, "largest_free": self.largest,
+                "queued": self.queued, "holdings": [h.id for h in self.holdings]}
+
+
+class LeaseNotFound(PoolError, KeyError):
+    reason = "lease_not_found"
+
+    def __init__(self, lease_id: str):
+        self.lease_id = lease_id
+        super().__init__(f"No GPU lease {lease_id!r} is held (it was released, or never existed).")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]

@@ -1,0 +1,108 @@
+"""Leases: one kernel's hold on a slice, the ledger's unit of truth.
+
+Every slice handed out is a lease and every lease ends ``released``.  A lease
+records who holds it (the Jupyter server process that manages the kernel and
+the kernel process itself, each as pid plus process start time, so that a
+reused pid is never mistaken for the holder) so that a lease whose holder died
+can be reclaimed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .profiles import Profile
+
+ACTIVE = "active"
+HIBERNATED = "hibernated"
+RELEASED = "released"
+STATES = (ACTIVE, HIBERNATED, RELEASED)
+HELD = (ACTIVE, HIBERNATED)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process, identified by pid and start time (pids are reused; the pair is not)."""
+
+    pid: int
+    start: float
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    owner: str
+    kernel_id: str
+    profile: Profile
+    groups: tuple[str, ...] = ()
+    label: str = ""
+    manager: Holder | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    id: str
+    owner: str
+    kernel_id: str
+    profile: str
+    isolation: str
+    memory: int  # bytes per GPU
+    sm_percent: int | None
+    whole: bool
+    gpu_count: int
+    state: str
+    gpus: tuple[str, ...]  # uuids held now (empty when hibernated or released)
+    last_gpus: tuple[str, ...]  # uuids held last (for resuming where the memory was)
+    groups: tuple[str, ...]
+    label: str
+    created: float
+    updated: float
+    state_since: float
+    host: str = ""
+    manager_pid: int | None = None
+    manager_start: float | None = None
+    holder_pid: int | None = None
+    holder_start: float | None = None
+    host_bytes: int = 0
+    reason: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def total_memory(self) -> int:
+        return self.memory * self.gpu_count
+
+    @property
+    def total_sm(self) -> int:
+        if self.whole:
+            return 100 * self.gpu_count
+        return self.sm_percent or 0
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:8]
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "kernel_id": self.kernel_id,
+            "profile": self.profile,
+            "isolation": self.isolation,
+            "memory": self.memory,
+            "sm_percent": self.sm_percent,
+            "whole": self.whole,
+            "gpu_count": self.gpu_count,
+            "state": self.state,
+            "gpus": list(self.gpus),
+            "last_gpus": list(self.last_gpus),
+            "groups": list(self.groups),
+            "label": self.label,
+            "created": self.created,
+            "updated": self.updated,
+            "state_since": self.state_since,
+            "host": self.host,
+            "holder_pid": self.holder_pid,
+            "manager_pid": self.manager_pid,
+            "host_bytes": self.host_bytes,
+            "reason": self.reason,
+        }
