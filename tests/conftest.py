@@ -1,0 +1,107 @@
+"""Shared test setup: pytest-jupyter's fixtures, marker skips, and an isolated GPU pool.
+
+Every test runs with Jupyter's config, data and runtime directories in a tmp
+dir (pytest-jupyter's ``jp_environ``), so nothing reads or writes the
+developer's own Jupyter setup or ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+# A pool of declared GPUs, the same shape as a small real box: tests know what fits where.
+TEST_INVENTORY = [{"name": "Test GPU", "memory": "40GiB", "sm_count": 108, "count": 2}]
+TEST_PROFILES = {
+    "small": {"slice": "10GiB", "isolation": "soft"},
+    "half": {"slice": "20GiB,50%", "isolation": "mps"},
+    "whole": {"slice": "whole"},
+}
+
+
+def _gpu_present() -> tuple[bool, str]:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False, "no GPU here: nvidia-smi is not installed (gpu tests run on the GPU test machine)"
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"no GPU here: nvidia-smi failed ({e})"
+    if out.returncode != 0 or "GPU" not in out.stdout:
+        return False, f"no GPU here: nvidia-smi -L found none ({(out.stderr or out.stdout).strip()[:200]})"
+    return True, ""
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_ok, gpu_why = _gpu_present() if any("gpu" in i.keywords for i in items) else (True, "")
+    for item in items:
+        if "gpu" in item.keywords and not gpu_ok:
+            item.add_marker(pytest.mark.skip(reason=gpu_why))
+        if "k8s" in item.keywords and not os.environ.get("KUBECONFIG"):
+            item.add_marker(pytest.mark.skip(reason="no real cluster: KUBECONFIG is not set"))
+        if "browser" in item.keywords and not Path("/usr/bin/chromium").exists():
+            item.add_marker(pytest.mark.skip(reason="no /usr/bin/chromium (apt-get install chromium)"))
+
+
+class PoolHome:
+    """An isolated pool: its config file in the test's Jupyter config dir, its ledger in tmp."""
+
+    def __init__(self, config_dir: Path, tmp: Path):
+        self.config_dir = config_dir
+        self.config_file = config_dir / "jupyter_gpu_pool_config.py"
+        self.ledger_path = tmp / "gpu_pool" / "ledger.sqlite"
+        self.settings: dict = {}
+
+    def configure(self, **settings) -> PoolHome:
+        """Write the pool's config file: test defaults, overridden by ``settings``."""
+        from jupyter_gpu_pool import local_pool
+
+        merged = {
+            "inventory": TEST_INVENTORY,
+            "gpu_discovery": "declared",
+            "profiles": TEST_PROFILES,
+            "ledger_path": str(self.ledger_path),
+            "holder_grace": 2.0,
+            **settings,
+        }
+        self.settings = merged
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text("".join(f"c.GPUPool.{k} = {v!r}\n" for k, v in merged.items()))
+        local_pool._cache.clear()
+        return self
+
+    def install_kernelspecs(self) -> list[str]:
+        from jupyter_gpu_pool.config import load_settings
+        from jupyter_gpu_pool.kernel_provisioner import kernelspecs
+
+        installed = kernelspecs.install(list(load_settings().profiles.values()), user=True)
+        return [name for name, _ in installed]
+
+    def pool(self):
+        from jupyter_gpu_pool.local_pool import local_pool
+
+        return local_pool()
+
+    def ledger(self):
+        from jupyter_gpu_pool.pool import Ledger
+
+        return Ledger(self.ledger_path)
+
+
+@pytest.fixture
+def pool_home(jp_environ, jp_config_dir, tmp_path) -> PoolHome:
+    """A configured, isolated pool of two declared 40 GiB GPUs with kernelspecs installed."""
+    home = PoolHome(Path(jp_config_dir), Path(tmp_path)).configure()
+    home.install_kernelspecs()
+    yield home
+    from jupyter_gpu_pool import local_pool
+
+    for pool in local_pool._cache.values():
+        pool.ledger.close()
+    local_pool._cache.clear()
