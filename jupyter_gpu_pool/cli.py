@@ -206,50 +206,71 @@ class InitApp(_PoolApp):
         print(found.summary + ("" if found.gpus else "; the config declares a demo inventory (not real GPUs)"))
 
 
-class LabApp(_PoolApp):
+class PoolLabApp(_PoolApp):
     name = "jupyter-gpu-pool-lab"
     description = """Set up the pool on this machine and start JupyterLab: writes a config if there is
     none (a declared demo inventory where no GPU is found), installs a kernelspec per profile into this
-    environment, then runs `jupyter lab` with the remaining arguments."""
+    environment, then runs `jupyter lab` with every other argument (e.g. --port=8899 --no-browser)."""
+
+    config_dir = Unicode("", help="Where to write the pool's config (default: this environment's etc/jupyter).")
+    user_kernelspecs = Bool(False, help="Install the kernelspecs for the user instead of into this environment.")
+
+    def parse_command_line(self, argv=None):
+        """Take our two options; pass every other argument to `jupyter lab` untouched."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        rest = []
+        for arg in argv:
+            if arg.startswith("--pool-config-dir="):
+                self.config_dir = arg.split("=", 1)[1]
+            elif arg == "--user-kernelspecs":
+                self.user_kernelspecs = True
+            elif arg in ("-h", "--help", "--help-all"):
+                print(self.description)
+                print("Options: --pool-config-dir=DIR  --user-kernelspecs  (all others go to jupyter lab)")
+                self.exit(0)
+            else:
+                rest.append(arg)
+        self.extra_args = rest
 
     def start(self):
+        config_dir = self.config_dir or jupyter_core.paths.ENV_CONFIG_PATH[0]
+        config_path = os.path.join(config_dir, f"{CONFIG_FILE}.json")
         banner = []
         if not config_files():
             found = discover()
-            path = write_initial_config(jupyter_core.paths.ENV_CONFIG_PATH[0], demo=not found.gpus)
-            banner.append(f"No GPU pool config found: wrote {path} (edit it to set profiles and quotas).")
+            write_initial_config(config_dir, demo=not found.gpus)
+            banner.append(f"No GPU pool config found: wrote {config_path} (edit it to set profiles and quotas).")
         settings = self.settings()
         inventory = build_inventory(settings)
-        if not inventory.gpus:
-            path = os.path.join(jupyter_core.paths.ENV_CONFIG_PATH[0], f"{CONFIG_FILE}.json")
-            if not settings.declared:
-                body = json.load(open(path)) if os.path.exists(path) else {}
-                body.setdefault("GPUPool", {})["inventory"] = DEMO_INVENTORY
-                with open(path, "w") as f:
-                    json.dump(body, f, indent=2)
-                banner.append(f"Added a declared demo inventory to {path}.")
-                settings = self.settings()
-                inventory = build_inventory(settings)
+        if not inventory.gpus and not settings.declared:
+            body = json.load(open(config_path)) if os.path.exists(config_path) else {}
+            body.setdefault("GPUPool", {})["inventory"] = DEMO_INVENTORY
+            os.makedirs(config_dir, exist_ok=True)
+            with open(config_path, "w") as f:
+                json.dump(body, f, indent=2)
+            banner.append(f"No GPU found and none declared: added a declared demo inventory to {config_path}.")
+            settings = self.settings()
+            inventory = build_inventory(settings)
         pool = self.pool()
         if inventory.declared:
             banner.append("*** NO GPU DETECTED: the pool runs on a DECLARED DEMO INVENTORY. Its GPUs are not "
                           "real; kernels get slices in the ledger but no GPU memory. ***")
         from .kernel_provisioner import kernelspecs
 
+        prefix = None if self.user_kernelspecs else sys.prefix
         wanted = {kernelspecs.kernelspec_name("gpu-pool", p) for p in settings.profiles.values()}
         for name, info in kernelspecs.installed_pool_kernelspecs().items():
-            if name.startswith("gpu-pool-") and name not in wanted and info["resource_dir"].startswith(sys.prefix):
+            stale = name.startswith("gpu-pool-") and name not in wanted
+            if stale and (self.user_kernelspecs or info["resource_dir"].startswith(sys.prefix)):
                 kernelspecs.remove(name)
-        installed = kernelspecs.install(list(settings.profiles.values()), prefix=sys.prefix)
+        installed = kernelspecs.install(list(settings.profiles.values()), prefix=prefix, user=self.user_kernelspecs)
         banner.append(f"GPU pool: {inventory.note}.")
         banner.append("Profiles: " + ", ".join(f"{p.name} ({p.slice}, {p.isolation})"
                                                for p in settings.profiles.values()))
         banner.append(f"Kernelspecs: {', '.join(n for n, _ in installed)}. Pool status: jupyter gpu-pool status")
         pool.reconcile()
-        width = max(len(line) for line in banner)
-        print("=" * min(width, 100))
-        print("\n".join(banner))
-        print("=" * min(width, 100), flush=True)
+        rule = "=" * min(max(len(line) for line in banner), 100)
+        print("\n".join([rule, *banner, rule]), flush=True)
         jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable)) or "jupyter"
         os.execv(jupyter, [jupyter, "lab", *self.extra_args])
 
@@ -297,7 +318,7 @@ class GPUPoolApp(JupyterApp):
         "profiles": (ProfilesApp, ProfilesApp.description),
         "kernelspec": (KernelSpecApp, KernelSpecApp.description),
         "init": (InitApp, InitApp.description),
-        "lab": (LabApp, LabApp.description),
+        "lab": (PoolLabApp, PoolLabApp.description),
         "reconcile": (ReconcileApp, ReconcileApp.description),
         "mps": (MPSApp, MPSApp.description),
     }

@@ -9,7 +9,6 @@ the environment and need no hook.  Any ``sitecustomize`` that this one shadows
 is still run.
 """
 
-import importlib.util
 import os
 import sys
 
@@ -32,6 +31,8 @@ class _TorchCapFinder:
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
+        import importlib.util  # only now: a kernel that never imports torch never pays for it
+
         sys.meta_path.remove(self)  # one-shot: find the real spec without finding ourselves again
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
@@ -57,9 +58,9 @@ def _chain_shadowed_sitecustomize():
             continue
         candidate = os.path.join(entry, "sitecustomize.py")
         if os.path.isfile(candidate):
-            spec = importlib.util.spec_from_file_location("_shadowed_sitecustomize", candidate)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            with open(candidate) as f:
+                code = compile(f.read(), candidate, "exec")
+            exec(code, {"__name__": "sitecustomize", "__file__": candidate})
             return
 
 

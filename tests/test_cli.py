@@ -1,0 +1,162 @@
+"""`jupyter gpu-pool`, run as a user runs it: a real subprocess on the test's config."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from jupyter_gpu_pool.pool import Holder
+
+CLI = [sys.executable, "-m", "jupyter_gpu_pool.cli"]
+
+
+def cli(*args, check=True, timeout=120):
+    out = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=os.environ)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def hold(pool_home, owner, profile_name, label="", kernel="k"):
+    """A lease held by this (live) test process, as a running kernel's would be."""
+    from jupyter_gpu_pool import processes
+
+    pool = pool_home.pool()
+    request = pool.request(kernel, pool.settings.profile(profile_name), label=label)
+    request = request.__class__(**{**request.__dict__, "owner": owner, "manager": processes.identify()})
+    lease = pool.allocate(request)
+    pool.ledger.set_holder(lease.id, processes.identify())
+    return lease
+
+
+def test_status_prints_each_gpu_its_slices_and_the_leases(pool_home):
+    lease = hold(pool_home, "alice", "small", label="analysis.ipynb", kernel="kernel-alice-1")
+    hold(pool_home, "bob", "whole", kernel="kernel-bob-1")
+    out = cli("status").stdout
+    assert "2 declared GPU(s) from the inventory" in out
+    assert "GPU 0 · Test GPU · 40 GiB (declared)" in out and "GPU 1 · Test GPU · 40 GiB (declared)" in out
+    assert "used 10 GiB of 40 GiB" in out and "used 40 GiB of 40 GiB" in out and "exclusive" in out
+    row = next(line for line in out.splitlines() if lease.short_id in line)
+    for cell in ("alice", "kernel-a", "small", "10 GiB", "soft", "active", "analysis.ipynb"):
+        assert cell in row
+    assert "Queue: empty" in out
+
+
+def test_status_json_is_what_the_ledger_holds(pool_home):
+    lease = hold(pool_home, "alice", "half")
+    data = json.loads(cli("status", "--json").stdout)
+    assert [g["uuid"] for g in data["gpus"]] == ["DECLARED-local-0", "DECLARED-local-1"]
+    assert all(g["source"] == "declared" for g in data["gpus"])
+    [row] = data["leases"]
+    assert row["id"] == lease.id and row["sm_percent"] == 50 and row["isolation"] == "mps"
+    used = {g["uuid"]: (g["used_memory"], g["used_sm_percent"]) for g in data["gpus"]}
+    assert used[lease.gpus[0]] == (20 * 2**30, 50)
+
+
+def test_status_reclaims_the_leases_of_dead_processes(pool_home):
+    pool = pool_home.pool()
+    request = pool.request("gone", pool.settings.profile("small"))
+    dead = request.__class__(**{**request.__dict__, "manager": Holder(2**22 - 3, 1.0, pool.host)})
+    lease = pool.allocate(dead)
+    pool.ledger.set_holder(lease.id, Holder(2**22 - 5, 1.0, pool.host))
+    assert json.loads(cli("status", "--json").stdout)["leases"] == []
+
+
+def test_profiles_lists_what_users_may_pick(pool_home):
+    out = cli("profiles").stdout.splitlines()
+    assert out[0].split()[:4] == ["PROFILE", "DISPLAY", "NAME", "SLICE"]
+    rows = {line.split()[0]: line for line in out[1:]}
+    assert "(default)" in rows["small"] and "GPU 10 GiB" in rows["small"] and "soft" in rows["small"]
+    assert rows["half"].split()[-3:] == ["20GiB,50%", "mps", "no"]  # MPS clients cannot hibernate
+
+
+def test_kernelspec_install_writes_one_kernelspec_per_profile(pool_home, tmp_path):
+    out = cli("kernelspec", "install", f"--prefix={tmp_path}", "--name=lab").stdout
+    kernels = tmp_path / "share" / "jupyter" / "kernels"
+    assert sorted(os.listdir(kernels)) == ["lab-half", "lab-small", "lab-whole"]
+    spec = json.loads((kernels / "lab-half" / "kernel.json").read_text())
+    assert spec["display_name"] == "Python 3 · GPU 20 GiB · 50%"
+    assert spec["metadata"]["kernel_provisioner"] == {"provisioner_name": "gpu-pool", "config": {"profile": "half"}}
+    assert "installed kernelspec lab-small" in out
+
+
+def test_kernelspec_install_for_the_user(pool_home, jp_data_dir):
+    cli("kernelspec", "install", "--user")
+    assert {"gpu-pool-small", "gpu-pool-half", "gpu-pool-whole"} <= set(os.listdir(jp_data_dir / "kernels"))
+
+
+def test_a_bad_config_is_reported_with_the_setting_and_exit_2(pool_home):
+    pool_home.configure(profiles={"small": {"slice": "10 GiBs"}})
+    out = cli("status", check=False)
+    assert out.returncode == 2
+    assert "Bad GPU pool configuration: GPUPool.profiles: profile 'small'.slice" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_init_writes_a_demo_inventory_where_no_gpu_is_found(jp_environ, tmp_path):
+    out = cli("init", f"--dir={tmp_path}").stdout
+    body = json.loads((tmp_path / "jupyter_gpu_pool_config.json").read_text())
+    assert body["GPUPool"]["inventory"][0]["name"].startswith("Demo GPU (declared")
+    assert "no GPU detected by NVML" in out and "demo inventory (not real GPUs)" in out
+    again = cli("init", f"--dir={tmp_path}", check=False)
+    assert again.returncode == 2 and "exists" in again.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_lab_sets_up_a_demo_pool_and_starts_jupyterlab(jp_environ, jp_config_dir, tmp_path):
+    """The README's first command, minus the venv: no config and no GPU -> a declared demo pool."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*CLI, "lab", f"--pool-config-dir={jp_config_dir}", "--user-kernelspecs", "--no-browser",
+         f"--port={port}", "--ServerApp.token=t0k", f"--ServerApp.root_dir={tmp_path}",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ,
+    )
+    lines = []
+    try:
+        deadline = time.monotonic() + 120
+        specs = None
+        while time.monotonic() < deadline and specs is None:
+            time.sleep(1)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/kernelspecs?token=t0k", timeout=5) as r:
+                    specs = json.load(r)
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+        assert specs is not None, "JupyterLab did not answer"
+        names = set(specs["kernelspecs"])
+        assert {"gpu-pool-gpu-10g", "gpu-pool-gpu-20g-50", "gpu-pool-gpu-whole"} <= names
+        assert specs["kernelspecs"]["gpu-pool-gpu-10g"]["spec"]["display_name"] == "Python 3 · GPU 10 GiB"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        lines = out.splitlines()
+    text = "\n".join(lines)
+    assert "No GPU pool config found: wrote" in text
+    assert "NO GPU DETECTED: the pool runs on a DECLARED DEMO INVENTORY" in text
+    assert "2 declared GPU(s) from the inventory" in text
+    body = json.loads((jp_config_dir / "jupyter_gpu_pool_config.json").read_text())
+    assert body["GPUPool"]["inventory"][0]["count"] == 2
+
+
+@pytest.mark.parametrize("args", [[], ["kernelspec"]])
+def test_usage_is_printed_for_a_missing_subcommand(args):
+    out = cli(*args, check=False)
+    assert out.returncode == 2 and ("Subcommands" in out.stdout or "Usage" in out.stdout)
