@@ -65,6 +65,8 @@ class Lease:
     holder_start: float | None = None
     host_bytes: int = 0
     reason: str = ""
+    phase: str = ""  # transient: hibernating, resuming, queued, evicting, failed ("" when settled)
+    phase_deadline: float | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -105,4 +107,6 @@ class Lease:
             "manager_pid": self.manager_pid,
             "host_bytes": self.host_bytes,
             "reason": self.reason,
+            "phase": self.phase,
+            "phase_deadline": self.phase_deadline,
         }

@@ -74,6 +74,12 @@ SCHEMA = [
         detail TEXT NOT NULL DEFAULT '{}');
     CREATE INDEX journal_at ON journal(at);
     """,
+    # version 2: a lease's transient phase (hibernating, resuming, queued, evicting, failed) and its
+    # deadline, so that every server and `jupyter gpu-pool status` see a hibernation in progress
+    """
+    ALTER TABLE leases ADD COLUMN phase TEXT NOT NULL DEFAULT '';
+    ALTER TABLE leases ADD COLUMN phase_deadline REAL;
+    """,
 ]
 
 
@@ -297,6 +303,7 @@ class Ledger:
             manager_pid=row["manager_pid"], manager_start=row["manager_start"],
             holder_pid=row["holder_pid"], holder_start=row["holder_start"],
             host_bytes=row["host_bytes"], reason=row["reason"],
+            phase=row["phase"], phase_deadline=row["phase_deadline"],
         )
 
     def get(self, lease_id: str) -> Lease | None:
@@ -526,7 +533,8 @@ class Ledger:
         db.execute("DELETE FROM allocations WHERE lease_id=?", (lease_id,))
         db.execute("DELETE FROM waiters WHERE lease_id=?", (lease_id,))
         db.execute(
-            "UPDATE leases SET state=?, reason=?, updated=?, state_since=?, ended=? WHERE id=?",
+            "UPDATE leases SET state=?, reason=?, updated=?, state_since=?, ended=?, phase='', phase_deadline=NULL "
+            "WHERE id=?",
             (RELEASED, reason, now, now, now, lease_id),
         )
         self._journal(db, now, kind, lease_id, lease.kernel_id, lease.owner, reason,
@@ -559,9 +567,11 @@ class Ledger:
         same_model: bool = True,
         waiter_id: str | None = None,
         profile: Profile | None = None,
+        same_gpu: bool = False,
     ) -> Lease:
         """Take a slice again for a hibernated lease: its last GPU if it fits, else another
-        GPU of the same model (when ``same_model``), else raise PoolExhausted/QuotaExceeded."""
+        GPU of the same model (when ``same_model``), else raise PoolExhausted/QuotaExceeded.
+        ``same_gpu`` allows its last GPUs only (a driver that cannot restore elsewhere)."""
         now = self.clock()
         lease = self.get(lease_id)
         if lease is None or lease.state != HIBERNATED:
@@ -574,7 +584,9 @@ class Ledger:
             if lease is None or lease.state != HIBERNATED:  # changed since the read above
                 raise LeaseNotFound(lease_id)
             usage = self._usage(db)
-            if same_model and lease.last_gpus:
+            if same_gpu and lease.last_gpus:
+                usage = [u for u in usage if u.gpu.uuid in lease.last_gpus]
+            elif same_model and lease.last_gpus:
                 models = {(u.gpu.name, u.gpu.memory) for u in usage if u.gpu.uuid in lease.last_gpus}
                 usage = [u for u in usage if (u.gpu.name, u.gpu.memory) in models] if models else usage
             ahead = self._reserve_for_waiters(db, usage, placement, waiter_id, now)
@@ -592,6 +604,38 @@ class Ledger:
             self._journal(db, now, "resumed", lease_id, lease.kernel_id, lease.owner, "",
                           {"gpus": [g.uuid for g in chosen], "hibernated_for": now - lease.state_since})
             return self._get(db, lease_id)  # type: ignore[return-value]
+
+    def set_phase(self, lease_id: str, phase: str, deadline: float | None = None) -> Lease:
+        """Mark a held lease with a transient phase (``""`` clears it); the state stays as it is."""
+        with self._write() as db:  # leaves `updated` alone: reconcile's grace counts from the holder's changes
+            cur = db.execute("UPDATE leases SET phase=?, phase_deadline=? WHERE id=? AND state IN (?,?)",
+                             (phase, deadline, lease_id, *HELD))
+            if cur.rowcount == 0:
+                raise LeaseNotFound(lease_id)
+            return self._get(db, lease_id)  # type: ignore[return-value]
+
+    def reserve_host_bytes(self, lease_id: str, host_bytes: int, cap: int | None, host: str = "") -> tuple[bool, int]:
+        """Claim ``host_bytes`` of the host-RAM budget of hibernation on ``host`` for an active lease
+        about to hibernate, atomically against every other server.  Returns (granted, bytes already
+        claimed by the others); with ``cap`` None there is no limit."""
+        with self._write() as db:
+            lease = self._get(db, lease_id)
+            if lease is None or lease.state != ACTIVE:
+                raise LeaseNotFound(lease_id)
+            (others,) = db.execute(
+                "SELECT COALESCE(SUM(host_bytes),0) FROM leases WHERE state IN (?,?) AND host=? AND id<>?",
+                (*HELD, host, lease_id)).fetchone()
+            if cap is not None and others + host_bytes > cap:
+                return False, others
+            db.execute("UPDATE leases SET host_bytes=? WHERE id=?", (host_bytes, lease_id))
+            return True, others
+
+    def host_bytes_on(self, host: str = "") -> int:
+        """Host RAM held or claimed by hibernation on ``host``."""
+        with self._read() as db:
+            (total,) = db.execute("SELECT COALESCE(SUM(host_bytes),0) FROM leases WHERE state IN (?,?) AND host=?",
+                                  (*HELD, host)).fetchone()
+            return total
 
     # -- reconcile -----------------------------------------------------------------------------
 
