@@ -1,6 +1,6 @@
 import pytest
 
-from conftest import GiB, NO_QUOTA, gpus, request
+from ledger_helpers import GiB, NO_QUOTA, gpus, request
 from jupyter_gpu_pool.pool import (
     ACTIVE,
     HIBERNATED,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from conftest import NO_QUOTA, gpus, request
+from ledger_helpers import NO_QUOTA, gpus, request
 from jupyter_gpu_pool import processes
 from jupyter_gpu_pool.pool import Ledger, PoolError
 

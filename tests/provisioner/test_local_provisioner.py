@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import kernel_env, run_code, wait_for, write_kernelspec
+from kernel_helpers import kernel_env, run_code, wait_for, write_kernelspec
 
 
 from jupyter_gpu_pool import processes
