@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -105,3 +106,19 @@ def pool_home(jp_environ, jp_config_dir, tmp_path) -> PoolHome:
     for pool in local_pool._cache.values():
         pool.ledger.close()
     local_pool._cache.clear()
+
+
+@pytest.fixture
+async def managers():
+    """Kernel managers a test starts; shut down whatever is left at the end."""
+    started: list[AsyncKernelManager] = []
+
+    def make(kernel_name: str, **kwargs) -> AsyncKernelManager:
+        km = AsyncKernelManager(kernel_name=kernel_name, **kwargs)
+        started.append(km)
+        return km
+
+    yield make
+    for km in started:
+        if km.has_kernel:
+            await km.shutdown_kernel(now=True)

@@ -173,5 +173,5 @@ class LedgerMachine(RuleBasedStateMachine):
             assert held[lease_id].gpus == tuple(sorted(m["gpus"]))
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+LedgerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestLedgerStateMachine = LedgerMachine.TestCase
