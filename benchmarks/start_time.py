@@ -1,0 +1,80 @@
+"""Start-to-ready time of a gpu-pool kernel against a stock python3 kernel.
+
+    .venv/bin/python benchmarks/start_time.py [--starts 20]
+
+Interleaved (pool, stock, pool, stock, ...) so that machine load hits both alike.
+"Ready" is the kernel's reply to kernel_info, as a frontend waits for it. The pool
+runs on this machine's detected GPUs, or on a declared inventory where there are
+none (the pool's own work, the lease and the environment, is the same either way).
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def isolate() -> str:
+    """Point Jupyter at fresh directories and write a pool config there."""
+    root = tempfile.mkdtemp(prefix="gpu-pool-bench-")
+    for var in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
+        os.environ[var] = os.path.join(root, var.split("_")[1].lower())
+        os.makedirs(os.environ[var])
+    config = {"GPUPool": {"inventory": [{"name": "Bench GPU", "memory": "80GiB", "count": 1}],
+                          "ledger_path": os.path.join(root, "ledger.sqlite"),
+                          "profiles": {"bench": {"slice": "10GiB", "isolation": "soft"}}}}
+    with open(os.path.join(os.environ["JUPYTER_CONFIG_DIR"], "jupyter_gpu_pool_config.json"), "w") as f:
+        json.dump(config, f)
+    return root
+
+
+async def start_to_ready(kernel_name: str) -> float:
+    from jupyter_client.manager import AsyncKernelManager
+
+    km = AsyncKernelManager(kernel_name=kernel_name)
+    started = time.perf_counter()
+    await km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    await kc.wait_for_ready(timeout=120)
+    elapsed = time.perf_counter() - started
+    kc.stop_channels()
+    await km.shutdown_kernel(now=True)
+    return elapsed
+
+
+async def main(starts: int) -> None:
+    isolate()
+    from jupyter_gpu_pool.config import load_settings
+    from jupyter_gpu_pool.kernel_provisioner import kernelspecs
+    from jupyter_gpu_pool.local_pool import local_pool
+
+    kernelspecs.install(list(load_settings().profiles.values()), user=True)
+    pool = local_pool()
+    print(f"pool: {pool.inventory.note}", file=sys.stderr)
+    await start_to_ready("python3"), await start_to_ready("gpu-pool-bench")  # warm caches
+    times: dict[str, list[float]] = {"python3": [], "gpu-pool-bench": []}
+    for i in range(starts):
+        for name in times:
+            times[name].append(await start_to_ready(name))
+        print(f"  {i + 1}/{starts}", file=sys.stderr, end="\r")
+    stock = statistics.median(times["python3"])
+    pooled = statistics.median(times["gpu-pool-bench"])
+    print(json.dumps({
+        "starts_each": starts,
+        "stock_python3_median_s": round(stock, 3),
+        "gpu_pool_median_s": round(pooled, 3),
+        "ratio": round(pooled / stock, 3),
+        "pool_overhead_percent": round((pooled / stock - 1) * 100, 1),
+        "inventory": pool.inventory.note,
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=20)
+    asyncio.run(main(parser.parse_args().starts))
