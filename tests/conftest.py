@@ -12,10 +12,20 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import asyncio
+
 import pytest
+import pytest_asyncio
 from jupyter_client.manager import AsyncKernelManager
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+
+@pytest_asyncio.fixture
+async def jp_asyncio_loop():
+    """pytest-jupyter's server fixtures on pytest-asyncio's loop, the one async tests run in
+    (asyncio_mode=auto): one loop per test, shared by the server and the test's requests."""
+    yield asyncio.get_running_loop()
 
 # A pool of declared GPUs, the same shape as a small real box: tests know what fits where.
 TEST_INVENTORY = [{"name": "Test GPU", "memory": "40GiB", "sm_count": 108, "count": 2}]

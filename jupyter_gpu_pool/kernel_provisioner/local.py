@@ -165,6 +165,18 @@ class GPUPoolProvisioner(LocalProvisioner):
         raise KernelStartRefused(
             503, f"Waited {timeout:.0f}s in the GPU queue without a free slice. {refusal}", "queue_timeout")
 
+    def _forget_failed_start(self) -> None:
+        """Drop this kernel from the multi-kernel manager's pending starts.
+
+        jupyter_client keeps a kernel whose start failed in ``_pending_kernels`` (its
+        ``_add_kernel_when_ready`` logs the error and never removes it), so jupyter_server's
+        ``shutdown_all`` at exit fails on it with "Kernel does not exist".  For the pool a refusal
+        is an everyday event, so a refused kernel is forgotten as if it never existed."""
+        multi = getattr(self.parent, "parent", None)
+        pending = getattr(multi, "_pending_kernels", None)
+        if isinstance(pending, dict):
+            pending.pop(self.kernel_id, None)
+
     async def _release(self, reason: str) -> None:
         if not self.lease_id or self._pool is None:
             return
@@ -176,9 +188,13 @@ class GPUPoolProvisioner(LocalProvisioner):
     # -- provisioner API --------------------------------------------------------------------
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        pool = await self.pool()
-        env = kwargs.get("env") or {}
-        lease, profile = await self._take_lease(pool, label=env.get("JPY_SESSION_NAME", ""))
+        try:
+            pool = await self.pool()
+            env = kwargs.get("env") or {}
+            lease, profile = await self._take_lease(pool, label=env.get("JPY_SESSION_NAME", ""))
+        except BaseException:
+            self._forget_failed_start()
+            raise
         self.lease_id, self._lease = lease.id, lease
         try:
             kwargs = await super().pre_launch(**kwargs)
@@ -195,6 +211,7 @@ class GPUPoolProvisioner(LocalProvisioner):
                           profile.slice, ", ".join(g.label for g in gpus))
         except BaseException as e:
             await self._release("launch failed")
+            self._forget_failed_start()
             if isinstance(e, (MPSUnavailable, ConfigError)):
                 raise _refusal(e) from e
             raise
@@ -205,6 +222,7 @@ class GPUPoolProvisioner(LocalProvisioner):
             info = await super().launch_kernel(cmd, **kwargs)
         except BaseException:
             await self._release("launch failed")
+            self._forget_failed_start()
             raise
         try:
             holder = await asyncio.to_thread(processes.identify, self.pid)
