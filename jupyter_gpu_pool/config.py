@@ -40,6 +40,7 @@ from .pool import (
     parse_inventory,
     parse_profiles,
 )
+from .pool.policy import Policy, PolicyError, parse_policy
 
 CONFIG_FILE = "jupyter_gpu_pool_config"
 
@@ -171,6 +172,24 @@ class GPUPool(Configurable):
     def _default_mps_log(self) -> str:
         return os.path.join(jupyter_runtime_dir(), "gpu_pool", "mps-log")
 
+    policy = List(
+        default_value=[],
+        help="""The idle policy: an ordered list of rules, the first whose 'match' fits a kernel governs
+        it; a kernel no rule matches follows the built-in default rule.  Each rule is a dict:
+        {"name": "students", "match": {"group": "students"}, "idle_timeout": "30m",
+        "gpu_idle_timeout": "20m", "gpu_idle_threshold": 5, "max_busy": null, "max_age": "8h",
+        "max_hibernated": "1d", "warn": "5m", "snooze": "30m", "max_snoozes": 2,
+        "action": "hibernate", "pressure_factor": 0.5, "over_memory_grace": "2m"}.
+        'match' keys: user, group, profile, kernelspec (names or glob patterns).  Durations are
+        seconds or text (90s, 30m, 2h, 1d); null turns a limit off.  See docs/server-extension.md.""",
+    ).tag(config=True)
+
+    policy_dry_run = Bool(
+        False,
+        help="""Decide and report (journal, events, the admin's pool view) without warning users or
+        acting on their kernels: to try a policy out.""",
+    ).tag(config=True)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -190,6 +209,7 @@ class Settings:
     mps_pipe_directory: str
     mps_log_directory: str
     config_files: tuple[str, ...] = ()
+    policy: Policy = Policy()
 
     def profile(self, name: str | None) -> Profile:
         name = name or self.default_profile
@@ -275,6 +295,10 @@ def settings_from(pool: GPUPool, files: tuple[str, ...] = ()) -> Settings:
         raise ConfigError(f"GPUPool.holder_grace must be 0 or more, not {pool.holder_grace}")
     if not pool.owner:
         raise ConfigError("GPUPool.owner must not be empty")
+    try:
+        policy = parse_policy(pool.policy, pool.policy_dry_run, tuple(profiles))
+    except PolicyError as e:
+        raise ConfigError(f"GPUPool.policy{e}" if str(e).startswith("[") else f"GPUPool.policy: {e}") from None
     return Settings(
         profiles=profiles,
         default_profile=default_profile,
@@ -290,6 +314,7 @@ def settings_from(pool: GPUPool, files: tuple[str, ...] = ()) -> Settings:
         mps_pipe_directory=pool.mps_pipe_directory,
         mps_log_directory=pool.mps_log_directory,
         config_files=files,
+        policy=policy,
     )
 
 

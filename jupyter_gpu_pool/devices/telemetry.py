@@ -1,0 +1,274 @@
+"""Per-kernel GPU telemetry: memory held and SM utilization of a kernel's process tree.
+
+NVML reports per process (``nvmlDeviceGetComputeRunningProcesses`` for memory,
+``nvmlDeviceGetProcessUtilization`` for SM use since the last read).  A kernel
+is a process tree (ipykernel plus whatever it spawned: dataloader workers,
+``subprocess`` calls), so a reading sums the tree's processes on each of the
+kernel's GPUs; utilization is the busiest of its GPUs, capped at 100.
+
+Where NVML is unavailable, or a GPU is declared (not real), a reading is
+``None``: never invented.  NVML and psutil block, so :class:`Sampler` does its
+work in a thread (``asyncio.to_thread``) and keeps, per kernel, a bounded
+history for sparklines and the last time the kernel's GPU use was above each
+GPU-idle threshold the policy uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessReading:
+    """One process on one GPU."""
+
+    memory: int | None  # bytes (None: NVML would not say)
+    utilization: float  # SM percent over the last interval (0 when NVML had no sample for it)
+
+
+class ProcessSource(Protocol):
+    """Where per-process GPU readings come from (NVML on a real machine)."""
+
+    def available(self) -> tuple[bool, str]:
+        """Whether readings can be had at all, and why not."""
+
+    def read(self, gpu_uuids: set[str]) -> dict[str, dict[int, ProcessReading]]:
+        """Per GPU uuid (only those this source can read), per pid, the process's reading."""
+
+    def device_utilization(self, gpu_uuids: set[str]) -> dict[str, float]:
+        """Per GPU uuid, the whole device's SM utilization."""
+
+
+class NVMLSource:
+    """Readings from NVML.  Only GPUs NVML knows are read: declared GPUs never are."""
+
+    def __init__(self) -> None:
+        self._last_seen: dict[str, int] = {}  # per GPU, the newest utilization sample already read
+        self._handles: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._error: str | None = None
+        try:
+            from . import nvml
+
+            nvml.init()
+            self._nv = nvml._pynvml()
+        except Exception as e:  # ImportError, pynvml.NVMLError: a machine without a GPU
+            self._nv = None
+            self._error = f"NVML unavailable: {e}"
+
+    def available(self) -> tuple[bool, str]:
+        return (self._nv is not None, self._error or "")
+
+    def _handle(self, uuid: str):
+        if uuid not in self._handles:
+            try:
+                self._handles[uuid] = self._nv.nvmlDeviceGetHandleByUUID(uuid)
+            except Exception:  # not a GPU NVML knows (declared), or gone
+                self._handles[uuid] = None
+        return self._handles[uuid]
+
+    def read(self, gpu_uuids: set[str]) -> dict[str, dict[int, ProcessReading]]:
+        if self._nv is None:
+            return {}
+        nv = self._nv
+        out: dict[str, dict[int, ProcessReading]] = {}
+        with self._lock:
+            for uuid in gpu_uuids:
+                handle = self._handle(uuid)
+                if handle is None:
+                    continue
+                memory: dict[int, int | None] = {}
+                for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
+                    try:
+                        for p in getattr(nv, getter)(handle):
+                            used = getattr(p, "usedGpuMemory", None)
+                            # NVML_VALUE_NOT_AVAILABLE comes back as None or as a huge sentinel
+                            if used is not None and used >= 2**63:
+                                used = None
+                            if used is not None or p.pid not in memory:
+                                memory[p.pid] = used
+                    except Exception:  # NotSupported (MPS getter on older drivers), NoPermission
+                        continue
+                util: dict[int, list[float]] = {}
+                try:
+                    samples = nv.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(uuid, 0))
+                except Exception:  # NVMLError_NotFound: no process used the GPU since the last read
+                    samples = []
+                for s in samples:
+                    util.setdefault(s.pid, []).append(float(s.smUtil))
+                    self._last_seen[uuid] = max(self._last_seen.get(uuid, 0), int(s.timeStamp))
+                out[uuid] = {
+                    pid: ProcessReading(memory.get(pid), sum(util[pid]) / len(util[pid]) if pid in util else 0.0)
+                    for pid in set(memory) | set(util)
+                }
+        return out
+
+    def device_utilization(self, gpu_uuids: set[str]) -> dict[str, float]:
+        if self._nv is None:
+            return {}
+        out = {}
+        with self._lock:
+            for uuid in gpu_uuids:
+                handle = self._handle(uuid)
+                if handle is None:
+                    continue
+                try:
+                    out[uuid] = float(self._nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+                except Exception:
+                    continue
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    at: float
+    memory_used: int | None  # bytes held by the kernel's processes on its GPUs
+    utilization: float | None  # percent, the busiest of its GPUs
+
+
+@dataclass
+class KernelTelemetry:
+    pid: int
+    gpus: frozenset[str]
+    history: deque = field(default_factory=lambda: deque(maxlen=120))  # (at, utilization)
+    latest: Reading | None = None
+    held_since: float | None = None  # holding GPU memory continuously since
+    above: dict[float, float] = field(default_factory=dict)  # threshold -> last time utilization reached it
+
+
+def process_tree(pid: int) -> set[int]:
+    """The pid and all its descendants (empty when the process is gone)."""
+    try:
+        proc = psutil.Process(pid)
+        return {pid, *(c.pid for c in proc.children(recursive=True))}
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return set()
+
+
+class Sampler:
+    """Samples tracked kernels' GPU use; thread-safe reads for the event loop."""
+
+    def __init__(self, source: ProcessSource | None, thresholds: tuple[float, ...] = (5.0,),
+                 history: int = 120, clock=time.time):
+        self.source = source
+        self.thresholds = tuple(thresholds)
+        self.history_len = history
+        self.clock = clock
+        self._kernels: dict[str, KernelTelemetry] = {}
+        self._devices: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def available(self) -> tuple[bool, str]:
+        if self.source is None:
+            return False, "no telemetry source"
+        return self.source.available()
+
+    def track(self, kernels: dict[str, tuple[int, frozenset[str]]]) -> None:
+        """Sample exactly these kernels from now on: kernel id -> (kernel pid, its GPU uuids)."""
+        with self._lock:
+            for kid in set(self._kernels) - set(kernels):
+                del self._kernels[kid]
+            for kid, (pid, gpus) in kernels.items():
+                known = self._kernels.get(kid)
+                if known is None or known.pid != pid or known.gpus != gpus:
+                    self._kernels[kid] = KernelTelemetry(pid, frozenset(gpus), deque(maxlen=self.history_len))
+
+    def sample_once(self) -> None:
+        """One round of readings (blocking: run it in a thread)."""
+        if self.source is None:
+            return
+        with self._lock:
+            tracked = {kid: (k.pid, k.gpus) for kid, k in self._kernels.items()}
+        gpus = set().union(*(g for _, g in tracked.values())) if tracked else set()
+        per_gpu = self.source.read(gpus) if gpus else {}
+        devices = self.source.device_utilization(gpus) if gpus else {}
+        now = self.clock()
+        trees = {kid: process_tree(pid) for kid, (pid, _) in tracked.items()}
+        with self._lock:
+            self._devices.update(devices)
+            for kid, (pid, kgpus) in tracked.items():
+                k = self._kernels.get(kid)
+                if k is None:
+                    continue
+                readable = [g for g in kgpus if g in per_gpu]
+                if not readable:
+                    continue  # declared GPUs or no NVML: no reading, never an invented one
+                memory: int | None = 0
+                util = 0.0
+                for g in readable:
+                    procs = [per_gpu[g][p] for p in trees[kid] if p in per_gpu[g]]
+                    if any(p.memory is None for p in procs):
+                        memory = None
+                    elif memory is not None:
+                        memory += sum(p.memory for p in procs)  # type: ignore[misc]
+                    util = max(util, min(sum(p.utilization for p in procs), 100.0))
+                self._record(k, Reading(now, memory, util))
+
+    def _record(self, k: KernelTelemetry, reading: Reading) -> None:
+        k.latest = reading
+        k.history.append((reading.at, reading.utilization))
+        holding = reading.memory_used is None or reading.memory_used > 0
+        if holding and k.held_since is None:
+            k.held_since = reading.at
+        elif not holding:
+            k.held_since = None
+        for t in self.thresholds:
+            if reading.utilization is not None and reading.utilization >= t:
+                k.above[t] = reading.at
+
+    # -- reads (from the event loop) ----------------------------------------------------------
+
+    def reading(self, kernel_id: str) -> Reading | None:
+        with self._lock:
+            k = self._kernels.get(kernel_id)
+            return k.latest if k else None
+
+    def samples(self, kernel_id: str) -> list[tuple[float, float | None]]:
+        with self._lock:
+            k = self._kernels.get(kernel_id)
+            return list(k.history) if k else []
+
+    def gpu_idle_since(self, kernel_id: str, threshold: float) -> float | None:
+        """Since when the kernel has held GPU memory with utilization under ``threshold``
+        (None: no reading, holds no memory, or used the GPU in its latest reading)."""
+        with self._lock:
+            k = self._kernels.get(kernel_id)
+            if k is None or k.latest is None or k.held_since is None or k.latest.utilization is None:
+                return None
+            if k.latest.utilization >= threshold:
+                return None
+            return max(k.held_since, k.above.get(threshold, k.held_since))
+
+    def last_gpu_activity(self, kernel_id: str, threshold: float) -> float | None:
+        """The last time the kernel's GPU utilization reached ``threshold``."""
+        with self._lock:
+            k = self._kernels.get(kernel_id)
+            return k.above.get(threshold) if k else None
+
+    def device_utilization(self, gpu_uuid: str) -> float | None:
+        with self._lock:
+            return self._devices.get(gpu_uuid)
+
+    async def run(self, interval: float) -> None:
+        """Sample every ``interval`` seconds until cancelled; NVML runs in a thread."""
+        ok, why = self.available
+        if not ok:
+            log.info("GPU telemetry off: %s (per-kernel GPU readings will be null)", why)
+            return
+        while True:
+            try:
+                await asyncio.to_thread(self.sample_once)
+            except Exception:  # a driver hiccup must not end telemetry for good
+                log.exception("GPU telemetry sample failed")
+            await asyncio.sleep(interval)

@@ -1,0 +1,496 @@
+"""The idle policy: which kernels give their GPU slice back, when, and how.
+
+An admin writes an ordered list of rules; the first rule whose ``match`` fits a
+kernel (on user, group, profile or kernelspec) governs it.  A kernel that
+matches none follows :data:`DEFAULT_RULE`.  Each rule says when a kernel is due
+(idle, GPU-idle, busy too long, too old, hibernated too long, over its memory)
+and what happens then (``hibernate`` where the kernel can, else ``shutdown``).
+
+:func:`decide` is pure: given one kernel's facts, its rule, the time and the
+kernel's policy state (the warning given, the snoozes used) it returns what to
+do and the new state.  The server's culler gathers facts and carries the
+decision out; nothing here does I/O, so every case is a table row in the tests.
+
+Lifecycle of one episode: a condition comes within ``warn`` seconds of being
+due -> *warn* (with a deadline at least ``warn`` away, so every action is
+warned) -> the user may *snooze* (postpones every condition but over-memory) ->
+at the deadline, if the condition still holds, *act*.  If the kernel is used
+again before the deadline the warning is *withdrawn*, and its snoozes are given
+back once nothing is due any more.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field, replace
+
+from .errors import format_age
+from .leases import HIBERNATED
+from .profiles import SOFT
+
+HIBERNATE = "hibernate"
+SHUTDOWN = "shutdown"
+ACTIONS = (HIBERNATE, SHUTDOWN)
+
+# Reasons, as recorded and sent to the UI.
+IDLE = "idle"
+GPU_IDLE = "gpu_idle"
+MAX_BUSY = "max_busy"
+MAX_AGE = "max_age"
+MAX_HIBERNATED = "max_hibernated"
+OVER_MEMORY = "over_memory"
+REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY)
+
+# Decision verbs.
+NONE = "none"
+WARN = "warn"
+ACT = "act"
+WITHDRAW = "withdraw"
+
+MATCH_KEYS = ("user", "group", "profile", "kernelspec")
+
+# Durations the admin may turn off with null / "never".
+_OPTIONAL_DURATIONS = ("idle_timeout", "gpu_idle_timeout", "max_busy", "max_age", "max_hibernated")
+_DURATIONS = (*_OPTIONAL_DURATIONS, "warn", "snooze", "over_memory_grace")
+_RULE_KEYS = {"name", "match", *_DURATIONS, "gpu_idle_threshold", "max_snoozes", "action", "pressure_factor"}
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?"
+                       r"\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.IGNORECASE)
+
+
+class PolicyError(ValueError):
+    """A bad rule: the message names the rule (index and name) and the field."""
+
+
+def parse_duration(value) -> float | None:
+    """Seconds from ``1800``, ``"30m"``, ``"2h"``, ``"1h30m"``, ``"1d"``, ``"45s"``;
+    ``None`` or ``"never"`` turn a limit off.  Raises ValueError naming the value."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("never", "none", "off")):
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip() and _DURATION.match(value):
+        d, h, m, s = (float(g) if g else 0.0 for g in _DURATION.match(value).groups())  # type: ignore[union-attr]
+        seconds = d * 86400 + h * 3600 + m * 60 + s
+    else:
+        raise ValueError(
+            f"{value!r} is not a duration: write seconds (1800) or text such as 90s, 30m, 2h, 1h30m, 1d, "
+            "or null to turn it off")
+    if seconds <= 0:
+        raise ValueError(f"{value!r} must be more than zero (write null to turn it off)")
+    return seconds
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 60 and seconds != int(seconds):
+        return f"{seconds:g}s"
+    return format_age(seconds)
+
+
+@dataclass(frozen=True)
+class Match:
+    """Glob patterns per key; a rule matches when every given key matches (any of its patterns)."""
+
+    user: tuple[str, ...] = ()
+    group: tuple[str, ...] = ()
+    profile: tuple[str, ...] = ()
+    kernelspec: tuple[str, ...] = ()
+
+    def fits(self, user: str, groups: tuple[str, ...], profile: str, kernelspec: str) -> bool:
+        if self.user and not _any(self.user, (user,)):
+            return False
+        if self.group and not _any(self.group, groups):
+            return False
+        if self.profile and not _any(self.profile, (profile,)):
+            return False
+        if self.kernelspec and not _any(self.kernelspec, (kernelspec,)):
+            return False
+        return True
+
+    def to_dict(self) -> dict:
+        return {k: list(getattr(self, k)) for k in MATCH_KEYS if getattr(self, k)}
+
+
+def _any(patterns: tuple[str, ...], values: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(v, p) for p in patterns for v in values)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of the policy.  Durations are seconds; ``None`` turns a limit off."""
+
+    name: str = "default"
+    match: Match = field(default_factory=Match)
+    idle_timeout: float | None = 3600.0  # not executing and no activity for this long
+    gpu_idle_timeout: float | None = 3600.0  # holds GPU memory with utilization under the threshold
+    gpu_idle_threshold: float = 5.0  # percent
+    max_busy: float | None = None  # longest one execution may run
+    max_age: float | None = None  # longest a kernel may live
+    max_hibernated: float | None = 86400.0  # a hibernated kernel is shut down after this
+    warn: float = 300.0  # lead time of the warning before acting
+    snooze: float = 1800.0  # longest one snooze
+    max_snoozes: int = 2  # snoozes per episode (given back once the kernel is used again)
+    action: str = HIBERNATE
+    pressure_factor: float = 0.5  # idle timeouts are multiplied by this while someone waits for a slice
+    over_memory_grace: float = 120.0  # soft isolation: from the warning to the action
+
+    @property
+    def snoozable(self) -> bool:
+        return self.max_snoozes > 0
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "match": self.match.to_dict(),
+            "idle_timeout": self.idle_timeout,
+            "gpu_idle_timeout": self.gpu_idle_timeout,
+            "gpu_idle_threshold": self.gpu_idle_threshold,
+            "max_busy": self.max_busy,
+            "max_age": self.max_age,
+            "max_hibernated": self.max_hibernated,
+            "warn": self.warn,
+            "snooze": self.snooze,
+            "max_snoozes": self.max_snoozes,
+            "action": self.action,
+            "pressure_factor": self.pressure_factor,
+            "over_memory_grace": self.over_memory_grace,
+        }
+
+
+DEFAULT_RULE = Rule()
+
+
+@dataclass(frozen=True)
+class Policy:
+    rules: tuple[Rule, ...] = ()
+    dry_run: bool = False
+    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def thresholds(self) -> tuple[float, ...]:
+        """The GPU-idle thresholds in use (the telemetry keeps a last-busy time per threshold)."""
+        return tuple(sorted({r.gpu_idle_threshold for r in (*self.rules, DEFAULT_RULE)}))
+
+    def rule_for(self, user: str, groups: tuple[str, ...], profile: str, kernelspec: str) -> Rule:
+        """The first rule that matches, else the default rule."""
+        key = (user, groups, profile, kernelspec)
+        rule = self._cache.get(key)
+        if rule is None:
+            rule = next((r for r in self.rules if r.match.fits(user, groups, profile, kernelspec)), DEFAULT_RULE)
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = rule
+        return rule
+
+    def to_dict(self) -> dict:
+        return {"dry_run": self.dry_run, "rules": [r.to_dict() for r in self.rules],
+                "default": DEFAULT_RULE.to_dict()}
+
+
+def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Rule:
+    """One rule; every error names ``[index] ('name').field``."""
+    if not isinstance(entry, dict):
+        raise PolicyError(f"[{index}] must be a dict such as {{'match': {{'group': 'students'}}, "
+                          f"'idle_timeout': '30m'}}, not {entry!r}")
+    name = entry.get("name", f"rule {index}")
+    where = f"[{index}] ({name!r})" if "name" in entry else f"[{index}]"
+    if not isinstance(name, str) or not name.strip():
+        raise PolicyError(f"[{index}].name must be non-empty text, not {name!r}")
+    unknown = set(entry) - _RULE_KEYS
+    if unknown:
+        raise PolicyError(f"{where} has unknown field(s) {sorted(unknown)}; the fields are {sorted(_RULE_KEYS)}")
+    values: dict = {"name": name, "match": _parse_match(where, entry.get("match", {}), profiles)}
+    for key in _DURATIONS:
+        if key not in entry:
+            continue
+        try:
+            seconds = parse_duration(entry[key])
+        except ValueError as e:
+            raise PolicyError(f"{where}.{key}: {e}") from None
+        if seconds is None and key not in _OPTIONAL_DURATIONS:
+            raise PolicyError(f"{where}.{key} cannot be turned off; give a duration such as 5m")
+        values[key] = seconds
+    if "gpu_idle_threshold" in entry:
+        t = entry["gpu_idle_threshold"]
+        if isinstance(t, str):
+            t = t.strip().rstrip("%")
+        try:
+            t = float(t)
+        except (TypeError, ValueError):
+            raise PolicyError(f"{where}.gpu_idle_threshold: {entry['gpu_idle_threshold']!r} is not a percentage "
+                              "such as 5 or '5%'") from None
+        if not 0 < t <= 100:
+            raise PolicyError(f"{where}.gpu_idle_threshold must be above 0 and at most 100, not {t:g}")
+        values["gpu_idle_threshold"] = t
+    if "max_snoozes" in entry:
+        n = entry["max_snoozes"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise PolicyError(f"{where}.max_snoozes must be a whole number of at least 0, not {n!r}")
+        values["max_snoozes"] = n
+    if "action" in entry:
+        if entry["action"] not in ACTIONS:
+            raise PolicyError(f"{where}.action: {entry['action']!r} is not one of {', '.join(ACTIONS)}")
+        values["action"] = entry["action"]
+    if "pressure_factor" in entry:
+        f = entry["pressure_factor"]
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+            raise PolicyError(f"{where}.pressure_factor must be a number above 0 and at most 1 "
+                              f"(1: no tightening), not {f!r}")
+        values["pressure_factor"] = float(f)
+    return Rule(**values)
+
+
+def _parse_match(where: str, match, profiles: tuple[str, ...] | None) -> Match:
+    if not isinstance(match, dict):
+        raise PolicyError(f"{where}.match must be a dict with keys among {', '.join(MATCH_KEYS)}, not {match!r}")
+    unknown = set(match) - set(MATCH_KEYS)
+    if unknown:
+        raise PolicyError(f"{where}.match has unknown key(s) {sorted(unknown)}; the keys are {', '.join(MATCH_KEYS)}")
+    parsed = {}
+    for key, value in match.items():
+        patterns = (value,) if isinstance(value, str) else value
+        if not isinstance(patterns, (list, tuple)) or not patterns or not all(
+                isinstance(p, str) and p for p in patterns):
+            raise PolicyError(f"{where}.match.{key} must be a name or a non-empty list of names "
+                              f"(glob patterns allowed), not {value!r}")
+        if key == "profile" and profiles is not None:
+            for p in patterns:
+                if not any(c in p for c in "*?[") and p not in profiles:
+                    raise PolicyError(f"{where}.match.profile: {p!r} is not a profile; "
+                                      f"the profiles are {', '.join(profiles)}")
+        parsed[key] = tuple(patterns)
+    return Match(**parsed)
+
+
+def parse_policy(entries, dry_run: bool = False, profiles: tuple[str, ...] | None = None) -> Policy:
+    """The admin's list of rules; raises PolicyError naming the bad rule and field."""
+    if not isinstance(entries, (list, tuple)):
+        raise PolicyError(f"must be a list of rules, not {type(entries).__name__}")
+    if not isinstance(dry_run, bool):
+        raise PolicyError(f"dry_run must be true or false, not {dry_run!r}")
+    rules = tuple(parse_rule(i, e, profiles) for i, e in enumerate(entries))
+    names = [r.name for r in rules]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise PolicyError(f"[{i}].name: {name!r} is used by rule {names.index(name)} too; names must be unique")
+    return Policy(rules=rules, dry_run=dry_run)
+
+
+# -- decisions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the culler knows about one kernel at one moment.  Times are Unix seconds."""
+
+    kernel_id: str
+    state: str = "active"  # the lease's state: active or hibernated
+    execution_state: str = "idle"  # jupyter_server's: idle, busy, starting, dead, ...
+    last_activity: float = 0.0  # last user activity on the kernel (or GPU use above the threshold)
+    started: float = 0.0  # when the kernel took its lease
+    state_since: float = 0.0  # when the lease entered its state (hibernated since ...)
+    busy_since: float | None = None  # set while busy
+    connections: int = 0
+    isolation: str = SOFT
+    memory_used: int | None = None  # bytes on the GPU (None: no reading)
+    memory_limit: int | None = None
+    gpu_idle_since: float | None = None  # holding GPU memory under the rule's threshold since (None: not so)
+    can_hibernate: bool = False
+    hibernate_unavailable: str | None = None  # why not, in words
+
+
+@dataclass(frozen=True, slots=True)
+class Warning:
+    reason: str
+    action: str
+    warned_at: float
+    deadline: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class KernelState:
+    """The policy's memory of one kernel, kept by the culler between passes."""
+
+    warning: Warning | None = None
+    snoozes_used: int = 0
+    snoozed_until: float = 0.0
+    reported: str | None = None  # dry run: the reason whose action was already reported
+
+
+FRESH = KernelState()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verb: str  # none, warn, act, withdraw
+    state: KernelState
+    reason: str | None = None
+    action: str | None = None  # hibernate or shutdown
+    deadline: float | None = None
+    message: str = ""
+    note: str | None = None  # e.g. why hibernation was unavailable
+    dry_run: bool = False
+
+
+def release_action(rule: Rule, can_hibernate: bool, why_not: str | None) -> tuple[str, str | None]:
+    """The action the rule asks for, as this kernel can take it, and a note when it falls back."""
+    if rule.action == HIBERNATE:
+        if can_hibernate:
+            return HIBERNATE, None
+        return SHUTDOWN, f"hibernation unavailable ({why_not or 'unknown reason'}), so shut down instead"
+    return SHUTDOWN, None
+
+
+def _conditions(facts: Facts, rule: Rule, pressure: bool) -> list[tuple[float, str, bool]]:
+    """(when due, reason, snoozable) for every limit that applies to the kernel now."""
+    found: list[tuple[float, str, bool]] = []
+    if rule.max_age is not None:
+        found.append((facts.started + rule.max_age, MAX_AGE, True))
+    if facts.state == HIBERNATED:
+        if rule.max_hibernated is not None:
+            found.append((facts.state_since + rule.max_hibernated, MAX_HIBERNATED, True))
+        return found
+    factor = rule.pressure_factor if pressure else 1.0
+    if (facts.isolation == SOFT and facts.memory_used is not None and facts.memory_limit is not None
+            and facts.memory_used > facts.memory_limit):
+        found.append((float("-inf"), OVER_MEMORY, False))
+    # Anything but busy counts: a kernel no client ever talked to stays "starting" for jupyter_server.
+    if rule.idle_timeout is not None and facts.execution_state != "busy":
+        found.append((facts.last_activity + rule.idle_timeout * factor, IDLE, True))
+    if rule.gpu_idle_timeout is not None and facts.gpu_idle_since is not None:
+        found.append((facts.gpu_idle_since + rule.gpu_idle_timeout * factor, GPU_IDLE, True))
+    if rule.max_busy is not None and facts.execution_state == "busy" and facts.busy_since is not None:
+        found.append((facts.busy_since + rule.max_busy, MAX_BUSY, True))
+    return found
+
+
+def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
+           pressure: bool = False, dry_run: bool = False) -> Decision:
+    """What to do with one kernel now.  Pure: same inputs, same decision."""
+    conditions = _conditions(facts, rule, pressure)
+    best: tuple[float, str, float] | None = None  # (effective due, reason, lead)
+    in_use = True  # nothing is even close to due, snoozes aside
+    for due, reason, snoozable in conditions:
+        lead = rule.over_memory_grace if reason == OVER_MEMORY else rule.warn
+        if due - lead <= now:
+            in_use = False
+        effective = max(due, state.snoozed_until) if snoozable else due
+        if best is None or effective < best[0]:
+            best = (effective, reason, lead)
+
+    if best is None or best[0] - best[2] > now:
+        new = state
+        if in_use and (state.snoozes_used or state.snoozed_until or state.reported):
+            new = KernelState()  # used again: snoozes are given back
+        if state.warning is not None:
+            return Decision(WITHDRAW, replace(new, warning=None), reason=state.warning.reason,
+                            message="The kernel is in use again; the warning is withdrawn.", dry_run=dry_run)
+        return Decision(NONE, new, dry_run=dry_run)
+
+    effective, reason, lead = best
+    if facts.state == HIBERNATED:
+        action, note = SHUTDOWN, None
+    else:
+        action, note = release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)
+    if dry_run and state.reported == reason:
+        return Decision(NONE, state, reason=reason, action=action, dry_run=True)
+
+    warning = state.warning
+    if warning is None or warning.reason != reason:
+        deadline = max(effective, now + lead)
+        message = _warning_message(reason, action, facts, rule, now, deadline)
+        warning = Warning(reason, action, now, deadline, message)
+        return Decision(WARN, replace(state, warning=warning), reason=reason, action=action, deadline=deadline,
+                        message=message, note=note, dry_run=dry_run)
+
+    deadline = max(warning.deadline, effective)
+    if now < deadline:
+        if deadline != warning.deadline:
+            state = replace(state, warning=replace(warning, deadline=deadline))
+        return Decision(NONE, state, reason=reason, action=action, deadline=deadline, dry_run=dry_run)
+    message = _action_message(reason, action, facts, rule, now)
+    new = replace(state, warning=None, reported=reason if dry_run else state.reported)
+    return Decision(ACT, new, reason=reason, action=action, deadline=deadline, message=message, note=note,
+                    dry_run=dry_run)
+
+
+def snoozes_left(state: KernelState, rule: Rule) -> int:
+    return max(rule.max_snoozes - state.snoozes_used, 0)
+
+
+class SnoozeRefused(Exception):
+    """A snooze the rule does not allow; ``status`` is 400 for a bad length, 409 for none left."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = None,
+           over_memory: bool = False) -> KernelState:
+    """Postpone the pending or next action by ``seconds`` (default and at most the rule's snooze)."""
+    if over_memory or (state.warning is not None and state.warning.reason == OVER_MEMORY):
+        raise SnoozeRefused(409, "over_memory", "A kernel over its slice's GPU memory cannot be snoozed: "
+                                                "free GPU memory in the kernel (del tensors, empty the cache) "
+                                                "or restart it on a larger profile.")
+    if not rule.snoozable:
+        raise SnoozeRefused(409, "snooze_not_allowed", f"The pool's rule {rule.name!r} allows no snoozes.")
+    if snoozes_left(state, rule) == 0:
+        raise SnoozeRefused(409, "no_snoozes_left",
+                            f"No snoozes left: rule {rule.name!r} allows {rule.max_snoozes}, and you have used "
+                            "them. Run a cell to show the kernel is in use, or save your work.")
+    if seconds is None:
+        seconds = rule.snooze
+    if seconds <= 0 or seconds > rule.snooze:
+        raise SnoozeRefused(400, "bad_snooze",
+                            f"A snooze must last more than 0 and at most {rule.snooze:g} seconds "
+                            f"({format_duration(rule.snooze)}), not {seconds:g}.")
+    return KernelState(warning=None, snoozes_used=state.snoozes_used + 1,
+                       snoozed_until=max(state.snoozed_until, now + seconds), reported=None)
+
+
+_WHAT = {
+    IDLE: "Idle for {idle}",
+    GPU_IDLE: "Holding GPU memory with under {threshold:g}% GPU use for {gpu_idle}",
+    MAX_BUSY: "Busy for {busy}, longer than the {max_busy} the pool allows",
+    MAX_AGE: "Running for {age}, longer than the {max_age} the pool allows",
+    MAX_HIBERNATED: "Hibernated for {hibernated}, longer than the {max_hibernated} the pool allows",
+    OVER_MEMORY: "Using {used} of GPU memory, more than its slice's {limit}",
+}
+_DOING = {HIBERNATE: "hibernated (its variables are kept; the GPU slice is given back)",
+          SHUTDOWN: "shut down to give its GPU slice back"}
+_DONE = {HIBERNATE: "Hibernated", SHUTDOWN: "Shut down"}
+
+
+def _what(reason: str, facts: Facts, rule: Rule, now: float) -> str:
+    from .slices import format_size
+
+    return _WHAT[reason].format(
+        idle=format_duration(now - facts.last_activity),
+        gpu_idle=format_duration(now - (facts.gpu_idle_since or now)),
+        threshold=rule.gpu_idle_threshold,
+        busy=format_duration(now - (facts.busy_since or now)),
+        max_busy=format_duration(rule.max_busy),
+        age=format_duration(now - facts.started),
+        max_age=format_duration(rule.max_age),
+        hibernated=format_duration(now - facts.state_since),
+        max_hibernated=format_duration(rule.max_hibernated),
+        used=format_size(facts.memory_used),
+        limit=format_size(facts.memory_limit),
+    )
+
+
+def _warning_message(reason: str, action: str, facts: Facts, rule: Rule, now: float, deadline: float) -> str:
+    tail = ", unless it frees GPU memory first." if reason == OVER_MEMORY else ", unless it is used again or snoozed."
+    return f"{_what(reason, facts, rule, now)}: this kernel will be {_DOING[action]} in " \
+           f"{format_duration(max(deadline - now, 0))}{tail}"
+
+
+def _action_message(reason: str, action: str, facts: Facts, rule: Rule, now: float) -> str:
+    return f"{_DONE[action]} by the pool's rule {rule.name!r}. {_what(reason, facts, rule, now)}."

@@ -1,0 +1,1 @@
+"""jupyter_server extension of the GPU pool (see ``app.GPUPoolExtension``)."""

@@ -1,0 +1,165 @@
+"""The jupyter_server extension: idle policy (culler), REST API, events, metrics, activity.
+
+Enabled by default once installed (``etc/jupyter/jupyter_server_config.d/jupyter_gpu_pool.json``).
+Its settings live with the pool's: ``c.GPUPoolExtension.*`` may be written in
+``jupyter_gpu_pool_config.py`` (read as this extension's config file) or in
+``jupyter_server_config.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Any, Bool, Float, Int, List, Type, default
+
+from ..config import CONFIG_FILE, ConfigError
+from ..devices.telemetry import NVMLSource, Sampler
+from ..local_pool import local_pool
+from . import events
+from .backend import LocalBackend, NoPool, PoolBackend
+from .culler import SERVER_CULLER_EXEMPT, Culler
+from .handlers import handlers
+from .identity import is_personal_server
+
+
+class GPUPoolExtension(ExtensionApp):
+    """GPU pool: gives idle kernels' GPU slices back and shows users their quota and usage."""
+
+    name = "jupyter_gpu_pool"
+    description = "Elastic GPU kernels: idle policy, quota and utilization API"
+    load_other_extensions = True
+
+    cull_interval = Float(
+        30.0, help="Seconds between two passes of the idle policy over this server's GPU kernels."
+    ).tag(config=True)
+
+    telemetry_interval = Float(
+        5.0, help="Seconds between two NVML readings of each GPU kernel's memory and utilization."
+    ).tag(config=True)
+
+    telemetry_history = Int(
+        120, help="GPU utilization samples kept per kernel for the UI's sparkline (at telemetry_interval)."
+    ).tag(config=True)
+
+    admin_users = List(
+        default_value=[],
+        help="""User names that may see the whole pool (GET gpu-pool/api/v1/pool) and act on other users'
+        kernels in this server.  Under JupyterHub, hub admins are admins too.  On a personal server
+        (no JupyterHub, jupyter_server's own token login) the owner is an admin.""",
+    ).tag(config=True)
+
+    personal_server = Bool(
+        help="""Treat every authenticated user of this server as its owner (GPUPool.owner) and an admin
+        of the pool view.  Default: true when jupyter_server's own IdentityProvider runs outside
+        JupyterHub (whoever holds the token owns the server), false otherwise.""",
+    ).tag(config=True)
+
+    @default("personal_server")
+    def _default_personal_server(self) -> bool:
+        return is_personal_server(self.serverapp.identity_provider) if self.serverapp else False
+
+    exempt_from_server_culler = Bool(
+        True,
+        help="""When jupyter_server's own culler is on (MappingKernelManager.cull_idle_timeout > 0), exempt
+        GPU pool kernels from it: the pool's policy, which warns first and records why, governs them,
+        and jupyter_server's culler keeps culling the other kernels.  False: both act on pool kernels
+        and the shorter timeout wins, without warning.""",
+    ).tag(config=True)
+
+    exit_on_config_error = Bool(
+        True,
+        help="""Stop the server at start when the pool's configuration (profiles, quotas, policy) is bad,
+        with a message naming the bad setting.  False: run on without a pool; the API then reports
+        pool.enabled = false and why.""",
+    ).tag(config=True)
+
+    telemetry_source_class = Type(
+        default_value=NVMLSource, klass=object,
+        help="Where per-process GPU readings come from (NVML). Readings are null where it has none.",
+    ).tag(config=True)
+
+    hibernator_class = Type(
+        default_value=None, allow_none=True, klass=object,
+        help="""The hibernation hook: a class built as ``hibernator_class(parent=extension)`` whose instances
+        have can_hibernate(kernel_id), async hibernate(kernel_id, reason) and async resume(kernel_id).
+        None: rules whose action is 'hibernate' shut kernels down instead, and say why.""",
+    ).tag(config=True)
+
+    hibernator = Any(None, allow_none=True, help="The hibernation hook in use (see hibernator_class).")
+
+    backend: PoolBackend
+    culler: Culler
+    sampler: Sampler
+
+    def _config_file_name_default(self) -> str:
+        return CONFIG_FILE  # one file for the pool and this extension: jupyter_gpu_pool_config.py
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def initialize_settings(self) -> None:
+        self.backend = self._make_backend()
+        event_logger = getattr(self.serverapp, "event_logger", None)
+        if event_logger is not None:
+            events.register(event_logger)
+        source = self.telemetry_source_class() if self.telemetry_source_class else None
+        self.sampler = Sampler(source, thresholds=self.backend.policy.thresholds, history=self.telemetry_history)
+        if self.hibernator is None and self.hibernator_class is not None:
+            self.hibernator = self.hibernator_class(parent=self)
+        km = self.serverapp.kernel_manager
+        self.culler = Culler(kernel_manager=km, backend=self.backend, sampler=self.sampler, event_logger=event_logger,
+                             web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
+                             exempt_server_culler=self.exempt_from_server_culler)
+        self._tasks: list[asyncio.Task] = []
+        self._check_server_culler(km)
+        policy = self.backend.policy
+        self.log.info("GPU pool: %s; policy: %d rule(s)%s, pass every %gs; hibernation %s", self.backend.note,
+                      len(policy.rules), " (DRY RUN: decisions are reported, nothing is done)" if policy.dry_run
+                      else "", self.cull_interval, "on" if self.hibernator else "off (hibernate rules shut down)")
+
+    def _make_backend(self) -> PoolBackend:
+        try:
+            return LocalBackend(local_pool(self.serverapp.config))
+        except ConfigError as e:
+            if self.exit_on_config_error:
+                self.log.critical("GPU pool: bad configuration, the server stops: %s", e)
+                print(f"jupyter_gpu_pool: bad configuration: {e}", file=sys.stderr)
+                raise SystemExit(1) from e
+            self.log.error("GPU pool disabled, bad configuration: %s", e)
+            return NoPool(f"The GPU pool is misconfigured, tell your admin: {e}")
+
+    def _check_server_culler(self, km) -> None:
+        timeout = getattr(km, "cull_idle_timeout", 0)
+        if not timeout:
+            return
+        if self.exempt_from_server_culler:
+            self.log.warning(
+                "jupyter_server's own culler is on (MappingKernelManager.cull_idle_timeout=%s): it keeps culling "
+                "kernels outside the GPU pool; GPU pool kernels follow the pool's policy instead (their "
+                "kernelspec's cull_idle_timeout is set to %s). Set GPUPoolExtension.exempt_from_server_culler="
+                "False to let both act.", timeout, SERVER_CULLER_EXEMPT)
+        else:
+            self.log.warning(
+                "jupyter_server's own culler is on (MappingKernelManager.cull_idle_timeout=%s) and GPU pool "
+                "kernels are not exempt from it: it may shut one down without warning before the pool's "
+                "policy acts (the lease is then released with reason 'shutdown').", timeout)
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(handlers())
+
+    async def _start_jupyter_server_extension(self, serverapp) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.sampler.run(self.telemetry_interval)),
+                       loop.create_task(self.culler.run(self.cull_interval))]
+
+    async def stop_extension(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        await self.culler.stop()

@@ -1,0 +1,156 @@
+"""REST handlers under ``<base_url>gpu-pool/api/v1/`` (the contract is docs/api.md).
+
+Every handler authenticates and authorizes through jupyter_server (token,
+cookie or JupyterHub; its Authorizer), never counts as user activity (the UI
+polls them), answers errors as ``{"message", "reason"}``, and lets a user see
+and act on their own kernels only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from ..pool import HIBERNATED, Lease
+from ..pool import policy as P
+from . import views
+from .identity import Caller, caller_of
+
+AUTH_RESOURCE = "kernels"
+API = "gpu-pool/api/v1"
+_KERNEL_ID = r"(?P<kernel_id>[^/]+)"
+
+
+class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
+    """Shared plumbing: the extension, the caller, JSON bodies."""
+
+    auth_resource = AUTH_RESOURCE
+    _track_activity = False  # polled by the UI: must not keep the server or a kernel "active"
+
+    @property
+    def ext(self):
+        return self.extensionapp
+
+    def caller(self) -> Caller:
+        ext = self.ext
+        return caller_of(self.current_user, personal=ext.personal_server, owner=ext.backend.owner,
+                         admin_users=set(ext.admin_users))
+
+    def json_body(self, allowed: set[str]) -> dict:
+        raw = self.request.body or b""
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _error(400, "bad_json", f"The request body is not valid JSON ({e}); send {{}} or an object.")
+        if not isinstance(body, dict):
+            raise _error(400, "bad_body", f"The request body must be a JSON object, not {type(body).__name__}.")
+        unknown = set(body) - allowed
+        if unknown:
+            known = f"the allowed key is {', '.join(sorted(allowed))}" if allowed else "send {} (no keys)"
+            raise _error(400, "unknown_keys", f"Unknown key(s) {sorted(unknown)} in the request body; {known}.")
+        return body
+
+    def send(self, payload: dict, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(payload))
+
+    async def own_kernel(self, kernel_id: str) -> tuple[Caller, Lease, P.Rule]:
+        """The caller's (or, for an admin, anyone's) pool kernel in this server, or the right 4xx."""
+        ext = self.ext
+        caller = self.caller()
+        if not ext.backend.enabled:
+            raise _error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
+        snapshot = await ext.backend.snapshot()
+        lease = next((lease for lease in snapshot.leases if lease.kernel_id == kernel_id), None)
+        culler = ext.culler
+        if lease is None:
+            raise _error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
+                                                "(it ended, or it is not a GPU pool kernel).")
+        if lease.owner != caller.user and not caller.admin:
+            raise _error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels only.")
+        if kernel_id not in culler.km:
+            raise _error(409, "other_server", f"Kernel {kernel_id!r} runs in another Jupyter server; act on it "
+                                              "from that server.")
+        kernel = culler.km.get_kernel(kernel_id)
+        return caller, lease, culler.rule_for(kernel, lease)
+
+
+def _error(status: int, reason: str, message: str) -> web.HTTPError:
+    """An HTTPError that APIHandler.write_error sends as {"message", "reason"}."""
+    # APIHandler.write_error sends log_message, which tornado returns %-escaped: keep '%' out of it
+    return web.HTTPError(status, message.replace("%", " percent"), reason=reason)
+
+
+class MeHandler(PoolAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        caller = self.caller()
+        self.send(await views.me(caller.user, caller.admin, backend=self.ext.backend, culler=self.ext.culler))
+
+
+class PoolHandler(PoolAPIHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        caller = self.caller()
+        if not caller.admin:
+            raise _error(403, "not_admin", "The pool view is for the pool's admins "
+                                           "(GPUPoolExtension.admin_users, or JupyterHub admins).")
+        self.send(await views.pool(backend=self.ext.backend, culler=self.ext.culler))
+
+
+class SnoozeHandler(PoolAPIHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str) -> None:
+        body = self.json_body({"seconds"})
+        seconds = body.get("seconds")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
+            raise _error(400, "bad_snooze", f"'seconds' must be a number of seconds, not {seconds!r}.")
+        caller, lease, rule = await self.own_kernel(kernel_id)
+        culler = self.ext.culler
+        if kernel_id in culler.in_flight:
+            raise _error(409, "in_progress", "This kernel is being released already.")
+        if lease.state == HIBERNATED and rule.max_hibernated is None:
+            raise _error(409, "nothing_to_snooze", "This kernel is hibernated and nothing is pending for it.")
+        try:
+            await culler.snooze(kernel_id, lease, rule, float(seconds) if seconds is not None else None)
+        except P.SnoozeRefused as e:
+            raise _error(e.status, e.reason, e.message) from None
+        snapshot = await self.ext.backend.snapshot()
+        self.send(views.kernel_object(lease, backend=self.ext.backend, culler=culler, snapshot=snapshot,
+                                      now=time.time()))
+
+
+class ReleaseHandler(PoolAPIHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str) -> None:
+        self.json_body(set())
+        caller, lease, rule = await self.own_kernel(kernel_id)
+        culler = self.ext.culler
+        if kernel_id in culler.in_flight:
+            raise _error(409, "in_progress", "This kernel is being released already.")
+        if lease.state == HIBERNATED:
+            raise _error(409, "not_holding", "This kernel is hibernated: it holds no GPU slice. "
+                                             "Shut it down from the kernel menu if you no longer need it.")
+        action = culler.release(kernel_id, lease, rule)
+        self.send({"action": action, "kernel_id": kernel_id}, status=202)
+
+
+def handlers() -> list[tuple[str, type]]:
+    return [
+        (rf"/{API}/me", MeHandler),
+        (rf"/{API}/pool", PoolHandler),
+        (rf"/{API}/kernels/{_KERNEL_ID}/snooze", SnoozeHandler),
+        (rf"/{API}/kernels/{_KERNEL_ID}/release", ReleaseHandler),
+    ]

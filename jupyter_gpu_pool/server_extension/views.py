@@ -1,0 +1,216 @@
+"""The JSON the REST API answers (docs/api.md): a user's view (``me``) and the admin's (``pool``).
+
+Built from one ledger snapshot plus what this server knows live (execution
+state, telemetry, the culler's warnings), so every number a user sees is what
+the ledger holds at that moment.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot
+from ..pool import policy as P
+from .backend import PoolBackend, usage_from
+from .culler import HIBERNATING, Culler
+
+# Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
+RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
+DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released")
+
+
+def _iso_ts(value) -> float | None:
+    if value is None:
+        return None
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
+
+
+def gpu_refs(backend: PoolBackend, uuids) -> list[dict]:
+    by_uuid = {g.uuid: g for g in backend.gpus()}
+    out = []
+    for uuid in uuids:
+        g = by_uuid.get(uuid)
+        out.append({"uuid": uuid, "label": g.label if g else uuid, "source": g.source if g else "unknown"})
+    return out
+
+
+def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapshot: Snapshot, now: float) -> dict:
+    """One kernel as the user sees it.  Kernels of other servers (same user, shared ledger) show
+    what the ledger knows, with null for what only their own server knows."""
+    kid = lease.kernel_id
+    profile = backend.profile(lease.profile)
+    kernel = None
+    if kid in culler.km:
+        try:
+            kernel = culler.km.get_kernel(kid)
+        except KeyError:
+            kernel = None
+    here = kernel is not None
+    rule = culler.rule_for(kernel, lease) if here else culler.policy.rule_for(lease.owner, lease.groups,
+                                                                               lease.profile, "")
+    state = lease.state
+    if culler.in_flight.get(kid) == HIBERNATING:
+        state = "hibernating"
+    queue_position = None
+    waiter = next((w for w in snapshot.waiters if w.kernel_id == kid), None)
+    if waiter is not None:
+        state, queue_position = "queued", waiter.position
+    hibernator = culler.hibernator
+    state_of = getattr(hibernator, "state_of", None)
+    if here and callable(state_of):  # the hibernation hook may know of a resume under way
+        state = state_of(kid) or state
+    execution_state = getattr(kernel, "execution_state", None) if here else None
+    last_activity = _iso_ts(getattr(kernel, "last_activity", None)) if here else None
+    reading = culler.sampler.reading(kid) if here and lease.state != HIBERNATED else None
+    samples = culler.sampler.samples(kid) if here else []
+    can, why = culler.hibernation(kid, lease) if here else (False, "the kernel runs in another server")
+    action, _note = P.release_action(rule, can, why)
+    kstate = culler.states.get(kid, P.FRESH)
+    warning = None
+    if kstate.warning is not None and not culler.policy.dry_run:
+        w = kstate.warning
+        warning = {"action": w.action, "reason": w.reason, "message": w.message, "deadline": w.deadline,
+                   "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze}
+    actions = []
+    if here and kid not in culler.in_flight:
+        if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] == P.OVER_MEMORY):
+            actions.append("snooze")
+        if lease.state != HIBERNATED:
+            actions.append("release")
+        elif hibernator is not None:
+            actions.append("resume")
+        actions.append("shutdown")
+    spec = profile.slice if profile else None
+    return {
+        "kernel_id": kid,
+        "lease_id": lease.id,
+        "name": lease.label,
+        "profile": lease.profile,
+        "profile_display_name": profile.display_name if profile else lease.profile,
+        "slice": {"label": str(spec) if spec else "", "memory": lease.memory if not lease.whole else None,
+                  "sm_percent": lease.sm_percent, "whole": lease.whole, "gpu_count": lease.gpu_count},
+        "isolation": lease.isolation,
+        "gpus": gpu_refs(backend, lease.gpus or lease.last_gpus),
+        "state": state,
+        "execution_state": execution_state,
+        "last_activity": last_activity,
+        "idle_since": last_activity if here and execution_state != "busy" else None,
+        "connections": getattr(culler.km, "_kernel_connections", {}).get(kid, 0) if here else None,
+        "memory_used": reading.memory_used if reading else None,
+        "memory_limit": lease.total_memory,
+        "utilization": {"current": reading.utilization if reading else None,
+                        "samples": [[t, u] for t, u in samples]},
+        "queue_position": queue_position,
+        "warning": warning,
+        "snoozed_until": kstate.snoozed_until if kstate.snoozed_until > now else None,
+        "can_hibernate": can,
+        "hibernate_unavailable": None if can else why,
+        "release_action": action,
+        "rule": rule.name,
+        "started": lease.created,
+        "here": here,
+        "actions": actions,
+    }
+
+
+def journal_item(e: JournalEntry) -> dict:
+    d = e.detail
+    message = d.get("message") or (f"Lease released: {e.reason}" if e.kind == "reclaimed" else "")
+    return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner, "name": d.get("name", ""),
+            "profile": d.get("profile"), "reason": e.reason, "message": message,
+            "dry_run": bool(d.get("dry_run", False)), "rule": d.get("rule")}
+
+
+def _ours(e: JournalEntry) -> bool:
+    """Entries the policy wrote, plus the ledger's own refusals, reclaims and resumes."""
+    return e.detail.get("source") == "policy" or e.kind in ("refused", "reclaimed", "resumed")
+
+
+def pool_summary(backend: PoolBackend, snapshot: Snapshot) -> dict:
+    return {
+        "enabled": backend.enabled,
+        "declared": backend.declared,
+        "note": backend.note,
+        "gpus": len(snapshot.gpus),
+        "memory_total": sum(u.gpu.memory for u in snapshot.gpus),
+        "memory_free": sum(u.free_memory for u in snapshot.gpus),
+    }
+
+
+async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) -> dict:
+    now = time.time()
+    snapshot = await backend.snapshot()
+    mine = [lease for lease in snapshot.leases if lease.owner == user]
+    groups = []
+    for group in backend.groups_of(user):
+        quota = backend.group_quota(group)
+        if quota is None:
+            continue
+        members = [lease for lease in snapshot.leases if group in lease.groups]
+        groups.append({"name": group, "quota": quota.to_dict(), "usage": usage_from(members).to_dict()})
+    kernels = [kernel_object(lease, backend=backend, culler=culler, snapshot=snapshot, now=now) for lease in mine]
+    leased = {lease.kernel_id for lease in mine}
+    queue = []
+    for w in snapshot.waiters:
+        if w.owner != user:
+            continue
+        queue.append({"position": w.position, "kernel_id": w.kernel_id, "profile": w.profile,
+                      "for": "resume" if w.lease_id else "start", "enqueued": w.enqueued})
+        if w.kernel_id not in leased:  # a start waiting for its first slice
+            profile = backend.profile(w.profile)
+            kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": w.label, "profile": w.profile,
+                            "profile_display_name": profile.display_name if profile else w.profile,
+                            "state": "queued", "queue_position": w.position, "warning": None, "actions": []})
+    recent = [journal_item(e) for e in await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100)
+              if _ours(e) and not e.detail.get("dry_run")][:30]
+    return {
+        "now": now,
+        "user": user,
+        "admin": admin,
+        "pool": pool_summary(backend, snapshot),
+        "quota": backend.user_quota(user).to_dict(),
+        "usage": usage_from(mine).to_dict(),
+        "groups": groups,
+        "kernels": kernels,
+        "queue": queue,
+        "recent": recent,
+    }
+
+
+async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
+    now = time.time()
+    snapshot = await backend.snapshot()
+    gpus = []
+    for u in snapshot.gpus:
+        g = u.gpu
+        gpus.append({"uuid": g.uuid, "label": g.label, "name": g.name, "memory": g.memory, "source": g.source,
+                     "index": g.index, "node": g.node, "used_memory": u.memory, "used_sm_percent": u.sm_percent,
+                     "free_memory": u.free_memory, "exclusive": u.exclusive, "slices": u.leases,
+                     "utilization": culler.sampler.device_utilization(g.uuid)})
+    leases = []
+    for lease in snapshot.leases:
+        item = lease.to_dict()
+        reading = culler.sampler.reading(lease.kernel_id)
+        kstate = culler.states.get(lease.kernel_id, P.FRESH)
+        item.update({"label": lease.label, "here": lease.kernel_id in culler.km,
+                     "memory_used": reading.memory_used if reading else None,
+                     "utilization": reading.utilization if reading else None,
+                     "warning": ({"reason": kstate.warning.reason, "action": kstate.warning.action,
+                                  "deadline": kstate.warning.deadline, "message": kstate.warning.message}
+                                 if kstate.warning else None)})
+        leases.append(item)
+    decisions = [journal_item(e) for e in await backend.journal(kinds=DECISION_KINDS + ("refused", "reclaimed"),
+                                                                limit=200) if _ours(e)]
+    return {
+        "now": now,
+        "note": backend.note,
+        "enabled": backend.enabled,
+        "declared": backend.declared,
+        "gpus": gpus,
+        "leases": leases,
+        "queue": [w.to_dict() for w in snapshot.waiters],
+        "decisions": decisions,
+        "policy": culler.policy.to_dict(),
+        "pressure": bool(snapshot.waiters),
+        "passes": culler.passes,
+    }

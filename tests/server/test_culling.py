@@ -1,0 +1,303 @@
+"""The idle policy in a real jupyter_server with real kernels, short timeouts, events over the websocket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from server_helpers import (
+    GiB,
+    LedgerOnlyHibernator,
+    ScriptedReadings,
+    body,
+    execute,
+    kernel_ids,
+    start_kernel,
+    subscribe,
+    wait_until,
+)
+
+from jupyter_gpu_pool.pool import HIBERNATED, RELEASED
+from jupyter_gpu_pool.server_extension.culler import SERVER_CULLER_EXEMPT
+
+pytestmark = pytest.mark.usefixtures("ext")
+
+ME = ("gpu-pool", "api", "v1", "me")
+
+
+def journal(pool_home, kernel_id: str) -> list:
+    entries = pool_home.ledger().journal(limit=500)
+    return [e for e in reversed(entries) if e.kernel_id == kernel_id]
+
+
+def lease_of(pool_home, kernel_id: str):
+    leases = pool_home.ledger().leases(states=("active", "hibernated", "released"))
+    return next(lease for lease in leases if lease.kernel_id == kernel_id)
+
+
+def my_kernel(me: dict, kernel_id: str) -> dict:
+    return next(k for k in me["kernels"] if k["kernel_id"] == kernel_id)
+
+
+async def gone(jp_fetch, kernel_id):
+    return kernel_id not in await kernel_ids(jp_fetch)
+
+
+@pytest.mark.policy(rules=[{"name": "short", "idle_timeout": 3, "gpu_idle_timeout": None, "warn": 1.5}])
+async def test_idle_kernel_is_warned_then_culled_and_its_lease_released(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+
+    warned = await events.pool_action("warned", kid)
+    assert warned["reason"] == "idle" and warned["user"] == "alice" and warned["profile"] == "small"
+    assert warned["deadline"] >= time.time() + 0.5 and warned["dry_run"] is False
+    warning = my_kernel(body(await jp_fetch(*ME)), kid)["warning"]
+    assert warning["reason"] == "idle" and warning["deadline"] == warned["deadline"]
+    assert warning["action"] == "shutdown"  # the rule says hibernate, but no hibernator is installed
+    assert kid in await kernel_ids(jp_fetch)
+
+    culled = await events.pool_action("culled", kid)
+    assert time.time() >= warned["deadline"] - 0.05
+    assert culled["reason"] == "idle" and "hibernation unavailable" in culled["message"]
+    await wait_until(lambda: gone(jp_fetch, kid), what="the culled kernel to be gone")
+    lease = await wait_until(lambda: (lease := lease_of(pool_home, kid)).state == RELEASED and lease,
+                             what="the lease released")
+    assert lease.reason == "culled: idle (rule 'short')"
+    kinds = [(e.kind, e.reason) for e in journal(pool_home, kid)]
+    assert ("warned", "idle") in kinds and ("culled", "idle") in kinds and ("released", lease.reason) in kinds
+    culled_entry = next(e for e in journal(pool_home, kid) if e.kind == "culled")
+    assert culled_entry.detail["note"].startswith("hibernation unavailable (no hibernator is installed")
+    recent = body(await jp_fetch(*ME))["recent"]
+    assert any(r["kind"] == "culled" and r["kernel_id"] == kid and r["reason"] == "idle" for r in recent)
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 1, "action": "shutdown"}])
+async def test_busy_kernel_is_not_culled(jp_fetch, jp_ws_fetch, ext):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    ws = await execute(jp_ws_fetch, kid, "import time; time.sleep(7)")  # trains without printing a thing
+    km = ext.serverapp.kernel_manager
+    await wait_until(lambda: km.get_kernel(kid).execution_state == "busy", what="the kernel busy")
+    await asyncio.sleep(5)  # well past idle_timeout + warn
+    assert kid in await kernel_ids(jp_fetch)
+    assert "warned" not in events.pool_actions(kid) and "culled" not in events.pool_actions(kid)
+    # once the cell is done, the idle clock starts from its end
+    await events.pool_action("culled", kid, timeout=60)
+    ws.close()
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None, "max_busy": 2, "warn": 1,
+                            "action": "shutdown"}])
+async def test_busy_kernel_past_max_busy_is_culled(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    ws = await execute(jp_ws_fetch, kid, "import time; time.sleep(120)")
+    warned = await events.pool_action("warned", kid)
+    assert warned["reason"] == "max_busy"
+    culled = await events.pool_action("culled", kid)
+    assert culled["reason"] == "max_busy"
+    await wait_until(lambda: gone(jp_fetch, kid))
+    assert (await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED))
+    ws.close()
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 1.5, "snooze": 5,
+                            "max_snoozes": 1, "action": "shutdown"}])
+async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    await events.pool_action("warned", kid)
+
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST", body=json.dumps({"seconds": 4}))
+    snoozed = body(r)
+    assert r.code == 200 and snoozed["kernel_id"] == kid
+    assert snoozed["warning"] is None and "snooze" not in snoozed["actions"]
+    until = snoozed["snoozed_until"]
+    assert time.time() + 3 < until <= time.time() + 4.1
+    event = await events.pool_action("snoozed", kid)
+    assert event["reason"] == "user" and event["deadline"] == until
+
+    with pytest.raises(Exception) as refused:  # one snooze only
+        await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST", body="{}")
+    assert refused.value.code == 409
+    assert json.loads(refused.value.response.body)["reason"] == "no_snoozes_left"
+
+    await asyncio.sleep(max(until - time.time() - 0.5, 0))
+    assert kid in await kernel_ids(jp_fetch)  # survives its snooze
+    again = await events.pool_action("warned", kid)
+    assert again["deadline"] >= until - 0.01  # warned again, never acted on without warning
+    await events.pool_action("culled", kid)
+    assert time.time() >= until
+    kinds = [e.kind for e in journal(pool_home, kid) if e.kind in ("warned", "snoozed", "culled")]
+    assert kinds == ["warned", "snoozed", "warned", "culled"]
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": 2, "warn": 1, "action": "shutdown"}])
+async def test_gpu_idle_kernel_with_open_connection_is_culled(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    ScriptedReadings.set(memory=2 * GiB, utilization=0.0)  # holds GPU memory, does nothing with it
+    kid = await start_kernel(jp_fetch)
+    tab = await execute(jp_ws_fetch, kid, "x = 1")  # an open tab that ran a cell
+    await wait_until(lambda: _connections(jp_fetch, kid), what="the connection counted")
+    warned = await events.pool_action("warned", kid)
+    assert warned["reason"] == "gpu_idle"
+    culled = await events.pool_action("culled", kid)
+    assert culled["reason"] == "gpu_idle" and "under 5% GPU use" in culled["message"]
+    assert (await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED))
+    tab.close()
+    events.close()
+
+
+def _when(iso: str):
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+async def _connections(jp_fetch, kid) -> bool:
+    kernels = body(await jp_fetch("api", "kernels"))
+    return any(k["id"] == kid and k["connections"] >= 1 for k in kernels)
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": 2, "warn": 1, "action": "shutdown"}])
+async def test_gpu_use_keeps_the_kernel_and_the_server_active(jp_fetch, jp_ws_fetch, ext):
+    events = await subscribe(jp_ws_fetch)
+    ScriptedReadings.set(memory=2 * GiB, utilization=80.0)  # training, printing nothing
+    kid = await start_kernel(jp_fetch)
+    await wait_until(lambda: ext.sampler.reading(kid) is not None, what="a reading")
+    before = _when(body(await jp_fetch("api", "status"))["last_activity"])
+    await asyncio.sleep(5)  # no request, no kernel message: only the GPU is busy
+    after = _when(body(await jp_fetch("api", "status"))["last_activity"])
+    assert (after - before).total_seconds() >= 3  # JupyterHub's idle culler sees the server active
+    assert kid in await kernel_ids(jp_fetch) and "warned" not in events.pool_actions(kid)
+    k = my_kernel(body(await jp_fetch(*ME)), kid)
+    assert k["utilization"]["current"] == 80.0 and k["memory_used"] == 2 * GiB
+    assert len(k["utilization"]["samples"]) >= 5 and all(u == 80.0 for _, u in k["utilization"]["samples"])
+
+    ScriptedReadings.set(memory=2 * GiB, utilization=0.0)  # the loop ended; the tab stays open
+    culled = await events.pool_action("culled", kid)
+    assert culled["reason"] in ("idle", "gpu_idle")
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None, "over_memory_grace": 1.5}])
+async def test_soft_kernel_over_its_memory_is_warned_then_dealt_with(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    ScriptedReadings.set(memory=12 * GiB, utilization=50.0)  # the slice is 10 GiB
+    kid = await start_kernel(jp_fetch)
+    warned = await events.pool_action("warned", kid)
+    assert warned["reason"] == "over_memory" and "12 GiB" in warned["message"]
+    with pytest.raises(Exception) as refused:
+        await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST", body="{}")
+    assert refused.value.code == 409 and json.loads(refused.value.response.body)["reason"] == "over_memory"
+    culled = await events.pool_action("culled", kid)
+    assert culled["reason"] == "over_memory"
+    assert (await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED))
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"name": "trial", "idle_timeout": 1, "gpu_idle_timeout": None, "warn": 0.5}],
+                    dry_run=True)
+async def test_dry_run_decides_and_reports_without_acting(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    warned = await events.pool_action("warned", kid)
+    culled = await events.pool_action("culled", kid)
+    assert warned["dry_run"] is True and culled["dry_run"] is True
+    await asyncio.sleep(2)  # several more passes
+    assert kid in await kernel_ids(jp_fetch)
+    assert lease_of(pool_home, kid).state == "active"
+    assert my_kernel(body(await jp_fetch(*ME)), kid)["warning"] is None  # users are not warned in a dry run
+    entries = [e for e in journal(pool_home, kid) if e.kind in ("warned", "culled")]
+    assert [e.kind for e in entries] == ["warned", "culled"]  # reported once, not every pass
+    assert all(e.detail["dry_run"] and e.detail["rule"] == "trial" for e in entries)
+    pool = body(await jp_fetch("gpu-pool", "api", "v1", "pool", headers={"Authorization": "token root-token"}))
+    assert pool["policy"]["dry_run"] is True
+    assert {(d["kind"], d["dry_run"]) for d in pool["decisions"] if d["kernel_id"] == kid} == {
+        ("warned", True), ("culled", True)}
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": 20, "gpu_idle_timeout": None, "warn": 1, "pressure_factor": 0.1,
+                            "action": "shutdown"}])
+async def test_timeouts_tighten_while_someone_waits(jp_fetch, jp_ws_fetch, pool_home):
+    from jupyter_gpu_pool.pool import SliceSpec
+
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    ledger = pool_home.ledger()
+    waiter = ledger.enqueue("carol", "carols-kernel", "whole", SliceSpec(whole=True))
+    started = time.time()
+    warned = await events.pool_action("warned", kid, timeout=15)  # 20 s x 0.1 = 2 s under pressure
+    assert warned["reason"] == "idle" and time.time() - started < 12
+    ledger.dequeue(waiter.id)
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None}])
+@pytest.mark.server(MappingKernelManager={"cull_idle_timeout": 1, "cull_interval": 1})
+async def test_server_culler_leaves_pool_kernels_to_the_policy(jp_fetch, ext):
+    pool_kid = await start_kernel(jp_fetch)
+    plain_kid = await start_kernel(jp_fetch, "python3")
+    await wait_until(lambda: gone(jp_fetch, plain_kid), timeout=60, what="jupyter_server culling the plain kernel")
+    await asyncio.sleep(3)
+    assert pool_kid in await kernel_ids(jp_fetch)
+    spec = ext.serverapp.kernel_manager.get_kernel(pool_kid).kernel_spec
+    assert spec.metadata["cull_idle_timeout"] == SERVER_CULLER_EXEMPT
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 1, "max_hibernated": 2,
+                            "action": "hibernate"}])
+@pytest.mark.extension(hibernator_class=LedgerOnlyHibernator)
+async def test_hibernation_hook_then_max_hibernated_shuts_down(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    warned = await events.pool_action("warned", kid)
+    assert "hibernated" in warned["message"]
+    hibernated = await events.pool_action("hibernated", kid)
+    assert hibernated["reason"] == "idle" and hibernated["duration"] == 0.01 and hibernated["bytes"] == 0
+    assert LedgerOnlyHibernator.calls == [(kid, "idle")]
+    assert lease_of(pool_home, kid).state == HIBERNATED
+    k = my_kernel(body(await jp_fetch(*ME)), kid)
+    assert k["state"] == "hibernated" and "resume" in k["actions"] and "release" not in k["actions"]
+    assert k["gpus"] and k["memory_used"] is None
+    warned = await events.pool_action("warned", kid)  # a hibernated kernel holds no GPU: never "GPU idle"
+    assert warned["reason"] == "max_hibernated" and warned["deadline"] > time.time()
+    culled = await events.pool_action("culled", kid)
+    assert culled["reason"] == "max_hibernated"
+    assert (await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED))
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None}])
+async def test_release_gives_the_slice_back_now(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "release", method="POST", body="{}")
+    assert r.code == 202 and body(r) == {"action": "shutdown", "kernel_id": kid}
+    released = await events.pool_action("released", kid)
+    assert released["reason"] == "user"
+    await wait_until(lambda: gone(jp_fetch, kid))
+    lease = await wait_until(lambda: (lease := lease_of(pool_home, kid)).state == RELEASED and lease)
+    assert lease.reason == "released by its user"
+    events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None}])
+@pytest.mark.extension(hibernator_class=LedgerOnlyHibernator)
+async def test_release_hibernates_where_the_rule_and_kernel_allow(jp_fetch, pool_home):
+    kid = await start_kernel(jp_fetch)
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "release", method="POST", body="{}")
+    assert body(r)["action"] == "hibernate"
+    await wait_until(lambda: lease_of(pool_home, kid).state == HIBERNATED)
+    assert kid in await kernel_ids(jp_fetch)  # the kernel lives on, without its slice
+    half = await start_kernel(jp_fetch, "gpu-pool-half")  # MPS clients cannot hibernate: shut down
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", half, "release", method="POST", body="{}")
+    assert body(r)["action"] == "shutdown"
+    await wait_until(lambda: gone(jp_fetch, half))
