@@ -8,8 +8,6 @@ users: the default token is alice (the pool owner of this server), ``bob-token``
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import pytest_asyncio
 from jupyter_server.auth.identity import IdentityProvider, User
@@ -33,16 +31,10 @@ class TokenUsers(IdentityProvider):
         return User(username=name)
 
 
-@pytest_asyncio.fixture
-async def jp_asyncio_loop():
-    """pytest-jupyter's server fixtures on pytest-asyncio's loop, the one the tests run in
-    (asyncio_mode=auto gives every async test a loop of its own)."""
-    yield asyncio.get_running_loop()
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "policy(rules, dry_run): the GPUPool.policy of the test's server")
     config.addinivalue_line("markers", "extension(**traits): GPUPoolExtension settings of the test's server")
+    config.addinivalue_line("markers", "pool_settings(**settings): more c.GPUPool settings of the test's server")
     config.addinivalue_line("markers", "server(**config): extra server config, {'Section': {'trait': value}}")
 
 
@@ -57,8 +49,12 @@ def policy_rules(request) -> tuple[list, bool]:
 @pytest.fixture
 def jp_server_config(pool_home, policy_rules, request):
     rules, dry_run = policy_rules
-    pool_home.configure(owner=OWNER, policy=rules, policy_dry_run=dry_run, unix_groups=False,
-                        group_members={"students": [OWNER, "bob"]})
+    settings = {"owner": OWNER, "policy": rules, "policy_dry_run": dry_run, "unix_groups": False,
+                "group_members": {"students": [OWNER, "bob"]}}
+    marker = request.node.get_closest_marker("pool_settings")
+    if marker is not None:
+        settings.update(marker.kwargs)
+    pool_home.configure(**settings)
     ScriptedReadings.reset()
     ext = {"cull_interval": 0.3, "telemetry_interval": 0.2, "admin_users": ["root"],
            "telemetry_source_class": ScriptedReadings}
