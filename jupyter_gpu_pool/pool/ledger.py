@@ -541,8 +541,11 @@ class Ledger:
                       {"profile": lease.profile, "gpus": list(lease.gpus), "held_for": now - lease.created})
         return self._get(db, lease_id)
 
-    def hibernate(self, lease_id: str, host_bytes: int, reason: str = "idle") -> Lease:
-        """The kernel's GPU memory is now in host RAM: its slice goes back to the pool."""
+    def hibernate(self, lease_id: str, host_bytes: int, reason: str = "idle",
+                  last_gpus: tuple[str, ...] | None = None) -> Lease:
+        """The kernel's GPU memory is now in host RAM: its slice goes back to the pool.
+        ``last_gpus``: where the memory came from, when not the GPUs held now (a resume given up
+        before its restore)."""
         now = self.clock()
         with self._write() as db:
             lease = self._get(db, lease_id)
@@ -552,7 +555,8 @@ class Ledger:
             db.execute(
                 """UPDATE leases SET state=?, last_gpus=?, host_bytes=?, reason=?, updated=?, state_since=?
                    WHERE id=?""",
-                (HIBERNATED, " ".join(lease.gpus), host_bytes, reason, now, now, lease_id),
+                (HIBERNATED, " ".join(last_gpus if last_gpus is not None else lease.gpus), host_bytes, reason, now,
+                 now, lease_id),
             )
             self._journal(db, now, "hibernated", lease_id, lease.kernel_id, lease.owner, reason,
                           {"host_bytes": host_bytes, "gpus": list(lease.gpus)})

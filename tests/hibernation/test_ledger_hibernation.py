@@ -6,8 +6,17 @@ import sqlite3
 
 import pytest
 
-from jupyter_gpu_pool.pool import (ACTIVE, GPU, HIBERNATED, LeaseNotFound, LeaseRequest, Ledger, PoolExhausted,
-                                   SliceSpec, build_quota_book)
+from jupyter_gpu_pool.pool import (
+    ACTIVE,
+    GPU,
+    HIBERNATED,
+    LeaseNotFound,
+    LeaseRequest,
+    Ledger,
+    PoolExhausted,
+    SliceSpec,
+    build_quota_book,
+)
 from jupyter_gpu_pool.pool.profiles import Profile
 
 GiB = 2**30
@@ -93,3 +102,14 @@ def test_resume_on_the_same_gpu_only_waits_rather_than_move(ledger):
         ledger.resume(lease.id, NO_QUOTA, same_gpu=True)
     assert ledger.get(lease.id).state == HIBERNATED
     assert ledger.resume(lease.id, NO_QUOTA).gpus != lease.gpus  # without same_gpu it moves
+
+
+def test_a_resume_given_up_can_hand_back_its_slice_and_keep_where_the_memory_was(ledger):
+    lease = ledger.allocate(request(slice_text="30GiB"), NO_QUOTA)
+    home = lease.gpus
+    ledger.hibernate(lease.id, host_bytes=GiB)
+    ledger.allocate(request(slice_text="20GiB", kernel="blocker"), NO_QUOTA)  # onto its GPU
+    moved = ledger.resume(lease.id, NO_QUOTA)
+    assert moved.gpus != home
+    back = ledger.hibernate(lease.id, host_bytes=GiB, reason="restore elsewhere refused", last_gpus=home)
+    assert back.state == HIBERNATED and back.last_gpus == home and back.host_bytes == GiB

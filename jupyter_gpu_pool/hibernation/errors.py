@@ -1,0 +1,41 @@
+"""What a hibernation or a resume says when it does not happen.  ``str(e)`` is for the user."""
+
+from __future__ import annotations
+
+
+class HibernationError(Exception):
+    """Base: ``reason`` is a machine word, ``status`` the HTTP status a handler answers with."""
+
+    status = 409
+
+    def __init__(self, reason: str, message: str, *, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+        self.retry_after = retry_after
+        if status is not None:
+            self.status = status
+
+    def to_dict(self) -> dict:
+        out = {"reason": self.reason, "message": self.message}
+        if self.retry_after is not None:
+            out["retry_after"] = self.retry_after
+        return out
+
+
+class HibernationRefused(HibernationError):
+    """Nothing was changed: the kernel runs (or sleeps) on exactly as before."""
+
+
+class HibernationFailed(HibernationError):
+    """A step failed.  ``recovered``: everything was put back as it was; otherwise ``states`` says
+    where each process was left (pid → CUDA state word) and the message says what to do."""
+
+    status = 500
+
+    def __init__(self, reason: str, message: str, *, recovered: bool, states: dict[int, str] | None = None):
+        super().__init__(reason, message)
+        self.recovered = recovered
+        self.states = states or {}
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "recovered": self.recovered, "states": {str(k): v for k, v in self.states.items()}}

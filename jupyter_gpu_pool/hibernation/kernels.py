@@ -1,0 +1,135 @@
+"""What hibernation needs to know and do about a running kernel, over a multi-kernel manager.
+
+Works with jupyter_server's ``MappingKernelManager`` (which tracks each kernel's execution state
+and last activity) and with jupyter_client's ``AsyncMultiKernelManager`` (which does not: the
+execution state is then unknown and only the lock's timeout guards a kernel's GPU work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+# Run silently in a Python kernel before its checkpoint: what a process has *reserved* on the GPU
+# is what moves (GPU_TESTING.md), and frameworks keep freed memory cached.  It touches only
+# frameworks the kernel has already imported and leaves no name behind in the user's namespace.
+RELEASE_CACHE_CODE = """\
+def _jupyter_gpu_pool_release_cache():
+    import gc, sys
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.get_default_memory_pool().free_all_blocks()
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+try:
+    _jupyter_gpu_pool_release_cache()
+finally:
+    del _jupyter_gpu_pool_release_cache
+"""
+
+
+def process_tree(pid: int | None) -> list[int]:
+    """The process and all its descendants (a kernel may start CUDA workers of its own)."""
+    if not pid:
+        return []
+    try:
+        root = psutil.Process(pid)
+        return [root.pid, *(p.pid for p in root.children(recursive=True))]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+class Kernels:
+    """The hibernator's view of the server's kernels."""
+
+    def __init__(self, manager, release_timeout: float = 30.0):
+        self.manager = manager
+        self.release_timeout = release_timeout
+
+    def has(self, kernel_id: str) -> bool:
+        return kernel_id in self.manager
+
+    def _km(self, kernel_id: str):
+        return self.manager.get_kernel(kernel_id)
+
+    def pid(self, kernel_id: str) -> int | None:
+        try:
+            provisioner = self._km(kernel_id).provisioner
+        except KeyError:
+            return None
+        return getattr(provisioner, "pid", None)
+
+    def pids(self, kernel_id: str, fallback: int | None = None) -> list[int]:
+        return process_tree(self.pid(kernel_id) or fallback)
+
+    def execution_state(self, kernel_id: str) -> str | None:
+        """jupyter_server's record of the kernel (idle, busy, starting, dead…); None where untracked."""
+        try:
+            return getattr(self._km(kernel_id), "execution_state", None)
+        except KeyError:
+            return None
+
+    def is_python(self, kernel_id: str) -> bool:
+        try:
+            spec = self._km(kernel_id).kernel_spec
+        except Exception:  # no spec to read: do not run Python code in a kernel we cannot name
+            return False
+        return spec is not None and (spec.language or "").lower() == "python"
+
+    async def release_cache(self, kernel_id: str) -> bool:
+        """Run :data:`RELEASE_CACHE_CODE` silently; True when the kernel ran it without error.
+
+        A silent execute still counts as activity for jupyter_server (it watches IOPub), so the
+        kernel's ``last_activity`` is put back as it was: the culler's clock is the user's, not ours.
+        """
+        if not self.is_python(kernel_id):
+            return False
+        km = self._km(kernel_id)
+        before_kernel = getattr(km, "last_activity", None)
+        before_server = getattr(self.manager, "last_kernel_activity", None)
+        client = km.client()
+        client.start_channels()
+        try:
+            reply = await client.execute(RELEASE_CACHE_CODE, silent=True, store_history=False, reply=True,
+                                         timeout=self.release_timeout)
+            ok = reply["content"].get("status") == "ok"
+            if not ok:
+                log.warning("kernel %s: releasing cached GPU memory failed: %s", kernel_id,
+                            reply["content"].get("evalue"))
+        except TimeoutError:
+            log.warning("kernel %s did not answer the cache release within %.0fs", kernel_id, self.release_timeout)
+            ok = False
+        finally:
+            client.stop_channels()
+        await asyncio.sleep(0.2)  # let the server's activity watcher see our idle status first
+        if before_kernel is not None and getattr(km, "execution_state", "idle") == "idle":
+            km.last_activity = before_kernel
+            if before_server is not None:
+                self.manager.last_kernel_activity = before_server
+        return ok
+
+    async def shutdown(self, kernel_id: str, now: bool = True) -> None:
+        """Shut the kernel down (``now``: kill it; a checkpointed kernel cannot finish CUDA teardown)."""
+        if not self.has(kernel_id):
+            return
+        result = self.manager.shutdown_kernel(kernel_id, now=now)
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            await result
+
+
+def machine_ram() -> int:
+    return psutil.virtual_memory().total
+
+
+def available_ram() -> int:
+    return psutil.virtual_memory().available
+
+

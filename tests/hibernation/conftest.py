@@ -1,0 +1,43 @@
+"""Fixtures for the hibernation tests: the stand-in machine (see hibernation_standin.py) under a
+real pool, real ipykernel processes started through the gpu-pool provisioner, a real ledger."""
+
+from __future__ import annotations
+
+import pytest
+from hibernation_standin import StandInDriver, standin_discovery
+from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+
+GiB = 2**30
+
+STANDIN_PROFILES = {
+    "small": {"slice": "10GiB", "isolation": "soft"},
+    "big": {"slice": "80GiB", "isolation": "soft"},  # fills one stand-in GPU
+    "half": {"slice": "20GiB,50%", "isolation": "mps"},
+    "whole": {"slice": "whole"},
+}
+
+
+@pytest.fixture
+def standin() -> StandInDriver:
+    return StandInDriver()
+
+
+@pytest.fixture
+def standin_machine(pool_home, monkeypatch, standin):
+    """The pool of this test on the stand-in machine: two 'detected' stand-in H100s (driver 580).
+    Only jupyter_gpu_pool.devices is replaced: NVML discovery, NVML's per-process memory and the
+    checkpoint driver."""
+    monkeypatch.setattr("jupyter_gpu_pool.local_pool.discover", standin_discovery)
+    monkeypatch.setattr("jupyter_gpu_pool.devices.checkpoint._driver", standin)
+    monkeypatch.setattr("jupyter_gpu_pool.devices.checkpoint.gpu_memory_of", standin.memory_of)
+    pool_home.configure(gpu_discovery="nvml", inventory=[], profiles=STANDIN_PROFILES)
+    pool_home.install_kernelspecs()
+    return pool_home
+
+
+@pytest.fixture
+async def kernels_manager(standin_machine):
+    """A multi-kernel manager of real ipykernels, shut down at the end."""
+    manager = AsyncMultiKernelManager()
+    yield manager
+    await manager.shutdown_all(now=True)
