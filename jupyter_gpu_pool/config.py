@@ -41,6 +41,7 @@ from .pool import (
     parse_profiles,
 )
 from .pool.policy import Policy, PolicyError, parse_policy
+from .hibernation.settings import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory
 
 CONFIG_FILE = "jupyter_gpu_pool_config"
 
@@ -190,6 +191,39 @@ class GPUPool(Configurable):
         acting on their kernels: to try a policy out.""",
     ).tag(config=True)
 
+    hibernation_host_memory = Unicode(
+        "50%",
+        help="""Host RAM that hibernated kernels may hold on this machine, all users together: a size
+        ("64GiB") or a share of the machine's RAM ("50%"); "none" for no cap.  A hibernated kernel
+        holds in RAM what it had reserved on the GPU.  See hibernation_over_cap for what happens past it.""",
+    ).tag(config=True)
+
+    hibernation_over_cap = Enum(
+        list(OVER_CAP),
+        default_value=EVICT_OLDEST,
+        help="""When a hibernation would pass hibernation_host_memory: 'evict_oldest' warns the owners
+        of the kernels hibernated longest and shuts them down after hibernation_eviction_warning
+        seconds to make room (the new kernel keeps running on its GPU until then); 'shutdown' shuts the
+        new kernel down instead of hibernating it; 'keep_running' leaves it running on its GPU.""",
+    ).tag(config=True)
+
+    hibernation_eviction_warning = Float(
+        300.0,
+        help="Seconds between the warning and the shutdown of a hibernated kernel evicted to make room in host RAM.",
+    ).tag(config=True)
+
+    hibernation_lock_timeout = Float(
+        10.0,
+        help="""Seconds a hibernation waits for a kernel's submitted GPU work to finish before it gives
+        up and leaves the kernel running, untouched.""",
+    ).tag(config=True)
+
+    hibernation_release_cache = Bool(
+        True,
+        help="""Before a checkpoint, empty the cached GPU memory of PyTorch and CuPy in the kernel (a
+        silent execute): the checkpoint moves what a process has reserved, not only what it uses.""",
+    ).tag(config=True)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -210,6 +244,7 @@ class Settings:
     mps_log_directory: str
     config_files: tuple[str, ...] = ()
     policy: Policy = Policy()
+    hibernation: HibernationSettings = HibernationSettings()
 
     def profile(self, name: str | None) -> Profile:
         name = name or self.default_profile
@@ -299,6 +334,7 @@ def settings_from(pool: GPUPool, files: tuple[str, ...] = ()) -> Settings:
         policy = parse_policy(pool.policy, pool.policy_dry_run, tuple(profiles))
     except PolicyError as e:
         raise ConfigError(f"GPUPool.policy{e}" if str(e).startswith("[") else f"GPUPool.policy: {e}") from None
+    hibernation = hibernation_settings(pool)
     return Settings(
         profiles=profiles,
         default_profile=default_profile,
@@ -315,7 +351,22 @@ def settings_from(pool: GPUPool, files: tuple[str, ...] = ()) -> Settings:
         mps_log_directory=pool.mps_log_directory,
         config_files=files,
         policy=policy,
+        hibernation=hibernation,
     )
+
+
+def hibernation_settings(pool: GPUPool) -> HibernationSettings:
+    try:
+        parse_host_memory(pool.hibernation_host_memory)
+    except ValueError as e:
+        raise ConfigError(f"GPUPool.hibernation_host_memory: {e}") from None
+    for name in ("hibernation_eviction_warning", "hibernation_lock_timeout"):
+        if getattr(pool, name) <= 0:
+            raise ConfigError(f"GPUPool.{name} must be a number of seconds above 0, not {getattr(pool, name)}")
+    return HibernationSettings(host_memory=pool.hibernation_host_memory, over_cap=pool.hibernation_over_cap,
+                               eviction_warning=pool.hibernation_eviction_warning,
+                               lock_timeout=pool.hibernation_lock_timeout,
+                               release_cache=pool.hibernation_release_cache)
 
 
 def check_profiles_fit(settings: Settings, gpus: list[GPU]) -> None:

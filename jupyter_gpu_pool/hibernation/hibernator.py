@@ -79,7 +79,7 @@ class Hibernator:
                  clock: Callable[[], float] = time.time):
         self.pool = pool
         self.kernels = kernels
-        self.settings = settings or HibernationSettings()
+        self.settings = settings or getattr(pool.settings, "hibernation", None) or HibernationSettings()
         self._driver = driver
         self._memory_of = memory_of
         self.emit = emit or (lambda event: None)
