@@ -19,14 +19,14 @@ def kernelspec_name(prefix: str, profile: Profile) -> str:
     return f"{prefix}-{profile.name}"
 
 
-def kernel_json(profile: Profile, python: str = sys.executable) -> dict:
+def kernel_json(profile: Profile, python: str = sys.executable, provisioner: str = PROVISIONER) -> dict:
     return {
         "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": f"Python 3 · {profile.display_name}",
         "language": "python",
         "metadata": {
             "debugger": True,
-            "kernel_provisioner": {"provisioner_name": PROVISIONER, "config": {"profile": profile.name}},
+            "kernel_provisioner": {"provisioner_name": provisioner, "config": {"profile": profile.name}},
             "gpu_pool": {"profile": profile.name, "slice": profile.slice.to_text(), "isolation": profile.isolation},
         },
     }
@@ -41,7 +41,8 @@ def _logo_files() -> list[str]:
 
 
 def install(profiles: list[Profile], *, prefix_name: str = "gpu-pool", user: bool = False,
-            prefix: str | None = None, python: str = sys.executable) -> list[tuple[str, str]]:
+            prefix: str | None = None, python: str = sys.executable,
+            provisioner: str = PROVISIONER) -> list[tuple[str, str]]:
     """Install a kernelspec per profile; return (name, directory) for each."""
     ksm = KernelSpecManager()
     installed = []
@@ -49,7 +50,7 @@ def install(profiles: list[Profile], *, prefix_name: str = "gpu-pool", user: boo
         name = kernelspec_name(prefix_name, profile)
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "kernel.json"), "w") as f:
-                json.dump(kernel_json(profile, python), f, indent=1, ensure_ascii=False)
+                json.dump(kernel_json(profile, python, provisioner), f, indent=1, ensure_ascii=False)
             for logo in _logo_files():
                 shutil.copy(logo, tmp)
             dest = ksm.install_kernel_spec(tmp, kernel_name=name, user=user, prefix=prefix)

@@ -1,0 +1,355 @@
+"""The operator's reconcile logic, level-triggered: make a kernel's world match its GPUKernel.
+
+For each kernel, on every change to it or its pod, and on a sweep every
+``reconcile_interval``:
+
+1. a kernel whose server stopped renewing its heartbeat is deleted (its pod,
+   Secret and NetworkPolicy go with it: they are owned by the kernel);
+2. a new kernel is admitted against quotas, under one lock for the whole
+   operator so that two kernels never both take the last of a quota;
+3. its Secret (the connection key) and NetworkPolicy exist;
+4. the pod of the wanted launch runs (pods of other launches are deleted;
+   ``spec.stopped`` stops it);
+5. ``status`` says what the pod is doing, in the user's words.
+
+The controller keeps the kernels, pods and quotas it was told about (kopf's
+watches feed it, see ``handlers.py``) and writes through ``kubernetes_asyncio``.
+Nothing here logs a Secret or its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import time
+from collections import defaultdict
+from typing import Awaitable, Callable
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ..pool import PoolError, QuotaExceeded
+from ..pool.policy import PolicyError, parse_policy
+from . import admission, crds
+from .crds import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
+from .diagnosis import diagnose
+from .kernels import key, meta, spec, status
+from .manifests import new_key, render_network_policy, render_pod, render_secret
+from .metrics import OperatorMetrics
+from .settings import OperatorSettings
+
+log = logging.getLogger("jupyter_gpu_pool.operator")
+
+MERGE = "application/merge-patch+json"
+Announce = Callable[[dict, str, str, str], Awaitable[None]]
+
+
+class Controller:
+    def __init__(self, settings: OperatorSettings, api: client.ApiClient, metrics: OperatorMetrics | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.net = client.NetworkingV1Api(api)
+        self.metrics = metrics or OperatorMetrics()
+        self.clock = clock
+        self.kernels: dict[tuple[str, str], dict] = {}
+        self.pods: dict[tuple[str, str], dict[str, dict]] = defaultdict(dict)
+        self.quotas: dict[str, dict] = {}
+        self.policies: dict[str, dict] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._admission = asyncio.Lock()
+        self._heartbeats: dict[tuple[str, str], tuple[str | None, float]] = {}
+        self._secrets: set[str] = set()  # kernel uids whose Secret exists
+        self._policies_made: set[str] = set()
+
+    # -- intake (from the watches) ----------------------------------------------------------------
+
+    async def kernel_event(self, event_type: str | None, body: dict) -> None:
+        k = key(body)
+        if event_type == "DELETED":
+            self.kernels.pop(k, None)
+            self.pods.pop(k, None)
+            self._heartbeats.pop(k, None)
+            self._locks.pop(k, None)
+            self._secrets.discard(meta(body).get("uid"))
+            self._policies_made.discard(meta(body).get("uid"))
+            self._count_phases()
+            return
+        self._remember(body)
+        await self.reconcile(k)
+
+    async def pod_event(self, event_type: str | None, body: dict) -> None:
+        kernel_name = (meta(body).get("labels") or {}).get(crds.LABEL_KERNEL)
+        if not kernel_name:
+            return
+        k = (meta(body)["namespace"], kernel_name)
+        if event_type == "DELETED":
+            self.pods[k].pop(meta(body)["name"], None)
+        else:
+            self.pods[k][meta(body)["name"]] = body
+        if k in self.kernels:
+            await self.reconcile(k)
+
+    async def quota_event(self, event_type: str | None, body: dict) -> None:
+        if event_type == "DELETED":
+            self.quotas.pop(meta(body)["name"], None)
+            return
+        self.quotas[meta(body)["name"]] = body
+        quotas = admission.read_quotas(list(self.quotas.values()))
+        for name, obj in list(self.quotas.items()):
+            problem = quotas.problems.get(name)
+            await self._object_status(QUOTAS, obj, {"valid": problem is None, "message": problem or ""})
+
+    async def policy_event(self, event_type: str | None, body: dict) -> None:
+        if event_type == "DELETED":
+            self.policies.pop(meta(body)["name"], None)
+            return
+        self.policies[meta(body)["name"]] = body
+        try:
+            parse_policy(spec(body).get("rules") or [], bool(spec(body).get("dryRun", False)),
+                         tuple(self.settings.pool.profiles))
+            problem = None
+        except PolicyError as e:
+            problem = f"rules{e}" if str(e).startswith("[") else str(e)
+        await self._object_status(POLICIES, body, {"valid": problem is None, "message": problem or ""})
+
+    async def _object_status(self, plural: str, obj: dict, wanted: dict) -> None:
+        if all(status(obj).get(k) == v for k, v in wanted.items()):
+            return
+        try:
+            await self.custom.patch_cluster_custom_object_status(GROUP, VERSION, plural, meta(obj)["name"],
+                                                                 {"status": wanted}, _content_type=MERGE)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _remember(self, body: dict) -> None:
+        k = key(body)
+        old = self.kernels.get(k)
+        if old is None or int(meta(body).get("resourceVersion", 0)) >= int(meta(old).get("resourceVersion", 0)):
+            self.kernels[k] = body
+
+    async def sweep(self) -> None:
+        """Reconcile every kernel (orphans, pods that vanished, grace periods that ran out)."""
+        for k in list(self.kernels):
+            try:
+                await self.reconcile(k)
+            except Exception:
+                self.metrics.errors.inc()
+                log.exception("reconciling kernel %s/%s failed", *k)
+
+    # -- reconcile ----------------------------------------------------------------------------
+
+    async def reconcile(self, k: tuple[str, str]) -> None:
+        async with self._locks[k]:
+            kernel = self.kernels.get(k)
+            if kernel is None or meta(kernel).get("deletionTimestamp"):
+                return
+            try:
+                await self._reconcile(kernel)
+            finally:
+                self._count_phases()
+
+    async def _reconcile(self, kernel: dict) -> None:
+        k, s, now = key(kernel), spec(kernel), self.clock()
+        if self._orphaned(kernel, now):
+            await self._delete_kernel(kernel, crds.SERVER_GONE,
+                                      f"Its server stopped renewing the heartbeat for over "
+                                      f"{self.settings.heartbeat_timeout:.0f}s: the kernel was deleted.")
+            return
+        if status(kernel).get("phase") == FAILED:
+            await self._delete_pods(kernel, keep=None, grace=0)
+            return
+        profile = self.settings.profile(s.get("profile", ""))
+        if profile is None:
+            known = ", ".join(sorted(self.settings.pool.profiles))
+            await self._fail(kernel, crds.INVALID, f"There is no GPU profile named {s.get('profile')!r}. "
+                             f"The profiles are: {known}. Pick one of these, or ask your admin to add it.")
+            return
+        image = s.get("image") or self.settings.kernel_image
+        if not any(fnmatch.fnmatchcase(image, p) for p in self.settings.allowed_images):
+            await self._fail(kernel, crds.INVALID, f"The kernel image {image!r} is not one the admin allows "
+                             f"({', '.join(self.settings.allowed_images)}).")
+            return
+        rendering = self.settings.renderings[profile.name]
+        if not status(kernel).get("admitted"):
+            kernel = await self._admit(kernel, profile.name, rendering, now)
+            if kernel is None:
+                return
+        if meta(kernel)["uid"] not in self._secrets:
+            await self._create_once(self.core.create_namespaced_secret, kernel,
+                                    render_secret(kernel, self.settings, new_key()))
+            self._secrets.add(meta(kernel)["uid"])
+        if self.settings.network_policy and meta(kernel)["uid"] not in self._policies_made:
+            await self._create_once(self.net.create_namespaced_network_policy, kernel,
+                                    render_network_policy(kernel, self.settings))
+            self._policies_made.add(meta(kernel)["uid"])
+        launch = int(s["launch"])
+        wanted = crds.pod_name(meta(kernel)["name"], launch)
+        stop_grace = int(s.get("stopGraceSeconds", 10))
+        await self._delete_pods(kernel, keep=wanted, grace=stop_grace)
+        pod = self.pods[k].get(wanted)
+        if s.get("stopped"):
+            if pod is not None and not meta(pod).get("deletionTimestamp") and \
+                    (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                await self._delete_pod(pod, stop_grace)
+            await self._set_status(kernel, {"phase": STOPPED, "reason": "Stopped", "launch": launch,
+                                            "message": "The kernel was stopped by its server."})
+            return
+        if pod is None:
+            st = status(kernel)
+            if st.get("launch") == launch and st.get("phase") == STOPPED:
+                return  # this launch ran and ended; a new launch needs spec.launch + 1
+            pod = await self._create_pod(kernel, rendering, image, launch)
+            self.metrics.pods_created.inc()
+            await self._set_status(kernel, {"phase": STARTING, "reason": "", "launch": launch,
+                                            "pod": meta(pod)["name"], "podIP": None, "node": None, "exitCode": None,
+                                            "message": f"Starting on {rendering.description}.",
+                                            "startedAt": now, "runningAt": None})
+            return
+        verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace)
+        pod_status = pod.get("status") or {}
+        update = {"phase": verdict.phase, "reason": verdict.reason, "message": verdict.message, "launch": launch,
+                  "pod": meta(pod)["name"], "podIP": pod_status.get("podIP"), "node": pod.get("spec", {}).get("nodeName"),
+                  "exitCode": verdict.exit_code}
+        if verdict.phase == RUNNING and status(kernel).get("phase") != RUNNING:
+            update["runningAt"] = now
+            started = status(kernel).get("startedAt")
+            if started:
+                self.metrics.start_seconds.observe(max(now - started, 0))
+        await self._set_status(kernel, update)
+        if verdict.phase == FAILED:
+            self.metrics.launch_failures.labels(reason=verdict.reason).inc()
+            await self.announce(kernel, "Warning", verdict.reason, verdict.message)
+            await self._delete_pod(pod, 0)
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def _orphaned(self, kernel: dict, now: float) -> bool:
+        """No heartbeat change seen for ``heartbeat_timeout`` (measured on this clock, so skew does not matter)."""
+        k = key(kernel)
+        beat = (meta(kernel).get("annotations") or {}).get(crds.ANNOTATION_HEARTBEAT)
+        seen = self._heartbeats.get(k)
+        if seen is None or seen[0] != beat:
+            self._heartbeats[k] = (beat, now)
+            return False
+        return now - seen[1] > self.settings.heartbeat_timeout
+
+    async def _admit(self, kernel: dict, profile: str, rendering, now: float) -> dict | None:
+        async with self._admission:
+            kernel = self.kernels.get(key(kernel), kernel)
+            if status(kernel).get("admitted"):
+                return kernel
+            quotas = admission.read_quotas(list(self.quotas.values()))
+            try:
+                admitted = admission.admit(kernel, profile, self.settings.sharing.backend, rendering, quotas,
+                                           list(self.kernels.values()), now)
+            except PoolError as e:
+                reason = crds.QUOTA_EXCEEDED if isinstance(e, QuotaExceeded) else "QuotaMisconfigured"
+                self.metrics.admissions.labels(result=e.reason).inc()
+                await self._fail(kernel, reason, str(e))
+                return None
+            self.metrics.admissions.labels(result="admitted").inc()
+            gpu = {"sharing": self.settings.sharing.backend, "resources": dict(rendering.limits)}
+            kernel = await self._set_status(kernel, {"admitted": admitted, "phase": STARTING, "reason": "",
+                                                     "message": f"Admitted: {rendering.description}.", "gpu": gpu,
+                                                     "observedGeneration": meta(kernel).get("generation")})
+            log.info("kernel %s/%s of %s admitted on profile %s", *key(kernel), spec(kernel)["owner"], profile)
+            return kernel
+
+    async def _fail(self, kernel: dict, reason: str, message: str) -> None:
+        if status(kernel).get("phase") == FAILED and status(kernel).get("reason") == reason:
+            return
+        log.info("kernel %s/%s refused: %s", *key(kernel), reason)
+        await self._set_status(kernel, {"phase": FAILED, "reason": reason, "message": message})
+        await self.announce(kernel, "Warning", reason, message)
+
+    async def _set_status(self, kernel: dict, wanted: dict) -> dict:
+        current = status(kernel)
+        changes = {k: v for k, v in wanted.items() if current.get(k) != v and not (v is None and k not in current)}
+        if not changes:
+            return kernel
+        ns, name = key(kernel)
+        try:
+            body = await self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, KERNELS, name, {"status": changes}, _content_type=MERGE)
+        except ApiException as e:
+            if e.status == 404:
+                return kernel
+            raise
+        self._remember(body)
+        return self.kernels.get(key(body), body)
+
+    async def _create_once(self, create, kernel: dict, body: dict):
+        try:
+            return await create(meta(kernel)["namespace"], body)
+        except ApiException as e:
+            if e.status != 409:  # 409: it exists already (created before a restart of the operator)
+                raise
+            return None
+
+    async def _create_pod(self, kernel: dict, rendering, image: str, launch: int) -> dict:
+        body = render_pod(kernel, self.settings, rendering, image, launch)
+        try:
+            pod = await self.core.create_namespaced_pod(meta(kernel)["namespace"], body)
+            pod = self.core.api_client.sanitize_for_serialization(pod)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            pod = self.core.api_client.sanitize_for_serialization(
+                await self.core.read_namespaced_pod(meta(body)["name"], meta(kernel)["namespace"]))
+        self.pods[key(kernel)].setdefault(meta(pod)["name"], pod)
+        log.info("kernel %s/%s: pod %s created (launch %d)", *key(kernel), meta(pod)["name"], launch)
+        return pod
+
+    async def _delete_pod(self, pod: dict, grace: int) -> None:
+        try:
+            await self.core.delete_namespaced_pod(meta(pod)["name"], meta(pod)["namespace"],
+                                                  grace_period_seconds=grace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    async def _delete_pods(self, kernel: dict, keep: str | None, grace: int) -> None:
+        for name, pod in list(self.pods[key(kernel)].items()):
+            if name != keep and not meta(pod).get("deletionTimestamp"):
+                await self._delete_pod(pod, grace)
+
+    async def _delete_kernel(self, kernel: dict, reason: str, message: str) -> None:
+        ns, name = key(kernel)
+        log.info("kernel %s/%s deleted: %s", ns, name, reason)
+        self.metrics.orphans.inc()
+        await self.announce(kernel, "Warning", reason, message)
+        await self._delete_pods(kernel, keep=None, grace=0)
+        try:
+            await self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, KERNELS, name,
+                                                              body={"propagationPolicy": "Background"})
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    async def announce(self, kernel: dict, type_: str, reason: str, message: str) -> None:
+        """An Event on the GPUKernel (``kubectl describe gpukernel`` shows it)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        event = {"apiVersion": "v1", "kind": "Event",
+                 "metadata": {"generateName": f"{meta(kernel)['name']}.", "namespace": meta(kernel)["namespace"]},
+                 "involvedObject": {"apiVersion": crds.API_VERSION, "kind": crds.KERNEL_KIND,
+                                    "name": meta(kernel)["name"], "namespace": meta(kernel)["namespace"],
+                                    "uid": meta(kernel)["uid"]},
+                 "type": type_, "reason": reason, "message": message[:1000],
+                 "source": {"component": "jupyter-gpu-pool-operator"},
+                 "reportingComponent": "jupyter-gpu-pool-operator", "reportingInstance": "jupyter-gpu-pool-operator",
+                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        try:
+            await self.core.create_namespaced_event(meta(kernel)["namespace"], event)
+        except ApiException as e:  # events are a courtesy: never fail a reconcile over one
+            log.debug("could not post an event on %s: %s", meta(kernel)["name"], e.reason)
+
+    def _count_phases(self) -> None:
+        counts = defaultdict(int)
+        for kernel in self.kernels.values():
+            counts[status(kernel).get("phase") or crds.PENDING] += 1
+        for phase in crds.PHASES:
+            self.metrics.kernels.labels(phase=phase).set(counts.get(phase, 0))

@@ -1,0 +1,67 @@
+"""The operator's kopf wiring: watches feed the controller; one sweep task runs beside them.
+
+Only kopf's event handlers are used (``on.event``): they add no finalizers and
+store no handler progress on the objects, so deleting a GPUKernel never waits
+for the operator (its pod, Secret and NetworkPolicy are owned by it and go with
+it through the garbage collector), and the reconcile stays level-triggered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import kopf
+
+from .controller import Controller
+from .crds import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_PART_OF, PART_OF, POLICIES, QUOTAS, VERSION
+
+log = logging.getLogger("jupyter_gpu_pool.operator")
+
+
+def build_registry(controller: Controller) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    sweeper: list[asyncio.Task] = []
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs):
+        return await kopf.login_via_async_client(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_):
+        settings.peering.standalone = True  # one operator replica (the Deployment says so)
+        settings.scanning.disabled = True  # no watching of CRDs and namespaces: fewer rights needed
+        settings.posting.enabled = False  # the controller posts its own, user-facing events
+        settings.batching.batch_window = 0.02  # a kernel start should not wait for more events
+        settings.watching.server_timeout = 300
+        sweeper.append(asyncio.create_task(_sweep_forever(controller)))
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_):
+        for task in sweeper:
+            task.cancel()
+
+    @kopf.on.event(GROUP, VERSION, KERNELS, registry=registry)
+    async def kernel(event, **_):
+        await controller.kernel_event(event.get("type"), dict(event["object"]))
+
+    @kopf.on.event("", "v1", "pods", labels={LABEL_COMPONENT: KERNEL_COMPONENT, LABEL_PART_OF: PART_OF},
+                   registry=registry)
+    async def pod(event, **_):
+        await controller.pod_event(event.get("type"), dict(event["object"]))
+
+    @kopf.on.event(GROUP, VERSION, QUOTAS, registry=registry)
+    async def quota(event, **_):
+        await controller.quota_event(event.get("type"), dict(event["object"]))
+
+    @kopf.on.event(GROUP, VERSION, POLICIES, registry=registry)
+    async def policy(event, **_):
+        await controller.policy_event(event.get("type"), dict(event["object"]))
+
+    return registry
+
+
+async def _sweep_forever(controller: Controller) -> None:
+    while True:
+        await asyncio.sleep(controller.settings.reconcile_interval)
+        await controller.sweep()

@@ -1,0 +1,69 @@
+"""Reading GPUKernel objects: what a kernel holds, and the kernel as the pool core's :class:`Lease`.
+
+The operator counts quota usage from here, and the server extension's cluster
+backend shows kernels through the same ``Lease`` type as on one machine.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from ..pool import ACTIVE, RELEASED, Lease, Usage
+from .crds import FAILED, STOPPED
+
+
+def spec(kernel: dict) -> dict:
+    return kernel.get("spec") or {}
+
+
+def status(kernel: dict) -> dict:
+    return kernel.get("status") or {}
+
+
+def meta(kernel: dict) -> dict:
+    return kernel.get("metadata") or {}
+
+
+def key(kernel: dict) -> tuple[str, str]:
+    return (meta(kernel).get("namespace", ""), meta(kernel)["name"])
+
+
+def timestamp(text: str | None) -> float:
+    """RFC 3339 (``2024-05-01T12:00:00Z``) as Unix seconds; 0 when absent."""
+    if not text:
+        return 0.0
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def holds_quota(kernel: dict) -> bool:
+    """An admitted kernel holds its slice against quotas until it fails or is deleted (a stopped
+    kernel keeps it: it is between two launches of a restart)."""
+    return bool(status(kernel).get("admitted")) and status(kernel).get("phase") != FAILED \
+        and not meta(kernel).get("deletionTimestamp")
+
+
+def held(kernel: dict) -> Usage:
+    a = status(kernel).get("admitted") or {}
+    return Usage(int(a.get("memory", 0)), int(a.get("smPercent", 0)), 1)
+
+
+def as_lease(kernel: dict) -> Lease:
+    """The kernel as a lease: id = the GPUKernel's uid, state active while it holds its slice."""
+    m, s, st = meta(kernel), spec(kernel), status(kernel)
+    a = st.get("admitted") or {}
+    created = timestamp(m.get("creationTimestamp"))
+    since = float(a.get("at") or created)
+    devices = tuple((st.get("usage") or {}).get("devices") or (st.get("gpu") or {}).get("devices") or ())
+    state = ACTIVE if holds_quota(kernel) else RELEASED
+    gpu_count = int(a.get("gpuCount", 1))
+    return Lease(
+        id=m.get("uid", m.get("name", "")), owner=s.get("owner", ""), kernel_id=s.get("kernelId", ""),
+        profile=s.get("profile", ""), isolation=a.get("isolation", ""),
+        memory=int(a.get("memory", 0)) // max(gpu_count, 1), sm_percent=a.get("smPercent") or None,
+        whole=bool(a.get("whole", False)), gpu_count=gpu_count, state=state,
+        gpus=devices if state == ACTIVE else (), last_gpus=devices, groups=tuple(a.get("groups") or ()),
+        label=s.get("label", ""), created=created, updated=since, state_since=since, host=st.get("node", ""),
+        reason=st.get("reason", "") if st.get("phase") in (FAILED, STOPPED) else "",
+        extra={"namespace": m.get("namespace", ""), "name": m.get("name", ""), "phase": st.get("phase", ""),
+               "pod": st.get("pod", ""), "message": st.get("message", "")},
+    )

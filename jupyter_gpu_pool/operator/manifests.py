@@ -1,0 +1,148 @@
+"""The objects the operator creates for a kernel: its Secret, its Pod, its NetworkPolicy.
+
+Each is owned by the GPUKernel (``ownerReferences``), so deleting the kernel
+deletes them through the cluster's garbage collector, even when the operator
+is down.  The connection key lives only in the Secret: the pod mounts it as a
+read-only file and is given no service-account token; nothing else (the pod
+spec, env, command line, the GPUKernel, a log line) ever holds the key.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from .crds import (
+    API_VERSION,
+    KERNEL_COMPONENT,
+    KERNEL_KIND,
+    LABEL_COMPONENT,
+    LABEL_KERNEL,
+    LABEL_LAUNCH,
+    LABEL_MANAGED_BY,
+    LABEL_OWNER,
+    LABEL_PART_OF,
+    LABEL_SERVER,
+    PART_OF,
+    label_value,
+    pod_name,
+    policy_name,
+    secret_name,
+)
+from .kernels import meta, spec
+from .settings import CONNECTION_DIR, CONNECTION_FILE, OperatorSettings
+from .sharing import Rendering
+
+MANAGER = "jupyter-gpu-pool-operator"
+
+
+def new_key() -> str:
+    return secrets.token_hex(32)
+
+
+def owner_reference(kernel: dict) -> dict:
+    return {"apiVersion": API_VERSION, "kind": KERNEL_KIND, "name": meta(kernel)["name"],
+            "uid": meta(kernel)["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def labels(kernel: dict) -> dict[str, str]:
+    s = spec(kernel)
+    out = {LABEL_PART_OF: PART_OF, LABEL_COMPONENT: KERNEL_COMPONENT, LABEL_MANAGED_BY: MANAGER,
+           LABEL_KERNEL: meta(kernel)["name"], LABEL_OWNER: label_value(s["owner"])}
+    if (s.get("server") or {}).get("id"):
+        out[LABEL_SERVER] = label_value(s["server"]["id"])
+    return out
+
+
+def _meta(kernel: dict, name: str) -> dict:
+    return {"name": name, "namespace": meta(kernel)["namespace"], "labels": labels(kernel),
+            "ownerReferences": [owner_reference(kernel)]}
+
+
+def connection_info(settings: OperatorSettings, key: str) -> dict:
+    """The kernel's connection file: it binds every address of its pod on the fixed ports."""
+    ports = settings.ports
+    return {"ip": "0.0.0.0", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": key,
+            "shell_port": ports["shell"], "iopub_port": ports["iopub"], "stdin_port": ports["stdin"],
+            "control_port": ports["control"], "hb_port": ports["hb"], "kernel_name": ""}
+
+
+def render_secret(kernel: dict, settings: OperatorSettings, key: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _meta(kernel, secret_name(meta(kernel)["name"])),
+            "stringData": {CONNECTION_FILE: json.dumps(connection_info(settings, key))}}
+
+
+def _resources(settings: OperatorSettings, rendering: Rendering) -> dict:
+    requests = dict(settings.resources.get("requests") or {})
+    limits = {**(settings.resources.get("limits") or {}), **rendering.limits}
+    out = {"limits": limits}
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, image: str, launch: int) -> dict:
+    name = meta(kernel)["name"]
+    connection_file = f"{CONNECTION_DIR}/{CONNECTION_FILE}"
+    command = [arg.replace("{connection_file}", connection_file) for arg in settings.kernel_command]
+    env = [{"name": k, "value": v} for k, v in sorted(rendering.env.items())]
+    env.append({"name": "JUPYTER_GPU_POOL_KERNEL", "value": name})
+    pod_meta = _meta(kernel, pod_name(name, launch))
+    pod_meta["labels"][LABEL_LAUNCH] = str(launch)
+    pod_meta["annotations"] = {f"{LABEL_KERNEL}-profile": spec(kernel)["profile"],
+                               f"{LABEL_KERNEL}-gpu": rendering.description}
+    pod_spec: dict = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": settings.run_as_user,
+                            "runAsGroup": settings.run_as_group, "fsGroup": settings.fs_group,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": [{"name": "connection", "secret": {
+            "secretName": secret_name(name), "defaultMode": 0o440,
+            "items": [{"key": CONNECTION_FILE, "path": CONNECTION_FILE}]}}],
+        "containers": [{
+            "name": "kernel",
+            "image": image,
+            "command": command,
+            "env": env,
+            "ports": [{"name": port, "containerPort": number, "protocol": "TCP"}
+                      for port, number in settings.ports.items()],
+            "resources": _resources(settings, rendering),
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            "volumeMounts": [{"name": "connection", "mountPath": CONNECTION_DIR, "readOnly": True}],
+        }],
+    }
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = list(settings.tolerations)
+    if settings.runtime_class_name:
+        pod_spec["runtimeClassName"] = settings.runtime_class_name
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
+
+
+def render_network_policy(kernel: dict, settings: OperatorSettings) -> dict:
+    """Ingress to the kernel's pod only from its owning server's pod, only on the kernel's ports.
+
+    The server's pod is the one labelled ``<group>/server=<server id>`` in the server's
+    namespace (JupyterHub: ``singleuser.extraLabels``, see docs/kubernetes.md).  A kernel
+    without a server id admits nobody.
+    """
+    name = meta(kernel)["name"]
+    server = spec(kernel).get("server") or {}
+    ingress = []
+    if server.get("id"):
+        ingress.append({
+            "from": [{"podSelector": {"matchLabels": {LABEL_SERVER: label_value(server["id"])}},
+                      "namespaceSelector": {"matchLabels": {
+                          "kubernetes.io/metadata.name": server.get("namespace") or meta(kernel)["namespace"]}}}],
+            "ports": [{"protocol": "TCP", "port": number} for number in settings.ports.values()],
+        })
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(kernel, policy_name(name)),
+            "spec": {"podSelector": {"matchLabels": {LABEL_KERNEL: name}}, "policyTypes": ["Ingress"],
+                     "ingress": ingress}}

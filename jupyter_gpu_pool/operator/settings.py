@@ -1,0 +1,171 @@
+"""The operator's settings: ``c.GPUPoolOperator.*`` in the pool's config file, or on the command line.
+
+The operator reads the same ``jupyter_gpu_pool_config.{py,json}`` as the
+servers (profiles come from ``c.GPUPool.profiles``, so users' kernelspecs and
+the operator agree on them), mounted from a ConfigMap at ``/etc/jupyter``;
+``--GPUPoolOperator.sharing=mig`` and the like override it (the kustomize
+overlays set the backend that way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
+from traitlets.config import Configurable
+
+from ..config import ConfigError, Settings
+from ..pool import Profile, parse_size
+from .sharing import BACKENDS, HAMI, MigProfile, Rendering, Sharing, SharingError, render
+
+CONNECTION_DIR = "/var/run/jupyter-gpu-pool"
+CONNECTION_FILE = "connection.json"
+PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
+
+
+class GPUPoolOperator(Configurable):
+    """How the operator turns kernels into pods."""
+
+    sharing = Enum(list(BACKENDS), default_value=HAMI, help="""The cluster's GPU sharing: 'hami' (HAMi:
+        nvidia.com/gpumem and gpucores), 'mps' or 'time-slicing' (NVIDIA device plugin replicas), 'mig'
+        (nvidia.com/mig-<profile>), or 'whole' (a whole GPU per kernel).""").tag(config=True)
+
+    gpu_memory = Unicode("", help="""Memory of one GPU, such as '80GiB'.  Needed by 'mps' and
+        'time-slicing' (what one replica holds) and to count whole GPUs against memory quotas.""").tag(config=True)
+
+    replicas = Int(4, help="""'mps' / 'time-slicing': replicas per GPU, as in the device plugin's sharing
+        config.""").tag(config=True)
+
+    shared_resource = Unicode("nvidia.com/gpu", help="""'mps' / 'time-slicing': the resource name of a replica
+        ('nvidia.com/gpu.shared' when the device plugin renames shared GPUs).""").tag(config=True)
+
+    whole_resource = Unicode("nvidia.com/gpu", help="The resource name of a whole GPU.").tag(config=True)
+
+    mig_profiles = List(Unicode(), default_value=["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+                        help="""'mig': the MIG profiles the nodes offer (nvidia.com/mig-<name>); a kernel
+        gets the smallest that covers its slice.""").tag(config=True)
+
+    kernel_image = Unicode("quay.io/jupyter/pytorch-notebook:cuda12-latest", help="""The image kernels run in
+        when the kernel does not name one.  It needs ipykernel.""").tag(config=True)
+
+    allowed_images = List(Unicode(), default_value=[], help="""Glob patterns of images a kernel may name
+        (spec.image); empty: only kernel_image.""").tag(config=True)
+
+    kernel_command = List(Unicode(), default_value=["python", "-m", "ipykernel_launcher", "-f",
+                                                    "{connection_file}"],
+                          help="""The kernel's command; {connection_file} is the read-only connection file
+        mounted from the kernel's Secret.""").tag(config=True)
+
+    port_base = Int(52700, help="""The kernel listens on five fixed ports from this one (shell, iopub, stdin,
+        control, heartbeat), on its pod's address.""").tag(config=True)
+
+    resources = Dict(default_value={"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "16Gi"}},
+                     help="""CPU and memory of a kernel's container ({"requests": {...}, "limits": {...}}); the
+        GPU resources are added to the limits.""").tag(config=True)
+
+    node_selector = Dict(default_value={}, help="nodeSelector of kernel pods.").tag(config=True)
+
+    tolerations = List(default_value=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                       help="Tolerations of kernel pods (GPU nodes are often tainted).").tag(config=True)
+
+    runtime_class_name = Unicode("", help="runtimeClassName of kernel pods (such as 'nvidia'), if needed.").tag(
+        config=True)
+
+    image_pull_secrets = List(Unicode(), default_value=[], help="Image pull secrets of kernel pods, by name.").tag(
+        config=True)
+
+    run_as_user = Int(1000, help="The kernel's user id (never root).").tag(config=True)
+    run_as_group = Int(100, help="The kernel's group id.").tag(config=True)
+    fs_group = Int(100, help="The group that may read the connection file.").tag(config=True)
+
+    network_policy = Bool(True, help="""Give each kernel a NetworkPolicy that lets only its owning server's
+        pod reach it.  Needs a network plugin that enforces NetworkPolicies.""").tag(config=True)
+
+    reconcile_interval = Float(30.0, help="""Seconds between sweeps over every kernel: orphans (no heartbeat
+        from their server) are deleted within this much after heartbeat_timeout.""").tag(config=True)
+
+    heartbeat_timeout = Float(120.0, help="""A kernel whose server has not renewed its heartbeat for this long
+        is deleted with its pod (the server is gone).""").tag(config=True)
+
+    unschedulable_grace = Float(0.0, help="""Seconds a kernel pod may stay unschedulable before its launch
+        fails.  0: fail at once with the scheduler's reason (set it higher where a cluster autoscaler adds
+        GPU nodes).""").tag(config=True)
+
+    namespaces = List(Unicode(), default_value=[], help="Namespaces to serve; empty: the whole cluster.").tag(
+        config=True)
+
+    metrics_port = Int(9090, help="Port of the operator's Prometheus /metrics (0: off).").tag(config=True)
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """The validated settings."""
+
+    pool: Settings
+    sharing: Sharing
+    renderings: dict[str, Rendering]  # per profile
+    kernel_image: str
+    allowed_images: tuple[str, ...]
+    kernel_command: tuple[str, ...]
+    port_base: int
+    resources: dict
+    node_selector: dict
+    tolerations: list
+    runtime_class_name: str
+    image_pull_secrets: tuple[str, ...]
+    run_as_user: int
+    run_as_group: int
+    fs_group: int
+    network_policy: bool
+    reconcile_interval: float
+    heartbeat_timeout: float
+    unschedulable_grace: float
+    namespaces: tuple[str, ...]
+    metrics_port: int
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return {name: self.port_base + i for i, name in enumerate(PORT_NAMES)}
+
+    def profile(self, name: str) -> Profile | None:
+        return self.pool.profiles.get(name)
+
+
+def operator_settings(op: GPUPoolOperator, pool: Settings) -> OperatorSettings:
+    """Validate; a bad setting is a :class:`ConfigError` naming it."""
+    try:
+        gpu_memory = parse_size(op.gpu_memory) if op.gpu_memory else None
+    except ValueError as e:
+        raise ConfigError(f"GPUPoolOperator.gpu_memory: {e}") from None
+    try:
+        mig = tuple(MigProfile.parse(p) for p in op.mig_profiles) if op.sharing == "mig" else ()
+        sharing = Sharing(op.sharing, gpu_memory, op.replicas, op.shared_resource, op.whole_resource, mig)
+        renderings = {name: render(p, sharing) for name, p in pool.profiles.items()}
+    except SharingError as e:
+        raise ConfigError(f"GPUPoolOperator.sharing={op.sharing!r}: {e}") from None
+    if "{connection_file}" not in " ".join(op.kernel_command):
+        raise ConfigError("GPUPoolOperator.kernel_command must contain {connection_file}, where the kernel "
+                          "reads its connection file")
+    if not 1024 <= op.port_base <= 65535 - len(PORT_NAMES):
+        raise ConfigError(f"GPUPoolOperator.port_base must be between 1024 and {65535 - len(PORT_NAMES)}, "
+                          f"not {op.port_base}")
+    if op.run_as_user == 0:
+        raise ConfigError("GPUPoolOperator.run_as_user must not be 0: kernels never run as root")
+    for key in op.resources:
+        if key not in ("requests", "limits"):
+            raise ConfigError(f"GPUPoolOperator.resources has an unknown key {key!r}; the keys are requests, limits")
+    for name in ("reconcile_interval", "heartbeat_timeout"):
+        if getattr(op, name) <= 0:
+            raise ConfigError(f"GPUPoolOperator.{name} must be more than 0, not {getattr(op, name)}")
+    if op.unschedulable_grace < 0:
+        raise ConfigError(f"GPUPoolOperator.unschedulable_grace must be 0 or more, not {op.unschedulable_grace}")
+    return OperatorSettings(
+        pool=pool, sharing=sharing, renderings=renderings, kernel_image=op.kernel_image,
+        allowed_images=tuple(op.allowed_images) or (op.kernel_image,), kernel_command=tuple(op.kernel_command),
+        port_base=op.port_base, resources=dict(op.resources), node_selector=dict(op.node_selector),
+        tolerations=list(op.tolerations), runtime_class_name=op.runtime_class_name,
+        image_pull_secrets=tuple(op.image_pull_secrets), run_as_user=op.run_as_user, run_as_group=op.run_as_group,
+        fs_group=op.fs_group, network_policy=op.network_policy, reconcile_interval=op.reconcile_interval,
+        heartbeat_timeout=op.heartbeat_timeout, unschedulable_grace=op.unschedulable_grace,
+        namespaces=tuple(op.namespaces), metrics_port=op.metrics_port,
+    )

@@ -1,0 +1,125 @@
+"""Fixtures for the Kubernetes tests: a test cluster, the operator, and a Jupyter server on them.
+
+Each test gets its own cluster process and operator process (a few seconds), so
+quotas, policies and heartbeats never leak between tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kube_helpers import KERNEL_IMAGE, PROFILES, OperatorProcess, TestCluster, wait_until, write_pool_config
+
+from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, POLICIES, VERSION, crd_manifests
+
+NAMESPACE = "jhub"
+
+
+async def install(cluster: TestCluster, namespace: str = NAMESPACE) -> None:
+    """The CRDs and a namespace, as an admin would apply them."""
+    from kubernetes_asyncio import client
+
+    api = await cluster.api()
+    async with api:
+        ext = client.ApiextensionsV1Api(api)
+        for crd in crd_manifests():
+            await ext.create_custom_resource_definition(crd)
+        await client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": namespace}})
+
+
+async def operator_ready(cluster: TestCluster) -> None:
+    """Wait until the operator's watches are live: it marks a policy object valid."""
+    from kubernetes_asyncio import client
+
+    api = await cluster.api()
+    async with api:
+        custom = client.CustomObjectsApi(api)
+        await custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
+            "apiVersion": API_VERSION, "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
+            "spec": {"rules": []}})
+
+        async def valid():
+            obj = await custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, "default")
+            return (obj.get("status") or {}).get("valid")
+
+        await wait_until(valid, timeout=60, what="the operator to mark the policy valid")
+
+
+@pytest.fixture
+def cluster_factory(tmp_path):
+    started: list[TestCluster] = []
+
+    def make(**kwargs) -> TestCluster:
+        cluster = TestCluster(tmp_path, **kwargs).start()
+        started.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.stop()
+
+
+@pytest.fixture
+def operator_factory(tmp_path):
+    started: list[OperatorProcess] = []
+
+    async def make(cluster: TestCluster, **settings) -> OperatorProcess:
+        op = OperatorProcess(cluster, tmp_path, settings).start()
+        started.append(op)
+        await operator_ready(cluster)
+        return op
+
+    yield make
+    for op in started:
+        op.stop()
+
+
+@pytest.fixture
+async def cluster(cluster_factory) -> TestCluster:
+    c = cluster_factory()
+    await install(c)
+    return c
+
+
+@pytest.fixture
+async def operator(cluster, operator_factory) -> OperatorProcess:
+    return await operator_factory(cluster)
+
+
+@pytest.fixture
+def server_config(jp_environ, jp_config_dir, cluster):
+    """The Jupyter side: the pool's config (profiles, owner, where kernels go) and kernelspecs."""
+    from pathlib import Path
+
+    from jupyter_gpu_pool.config import load_settings
+    from jupyter_gpu_pool.kernel_provisioner import kernelspecs
+
+    settings = {
+        "GPUPool.profiles": PROFILES,
+        "GPUPool.owner": "alice",
+        "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig,
+        "GPUPoolKubernetes.namespace": NAMESPACE,
+        "GPUPoolKubernetes.server_id": "alice-server",
+        "GPUPoolKubernetes.heartbeat_interval": 0.5,
+        "GPUPoolKubernetes.launch_timeout": 60.0,
+    }
+    write_pool_config(Path(jp_config_dir), **settings)
+    kernelspecs.install(list(load_settings().profiles.values()), prefix_name="gpu-pool-kubernetes", user=True,
+                        provisioner="gpu-pool-kubernetes")
+    return settings
+
+
+@pytest.fixture
+async def kube_sessions():
+    """Close the provisioners' shared watches at the end of a test (they live on its event loop)."""
+    yield
+    from jupyter_server.serverapp import ServerApp
+
+    from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession
+
+    if ServerApp.initialized() and hasattr(ServerApp.instance(), "kernel_manager"):
+        await ServerApp.instance().kernel_manager.shutdown_all()  # while the watches still run
+    await KernelSession.close_all()
+
+
+__all__ = ["KERNEL_IMAGE", "NAMESPACE"]

@@ -1,0 +1,224 @@
+"""End to end on the test cluster: kernels started through the gpu-pool-kubernetes kernelspecs run in
+their own pods, give their slice back, restart into a new pod, and refuse clearly and fast."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+from kernel_helpers import run_code
+from kube_helpers import GiB, Kube, wait_until
+
+from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
+from jupyter_gpu_pool.kernel_provisioner.kubernetes import GPUPoolKubernetesProvisioner
+from jupyter_gpu_pool.operator.crds import GROUP, KERNELS, LABEL_KERNEL, VERSION, kernel_name
+
+NS = "jhub"
+
+
+@pytest.fixture
+async def kms(server_config, kube_sessions):
+    started: list[AsyncKernelManager] = []
+
+    def make(name: str = "gpu-pool-kubernetes-small") -> AsyncKernelManager:
+        km = AsyncKernelManager(kernel_name=name)
+        started.append(km)
+        return km
+
+    yield make
+    for km in started:
+        if km.has_kernel:
+            await km.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+async def kube(cluster):
+    k = Kube(await cluster.api())
+    yield k
+    await k.close()
+
+
+async def gone(kube: Kube, kernel_id: str) -> bool:
+    name = kernel_name(kernel_id)
+    kernels = [k for k in await kube.kernels() if k["metadata"]["name"] == name]
+    pods = [p for p in await kube.pods() if p["metadata"]["labels"].get(LABEL_KERNEL) == name]
+    secrets = [s for s in await kube.secrets() if s["metadata"]["labels"].get(LABEL_KERNEL) == name]
+    return not (kernels or pods or secrets)
+
+
+async def test_a_kernel_runs_code_in_its_own_pod_and_leaves_nothing_behind(cluster, operator, kms, kube):
+    km = kms()
+    await km.start_kernel()
+    assert isinstance(km.provisioner, GPUPoolKubernetesProvisioner)
+    env = json.loads(await run_code(km, "import os, json; print(json.dumps(dict(os.environ)))"))
+    assert env["HOSTNAME"] == km.provisioner.pod == f"{kernel_name(km.kernel_id)}-1"
+    assert env["JUPYTER_GPU_POOL_PROFILE"] == "small" and env["JUPYTER_GPU_POOL_SHARING"] == "hami"
+    assert env["JUPYTER_GPU_POOL_MEMORY_BYTES"] == str(10 * GiB)
+
+    [kernel] = await kube.kernels()
+    st = kernel["status"]
+    assert st["phase"] == "Running" and st["node"] == "gpu-node-1" and st["podIP"] == km.ip
+    assert st["gpu"] == {"sharing": "hami", "resources": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240"}}
+    assert st["admitted"]["memory"] == 10 * GiB and st["admitted"]["profile"] == "small"
+    [pod] = await kube.pods()
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    [container] = spec["containers"]
+    assert container["volumeMounts"][0]["readOnly"] is True
+    assert container["resources"]["limits"]["nvidia.com/gpumem"] == "10240"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == kernel["metadata"]["uid"]
+
+    await km.shutdown_kernel()
+    await wait_until(lambda: gone(kube, km.kernel_id), timeout=20, what="the kernel's objects to go")
+
+
+async def test_a_notebook_session_over_rest_runs_in_a_pod(cluster, operator, server_config, kube_sessions,
+                                                          jp_fetch, jp_serverapp, kube):
+    body = {"path": "analysis/gpu.ipynb", "type": "notebook", "name": "gpu.ipynb",
+            "kernel": {"name": "gpu-pool-kubernetes-small"}}
+    reply = json.loads((await jp_fetch("api", "sessions", method="POST", body=json.dumps(body))).body)
+    kernel_id = reply["kernel"]["id"]
+    km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    assert "6" in await run_code(km, "print(2 * 3)")
+    [kernel] = await kube.kernels()
+    assert kernel["spec"]["label"].endswith("gpu.ipynb") and kernel["spec"]["owner"] == "alice"
+    assert kernel["spec"]["kernelName"] == "gpu-pool-kubernetes-small"
+    await jp_fetch("api", "sessions", reply["id"], method="DELETE")
+    await wait_until(lambda: gone(kube, kernel_id), timeout=20, what="the kernel's objects to go")
+
+
+async def test_a_restart_runs_a_new_pod_on_the_same_admitted_slice(cluster, operator, kms, kube):
+    km = kms()
+    await km.start_kernel()
+    await run_code(km, "x = 42")
+    [before] = await kube.kernels()
+    first_pod = km.provisioner.pod
+    await km.restart_kernel()
+    assert km.provisioner.pod == f"{kernel_name(km.kernel_id)}-2" != first_pod
+    assert "no x" in await run_code(km, "print('x' in dir() and 'has x' or 'no x')")
+    [after] = await kube.kernels()
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["status"]["admitted"] == before["status"]["admitted"] and after["spec"]["launch"] == 2
+    await wait_until(lambda: _pod_names(kube), timeout=20)
+    assert await _pod_names(kube) == {km.provisioner.pod}  # the first launch's pod is gone
+
+
+async def _pod_names(kube: Kube) -> set[str]:
+    return {p["metadata"]["name"] for p in await kube.pods() if not p["metadata"].get("deletionTimestamp")}
+
+
+async def test_a_quota_refusal_reaches_the_user_within_seconds(cluster, operator, kms, kube):
+    await kube.quota("default", kernels=1)
+    await wait_until(lambda: _quota_valid(kube, "default"), timeout=20)
+    first = kms()
+    await first.start_kernel()
+    second = kms()
+    t0 = time.monotonic()
+    with pytest.raises(KernelStartRefused) as refused:
+        await second.start_kernel()
+    assert time.monotonic() - t0 < 10
+    assert refused.value.status_code == 403 and refused.value.pool_reason == "QuotaExceeded"
+    message = str(refused.value)
+    assert message.startswith("GPU quota exceeded") and "kernels: you hold 1 of 1" in message.lower()
+    await wait_until(lambda: gone(kube, second.kernel_id), timeout=20, what="the refused kernel's objects to go")
+    assert len(await kube.kernels()) == 1
+
+
+async def _quota_valid(kube: Kube, name: str) -> bool:
+    from jupyter_gpu_pool.operator.crds import QUOTAS
+
+    obj = await kube.custom.get_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
+    return (obj.get("status") or {}).get("valid") is True
+
+
+async def test_no_free_slice_fails_the_launch_within_seconds_with_the_schedulers_reason(cluster, operator, kms,
+                                                                                         kube):
+    whole = [kms("gpu-pool-kubernetes-whole") for _ in range(2)]
+    await asyncio.gather(*(km.start_kernel() for km in whole))
+    third = kms("gpu-pool-kubernetes-small")
+    t0 = time.monotonic()
+    with pytest.raises(KernelStartRefused) as refused:
+        await third.start_kernel()
+    assert time.monotonic() - t0 < 10
+    assert refused.value.status_code == 503 and refused.value.pool_reason == "Unschedulable"
+    message = str(refused.value)
+    assert message.startswith("No GPU slice is free for profile 'small'") and "Insufficient nvidia.com/gpu" in message
+    await wait_until(lambda: gone(kube, third.kernel_id), timeout=20)
+
+
+async def test_an_image_that_cannot_be_pulled_fails_the_launch_within_seconds(cluster, operator_factory, kms,
+                                                                               jp_data_dir, kube):
+    await operator_factory(cluster, **{"GPUPoolOperator.allowed_images": ["quay.io/*", "registry.invalid/*"]})
+    _kernelspec(jp_data_dir, "gpu-missing-image", {"profile": "small", "image": "registry.invalid/nope:1"})
+    km = kms("gpu-missing-image")
+    t0 = time.monotonic()
+    with pytest.raises(KernelStartRefused) as refused:
+        await km.start_kernel()
+    assert time.monotonic() - t0 < 10
+    assert refused.value.pool_reason == "ImagePullFailed"
+    assert str(refused.value).startswith("The kernel image 'registry.invalid/nope:1' cannot be pulled")
+    await wait_until(lambda: gone(kube, km.kernel_id), timeout=20)
+
+
+async def test_an_image_the_admin_does_not_allow_is_refused(cluster, operator, kms, jp_data_dir, kube):
+    _kernelspec(jp_data_dir, "gpu-other-image", {"profile": "small", "image": "docker.io/someone/else:1"})
+    km = kms("gpu-other-image")
+    with pytest.raises(KernelStartRefused) as refused:
+        await km.start_kernel()
+    assert refused.value.status_code == 400 and "is not one the admin allows" in str(refused.value)
+    assert await kube.pods() == []
+
+
+async def test_a_crashing_container_fails_the_launch_with_its_exit_code(cluster, operator_factory, kms, kube):
+    await operator_factory(cluster, **{"GPUPoolOperator.kernel_command": [
+        "python", "-c", "import sys; sys.exit(3)", "{connection_file}"]})
+    km = kms()
+    t0 = time.monotonic()
+    with pytest.raises(KernelStartRefused) as refused:
+        await km.start_kernel()
+    assert time.monotonic() - t0 < 10
+    assert refused.value.pool_reason == "ContainerCrashed"
+    assert "exited with code 3" in str(refused.value)
+    await wait_until(lambda: gone(kube, km.kernel_id), timeout=20)
+
+
+async def test_deleting_the_kernel_resource_deletes_its_pod_and_secret(cluster, operator, kms, kube):
+    km = kms()
+    await km.start_kernel()
+    name = kernel_name(km.kernel_id)
+    await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, KERNELS, name)
+    await wait_until(lambda: gone(kube, km.kernel_id), timeout=20, what="the pod and Secret to go")
+    assert await km.provisioner.poll() is not None  # the server sees its kernel gone
+
+
+async def test_a_kernel_goes_with_its_server_pod(cluster, operator, kube, server_config, jp_serverapp,
+                                                 kube_sessions):
+    """In a cluster the server's pod owns its kernels: deleting the pod deletes them (garbage collection)."""
+    server_pod = await kube.core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "jupyter-alice"},
+        "spec": {"containers": [{"name": "notebook", "image": "quay.io/jupyter/base-notebook",
+                                 "command": ["sleep", "600"]}]}})
+    jp_serverapp.config.GPUPoolKubernetes.server_pod = "jupyter-alice"
+    jp_serverapp.config.GPUPoolKubernetes.server_pod_uid = server_pod.metadata.uid
+    kernel_id = await jp_serverapp.kernel_manager.start_kernel(kernel_name="gpu-pool-kubernetes-small")
+    [kernel] = await kube.kernels()
+    assert kernel["metadata"]["ownerReferences"][0]["uid"] == server_pod.metadata.uid
+    await kube.core.delete_namespaced_pod("jupyter-alice", NS, grace_period_seconds=0)
+    await wait_until(lambda: gone(kube, kernel_id), timeout=20, what="the kernel to go with its server's pod")
+
+
+def _kernelspec(data_dir, name: str, config: dict) -> None:
+    import os
+    import sys
+
+    path = os.path.join(data_dir, "kernels", name)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                   "display_name": name, "language": "python",
+                   "metadata": {"kernel_provisioner": {"provisioner_name": "gpu-pool-kubernetes",
+                                                       "config": config}}}, f)

@@ -1,0 +1,64 @@
+"""A Kubernetes test cluster in one process, for this project's tests only.
+
+No kube-apiserver can be installed where our tests run, so this package stands
+in for one: an API server (``apiserver.py`` + ``store.py``) that speaks the
+Kubernetes REST and watch protocol closely enough for ``kubernetes_asyncio`` and
+kopf to run against it unchanged, a scheduler (``scheduler.py``) and a kubelet
+(``kubelet.py``) that "runs" a pod by starting its container's command as a
+local process.  Run it with ``python -m testcluster`` (see ``__main__.py``).
+
+Why not KMock: its ``KubernetesEmulator`` stores objects and streams watches,
+but has no resource versions (lists answer ``"..."``, so a watch cannot resume),
+no status subresource, no label or field selectors, no owner-reference garbage
+collection, no generation, uid or timestamps, and no validation.  The operator
+and provisioner lean on every one of those, and a server that quietly accepts
+what a real one refuses would let bugs through.  Extending it would have meant
+replacing most of it, so this is a small server of our own on aiohttp.
+
+What it does as a real API server does:
+
+- REST paths for core/v1 and ``/apis/<group>/<version>``, namespaced and
+  cluster-wide; discovery (``/api``, ``/apis``, resource lists with
+  subresources); ``kind: Status`` errors with the real reasons and codes
+  (404 NotFound, 409 AlreadyExists / Conflict, 410 Expired, 415, 422 Invalid).
+- One resourceVersion counter; list + watch with ``resourceVersion`` resume,
+  ``410 Gone`` past the kept history, ``timeoutSeconds``, bookmarks,
+  ``sendInitialEvents``; objects moving in or out of a watch's selectors arrive
+  as ADDED / DELETED.
+- Label selectors (``=``, ``!=``, ``in``, ``notin``, exists) and field selectors,
+  refusing fields the real server does not index for the kind.
+- Merge patch and JSON patch (with ``test``), ``metadata.resourceVersion``
+  preconditions, uid / creationTimestamp / generation, ``generateName``;
+  Secrets' ``stringData`` folded into ``data``; a namespace must exist.
+- CustomResourceDefinitions are served as soon as they are created; custom
+  objects are pruned and validated against the CRD's ``openAPIV3Schema``, and the
+  status subresource splits writes as a real server does (status is dropped on
+  create and on main-resource writes, and only status is written through
+  ``/status``).
+- Built-in objects are validated against the real Kubernetes schemas
+  (``kubernetes-validate``, strict: an unknown field is refused).
+- Deletion: finalizers and ``deletionTimestamp``; graceful deletion of running
+  pods (the kubelet stops them); propagation ``Background`` / ``Foreground`` /
+  ``Orphan`` through owner references by a garbage collector; terminating
+  namespaces empty themselves.
+
+Where it differs (and so what these tests cannot show):
+
+- No authentication and no authorization: RBAC is not enforced.  The RBAC
+  manifests are checked against the real schemas, and what they grant is
+  checked by reading them, not by this server.
+- Validation is the OpenAPI schema only: none of the server's hand-written
+  validation (immutability of pod specs, name formats beyond the schema, CEL
+  ``x-kubernetes-validations``), no admission plugins, no defaulting beyond a
+  pod's ``restartPolicy``, ``terminationGracePeriodSeconds``, ``schedulerName``,
+  ``dnsPolicy``, and a custom object's pruning.
+- A strategic merge patch is applied as a JSON merge patch (lists replaced,
+  not merged by key); server-side apply and ``dryRun`` are refused.
+- ``limit`` / ``continue`` are ignored: a list returns everything at once.
+- The history kept for watch resumption is the last 100,000 writes, not a time window.
+- The garbage collector sweeps every 0.25 s; the real one reacts to events.
+- Scheduling and the kubelet are simplified; see ``scheduler.py`` and
+  ``kubelet.py`` for exactly how.  The scheduler and kubelet read and write the
+  store in-process, not over HTTP (their writes still bump resource versions
+  and reach every watch).
+"""

@@ -1,0 +1,104 @@
+"""Run the test cluster: ``python -m testcluster --state-dir DIR [--nodes FILE] [--image PATTERN]...``.
+
+Starts the API server on 127.0.0.1 (a free port unless ``--port``), the
+scheduler, the kubelet and the garbage collector in one process; writes
+``DIR/kubeconfig`` and then prints ``testcluster ready <url>`` on stdout.
+SIGTERM or SIGINT stops every pod's process, then the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from .apiserver import ApiServer
+from .kubelet import Kubelet
+from .scheduler import Scheduler
+from .store import Store
+
+DEFAULT_NODES = [{
+    "name": "gpu-node-1",
+    "labels": {"nvidia.com/gpu.product": "Test-GPU-40GB", "nvidia.com/gpu.memory": "40960",
+               "nvidia.com/gpu.count": "2"},
+    "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"},
+}]
+
+
+def node_object(spec: dict) -> dict:
+    labels = {"kubernetes.io/hostname": spec["name"], "kubernetes.io/os": "linux", **spec.get("labels", {})}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": spec["name"], "labels": labels},
+            "spec": {}, "status": {
+                "capacity": spec["allocatable"], "allocatable": spec["allocatable"],
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "message": "test kubelet is posting ready status"}],
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                              {"type": "Hostname", "address": spec["name"]}]}}
+    if spec.get("taints"):
+        node["spec"]["taints"] = spec["taints"]
+    return node
+
+
+def kubeconfig(url: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "testcluster",
+            "clusters": [{"name": "testcluster", "cluster": {"server": url}}],
+            "users": [{"name": "tester", "user": {}}],
+            "contexts": [{"name": "testcluster", "context": {"cluster": "testcluster", "user": "tester",
+                                                              "namespace": "default"}}]}
+
+
+async def main(args) -> None:
+    store = Store()
+    nodes = json.loads(Path(args.nodes).read_text()) if args.nodes else DEFAULT_NODES
+    for spec in nodes:
+        store.create(store.kind("", "v1", "nodes"), None, node_object(spec))
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    kubelet = Kubelet(store, state, args.image or ["*"])
+    runner = web.AppRunner(ApiServer(store).app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", args.port, shutdown_timeout=2.0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"http://127.0.0.1:{port}"
+    (state / "kubeconfig").write_text(json.dumps(kubeconfig(url), indent=1))
+
+    async def collect() -> None:
+        while True:
+            store.collect_garbage()
+            await asyncio.sleep(0.25)
+
+    tasks = [asyncio.create_task(t) for t in (Scheduler(store).run(), kubelet.run(), collect())]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"testcluster ready {url}", flush=True)
+    done = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([done, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    for t in tasks:
+        if t.done() and t.exception():
+            logging.error("a test cluster component failed", exc_info=t.exception())
+    kubelet.kill_all()
+    for t in tasks:
+        t.cancel()
+    store.close_watches()
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="testcluster", description=__doc__)
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--nodes", help="a JSON file: a list of {name, labels, allocatable, taints}")
+    parser.add_argument("--image", action="append", help="image patterns that pull (default: all)")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--log-level", default="WARNING")
+    a = parser.parse_args()
+    logging.basicConfig(level=a.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(main(a))

@@ -1,0 +1,223 @@
+"""The HTTP face of the test API server: Kubernetes REST paths, discovery, watch streams.
+
+Paths: ``/api/v1/...`` and ``/apis/<group>/<version>/...``, namespaced
+(``.../namespaces/<ns>/<plural>[/<name>[/<subresource>]]``) or cluster-wide.
+Verbs: GET (fetch, list, ``?watch=`` stream), POST (create), PUT (replace),
+PATCH (merge / JSON / strategic-as-merge), DELETE (with DeleteOptions).
+Boolean query values are read the way the real server reads them (Go's
+``strconv.ParseBool``: ``true``, ``True``, ``1``, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiohttp import web
+
+from .errors import ApiError
+from .store import KUBERNETES_VERSION, Kind, Store
+
+log = logging.getLogger("testcluster.apiserver")
+
+BOOKMARK_EVERY = 10.0
+
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def parse_bool(value: str | None, name: str) -> bool:
+    if value is None:
+        return False
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ApiError(400, "BadRequest", f"invalid boolean {value!r} for {name}")
+
+
+def _error(e: ApiError) -> web.Response:
+    return web.json_response(e.status(), status=e.code)
+
+
+class ApiServer:
+    def __init__(self, store: Store):
+        self.store = store
+        self.app = web.Application(client_max_size=16 * 2**20)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+
+    # -- discovery ------------------------------------------------------------------------------
+
+    def _resource_list(self, group: str, version: str) -> dict:
+        kinds = [k for k in self.store.kinds.values() if k.group == group and k.version == version]
+        if not kinds:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({group}/{version})")
+        resources = []
+        for k in sorted(kinds, key=lambda k: k.plural):
+            resources.append({"name": k.plural, "singularName": k.singular, "namespaced": k.namespaced,
+                              "kind": k.kind, "verbs": list(k.verbs), "shortNames": list(k.short_names)})
+            for sub in k.subresources:
+                verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
+                resources.append({"name": f"{k.plural}/{sub}", "singularName": "", "namespaced": k.namespaced,
+                                  "kind": k.kind, "verbs": verbs})
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}".lstrip("/"),
+                "resources": resources}
+
+    def _groups(self) -> list[dict]:
+        groups: dict[str, list[str]] = {}
+        for k in self.store.kinds.values():
+            if k.group:
+                versions = groups.setdefault(k.group, [])
+                if k.version not in versions:
+                    versions.append(k.version)
+        return [{"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                 "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
+                for g, vs in sorted(groups.items())]
+
+    def discovery(self, parts: list[str]) -> dict | None:
+        if parts == ["version"]:
+            major, minor, _ = KUBERNETES_VERSION.split(".")
+            return {"major": major, "minor": minor, "gitVersion": f"v{KUBERNETES_VERSION}-testcluster",
+                    "platform": "linux/amd64"}
+        if parts == ["api"]:
+            return {"kind": "APIVersions", "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+        if parts == ["api", "v1"]:
+            return self._resource_list("", "v1")
+        if parts == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": self._groups()}
+        if len(parts) == 2 and parts[0] == "apis":
+            group = next((g for g in self._groups() if g["name"] == parts[1]), None)
+            if group is None:
+                raise ApiError(404, "NotFound", f"the server could not find the requested resource ({parts[1]})")
+            return {"kind": "APIGroup", "apiVersion": "v1", **group}
+        if len(parts) == 3 and parts[0] == "apis":
+            return self._resource_list(parts[1], parts[2])
+        if parts in ([], ["healthz"], ["readyz"], ["livez"]):
+            return {"paths": ["/api", "/api/v1", "/apis", "/version"]}
+        return None
+
+    # -- routing --------------------------------------------------------------------------------
+
+    def route(self, parts: list[str]) -> tuple[Kind, str | None, str | None, str | None]:
+        """(kind, namespace, name, subresource) for a resource path."""
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 4:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        namespace = None
+        plurals = {k.plural for k in self.store.kinds.values() if k.group == group and k.version == version}
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] in plurals:
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        kind = self.store.kind(group, version, rest[0])
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and sub not in kind.subresources:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({kind.plural}/{sub})")
+        if kind.namespaced and name is not None and namespace is None:
+            raise ApiError(404, "NotFound", f"a {kind.kind} is named inside a namespace")
+        if not kind.namespaced and namespace is not None:
+            raise ApiError(404, "NotFound", f"{kind.kind} is not namespaced")
+        return kind, namespace, name, sub
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        try:
+            if request.method == "GET":
+                found = self.discovery(parts)
+                if found is not None:
+                    return web.json_response(found)
+            kind, namespace, name, sub = self.route(parts)
+            if "dryRun" in request.query:
+                raise ApiError(400, "BadRequest", "dryRun is not supported by this test server")
+            return await self.serve(request, kind, namespace, name, sub)
+        except ApiError as e:
+            return _error(e)
+        except json.JSONDecodeError as e:
+            return _error(ApiError(400, "BadRequest", f"the request body is not JSON: {e}"))
+
+    async def _body(self, request: web.Request):
+        raw = await request.read()
+        return json.loads(raw) if raw else None
+
+    async def serve(self, request: web.Request, kind: Kind, namespace, name, sub) -> web.StreamResponse:
+        q = request.query
+        store = self.store
+        if request.method == "GET":
+            if name is None:
+                if parse_bool(q.get("watch"), "watch"):
+                    return await self.stream(request, kind, namespace)
+                items, rv = store.list(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))
+                if not kind.custom:  # a real server leaves kind/apiVersion out of built-in list items
+                    for item in items:
+                        item.pop("kind", None)
+                        item.pop("apiVersion", None)
+                return web.json_response({"kind": f"{kind.kind}List", "apiVersion": kind.api_version,
+                                          "metadata": {"resourceVersion": str(rv)}, "items": items})
+            obj = store.get(kind, namespace, name)
+            if sub == "log":
+                text = store.log_reader(obj, q) if store.log_reader else ""
+                return web.Response(text=text, content_type="text/plain")
+            return web.json_response(obj)
+        if request.method == "POST" and name is None:
+            return web.json_response(store.create(kind, namespace, await self._body(request)), status=201)
+        if request.method == "PUT" and name is not None:
+            return web.json_response(store.replace(kind, namespace, name, await self._body(request), sub))
+        if request.method == "PATCH" and name is not None:
+            return web.json_response(store.patch(kind, namespace, name, request.headers.get("Content-Type", ""),
+                                                 await self._body(request), sub))
+        if request.method == "DELETE" and name is not None:
+            options = await self._body(request) or {}
+            if "propagationPolicy" in q:
+                options["propagationPolicy"] = q["propagationPolicy"]
+            if "gracePeriodSeconds" in q:
+                options["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+            return web.json_response(store.delete(kind, namespace, name, options))
+        raise ApiError(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}")
+
+    async def stream(self, request: web.Request, kind: Kind, namespace: str | None) -> web.StreamResponse:
+        q = request.query
+        watcher = self.store.watch(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"),
+                                   q.get("resourceVersion"), parse_bool(q.get("sendInitialEvents"), "sendInitialEvents"))
+        bookmarks = parse_bool(q.get("allowWatchBookmarks"), "allowWatchBookmarks")
+        timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
+        response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        try:
+            while True:
+                wait = BOOKMARK_EVERY
+                if deadline is not None:
+                    wait = min(wait, deadline - loop.time())
+                    if wait <= 0:
+                        break
+                try:
+                    event = await asyncio.wait_for(watcher.queue.get(), wait)
+                except asyncio.TimeoutError:
+                    if request.transport is None or request.transport.is_closing():
+                        break  # the client went away
+                    if bookmarks and (deadline is None or loop.time() < deadline):
+                        event = {"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
+                                                                "metadata": {"resourceVersion": str(self.store.rv)}}}
+                    else:
+                        continue
+                if event is None:  # the server is stopping
+                    break
+                await response.write(json.dumps(event).encode() + b"\n")
+                if event["type"] == "ERROR":
+                    break
+        except ConnectionResetError:
+            pass
+        finally:
+            self.store.unwatch(watcher)
+        try:
+            await response.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return response
