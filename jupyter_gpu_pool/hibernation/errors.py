@@ -23,7 +23,19 @@ class HibernationError(Exception):
 
 
 class HibernationRefused(HibernationError):
-    """Nothing was changed: the kernel runs (or sleeps) on exactly as before."""
+    """Nothing was changed: the kernel runs (or sleeps) on exactly as before.
+
+    ``keep_running``: the refusal is for now (busy, the lock timed out, host RAM is being made)
+    and the kernel should be left running; False where it can never hibernate here (MPS, MIG, no
+    driver…) or the admin's setting says to shut it down instead."""
+
+    def __init__(self, reason: str, message: str, *, status: int | None = None, retry_after: float | None = None,
+                 keep_running: bool = True):
+        super().__init__(reason, message, status=status, retry_after=retry_after)
+        self.keep_running = keep_running
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "keep_running": self.keep_running}
 
 
 class HibernationFailed(HibernationError):

@@ -259,7 +259,8 @@ class Hibernator:
             raise HibernationRefused("in_progress", f"This kernel is {lease.phase}; try again when that is done.")
         cap = self.capability(lease)
         if not cap.available:
-            raise HibernationRefused(cap.reason or "unavailable", cap.message or "Hibernation is unavailable.")
+            raise HibernationRefused(cap.reason or "unavailable", cap.message or "Hibernation is unavailable.",
+                                     keep_running=False)
         if not force and self.kernels.execution_state(kernel_id) == "busy":
             raise HibernationRefused("busy", "This kernel is running a cell; it can hibernate once the cell is done.")
         tree = self.kernels.pids(kernel_id, lease.holder_pid)
@@ -277,9 +278,7 @@ class Hibernator:
             if pids and self.settings.release_cache:
                 await self.kernels.release_cache(kernel_id)
             moved = await self._bytes_held(pids, lease)
-            instead = await self._claim_host_ram(lease, moved, reason)
-            if instead is not None:
-                return instead
+            await self._claim_host_ram(lease, moved)
             if pids:
                 await self._lock_all(kernel_id, pids, force)
                 await self._checkpoint_all(lease, pids)
@@ -321,7 +320,7 @@ class Hibernator:
             return sum(held.values())
         return lease.total_memory
 
-    async def _claim_host_ram(self, lease: Lease, needed: int, reason: str) -> Outcome | None:
+    async def _claim_host_ram(self, lease: Lease, needed: int) -> None:
         """Claim host RAM for the checkpoint under the cap, or apply the over-cap policy."""
         available = await asyncio.to_thread(self.ram_available)
         if needed + RAM_MARGIN > available:
@@ -331,7 +330,7 @@ class Hibernator:
         cap = self._cap()
         granted, others = await asyncio.to_thread(self.ledger.reserve_host_bytes, lease.id, needed, cap, lease.host)
         if granted:
-            return None
+            return
         assert cap is not None
         over = others + needed - cap
         cap_text = self.settings.describe_cap(self.ram_total())
@@ -341,12 +340,9 @@ class Hibernator:
         if policy == KEEP_RUNNING or needed > cap:
             self._event("refused", lease, "host_memory", base + " It keeps running on its GPU.")
             raise HibernationRefused("host_memory", base + " It keeps running on its GPU.")
-        if policy == SHUTDOWN:
-            message = base + " The pool's setting shuts it down instead."
-            self._event("culled", lease, "host_memory", message)
-            await self._set_reason(lease.kernel_id, "host_memory")
-            await self.kernels.shutdown(lease.kernel_id, now=False)
-            return Outcome(lease.kernel_id, "shutdown")
+        if policy == SHUTDOWN:  # the caller (the culler) shuts it down, as for any kernel that cannot hibernate
+            raise HibernationRefused("host_memory", base + " The pool's setting says to shut it down instead.",
+                                     keep_running=False)
         assert policy == EVICT_OLDEST
         deadline = self.clock() + self.settings.eviction_warning
         victims = await asyncio.to_thread(self._mark_victims, lease.host, over, deadline)
@@ -398,7 +394,7 @@ class Hibernator:
                        "CUDA IPC or multi-process NCCL. It was left running, untouched, and can only be shut down "
                        "to free its slice.")
             self._unsupported[kernel_id] = message
-            raise HibernationRefused("not_supported", message) from None
+            raise HibernationRefused("not_supported", message, keep_running=False) from None
         except cp.CheckpointError as e:
             await self._unlock(locked)
             raise HibernationRefused("lock_failed", f"Could not pause this kernel's GPU work ({e}); it was left "

@@ -165,6 +165,7 @@ async def test_a_lock_that_times_out_leaves_the_kernel_running_untouched(rig):
     with pytest.raises(HibernationRefused) as err:
         await r.hibernator.hibernate(kid)
     assert err.value.reason == "gpu_busy" and "left running, untouched" in err.value.message
+    assert err.value.keep_running  # for now: the culler leaves it running
     assert r.standin.procs[pid].state == RUNNING and r.standin.procs[pid].checkpoints == 0
     lease = r.lease(kid)
     assert (lease.state, lease.phase, lease.host_bytes) == (ACTIVE, "", 0)
@@ -190,7 +191,7 @@ async def test_an_mps_kernel_cannot_hibernate_and_says_why_before_touching_it(ri
     assert not ok and words in why and "MPS" in why
     with pytest.raises(HibernationRefused) as err:
         await r.hibernator.hibernate("mps-kernel")
-    assert err.value.reason == reason and r.standin.calls == []
+    assert err.value.reason == reason and r.standin.calls == [] and err.value.keep_running is False
     assert pool.ledger.get(lease.id).state == ACTIVE
 
 
@@ -510,15 +511,16 @@ async def test_keep_running_past_the_cap_refuses_and_marks_nobody(rig):
     assert r.lease(old).phase == "" and r.lease(new).state == ACTIVE
 
 
-async def test_shutdown_past_the_cap_shuts_the_new_kernel_down_instead(rig):
+async def test_shutdown_past_the_cap_tells_the_caller_to_shut_the_kernel_down(rig):
     r = rig(host_memory="600MiB", over_cap="shutdown")
     old, _ = await r.gpu_kernel(gpu_bytes=400 * MiB)
     await r.hibernator.hibernate(old)
-    new, _ = await r.gpu_kernel(gpu_bytes=300 * MiB)
-    lease = r.lease(new)
-    out = await r.hibernator.hibernate(new)
-    assert out.action == "shutdown" and new not in r.manager
-    assert r.pool.ledger.get(lease.id).state == RELEASED and r.pool.ledger.get(lease.id).reason == "host_memory"
+    new, pid = await r.gpu_kernel(gpu_bytes=300 * MiB)
+    with pytest.raises(HibernationRefused) as err:
+        await r.hibernator.hibernate(new)
+    assert err.value.reason == "host_memory" and err.value.keep_running is False
+    assert "shut it down instead" in err.value.message
+    assert r.standin.procs[pid].state == RUNNING and r.lease(new).host_bytes == 0 and r.lease(new).phase == ""
 
 
 async def test_a_checkpoint_larger_than_the_free_ram_is_refused(rig):

@@ -1,0 +1,171 @@
+"""Transparent resume: a cell run on a hibernated kernel resumes it, then runs.
+
+jupyter_server hands every kernel websocket to ``ServerApp.kernel_websocket_connection_class``;
+this module subclasses the one in use.  When an ``execute_request`` (or a widget's ``comm_msg``)
+arrives on the shell channel for a kernel that is hibernated (or hibernating, resuming, queued),
+the connection holds it and every shell message after it, starts the resume, and tells the cell
+what is happening: the kernel shows busy and the cell's output reads "Resuming…" (or its place in
+the queue).  Once the kernel runs on its GPU again, the notice is cleared and the held messages go
+to the kernel in their order.  If the resume is refused or fails, each held cell gets an error
+saying why, and the kernel shows idle; nothing waits silently.
+
+Other messages pass straight through: a hibernated kernel answers ``kernel_info``, completion and
+the like on its CPU.  Clients that talk to the kernel's ZMQ ports directly bypass this; they use
+``POST …/resume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+
+from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+
+from ..hibernation import HibernationError
+from ..hibernation.phases import QUEUED
+
+log = logging.getLogger(__name__)
+
+SETTINGS_KEY = "gpu_pool_hibernation"
+HOLD = {"execute_request", "comm_msg"}  # user code: it may touch the GPU
+V1 = "v1.kernel.websocket.jupyter.org"
+
+
+class TransparentResume:
+    """Mixin for a ``ZMQChannelsWebsocketConnection``: holds cells sent to a sleeping kernel."""
+
+    _held: list | None = None
+    _resumer: asyncio.Task | None = None
+
+    @property
+    def _hook(self):
+        return self.websocket_handler.settings.get(SETTINGS_KEY)
+
+    def handle_incoming_message(self, incoming_msg) -> None:
+        if self._held is None:
+            hook = self._hook
+            if hook is None or not hook.asleep(self.kernel_id):
+                return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
+        channel, header = self._peek(incoming_msg)
+        if channel != "shell" or (self._held is None and header.get("msg_type") not in HOLD):
+            return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
+        if self._held is None:
+            self._held = []
+            self._resumer = asyncio.ensure_future(self._resume_then_forward())
+        self._held.append((incoming_msg, header))
+        if header.get("msg_type") == "execute_request":
+            self._send("iopub", "status", {"execution_state": "busy"}, header)
+            self._send("iopub", "display_data", self._notice(), header, transient={"display_id": self._display_id})
+        return None
+
+    # -- the resume -----------------------------------------------------------------------------
+
+    @property
+    def _display_id(self) -> str:
+        if not hasattr(self, "_notice_id"):
+            self._notice_id = f"gpu-pool-resume-{uuid.uuid4().hex}"
+        return self._notice_id
+
+    def _notice(self) -> dict:
+        hook = self._hook
+        position = hook.hibernator.queue_position(self.kernel_id) if hook and hook.hibernator else None
+        if position is not None:
+            text = (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
+                    "The cell runs as soon as the kernel has resumed.")
+        else:
+            text = "Resuming this kernel: its GPU memory is coming back from host RAM. The cell runs next."
+        return {"data": {"text/plain": text}, "metadata": {}}
+
+    async def _resume_then_forward(self) -> None:
+        hook, kernel_id = self._hook, self.kernel_id
+        error: Exception | None = None
+        try:
+            task = hook.start_resume(kernel_id, "cell")
+            shown = hook.hibernator.shown(kernel_id)
+            while not task.done():
+                changed = await hook.hibernator.wait_change(kernel_id, 5.0)
+                if changed != shown or changed == QUEUED:
+                    shown = changed
+                    self._update_notices()
+            task.result()
+        except asyncio.CancelledError:
+            raise
+        except HibernationError as e:
+            error = e
+        except Exception as e:  # a broken resume must still answer the held cells
+            log.exception("kernel %s: transparent resume failed", kernel_id)
+            error = e
+        held, self._held = self._held or [], None
+        for msg, header in held:  # no await in this loop: nothing can slip in between
+            if header.get("msg_type") == "execute_request":
+                self._send("iopub", "clear_output", {"wait": False}, header)
+                if error is not None:
+                    self._fail_cell(header, error)
+                    continue
+            if error is None:
+                super().handle_incoming_message(msg)  # type: ignore[misc]
+
+    def _update_notices(self) -> None:
+        for _msg, header in self._held or []:
+            if header.get("msg_type") == "execute_request":
+                self._send("iopub", "update_display_data", self._notice(), header,
+                           transient={"display_id": self._display_id})
+
+    def _fail_cell(self, header: dict, error: Exception) -> None:
+        text = f"The kernel could not resume, so this cell did not run: {error}"
+        content = {"ename": "GPUPoolResumeError", "evalue": text, "traceback": [text]}
+        self._send("iopub", "error", content, header)
+        self._send("shell", "execute_reply", {"status": "error", "execution_count": None, **content}, header)
+        self._send("iopub", "status", {"execution_state": "idle"}, header)
+
+    # -- the wire -------------------------------------------------------------------------------
+
+    def _peek(self, incoming_msg) -> tuple[str | None, dict]:
+        """The channel and header of a message from the browser, in either websocket protocol."""
+        try:
+            if self.subprotocol == V1:
+                channel, msg_list = deserialize_msg_from_ws_v1(incoming_msg)
+                return channel, self.session.unpack(msg_list[0])
+            msg = json.loads(incoming_msg) if isinstance(incoming_msg, str) else {}
+            return msg.get("channel"), msg.get("header") or {}
+        except Exception:  # not ours to judge: let jupyter_server handle (and log) it
+            return None, {}
+
+    def _send(self, channel: str, msg_type: str, content: dict, parent: dict, transient: dict | None = None) -> None:
+        msg = self.session.msg(msg_type, content, parent=parent)
+        if transient is not None:
+            msg["content"]["transient"] = transient
+        try:
+            if self.subprotocol == V1:
+                self.write_message(serialize_msg_to_ws_v1(msg, channel, self.session.pack), binary=True)
+            else:
+                msg["channel"] = channel
+                self.write_message(json.dumps(msg, default=str))
+        except Exception as e:  # the browser went away: the held cells die with the connection
+            log.debug("kernel %s: could not tell the browser (%s)", self.kernel_id, e)
+
+
+def install_transparent_resume(serverapp, hook, extension_settings: dict | None = None) -> type | None:
+    """Put transparent resume on the server's kernel websockets; returns the class in use, or None
+    where another extension replaced the connection class with one we cannot extend.
+
+    Called while an extension prepares its settings: jupyter_server then copies the extension's
+    ``settings`` over the web app's, so both are set."""
+    targets = [serverapp.web_app.settings] + ([extension_settings] if extension_settings is not None else [])
+    base = serverapp.web_app.settings.get("kernel_websocket_connection_class") or ZMQChannelsWebsocketConnection
+    if issubclass(base, TransparentResume):
+        cls = base
+    elif not issubclass(base, ZMQChannelsWebsocketConnection):
+        log.warning("GPU pool: the kernel websocket class %s is not jupyter_server's; transparent resume is off "
+                    "(users resume hibernated kernels with the Resume button)", base)
+        return None
+    else:
+        cls = type("GPUPoolResumingConnection", (TransparentResume, base), {"__module__": __name__})
+    for settings in targets:
+        settings[SETTINGS_KEY] = hook
+        settings["kernel_websocket_connection_class"] = cls
+    serverapp.kernel_websocket_connection_class = cls
+    return cls
