@@ -260,15 +260,19 @@ class Sampler:
         with self._lock:
             return self._devices.get(gpu_uuid)
 
-    async def run(self, interval: float) -> None:
-        """Sample every ``interval`` seconds until cancelled; NVML runs in a thread."""
+    async def run(self, interval: float, stop: asyncio.Event | None = None) -> None:
+        """Sample every ``interval`` seconds until ``stop`` is set; NVML runs in a thread."""
         ok, why = self.available
         if not ok:
             log.info("GPU telemetry off: %s (per-kernel GPU readings will be null)", why)
             return
-        while True:
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
             try:
                 await asyncio.to_thread(self.sample_once)
             except Exception:  # a driver hiccup must not end telemetry for good
                 log.exception("GPU telemetry sample failed")
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except asyncio.TimeoutError:
+                pass

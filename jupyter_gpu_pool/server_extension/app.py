@@ -150,16 +150,17 @@ class GPUPoolExtension(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self.sampler.run(self.telemetry_interval)),
-                       loop.create_task(self.culler.run(self.cull_interval))]
+        self._stop = asyncio.Event()
+        self._tasks = [loop.create_task(self.sampler.run(self.telemetry_interval, self._stop)),
+                       loop.create_task(self.culler.run(self.cull_interval, self._stop))]
 
     async def stop_extension(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        """Let the loops finish what they are doing (threads cannot be cancelled), then stop."""
+        if getattr(self, "_stop", None) is not None:
+            self._stop.set()
+        if self._tasks:
+            _done, pending = await asyncio.wait(self._tasks, timeout=30)
+            for task in pending:
+                task.cancel()
         self._tasks = []
         await self.culler.stop()

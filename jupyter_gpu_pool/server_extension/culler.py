@@ -42,9 +42,12 @@ class Hibernator(Protocol):
 
     ``hibernate`` moves the kernel's GPU memory to host RAM and marks its lease
     ``hibernated`` in the ledger (``Ledger.hibernate``), which gives the slice back;
-    it returns a dict with ``duration`` (seconds) and ``bytes`` (moved), or raises."""
+    it returns a dict or object with ``duration`` (seconds) and ``bytes`` (moved), or raises.
+    Optional: ``shown(kernel_id)`` (or ``state_of``) -> the state the UI shows (``hibernating``,
+    ``resuming``, ...), and ``emits_events = True`` when the hook emits its own ``hibernated`` /
+    ``resumed`` events (the culler then only journals and counts them)."""
 
-    def can_hibernate(self, kernel_id: str) -> tuple[bool, str | None]: ...
+    def can_hibernate(self, kernel_id: str, lease: Lease | None = None) -> tuple[bool, str | None]: ...
 
     async def hibernate(self, kernel_id: str, reason: str) -> dict: ...
 
@@ -117,7 +120,10 @@ class Culler:
         if hibernator is None:
             return False, "no hibernator is installed on this server"
         try:
-            ok, why = hibernator.can_hibernate(kernel_id)
+            try:  # hooks that take the lease need no ledger read of their own (no I/O on the event loop)
+                ok, why = hibernator.can_hibernate(kernel_id, lease=lease)
+            except TypeError:
+                ok, why = hibernator.can_hibernate(kernel_id)
         except Exception as e:  # the hook must not break a culling pass
             return False, f"the hibernator failed: {e}"
         return bool(ok), why
@@ -165,7 +171,9 @@ class Culler:
         pressure = bool(snapshot.waiters)
         dry_run = self.policy.dry_run
         gpu_active = False
-        for kid, (kernel, lease) in kernels.items():
+        for i, (kid, (kernel, lease)) in enumerate(kernels.items()):
+            if i % 500 == 499:
+                await asyncio.sleep(0)  # thousands of kernels: let requests in between
             self._exempt_from_server_culler(kernel)
             if kid in self.in_flight:
                 continue
@@ -202,15 +210,18 @@ class Culler:
         if spec is not None and spec.metadata.get("cull_idle_timeout") != SERVER_CULLER_EXEMPT:
             spec.metadata["cull_idle_timeout"] = SERVER_CULLER_EXEMPT
 
-    async def run(self, interval: float) -> None:
-        while True:
+    async def run(self, interval: float, stop: asyncio.Event) -> None:
+        """Pass after pass until ``stop`` is set; a pass under way finishes first (its ledger work
+        runs in threads, which a cancellation would leave running behind a closed ledger)."""
+        while not stop.is_set():
             try:
                 await self.pass_once()
-            except asyncio.CancelledError:
-                raise
             except Exception:  # one bad pass must not end culling for good
                 log.exception("GPU pool culling pass failed")
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
 
     # -- carrying decisions out -----------------------------------------------------------------
 
@@ -297,8 +308,9 @@ class Culler:
                                       reason=reason, detail=detail)
         except Exception:
             log.exception("could not journal %s of kernel %s", kind, lease.kernel_id)
-        self.emit(kind, kernel_id=lease.kernel_id, user=lease.owner, reason=reason, message=message,
-                  profile=lease.profile, deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes)
+        if not (kind == "hibernated" and not dry_run and getattr(self.hibernator, "emits_events", False)):
+            self.emit(kind, kernel_id=lease.kernel_id, user=lease.owner, reason=reason, message=message,
+                      profile=lease.profile, deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes)
         metrics.count(kind, reason, dry_run)
         (log.warning if kind in ("culled", "hibernated") and not dry_run else log.info)(
             "GPU pool %s%s kernel %s of %s: %s", "(dry run) " if dry_run else "", kind, lease.kernel_id,
@@ -363,7 +375,8 @@ class Culler:
         for kid, (_, lease) in kernels.items():
             r = self.sampler.reading(kid)
             per_kernel[kid] = (lease.owner, lease.profile, r.utilization if r else None, r.memory_used if r else None)
-        devices = {u.gpu.uuid: d for u in snapshot.gpus if (d := self.sampler.device_utilization(u.gpu.uuid)) is not None}
+        devices = {u.gpu.uuid: d for u in snapshot.gpus
+                   if (d := self.sampler.device_utilization(u.gpu.uuid)) is not None}
         profiles = getattr(getattr(self.backend, "settings", None), "profiles", {})
         metrics.COLLECTOR.view = metrics.MetricsView(snapshot, profiles, devices, per_kernel)
 

@@ -63,7 +63,8 @@ class PoolCollector:
             ("gpu_slices_free", "Slices of each profile that still fit on each GPU", ["gpu", "profile"]),
             ("gpu_utilization_percent", "Device utilization from NVML (detected GPUs only)", ["gpu"]),
             ("leases", "Leases by state (queued: requests waiting for a slice)", ["state"]),
-            ("kernel_gpu_utilization_percent", "Per-kernel GPU utilization from NVML", ["kernel_id", "user", "profile"]),
+            ("kernel_gpu_utilization_percent", "Per-kernel GPU utilization from NVML",
+             ["kernel_id", "user", "profile"]),
             ("kernel_gpu_memory_used_bytes", "Per-kernel GPU memory from NVML", ["kernel_id", "user", "profile"]),
         )}
         for u in view.snapshot.gpus:

@@ -17,6 +17,7 @@ from .culler import HIBERNATING, Culler
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
 RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
 DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released")
+TRANSIENT = ("hibernating", "resuming", "queued")
 
 
 def _iso_ts(value) -> float | None:
@@ -55,10 +56,15 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
     waiter = next((w for w in snapshot.waiters if w.kernel_id == kid), None)
     if waiter is not None:
         state, queue_position = "queued", waiter.position
+    phase = getattr(lease, "phase", "")  # the ledger's transient phase, where the ledger keeps one
+    if phase in TRANSIENT:
+        state = phase
     hibernator = culler.hibernator
-    state_of = getattr(hibernator, "state_of", None)
-    if here and callable(state_of):  # the hibernation hook may know of a resume under way
-        state = state_of(kid) or state
+    state_of = getattr(hibernator, "state_of", None) or getattr(hibernator, "shown", None)
+    if here and callable(state_of):  # the hibernation hook knows of a move under way
+        shown = state_of(kid)
+        if shown in TRANSIENT or shown == HIBERNATED:
+            state = shown
     execution_state = getattr(kernel, "execution_state", None) if here else None
     last_activity = _iso_ts(getattr(kernel, "last_activity", None)) if here else None
     reading = culler.sampler.reading(kid) if here and lease.state != HIBERNATED else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import pytest_asyncio
 from jupyter_server.auth.identity import IdentityProvider, User
-
 from server_helpers import ScriptedReadings  # noqa: F401  (re-exported for tests)
 
 OWNER = "alice"

@@ -116,6 +116,16 @@ class EventStream:
         return await self.next(lambda e: e.get("schema_id") == SCHEMA_ID and e.get("action") == action
                                and e.get("kernel_id") == kernel_id, timeout)
 
+    async def through(self, action: str, kernel_id: str, timeout: float = 60.0) -> list[dict]:
+        """This kernel's pool events, in order, up to and including the first ``action``."""
+        from jupyter_gpu_pool.server_extension.events import SCHEMA_ID
+
+        seen = []
+        while not seen or seen[-1]["action"] != action:
+            seen.append(await self.next(lambda e: e.get("schema_id") == SCHEMA_ID and e.get("kernel_id") == kernel_id,
+                                        timeout))
+        return seen
+
     def pool_actions(self, kernel_id: str) -> list[str]:
         from jupyter_gpu_pool.server_extension.events import SCHEMA_ID
 

@@ -54,13 +54,15 @@ async def test_idle_kernel_is_warned_then_culled_and_its_lease_released(jp_fetch
     assert warned["reason"] == "idle" and warned["user"] == "alice" and warned["profile"] == "small"
     assert warned["deadline"] >= time.time() + 0.5 and warned["dry_run"] is False
     warning = my_kernel(body(await jp_fetch(*ME)), kid)["warning"]
-    assert warning["reason"] == "idle" and warning["deadline"] == warned["deadline"]
+    # (the kernel's own start-up messages may still count as activity: a warning withdrawn and given again)
+    assert warning["reason"] == "idle" and warning["deadline"] >= warned["deadline"]
     assert warning["action"] == "shutdown"  # the rule says hibernate, but no hibernator is installed
     assert kid in await kernel_ids(jp_fetch)
 
-    culled = await events.pool_action("culled", kid)
-    assert time.time() >= warned["deadline"] - 0.05
+    seen = await events.through("culled", kid)
+    culled = seen[-1]
     assert culled["reason"] == "idle" and "hibernation unavailable" in culled["message"]
+    last_warning = ([e for e in seen if e["action"] == "warned"] or [warned])[-1]
     await wait_until(lambda: gone(jp_fetch, kid), what="the culled kernel to be gone")
     lease = await wait_until(lambda: (lease := lease_of(pool_home, kid)).state == RELEASED and lease,
                              what="the lease released")
@@ -68,6 +70,7 @@ async def test_idle_kernel_is_warned_then_culled_and_its_lease_released(jp_fetch
     kinds = [(e.kind, e.reason) for e in journal(pool_home, kid)]
     assert ("warned", "idle") in kinds and ("culled", "idle") in kinds and ("released", lease.reason) in kinds
     culled_entry = next(e for e in journal(pool_home, kid) if e.kind == "culled")
+    assert culled_entry.at >= last_warning["deadline"]  # acted on no sooner than it said
     assert culled_entry.detail["note"].startswith("hibernation unavailable (no hibernator is installed")
     recent = body(await jp_fetch(*ME))["recent"]
     assert any(r["kind"] == "culled" and r["kernel_id"] == kid and r["reason"] == "idle" for r in recent)
@@ -113,7 +116,8 @@ async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_ho
     kid = await start_kernel(jp_fetch)
     await events.pool_action("warned", kid)
 
-    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST", body=json.dumps({"seconds": 4}))
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST",
+                       body=json.dumps({"seconds": 4}))
     snoozed = body(r)
     assert r.code == 200 and snoozed["kernel_id"] == kid
     assert snoozed["warning"] is None and "snooze" not in snoozed["actions"]
@@ -121,6 +125,7 @@ async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_ho
     assert time.time() + 3 < until <= time.time() + 4.1
     event = await events.pool_action("snoozed", kid)
     assert event["reason"] == "user" and event["deadline"] == until
+    events.received.clear()  # whatever came before the snooze
 
     with pytest.raises(Exception) as refused:  # one snooze only
         await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST", body="{}")
@@ -129,12 +134,12 @@ async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_ho
 
     await asyncio.sleep(max(until - time.time() - 0.5, 0))
     assert kid in await kernel_ids(jp_fetch)  # survives its snooze
-    again = await events.pool_action("warned", kid)
-    assert again["deadline"] >= until - 0.01  # warned again, never acted on without warning
-    await events.pool_action("culled", kid)
-    assert time.time() >= until
-    kinds = [e.kind for e in journal(pool_home, kid) if e.kind in ("warned", "snoozed", "culled")]
-    assert kinds == ["warned", "snoozed", "warned", "culled"]
+    seen = await events.through("culled", kid)
+    assert [e["action"] for e in seen] == ["warned", "culled"]  # warned again, never acted on without warning
+    assert seen[0]["deadline"] >= until - 0.01
+    entries = [e for e in journal(pool_home, kid) if e.kind in ("warned", "snoozed", "culled")]
+    assert [e.kind for e in entries][-3:] == ["snoozed", "warned", "culled"]
+    assert [e.kind for e in entries].count("snoozed") == 1 and entries[-1].at >= until
     events.close()
 
 
@@ -215,12 +220,13 @@ async def test_dry_run_decides_and_reports_without_acting(jp_fetch, jp_ws_fetch,
     assert lease_of(pool_home, kid).state == "active"
     assert my_kernel(body(await jp_fetch(*ME)), kid)["warning"] is None  # users are not warned in a dry run
     entries = [e for e in journal(pool_home, kid) if e.kind in ("warned", "culled")]
-    assert [e.kind for e in entries] == ["warned", "culled"]  # reported once, not every pass
+    assert [e.kind for e in entries].count("culled") == 1 and entries[-1].kind == "culled"  # reported once
     assert all(e.detail["dry_run"] and e.detail["rule"] == "trial" for e in entries)
     pool = body(await jp_fetch("gpu-pool", "api", "v1", "pool", headers={"Authorization": "token root-token"}))
     assert pool["policy"]["dry_run"] is True
     assert {(d["kind"], d["dry_run"]) for d in pool["decisions"] if d["kernel_id"] == kid} == {
         ("warned", True), ("culled", True)}
+    assert not any(r["kernel_id"] == kid for r in body(await jp_fetch(*ME))["recent"])  # not the user's news
     events.close()
 
 

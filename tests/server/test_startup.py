@@ -23,7 +23,8 @@ def test_bad_policy_stops_the_server_at_start(tmp_path):
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_DATA_DIR": str(data),
            "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_PLATFORM_DIRS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--port=0", f"--ServerApp.root_dir={tmp_path}",
+        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", "--port=0",
+         f"--ServerApp.root_dir={tmp_path}",
          "--ServerApp.jpserver_extensions={'jupyter_gpu_pool': True}"],
         env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
