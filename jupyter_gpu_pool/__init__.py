@@ -11,3 +11,8 @@ def _app():
     from .server_extension.app import GPUPoolExtension
 
     return GPUPoolExtension
+
+
+def _jupyter_labextension_paths():
+    """Where the prebuilt JupyterLab extension lies (``jupyter labextension develop`` links it)."""
+    return [{"src": "labextension", "dest": "jupyter-gpu-pool"}]

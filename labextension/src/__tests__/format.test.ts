@@ -1,0 +1,125 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import {
+  baseName,
+  formatAgo,
+  formatBytes,
+  formatClock,
+  formatCountdown,
+  formatDuration,
+  formatPercent,
+  formatUsedOf,
+  plural,
+  sparklinePoints,
+  trimNumber
+} from '../format';
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+
+describe('formatBytes', () => {
+  it('writes GiB with at most one decimal and no trailing zero', () => {
+    assert.equal(formatBytes(10 * GiB), '10 GiB');
+    assert.equal(formatBytes(1.5 * GiB), '1.5 GiB');
+    assert.equal(formatBytes(80 * GiB), '80 GiB');
+    assert.equal(formatBytes(2.04 * GiB), '2 GiB');
+  });
+  it('writes MiB below a GiB and 0 as 0 GiB', () => {
+    assert.equal(formatBytes(512 * MiB), '512 MiB');
+    assert.equal(formatBytes(0), '0 GiB');
+  });
+  it('writes a dash where there is no reading', () => {
+    assert.equal(formatBytes(null), '–');
+    assert.equal(formatBytes(undefined), '–');
+  });
+});
+
+describe('formatUsedOf', () => {
+  it('writes used/limit in the limit’s unit, as the status bar shows it', () => {
+    assert.equal(formatUsedOf(10 * GiB, 40 * GiB), '10/40 GiB');
+    assert.equal(formatUsedOf(0, 40 * GiB), '0/40 GiB');
+    assert.equal(formatUsedOf(2.5 * GiB, 40 * GiB), '2.5/40 GiB');
+    assert.equal(formatUsedOf(256 * MiB, 512 * MiB), '256/512 MiB');
+  });
+  it('writes only the use without a limit', () => {
+    assert.equal(formatUsedOf(10 * GiB, null), '10 GiB');
+  });
+});
+
+describe('durations and times', () => {
+  it('formatDuration picks the unit a person would say', () => {
+    assert.equal(formatDuration(0), '0 s');
+    assert.equal(formatDuration(45), '45 s');
+    assert.equal(formatDuration(28 * 60 + 10), '28 min');
+    assert.equal(formatDuration(3600), '1 h');
+    assert.equal(formatDuration(3900), '1 h 5 min');
+    assert.equal(formatDuration(2 * 86400 + 3 * 3600), '2 d 3 h');
+    assert.equal(formatDuration(-5), '0 s');
+  });
+  it('formatCountdown ticks down in m:ss and never goes negative', () => {
+    assert.equal(formatCountdown(9), '0:09');
+    assert.equal(formatCountdown(245), '4:05');
+    assert.equal(formatCountdown(3723), '1:02:03');
+    assert.equal(formatCountdown(8.2), '0:09');
+    assert.equal(formatCountdown(-3), '0:00');
+  });
+  it('formatClock writes hours and minutes', () => {
+    // The test script runs with TZ=UTC.
+    assert.equal(formatClock(Date.UTC(2024, 10, 22, 14, 5, 59) / 1000), '14:05');
+  });
+  it('formatAgo', () => {
+    assert.equal(formatAgo(1000, 995), 'just now');
+    assert.equal(formatAgo(1000, 1000 - 180), '3 min ago');
+  });
+});
+
+describe('small words', () => {
+  it('formatPercent rounds and writes a dash for no reading', () => {
+    assert.equal(formatPercent(37.4), '37%');
+    assert.equal(formatPercent(null), '–');
+  });
+  it('plural', () => {
+    assert.equal(plural(1, 'kernel'), '1 kernel');
+    assert.equal(plural(0, 'kernel'), '0 kernels');
+  });
+  it('baseName keeps the notebook’s file name', () => {
+    assert.equal(baseName('analysis/Untitled.ipynb'), 'Untitled.ipynb');
+    assert.equal(baseName('a.ipynb'), 'a.ipynb');
+  });
+  it('trimNumber', () => {
+    assert.equal(trimNumber(40), '40');
+    assert.equal(trimNumber(2.5), '2.5');
+    assert.equal(trimNumber(2.04), '2');
+  });
+});
+
+describe('sparklinePoints', () => {
+  it('maps time to x over the window and percent to y (100% at the top)', () => {
+    const points = sparklinePoints(
+      [
+        [700, 0],
+        [850, 50],
+        [1000, 100]
+      ],
+      1000,
+      300,
+      100,
+      24
+    );
+    assert.equal(points, '0,24 50,12 100,0');
+  });
+  it('drops samples outside the window and clamps percentages', () => {
+    const points = sparklinePoints(
+      [
+        [100, 50],
+        [1000, 150]
+      ],
+      1000,
+      300,
+      100,
+      24
+    );
+    assert.equal(points, '100,0');
+  });
+});

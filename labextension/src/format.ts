@@ -1,0 +1,133 @@
+/**
+ * Formatting of sizes, times and percentages, the way the whole UI writes them.
+ *
+ * Pure functions: no DOM, no JupyterLab, so that they are unit-tested in Node.
+ */
+
+const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
+
+/** Up to `digits` decimals, without trailing zeros: 2.50 -> "2.5", 40.0 -> "40". */
+export function trimNumber(value: number, digits = 1): string {
+  const fixed = value.toFixed(digits);
+  return fixed.includes('.') ? fixed.replace(/\.?0+$/, '') : fixed;
+}
+
+/** A size in binary units: "10 GiB", "512 MiB", "1.5 GiB", "0 GiB". */
+export function formatBytes(bytes: number | null | undefined): string {
+  if (bytes === null || bytes === undefined || !isFinite(bytes)) {
+    return '–';
+  }
+  if (bytes === 0) {
+    return '0 GiB';
+  }
+  if (Math.abs(bytes) >= GiB) {
+    return `${trimNumber(bytes / GiB)} GiB`;
+  }
+  if (Math.abs(bytes) >= MiB) {
+    return `${trimNumber(bytes / MiB, 0)} MiB`;
+  }
+  return `${trimNumber(bytes / 1024, 0)} KiB`;
+}
+
+/**
+ * "used/limit GiB" in the limit's unit, as the status bar writes it: "10/40 GiB".
+ * Without a limit: "10 GiB".
+ */
+export function formatUsedOf(used: number, limit: number | null | undefined): string {
+  if (limit === null || limit === undefined) {
+    return formatBytes(used);
+  }
+  const unit = limit >= GiB || limit === 0 ? GiB : MiB;
+  const name = unit === GiB ? 'GiB' : 'MiB';
+  return `${trimNumber(used / unit)}/${trimNumber(limit / unit)} ${name}`;
+}
+
+/** A utilization percentage: "37%"; null (no reading) -> "–". */
+export function formatPercent(value: number | null | undefined): string {
+  if (value === null || value === undefined || !isFinite(value)) {
+    return '–';
+  }
+  return `${Math.round(value)}%`;
+}
+
+/** A duration for sentences: "45 s", "28 min", "1 h 5 min", "2 d 3 h". */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  const minutes = Math.floor(s / 60);
+  if (minutes < 60) {
+    return `${minutes} min`;
+  }
+  const hours = Math.floor(minutes / 60);
+  if (hours < 24) {
+    const rest = minutes % 60;
+    return rest ? `${hours} h ${rest} min` : `${hours} h`;
+  }
+  const days = Math.floor(hours / 24);
+  const rest = hours % 24;
+  return rest ? `${days} d ${rest} h` : `${days} d`;
+}
+
+/** A ticking countdown: "0:09", "4:05", "1:02:03"; never negative. */
+export function formatCountdown(seconds: number): string {
+  const s = Math.max(0, Math.ceil(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const sec = s % 60;
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return h > 0 ? `${h}:${pad(m)}:${pad(sec)}` : `${m}:${pad(sec)}`;
+}
+
+/** A wall-clock time of day, "14:05", in the browser's time zone. */
+export function formatClock(unixSeconds: number): string {
+  const d = new Date(unixSeconds * 1000);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+/** How long ago, for lists of past events: "just now", "3 min ago". */
+export function formatAgo(now: number, then: number): string {
+  const s = now - then;
+  if (s < 10) {
+    return 'just now';
+  }
+  return `${formatDuration(s)} ago`;
+}
+
+/** "1 kernel", "2 kernels". */
+export function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/** The notebook's file name without its folders: "analysis/Untitled.ipynb" -> "Untitled.ipynb". */
+export function baseName(path: string): string {
+  const parts = path.split('/').filter(Boolean);
+  return parts.length ? parts[parts.length - 1] : path;
+}
+
+/**
+ * Points of an SVG polyline for a sparkline of [time, percent] samples over the
+ * window ending at `now`: x by time (left = now - window), y by percent (top = 100).
+ */
+export function sparklinePoints(
+  samples: ReadonlyArray<readonly [number, number]>,
+  now: number,
+  windowSeconds: number,
+  width: number,
+  height: number
+): string {
+  const start = now - windowSeconds;
+  const clamp = (v: number, lo: number, hi: number) =>
+    Math.min(hi, Math.max(lo, v));
+  return samples
+    .filter(([t]) => t >= start && t <= now)
+    .map(([t, p]) => {
+      const x = ((t - start) / windowSeconds) * width;
+      const y = height - (clamp(p, 0, 100) / 100) * height;
+      return `${trimNumber(x, 1)},${trimNumber(y, 1)}`;
+    })
+    .join(' ');
+}

@@ -1,0 +1,159 @@
+/**
+ * The client's picture of the pool: GET me every few seconds (paused while the
+ * browser tab is hidden), GET pool for admins while the pool view is open, and
+ * the pushed kernel-action events, which trigger an immediate refresh.
+ */
+
+import type { Event } from '@jupyterlab/services';
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { PoolApiError, PoolClient } from './api';
+import type { IKernelActionEvent, IMe, IPool } from './types';
+import { KERNEL_ACTION_SCHEMA } from './types';
+
+export interface IPoolModelOptions {
+  client: PoolClient;
+  events?: Event.IManager;
+  /** Milliseconds between two reads of GET me. */
+  interval?: number;
+}
+
+export class PoolModel {
+  constructor(options: IPoolModelOptions) {
+    this.client = options.client;
+    const interval = options.interval ?? 3000;
+    this._mePoll = new Poll({
+      auto: true,
+      factory: () => this._readMe(),
+      frequency: { interval, backoff: true, max: 60 * 1000 },
+      name: 'jupyter-gpu-pool:me',
+      standby: 'when-hidden'
+    });
+    this._poolPoll = new Poll({
+      auto: false,
+      factory: () => this._readPool(),
+      frequency: { interval: interval * 2, backoff: true, max: 60 * 1000 },
+      name: 'jupyter-gpu-pool:pool',
+      standby: () => (this._poolWanted ? 'when-hidden' : true)
+    });
+    if (options.events) {
+      options.events.stream.connect(this._onEvent, this);
+    }
+  }
+
+  readonly client: PoolClient;
+
+  /** The last GET me, or null before the first answer (or when there is no pool). */
+  get me(): IMe | null {
+    return this._me;
+  }
+
+  /** Why there is no `me`: the server's message, or null. */
+  get error(): string | null {
+    return this._error;
+  }
+
+  get pool(): IPool | null {
+    return this._pool;
+  }
+
+  get poolError(): string | null {
+    return this._poolError;
+  }
+
+  /** The server's clock now, from the offset measured at the last read. */
+  serverNow(): number {
+    return Date.now() / 1000 + this._offset;
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get kernelEvent(): ISignal<this, IKernelActionEvent> {
+    return this._kernelEvent;
+  }
+
+  /** Read GET me now (after an action, or when an event says something changed). */
+  refresh(): Promise<void> {
+    return this._mePoll.refresh();
+  }
+
+  /** Poll GET pool while the admin pool view is shown. */
+  set poolWanted(value: boolean) {
+    if (value === this._poolWanted) {
+      return;
+    }
+    this._poolWanted = value;
+    if (value) {
+      void this._poolPoll.start().then(() => this._poolPoll.refresh());
+    } else {
+      void this._poolPoll.stop();
+    }
+  }
+
+  dispose(): void {
+    this._mePoll.dispose();
+    this._poolPoll.dispose();
+    Signal.clearData(this);
+  }
+
+  private async _readMe(): Promise<void> {
+    try {
+      const me = await this.client.me();
+      this._offset = me.now - Date.now() / 1000;
+      this._me = me;
+      this._error = null;
+    } catch (error) {
+      if (error instanceof PoolApiError && error.status !== 0) {
+        // The server answered: it has no pool for us (say why, keep polling slowly).
+        this._me = null;
+        this._error = error.message;
+      } else {
+        this._error = this._me ? this._error : String((error as Error).message ?? error);
+      }
+      this._changed.emit();
+      throw error; // the Poll backs off
+    }
+    this._changed.emit();
+  }
+
+  private async _readPool(): Promise<void> {
+    try {
+      this._pool = await this.client.pool();
+      this._poolError = null;
+    } catch (error) {
+      this._poolError = (error as Error).message;
+      this._changed.emit();
+      throw error;
+    }
+    this._changed.emit();
+  }
+
+  private _onEvent(_: unknown, emission: Event.Emission): void {
+    if (emission.schema_id !== KERNEL_ACTION_SCHEMA) {
+      return;
+    }
+    const event = emission as unknown as IKernelActionEvent;
+    if (this._me && event.user && event.user !== this._me.user) {
+      return; // another user's kernel on a shared server: not ours to show
+    }
+    this._kernelEvent.emit(event);
+    void this.refresh();
+    if (this._poolWanted) {
+      void this._poolPoll.refresh();
+    }
+  }
+
+  private _me: IMe | null = null;
+  private _error: string | null = null;
+  private _pool: IPool | null = null;
+  private _poolError: string | null = null;
+  private _offset = 0;
+  private _poolWanted = false;
+  private _mePoll: Poll;
+  private _poolPoll: Poll;
+  private _changed = new Signal<this, void>(this);
+  private _kernelEvent = new Signal<this, IKernelActionEvent>(this);
+}
