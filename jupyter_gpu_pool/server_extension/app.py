@@ -81,9 +81,11 @@ class GPUPoolExtension(ExtensionApp):
     ).tag(config=True)
 
     hibernator_class = Type(
-        default_value=None, allow_none=True, klass=object,
+        default_value="jupyter_gpu_pool.server_extension.hibernation_hook.PoolHibernation", allow_none=True,
+        klass=object,
         help="""The hibernation hook: a class built as ``hibernator_class(parent=extension)`` whose instances
         have can_hibernate(kernel_id), async hibernate(kernel_id, reason) and async resume(kernel_id).
+        The default moves idle kernels' GPU memory to host RAM (docs/hibernation.md).
         None: rules whose action is 'hibernate' shut kernels down instead, and say why.""",
     ).tag(config=True)
 
@@ -164,3 +166,5 @@ class GPUPoolExtension(ExtensionApp):
                 task.cancel()
         self._tasks = []
         await self.culler.stop()
+        if hasattr(self.hibernator, "stop"):
+            await self.hibernator.stop()

@@ -256,6 +256,11 @@ class Culler:
                 try:
                     result = await self.hibernator.hibernate(kid, reason)  # type: ignore[union-attr]
                 except Exception as e:
+                    if getattr(e, "keep_running", False):  # refused for now (busy GPU, host RAM): leave it be
+                        log.info("kernel %s: not hibernated now, it keeps running: %s", kid, e)
+                        await self.record("refused", lease, getattr(e, "reason", "hibernation_refused"), str(e),
+                                          rule, action=action)
+                        return
                     log.warning("kernel %s: hibernation failed (%s); shutting it down instead", kid, e)
                     note = f"hibernation failed ({e}), so shut down instead"
                     action = P.SHUTDOWN

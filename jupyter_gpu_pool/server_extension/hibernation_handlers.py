@@ -16,7 +16,7 @@ from tornado import web
 
 from ..hibernation.phases import IN_FLIGHT, QUEUED, RESUMING
 from ..pool import HIBERNATED
-from .handlers import API, _KERNEL_ID, PoolAPIHandler, _error
+from .handlers import _KERNEL_ID, API, PoolAPIHandler, _error
 
 SETTLE = 0.5  # seconds to let the resume say whether it runs or waits in the queue before answering
 

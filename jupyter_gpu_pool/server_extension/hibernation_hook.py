@@ -23,8 +23,10 @@ from .hibernation_websocket import install_transparent_resume
 log = logging.getLogger(__name__)
 
 # Events the culler or the ledger's journal already announce (emitting them here would double them):
-# "queued" (the culler emits one per new waiter), refusals the ledger journals (quota, pool full).
-_ANNOUNCED_ELSEWHERE = {("queued", None), ("refused", "quota_exceeded"), ("refused", "pool_exhausted")}
+# "queued" (the culler emits one per new waiter), refusals the ledger journals (quota, pool full),
+# and refusals of a hibernation the culler asked for (it records them as "refused" itself).
+_ANNOUNCED_ELSEWHERE = {("queued", None), ("refused", "quota_exceeded"), ("refused", "pool_exhausted"),
+                        ("refused", "host_memory")}
 # Events only this hook knows of: journaled so that the user's "recent" list explains them.
 _JOURNALED = {"warned", "culled", "refused"}
 

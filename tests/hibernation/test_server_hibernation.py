@@ -305,3 +305,28 @@ async def test_messages_to_an_awake_kernel_pass_straight_through(server, channel
     assert [k for _c, k, _ in got if k in ("display_data", "clear_output")] == []
     assert "hi\n" in texts(got)
     assert standin.calls == []  # nothing asked of the driver
+
+
+@pytest.mark.pool_settings(hibernation_lock_timeout=0.5)
+async def test_a_refusal_for_now_leaves_the_kernel_running_and_the_user_is_told_why(server, standin, events):
+    kid, pid = await server.gpu_kernel()
+    standin.busy_for(pid, 120)  # GPU work in flight that outlasts the lock timeout
+    r = await server.post(kid, "release")
+    assert r.code == 202 and body(r)["action"] == "hibernate"
+    refused = await events.action("refused", kid)
+    assert refused["reason"] == "gpu_busy" and "left running, untouched" in refused["message"]
+    me = body(await server.fetch(*API, "me"))
+    assert any(item["kind"] == "refused" and item["kernel_id"] == kid and item["reason"] == "gpu_busy"
+               for item in me["recent"])
+    assert kid in server.ext.serverapp.kernel_manager  # not shut down instead
+    assert server.lease(kid).state == "active" and standin.procs[pid].state == cp.ProcessState.RUNNING
+    assert (await server.me_kernel(kid))["state"] == "active"
+
+
+async def test_the_hook_is_the_extensions_default_and_installs_transparent_resume(jp_serverapp):
+    from jupyter_gpu_pool.server_extension.app import GPUPoolExtension
+    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
+    from jupyter_gpu_pool.server_extension.hibernation_websocket import TransparentResume
+
+    assert GPUPoolExtension().hibernator_class is PoolHibernation
+    assert issubclass(jp_serverapp.web_app.settings["kernel_websocket_connection_class"], TransparentResume)

@@ -46,6 +46,7 @@ async def gone(jp_fetch, kernel_id):
 
 
 @pytest.mark.policy(rules=[{"name": "short", "idle_timeout": 3, "gpu_idle_timeout": None, "warn": 1.5}])
+@pytest.mark.extension(hibernator_class=None)
 async def test_idle_kernel_is_warned_then_culled_and_its_lease_released(jp_fetch, jp_ws_fetch, pool_home):
     events = await subscribe(jp_ws_fetch)
     kid = await start_kernel(jp_fetch)
@@ -78,15 +79,19 @@ async def test_idle_kernel_is_warned_then_culled_and_its_lease_released(jp_fetch
 
 
 @pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 1, "action": "shutdown"}])
-async def test_busy_kernel_is_not_culled(jp_fetch, jp_ws_fetch, ext):
+async def test_busy_kernel_is_not_culled(jp_fetch, jp_ws_fetch, ext, pool_home):
     events = await subscribe(jp_ws_fetch)
     kid = await start_kernel(jp_fetch)
     ws = await execute(jp_ws_fetch, kid, "import time; time.sleep(7)")  # trains without printing a thing
     km = ext.serverapp.kernel_manager
     await wait_until(lambda: km.get_kernel(kid).execution_state == "busy", what="the kernel busy")
+    busy_at = time.time()
     await asyncio.sleep(5)  # well past idle_timeout + warn
     assert kid in await kernel_ids(jp_fetch)
-    assert "warned" not in events.pool_actions(kid) and "culled" not in events.pool_actions(kid)
+    await events.drain()
+    assert "culled" not in events.pool_actions(kid)
+    # (a warning given while the kernel was still starting is withdrawn once it is busy)
+    assert not [e for e in journal(pool_home, kid) if e.kind == "warned" and e.at > busy_at + 0.5]
     # once the cell is done, the idle clock starts from its end
     await events.pool_action("culled", kid, timeout=60)
     ws.close()
@@ -171,7 +176,7 @@ async def _connections(jp_fetch, kid) -> bool:
 
 
 @pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": 2, "warn": 1, "action": "shutdown"}])
-async def test_gpu_use_keeps_the_kernel_and_the_server_active(jp_fetch, jp_ws_fetch, ext):
+async def test_gpu_use_keeps_the_kernel_and_the_server_active(jp_fetch, jp_ws_fetch, ext, pool_home):
     events = await subscribe(jp_ws_fetch)
     ScriptedReadings.set(memory=2 * GiB, utilization=80.0)  # training, printing nothing
     kid = await start_kernel(jp_fetch)
@@ -180,7 +185,10 @@ async def test_gpu_use_keeps_the_kernel_and_the_server_active(jp_fetch, jp_ws_fe
     await asyncio.sleep(5)  # no request, no kernel message: only the GPU is busy
     after = _when(body(await jp_fetch("api", "status"))["last_activity"])
     assert (after - before).total_seconds() >= 3  # JupyterHub's idle culler sees the server active
-    assert kid in await kernel_ids(jp_fetch) and "warned" not in events.pool_actions(kid)
+    assert kid in await kernel_ids(jp_fetch)
+    await events.drain()
+    assert "culled" not in events.pool_actions(kid)
+    assert not [e for e in journal(pool_home, kid) if e.kind == "warned" and e.at > time.time() - 4]
     k = my_kernel(body(await jp_fetch(*ME)), kid)
     assert k["utilization"]["current"] == 80.0 and k["memory_used"] == 2 * GiB
     assert len(k["utilization"]["samples"]) >= 5 and all(u == 80.0 for _, u in k["utilization"]["samples"])
@@ -307,3 +315,27 @@ async def test_release_hibernates_where_the_rule_and_kernel_allow(jp_fetch, pool
     r = await jp_fetch("gpu-pool", "api", "v1", "kernels", half, "release", method="POST", body="{}")
     assert body(r)["action"] == "shutdown"
     await wait_until(lambda: gone(jp_fetch, half))
+
+
+@pytest.mark.pool_settings(default_user_quota={"kernels": 1})
+async def test_quota_refusals_and_queueing_are_events(jp_fetch, jp_ws_fetch, ext, pool_home):
+    from tornado.httpclient import HTTPClientError
+
+    from jupyter_gpu_pool.pool import SliceSpec
+
+    events = await subscribe(jp_ws_fetch)
+    await wait_until(lambda: ext.culler.passes >= 1, what="the first pass")
+    await start_kernel(jp_fetch)
+    with pytest.raises(HTTPClientError) as refused:
+        await start_kernel(jp_fetch)  # a second kernel passes alice's quota of one
+    assert refused.value.code == 403
+    event = await events.next(lambda e: e.get("action") == "refused")
+    assert event["reason"] == "quota_exceeded" and event["user"] == "alice" and "GPU quota exceeded" in event["message"]
+    recent = body(await jp_fetch(*ME))["recent"]
+    assert any(r["kind"] == "refused" and r["reason"] == "quota_exceeded" for r in recent)
+
+    waiter = pool_home.ledger().enqueue("alice", "waiting-kernel", "whole", SliceSpec(whole=True))
+    queued = await events.pool_action("queued", "waiting-kernel")
+    assert "position 1" in queued["message"]
+    pool_home.ledger().dequeue(waiter.id)
+    events.close()
