@@ -126,6 +126,17 @@ class EventStream:
                                         timeout))
         return seen
 
+    async def drain(self, quiet: float = 0.5) -> None:
+        """Read whatever has arrived (into ``received``) until nothing comes for ``quiet`` seconds."""
+        while True:
+            try:
+                message = await asyncio.wait_for(self.ws.read_message(), quiet)
+            except asyncio.TimeoutError:
+                return
+            if message is None:
+                return
+            self.received.append(json.loads(message))
+
     def pool_actions(self, kernel_id: str) -> list[str]:
         from jupyter_gpu_pool.server_extension.events import SCHEMA_ID
 
