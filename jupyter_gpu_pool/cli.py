@@ -75,7 +75,7 @@ def render_status(pool: LocalPool, snap: Snapshot) -> str:
                 [lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile,
                  "whole" if lease.whole else format_size(lease.memory) +
                  (f" · {lease.sm_percent}%" if lease.sm_percent else ""),
-                 lease.isolation, lease.state, format_age(snap.at - lease.created), lease.label or "-"]
+                 lease.isolation, lease.phase or lease.state, format_age(snap.at - lease.created), lease.label or "-"]
                 for lease in leases
             ]
             table = _table(rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "SLICE", "ISOLATION", "STATE", "AGE",
@@ -86,9 +86,10 @@ def render_status(pool: LocalPool, snap: Snapshot) -> str:
     if hibernated:
         out.append("Hibernated (no GPU held; memory in host RAM):")
         rows = [[lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile, format_size(lease.host_bytes),
-                 format_age(snap.at - lease.state_since), lease.label or "-"] for lease in hibernated]
+                 format_age(snap.at - lease.state_since), lease.phase or "-", lease.label or "-"]
+                for lease in hibernated]
         out.extend("    " + line for line in _table(
-            rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "HOST RAM", "FOR", "NOTEBOOK"]).splitlines())
+            rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "HOST RAM", "FOR", "PHASE", "NOTEBOOK"]).splitlines())
         out.append("")
     if snap.waiters:
         out.append("Queue:")

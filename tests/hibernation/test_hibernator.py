@@ -559,3 +559,34 @@ async def test_tick_learns_of_a_kernel_hibernated_by_a_previous_server(rig):
     await fresh.tick()
     assert fresh.shown(kid) == "hibernated" and fresh.asleep(kid)
     assert (await fresh.resume(kid)).action == "resumed"
+
+
+async def test_jupyter_gpu_pool_status_shows_each_phase(rig):
+    from jupyter_gpu_pool.cli import render_status
+
+    r = rig()
+    kid, pid = await r.gpu_kernel("big", gpu_bytes=600 * MiB)
+    short = r.lease(kid).short_id
+
+    def row() -> str:
+        return next(line for line in render_status(r.pool, r.pool.ledger.snapshot()).splitlines() if short in line)
+
+    r.standin.lock_delay = 1.0
+    hibernation = asyncio.ensure_future(r.hibernator.hibernate(kid))
+    await asyncio.sleep(0.4)
+    assert "hibernating" in row()
+    await hibernation
+    assert "600 MiB" in row() and row().split()[-2] == "-"  # hibernated, no phase
+    for g in STANDIN_GPUS:
+        r.block(g.uuid, "80GiB", f"blocker-{g.index}")
+    resume = r.hibernator.start_resume(kid)
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if "queued" in row():
+            break
+    assert "queued" in row()
+    status = render_status(r.pool, r.pool.ledger.snapshot())
+    assert "Queue:" in status and "resume" in status.split("Queue:")[1]
+    r.hibernator.forget(kid)
+    with pytest.raises(asyncio.CancelledError):
+        await resume
