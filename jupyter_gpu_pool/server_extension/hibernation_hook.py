@@ -117,6 +117,8 @@ class PoolHibernation:
             self._task = asyncio.ensure_future(self._upkeep())
 
     async def _upkeep(self) -> None:
+        # Load libcuda and cuInit once, in a thread, before the culler's first can_hibernate asks for it.
+        await asyncio.to_thread(self.hibernator.driver.info)  # type: ignore[union-attr]
         while True:
             try:
                 await self.hibernator.tick()  # type: ignore[union-attr]

@@ -330,3 +330,16 @@ async def test_the_hook_is_the_extensions_default_and_installs_transparent_resum
 
     assert GPUPoolExtension().hibernator_class is PoolHibernation
     assert issubclass(jp_serverapp.web_app.settings["kernel_websocket_connection_class"], TransparentResume)
+
+
+async def test_shutting_down_a_hibernated_kernel_releases_its_lease_and_its_host_ram(server, jp_fetch):
+    kid, pid = await server.gpu_kernel(gpu_bytes=500 * MiB)
+    await server.hibernate(kid)
+    pool = server.ext.backend.pool
+    assert pool.ledger.host_bytes_on(pool.host) == 500 * MiB
+    lease_id = server.lease(kid).id
+    await jp_fetch("api", "kernels", kid, method="DELETE")
+    released = pool.ledger.get(lease_id)
+    assert released.state == "released" and pool.ledger.host_bytes_on(pool.host) == 0
+    await until(lambda: kid not in server.ext.hibernator.hibernator._kernels, what="forgotten at the next upkeep")
+    assert not server.ext.hibernator.asleep(kid)
