@@ -600,7 +600,7 @@ async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = Non
     serves them again, with their state (variables) intact.  Returns the ids.
     """
     from jupyter_client.provisioning import KernelProvisionerFactory as KPF
-    from jupyter_server.utils import utcnow
+    from jupyter_server._tz import utcnow
 
     settings = settings or kubernetes_settings(kernel_manager.config)
     session = await KernelSession.get(settings)
@@ -617,7 +617,8 @@ async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = Non
             km.provisioner = KPF.instance(parent=kernel_manager.parent).create_provisioner_instance(
                 kernel_id, km.kernel_spec, parent=km)
             await km.provisioner.load_provisioner_info(
-                {"gpu_pool_kubernetes": {"name": name, "profile": spec.get("profile", "")}})
+                {"kernel_id": kernel_id, "connection_info": {},
+                 "gpu_pool_kubernetes": {"name": name, "profile": spec.get("profile", "")}})
         except Exception as e:
             kernel_manager.log.warning("could not adopt GPU kernel %s: %s", kernel_id, e)
             continue

@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv and not argv[0].startswith("-") else "run"
     if command == "crds":
+        print("# The jupyter-gpu-pool CRDs: written by `python -m jupyter_gpu_pool.operator crds`; edit crds.py, not this.")
         print(yaml.safe_dump_all(crd_manifests(), sort_keys=False), end="")
     elif command == "agent":
         from .agent import AgentApp

@@ -198,7 +198,10 @@ class Kube:
             for res in (await self._get(prefix))["resources"]:
                 if "/" in res["name"] or "list" not in res["verbs"]:
                     continue
-                objects += (await self._get(f"{prefix}/{res['name']}"))["items"]
+                listing = await self._get(f"{prefix}/{res['name']}")
+                for item in listing["items"]:  # a real server leaves kind out of built-in list items
+                    item.setdefault("kind", listing["kind"].removesuffix("List"))
+                objects += listing["items"]
         return objects
 
     async def _get(self, path: str) -> dict:

@@ -1,0 +1,230 @@
+"""The Kubernetes side of the invariants: the connection key is only in the kernel's Secret (4);
+no exit path of a server leaves a kernel pod behind (2); a restarted server adopts its kernels."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+from kernel_helpers import run_code
+from kube_helpers import PROFILES, Kube, wait_until, write_pool_config
+
+from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
+from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession, adopt_kernels
+from jupyter_gpu_pool.operator.crds import LABEL_KERNEL, kernel_name, secret_name
+
+NS = "jhub"
+
+
+@pytest.fixture
+async def kube(cluster):
+    k = Kube(await cluster.api())
+    yield k
+    await k.close()
+
+
+async def objects_of(kube: Kube, kernel_id: str) -> list[dict]:
+    name = kernel_name(kernel_id)
+    return ([k for k in await kube.kernels() if k["metadata"]["name"] == name]
+            + [p for p in await kube.pods() if p["metadata"]["labels"].get(LABEL_KERNEL) == name]
+            + [s for s in await kube.secrets() if s["metadata"]["labels"].get(LABEL_KERNEL) == name])
+
+
+def pod_processes(pod: str) -> list[psutil.Process]:
+    """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("HOSTNAME") == pod and proc.environ().get("TESTCLUSTER_POD_IP"):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+async def test_the_connection_key_is_in_the_secret_and_nowhere_else(cluster, operator, server_config, kube_sessions,
+                                                                     kube, caplog):
+    caplog.set_level(logging.DEBUG)
+    await kube.quota("user", "alice", kernels=1)
+    km = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
+    await km.start_kernel()
+    try:
+        await run_code(km, "print('hello from the pod')")
+        await km.restart_kernel()  # a second pod, the same Secret
+        await run_code(km, "print('hello again')")
+        refused = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
+        with pytest.raises(KernelStartRefused):
+            await refused.start_kernel()  # a refused kernel leaves its own trail of objects and logs
+
+        [secret] = [s for s in await kube.secrets() if s["metadata"]["name"] == secret_name(kernel_name(km.kernel_id))]
+        blob = secret["data"]["connection.json"]
+        key = json.loads(base64.b64decode(blob))["key"]
+        assert len(key) == 64 and key.encode() == km.session.key
+        needles = {key, base64.b64encode(key.encode()).decode(), blob}
+
+        everything = await kube.everything()
+        assert {"GPUKernel", "Pod", "Secret", "Event", "NetworkPolicy"} <= {o["kind"] for o in everything}
+        holders = []
+        for obj in everything:
+            text = json.dumps(obj)
+            if obj["kind"] == "Secret":
+                text += "".join(base64.b64decode(v).decode(errors="replace") for v in (obj.get("data") or {}).values())
+            if any(n in text for n in needles):
+                holders.append((obj["kind"], obj["metadata"]["name"]))
+        assert holders == [("Secret", secret["metadata"]["name"])]
+
+        [pod] = [p for p in await kube.pods() if not p["metadata"].get("deletionTimestamp")]
+        [proc] = pod_processes(pod["metadata"]["name"])
+        assert not any(n in " ".join(proc.cmdline()) for n in needles)  # the kernel's real command line
+        assert not any(n in json.dumps(proc.environ()) for n in needles)  # and its real environment
+        pod_log = await kube.core.read_namespaced_pod_log(pod["metadata"]["name"], NS)
+        logs = {"operator": operator.logs(), "provisioner": caplog.text, "pod": pod_log,
+                "cluster": (cluster.state / "cluster.log").read_text()}
+        assert len(logs["operator"]) > 1000 and "admitted" in logs["operator"]  # the logs are there to search
+        assert kernel_name(km.kernel_id) in logs["provisioner"]
+        assert [where for where, text in logs.items() if any(n in text for n in needles)] == []
+    finally:
+        await km.shutdown_kernel(now=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JupyterServer:
+    """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
+
+    def __init__(self, root: Path, cluster, server_id: str = "alice-server"):
+        from jupyter_gpu_pool.config import load_settings  # noqa: F401
+
+        self.root = root
+        self.config = root / "server-config"
+        self.data = root / "server-data"
+        self.port = free_port()
+        self.token = "test-token"
+        write_pool_config(self.config, **{
+            "GPUPool.profiles": PROFILES, "GPUPool.owner": "alice",
+            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig, "GPUPoolKubernetes.namespace": NS,
+            "GPUPoolKubernetes.server_id": server_id, "GPUPoolKubernetes.heartbeat_interval": 0.5,
+        })
+        env = {**os.environ, "JUPYTER_DATA_DIR": str(self.data), "JUPYTER_CONFIG_DIR": str(self.config)}
+        subprocess.run([sys.executable, "-c", (
+            "from jupyter_gpu_pool.config import load_settings; from jupyter_gpu_pool.kernel_provisioner import "
+            "kernelspecs; kernelspecs.install(list(load_settings().profiles.values()), "
+            "prefix_name='gpu-pool-kubernetes', user=True, provisioner='gpu-pool-kubernetes')")],
+            env=env, check=True)
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> JupyterServer:
+        self.log = open(self.root / f"server-{self.port}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--no-browser", "--allow-root",
+             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+             "--ServerApp.jpserver_extensions={'jupyter_gpu_pool': False}"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    async def request(self, method: str, path: str, body: dict | None = None) -> dict:
+        from tornado.httpclient import AsyncHTTPClient
+
+        response = await AsyncHTTPClient().fetch(
+            f"http://127.0.0.1:{self.port}/{path}", method=method, headers={"Authorization": f"token {self.token}"},
+            body=json.dumps(body) if body is not None else None, request_timeout=120)
+        return json.loads(response.body) if response.body else {}
+
+    async def ready(self) -> None:
+        async def up():
+            try:
+                await self.request("GET", "api/status")
+                return True
+            except (ConnectionError, OSError):
+                return False
+            except Exception:
+                return False
+
+        await wait_until(up, timeout=60, interval=0.2, what="jupyter server to answer")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def servers(tmp_path, cluster):
+    started: list[JupyterServer] = []
+
+    def make(**kwargs) -> JupyterServer:
+        server = JupyterServer(tmp_path, cluster, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        if server.proc and server.proc.poll() is None:
+            server.proc.terminate()
+            server.proc.wait(30)
+
+
+async def test_a_killed_server_leaves_no_kernel_behind_once_the_reconcile_interval_passes(cluster, operator, kube,
+                                                                                           servers):
+    server = servers()
+    await server.ready()
+    kernel = await server.request("POST", "api/kernels", {"name": "gpu-pool-kubernetes-small"})
+    [pod] = await kube.pods()
+    assert pod_processes(pod["metadata"]["name"])
+    server.kill()  # kill -9: no shutdown, no cleanup of its own
+    killed = time.monotonic()
+    timeout, interval, beat = 4.0, 1.0, 0.5  # heartbeat_timeout, reconcile_interval (FAST), heartbeat_interval
+    await wait_until(lambda: _none(objects_of(kube, kernel["id"])), timeout=timeout + interval + 10,
+                     what="the orphaned kernel's objects to go")
+    took = time.monotonic() - killed
+    # Not before the heartbeat lapsed (the last beat came up to one heartbeat interval before the kill), and
+    # gone within one reconcile interval after (plus the garbage collector's and kubelet's own moments).
+    assert timeout - beat - 0.2 <= took <= timeout + interval + 3
+    await wait_until(lambda: not pod_processes(pod["metadata"]["name"]), timeout=10, what="the kernel process")
+    assert "ServerGone" in {e.reason for e in (await kube.core.list_namespaced_event(NS)).items}
+
+
+async def _none(coro) -> bool:
+    return not await coro
+
+
+async def test_a_restarted_server_adopts_its_running_kernel_with_its_state(cluster, operator, server_config,
+                                                                             kube_sessions, jp_serverapp, kube):
+    first = jp_serverapp.kernel_manager
+    kernel_id = await first.start_kernel(kernel_name="gpu-pool-kubernetes-small")
+    await run_code(first.get_kernel(kernel_id), "x = 42")
+    pod = first.get_kernel(kernel_id).provisioner.pod
+
+    # The first server dies: its watch and heartbeat stop; it shuts nothing down.
+    km = first._kernels.pop(kernel_id)
+    km.stop_restarter()
+    await KernelSession.close_all()
+
+    second = AsyncMappingKernelManager(parent=jp_serverapp, kernel_spec_manager=jp_serverapp.kernel_spec_manager)
+    assert await adopt_kernels(second) == [kernel_id]
+    adopted = second.get_kernel(kernel_id)
+    assert adopted.provisioner.pod == pod and await adopted.is_alive()
+    assert "42" in await run_code(adopted, "print(x)")  # the same process, its variables intact
+    await asyncio.sleep(6)  # past the operator's heartbeat timeout (4 s): the new server keeps it alive
+    assert "43" in await run_code(adopted, "print(x + 1)")
+    await second.shutdown_kernel(kernel_id)
+    await wait_until(lambda: _none(objects_of(kube, kernel_id)), timeout=20, what="the kernel's objects to go")

@@ -1,0 +1,254 @@
+"""What the operator renders, per GPU sharing backend, and what the kustomize deployment holds:
+every object valid against the real Kubernetes schemas (kubernetes-validate, strict), every custom
+object valid against its CRD's schema, and RBAC that grants no more than each part needs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import kubernetes_validate
+import pytest
+import yaml
+from kube_helpers import GiB, PROFILES, REPO, kustomize
+from testcluster.store import Kind, prune, validate_custom
+
+from jupyter_gpu_pool.config import ConfigError, GPUPool, settings_from
+from jupyter_gpu_pool.operator.app import OperatorApp
+from jupyter_gpu_pool.operator.crds import crd_manifests
+from jupyter_gpu_pool.operator.manifests import render_network_policy, render_pod, render_secret
+from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
+from jupyter_gpu_pool.operator.sharing import MigProfile, Sharing, SharingError, render
+from jupyter_gpu_pool.pool import parse_profile
+
+K8S = "1.34.0"
+OVERLAYS = ["hami", "mps", "time-slicing", "mig", "whole"]
+H100_MIG = tuple(MigProfile.parse(p) for p in ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"))
+
+
+def profile(slice_text: str, isolation: str | None = None):
+    entry = {"slice": slice_text, **({"isolation": isolation} if isolation else {})}
+    return parse_profile("p", entry)
+
+
+# -- each backend's rendering -------------------------------------------------------------------
+
+@pytest.mark.parametrize("sharing, slice_text, limits, memory, sm", [
+    (Sharing("hami"), "10GiB", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240"}, 10 * GiB, 0),
+    (Sharing("hami"), "20GiB,25%", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480", "nvidia.com/gpucores": "25"},
+     20 * GiB, 25),
+    (Sharing("hami", gpu_memory=80 * GiB), "2 x whole", {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "100"},
+     160 * GiB, 200),
+    (Sharing("mps", 80 * GiB, replicas=4), "20GiB,25%", {"nvidia.com/gpu": "1"}, 20 * GiB, 25),
+    (Sharing("mps", 80 * GiB, replicas=4, shared_resource="nvidia.com/gpu.shared"), "10GiB",
+     {"nvidia.com/gpu.shared": "1"}, 20 * GiB, 25),  # one replica is held whatever the slice asks
+    (Sharing("mps", 80 * GiB, replicas=2, shared_resource="nvidia.com/gpu.shared"), "whole",
+     {"nvidia.com/gpu": "1"}, 80 * GiB, 100),
+    (Sharing("time-slicing", 80 * GiB, replicas=4, shared_resource="nvidia.com/gpu.shared"), "20GiB",
+     {"nvidia.com/gpu.shared": "1"}, 20 * GiB, 0),
+    (Sharing("mig", 80 * GiB, mig_profiles=H100_MIG), "10GiB", {"nvidia.com/mig-1g.10gb": "1"}, 10 * GiB, 14),
+    (Sharing("mig", 80 * GiB, mig_profiles=H100_MIG), "15GiB", {"nvidia.com/mig-1g.20gb": "1"}, 20 * GiB, 14),
+    (Sharing("mig", 80 * GiB, mig_profiles=H100_MIG), "20GiB,25%", {"nvidia.com/mig-2g.20gb": "1"}, 20 * GiB, 28),
+    (Sharing("mig", 80 * GiB, mig_profiles=H100_MIG), "10GiB,50%", {"nvidia.com/mig-4g.40gb": "1"}, 40 * GiB, 57),
+    (Sharing("mig", 80 * GiB, mig_profiles=H100_MIG), "41GiB", {"nvidia.com/mig-7g.80gb": "1"}, 80 * GiB, 100),
+    (Sharing("mig", 80 * GiB, mig_profiles=H100_MIG), "whole", {"nvidia.com/gpu": "1"}, 80 * GiB, 100),
+    (Sharing("whole", 80 * GiB), "10GiB", {"nvidia.com/gpu": "1"}, 80 * GiB, 100),
+    (Sharing("whole", 80 * GiB), "2 x whole", {"nvidia.com/gpu": "2"}, 160 * GiB, 200),
+])
+def test_each_backend_renders_a_slice_as_its_resources_and_holds_what_it_grants(sharing, slice_text, limits,
+                                                                                memory, sm):
+    r = render(profile(slice_text), sharing)
+    assert r.limits == limits
+    assert (r.memory, r.sm_percent) == (memory, sm)
+    assert r.env["JUPYTER_GPU_POOL_SHARING"] == sharing.backend and r.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+
+
+def test_time_slicing_gives_frameworks_soft_caps_of_the_slice():
+    r = render(profile("20GiB"), Sharing("time-slicing", 80 * GiB, replicas=4))
+    assert r.env["CUPY_GPU_MEMORY_LIMIT"] == str(20 * GiB) and r.env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.2500"
+
+
+@pytest.mark.parametrize("sharing, slice_text, words", [
+    (Sharing("mps", 80 * GiB, replicas=4), "30GiB", "holds 20 GiB"),
+    (Sharing("mps", 80 * GiB, replicas=4), "10GiB,50%", "holds 25% of the SMs"),
+    (Sharing("mps", 80 * GiB, replicas=4), "whole", "cannot be asked for"),
+    (Sharing("time-slicing", 80 * GiB, replicas=2), "20GiB,25%", "cannot reserve an SM share"),
+    (Sharing("mig", 80 * GiB, mig_profiles=H100_MIG[:2]), "30GiB", "no MIG profile the nodes offer covers it"),
+])
+def test_a_slice_the_backend_cannot_hold_is_refused_naming_the_profile(sharing, slice_text, words):
+    with pytest.raises(SharingError, match=re.escape(words)) as e:
+        render(profile(slice_text), sharing)
+    assert "profile 'p'" in str(e.value)
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"sharing": "mps"}, "needs the memory of one GPU"),
+    ({"sharing": "mig", "gpu_memory": "80GiB", "mig_profiles": ["1g.10GB"]}, "'1g.10GB' is not a MIG profile"),
+    ({"gpu_memory": "80 gigs"}, "GPUPoolOperator.gpu_memory"),
+    ({"run_as_user": 0}, "never run as root"),
+    ({"kernel_command": ["python", "-m", "ipykernel_launcher"]}, "must contain {connection_file}"),
+    ({"port_base": 80}, "port_base"),
+])
+def test_bad_operator_settings_are_refused_with_the_setting_named(settings, words):
+    pool = settings_from(GPUPool(profiles=PROFILES))
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        operator_settings(GPUPoolOperator(**settings), pool)
+
+
+# -- rendered objects against the real schemas ---------------------------------------------------------
+
+def kernel(server: bool = True) -> dict:
+    spec = {"owner": "alice@example.org", "kernelId": "0b6f5d2e-8d0a-4f0e-9e1a-3f0c2b1a9d77", "profile": "small",
+            "launch": 1}
+    if server:
+        spec["server"] = {"id": "alice", "namespace": "jhub", "pod": "jupyter-alice"}
+    return {"apiVersion": "jupyter-gpu-pool.readthedocs.io/v1alpha1", "kind": "GPUKernel",
+            "metadata": {"name": "k-0b6f5d2e-8d0a-4f0e-9e1a-3f0c2b1a9d77", "namespace": "jhub",
+                         "uid": "4a6d3e1c-1111-4b2a-9c3d-5e6f7a8b9c0d"}, "spec": spec}
+
+
+BACKEND_SETTINGS = {
+    "hami": {"sharing": "hami"},
+    "mps": {"sharing": "mps", "gpu_memory": "80GiB", "replicas": 2, "shared_resource": "nvidia.com/gpu.shared"},
+    "time-slicing": {"sharing": "time-slicing", "gpu_memory": "80GiB", "replicas": 2,
+                     "shared_resource": "nvidia.com/gpu.shared"},
+    "mig": {"sharing": "mig", "gpu_memory": "80GiB"},
+    "whole": {"sharing": "whole", "gpu_memory": "80GiB"},
+}
+NO_SM = {"small": PROFILES["small"], "big": {"slice": "30GiB"}, "whole": PROFILES["whole"]}
+
+
+@pytest.mark.parametrize("backend", OVERLAYS)
+def test_every_object_the_operator_renders_is_valid_for_every_backend(backend):
+    profiles = NO_SM if backend == "time-slicing" else PROFILES
+    settings = operator_settings(GPUPoolOperator(**BACKEND_SETTINGS[backend]),
+                                 settings_from(GPUPool(profiles=profiles)))
+    k = kernel()
+    objects = [render_secret(k, settings, "0" * 64), render_network_policy(k, settings),
+               render_network_policy(kernel(server=False), settings)]
+    objects += [render_pod(k, settings, settings.renderings[p], settings.kernel_image, 1) for p in profiles]
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S, strict=True)
+    for pod in objects[3:]:
+        assert any(k.startswith("nvidia.com/") for k in pod["spec"]["containers"][0]["resources"]["limits"])
+
+
+def test_the_key_is_rendered_into_the_secret_only():
+    settings = operator_settings(GPUPoolOperator(), settings_from(GPUPool(profiles=PROFILES)))
+    key = "f" * 64
+    k = kernel()
+    secret = render_secret(k, settings, key)
+    pod = render_pod(k, settings, settings.renderings["small"], settings.kernel_image, 1)
+    assert key in json.loads(secret["stringData"]["connection.json"])["key"]
+    assert key not in json.dumps(pod) and key not in json.dumps(render_network_policy(k, settings))
+    container = pod["spec"]["containers"][0]
+    assert container["command"][-1] == "/var/run/jupyter-gpu-pool/connection.json"  # a path, not the key
+    assert pod["spec"]["automountServiceAccountToken"] is False and pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["volumes"][0]["secret"]["defaultMode"] == 0o440
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_a_kernels_network_policy_admits_only_its_servers_pod():
+    settings = operator_settings(GPUPoolOperator(), settings_from(GPUPool(profiles=PROFILES)))
+    policy = render_network_policy(kernel(), settings)["spec"]
+    assert policy["podSelector"] == {"matchLabels": {"jupyter-gpu-pool.readthedocs.io/kernel":
+                                                     "k-0b6f5d2e-8d0a-4f0e-9e1a-3f0c2b1a9d77"}}
+    [rule] = policy["ingress"]
+    [peer] = rule["from"]
+    assert peer["podSelector"] == {"matchLabels": {"jupyter-gpu-pool.readthedocs.io/server": "alice"}}
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "jhub"}}
+    assert sorted(p["port"] for p in rule["ports"]) == list(range(52700, 52705))
+    assert render_network_policy(kernel(server=False), settings)["spec"]["ingress"] == []  # no server: nobody
+
+
+# -- CRDs and the deployment ------------------------------------------------------------------------
+
+def crd_kind(crd: dict) -> Kind:
+    v = crd["spec"]["versions"][0]
+    return Kind(crd["spec"]["group"], v["name"], crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"],
+                crd["spec"]["scope"] == "Namespaced", schema=v["schema"]["openAPIV3Schema"], custom=True)
+
+
+def validate_custom_object(obj: dict) -> None:
+    """Against its CRD's schema, and nothing the schema would prune (an unknown field is an error here)."""
+    [crd] = [c for c in crd_manifests() if c["spec"]["names"]["kind"] == obj["kind"]]
+    kind = crd_kind(crd)
+    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    assert prune(body, kind.schema) == body, f"{obj['kind']} {obj['metadata']['name']} has fields the CRD lacks"
+    validate_custom(kind, obj)
+
+
+def test_the_crd_yaml_is_what_crds_py_says_and_valid():
+    written = [d for d in yaml.safe_load_all((REPO / "deploy/base/crds.yaml").read_text()) if d]
+    assert written == crd_manifests(), "regenerate: python -m jupyter_gpu_pool.operator crds > deploy/base/crds.yaml"
+    for crd in written:
+        kubernetes_validate.validate(crd, K8S, strict=True)
+    validate_custom_object(kernel())
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_overlay_renders_valid_objects_and_settings_the_operator_accepts(overlay):
+    docs = kustomize(REPO / "deploy" / "overlays" / overlay)
+    kinds = {d["kind"] for d in docs}
+    assert {"CustomResourceDefinition", "Deployment", "DaemonSet", "ClusterRole", "NetworkPolicy"} <= kinds
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S, strict=True)
+    [deployment] = [d for d in docs if d["kind"] == "Deployment"]
+    [config_map] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpu-pool-config"]
+    config = json.loads(config_map["data"]["jupyter_gpu_pool_config.json"])
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--GPUPoolOperator.sharing={overlay}" in args
+    app = OperatorApp()
+    app.parse_command_line(args)
+    cli = app.config
+    app.update_config(type(cli)(config))
+    app.update_config(cli)
+    settings = app.settings()  # would raise ConfigError if a profile did not fit the backend
+    assert settings.sharing.backend == overlay
+    for name, rendering in settings.renderings.items():
+        kubernetes_validate.validate(render_pod(kernel(), settings, rendering, settings.kernel_image, 1), K8S,
+                                     strict=True)
+
+
+def test_the_examples_and_device_plugin_configs_are_valid():
+    for doc in kustomize(REPO / "deploy" / "examples"):
+        validate_custom_object(doc)
+    for overlay in ("mps", "time-slicing"):
+        doc = yaml.safe_load((REPO / "deploy/overlays" / overlay / "device-plugin-config.yaml").read_text())
+        kubernetes_validate.validate(doc, K8S, strict=True)
+        sharing = yaml.safe_load(doc["data"]["config.yaml"])["sharing"]
+        [(strategy, plugin)] = sharing.items()
+        assert strategy == {"mps": "mps", "time-slicing": "timeSlicing"}[overlay] and plugin["renameByDefault"]
+        [deployment] = [d for d in kustomize(REPO / "deploy/overlays" / overlay) if d["kind"] == "Deployment"]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--GPUPoolOperator.replicas={plugin['resources'][0]['replicas']}" in args  # the two agree
+
+
+def rules_of(docs: list[dict], role: str) -> list[dict]:
+    [r] = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == role]
+    return r["rules"]
+
+
+def grants(rules: list[dict], resource: str) -> set[str]:
+    return {v for r in rules if resource in r["resources"] for v in r["verbs"]}
+
+
+def test_rbac_gives_each_part_only_what_it_needs():
+    docs = kustomize(REPO / "deploy" / "base")
+    server = rules_of(docs, "gpu-pool-server") + rules_of(docs, "gpu-pool-server-reader")
+    assert grants(server, "pods") == set()  # users' servers never create (or touch) pods
+    assert grants(server, "gpukernels") == {"create", "get", "list", "watch", "patch", "delete"}
+    assert grants(server, "secrets") == {"get"} and grants(server, "gpukernels/status") == set()
+    operator = rules_of(docs, "gpu-pool-operator")
+    assert grants(operator, "secrets") == {"create"}  # writes the key, never reads a Secret back
+    assert "create" not in grants(operator, "gpukernels")
+    agent = rules_of(docs, "gpu-pool-agent")
+    assert grants(agent, "secrets") == set() and grants(agent, "gpukernels/status") == {"patch"}
+    assert all(v in ("get", "list", "watch") for r in agent if r["resources"] != ["gpukernels/status"]
+               for v in r["verbs"])
+    every = [v for d in docs if d["kind"] == "ClusterRole" for r in d["rules"] for v in r["verbs"]]
+    assert "*" not in every and "escalate" not in every and "bind" not in every
+    [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "gpu-pool-server"]
+    assert binding["roleRef"]["name"] == "gpu-pool-server" and binding["metadata"]["namespace"] == "jhub"
+    [deny] = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert deny["spec"]["ingress"] == [] and deny["spec"]["policyTypes"] == ["Ingress"]
