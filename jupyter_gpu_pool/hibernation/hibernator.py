@@ -276,7 +276,9 @@ class Hibernator:
         await self._set_phase(lease, HIBERNATING)
         try:
             if pids and self.settings.release_cache:
-                await self.kernels.release_cache(kernel_id)
+                # Bounded by the lock's timeout: freeing GPU memory waits for the GPU work in flight.
+                if await self.kernels.release_cache(kernel_id, self.settings.lock_timeout) == "timeout":
+                    raise self._gpu_busy()
             moved = await self._bytes_held(pids, lease)
             await self._claim_host_ram(lease, moved)
             if pids:
@@ -385,9 +387,7 @@ class Hibernator:
                 locked.append(pid)
         except cp.LockTimeout:
             await self._unlock(locked)
-            raise HibernationRefused(
-                "gpu_busy", f"This kernel's GPU work did not finish within {timeout:g} s, so it was left running, "
-                "untouched; it can hibernate once its GPU is quiet.") from None
+            raise self._gpu_busy() from None
         except cp.NotSupported as e:
             await self._unlock(locked)
             message = (f"The CUDA driver cannot checkpoint this kernel ({e.error_name}): it may use MPS, MIG, "
@@ -404,6 +404,11 @@ class Hibernator:
             await self._unlock(locked)
             raise HibernationRefused("in_use", "A cell was started on this kernel while it was being hibernated; "
                                      "it was left running.")
+
+    def _gpu_busy(self) -> HibernationRefused:
+        return HibernationRefused(
+            "gpu_busy", f"This kernel's GPU work did not finish within {self.settings.lock_timeout:g} s, so it was "
+            "left running, untouched; it can hibernate once its GPU is quiet.")
 
     async def _unlock(self, pids: list[int]) -> None:
         for pid in pids:

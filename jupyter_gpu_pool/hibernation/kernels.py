@@ -23,7 +23,6 @@ def _jupyter_gpu_pool_release_cache():
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
         torch.cuda.empty_cache()
     cupy = sys.modules.get("cupy")
     if cupy is not None:
@@ -50,9 +49,8 @@ def process_tree(pid: int | None) -> list[int]:
 class Kernels:
     """The hibernator's view of the server's kernels."""
 
-    def __init__(self, manager, release_timeout: float = 30.0):
+    def __init__(self, manager):
         self.manager = manager
-        self.release_timeout = release_timeout
 
     def has(self, kernel_id: str) -> bool:
         return kernel_id in self.manager
@@ -84,14 +82,16 @@ class Kernels:
             return False
         return spec is not None and (spec.language or "").lower() == "python"
 
-    async def release_cache(self, kernel_id: str) -> bool:
-        """Run :data:`RELEASE_CACHE_CODE` silently; True when the kernel ran it without error.
+    async def release_cache(self, kernel_id: str, timeout: float) -> str:
+        """Run :data:`RELEASE_CACHE_CODE` silently; return ``released``, ``skipped`` (not a Python
+        kernel), ``failed`` (the code raised) or ``timeout`` (no answer within ``timeout``: freeing
+        GPU memory waits for the GPU work in flight, so the kernel's GPU is busy).
 
         A silent execute still counts as activity for jupyter_server (it watches IOPub), so the
         kernel's ``last_activity`` is put back as it was: the culler's clock is the user's, not ours.
         """
         if not self.is_python(kernel_id):
-            return False
+            return "skipped"
         km = self._km(kernel_id)
         before_kernel = getattr(km, "last_activity", None)
         before_server = getattr(self.manager, "last_kernel_activity", None)
@@ -99,22 +99,25 @@ class Kernels:
         client.start_channels()
         try:
             reply = await client.execute(RELEASE_CACHE_CODE, silent=True, store_history=False, reply=True,
-                                         timeout=self.release_timeout)
-            ok = reply["content"].get("status") == "ok"
-            if not ok:
+                                         timeout=timeout)
+            result = "released" if reply["content"].get("status") == "ok" else "failed"
+            if result == "failed":
                 log.warning("kernel %s: releasing cached GPU memory failed: %s", kernel_id,
                             reply["content"].get("evalue"))
         except TimeoutError:
-            log.warning("kernel %s did not answer the cache release within %.0fs", kernel_id, self.release_timeout)
-            ok = False
+            return "timeout"  # the code runs on in the kernel; the caller leaves the kernel alone
         finally:
             client.stop_channels()
-        await asyncio.sleep(0.2)  # let the server's activity watcher see our idle status first
+        # Let the server's activity watcher see our idle status before anyone asks whether the kernel is busy.
+        for _ in range(40):
+            if getattr(km, "execution_state", "idle") != "busy":
+                break
+            await asyncio.sleep(0.05)
         if before_kernel is not None and getattr(km, "execution_state", "idle") == "idle":
             km.last_activity = before_kernel
             if before_server is not None:
                 self.manager.last_kernel_activity = before_server
-        return ok
+        return result
 
     async def shutdown(self, kernel_id: str, now: bool = True) -> None:
         """Shut the kernel down (``now``: kill it; a checkpointed kernel cannot finish CUDA teardown)."""

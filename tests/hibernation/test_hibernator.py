@@ -139,7 +139,7 @@ async def test_the_silent_cache_release_runs_in_the_kernel_and_leaves_no_trace(r
     kid, _ = await r.gpu_kernel()
     km = r.manager.get_kernel(kid)
     before = int(await run_code(km, "print(get_ipython().execution_count)"))
-    assert await r.hibernator.kernels.release_cache(kid) is True
+    assert await r.hibernator.kernels.release_cache(kid, 30) == "released"
     after = await run_code(km, "print('_jupyter_gpu_pool_release_cache' in globals(), get_ipython().execution_count)")
     assert after.split() == ["False", str(before + 1)]  # no name left behind; silent: the count did not move
 
@@ -171,6 +171,27 @@ async def test_a_lock_that_times_out_leaves_the_kernel_running_untouched(rig):
     assert (lease.state, lease.phase, lease.host_bytes) == (ACTIVE, "", 0)
     assert r.held_on(lease.gpus[0]) == 10 * GiB and r.hibernator.shown(kid) == "active"
     assert "hibernated" not in r.kinds()
+
+
+async def test_a_cache_release_stuck_behind_gpu_work_counts_against_the_lock_timeout(rig):
+    r = rig(lock_timeout=0.5)
+    kid, pid = await r.gpu_kernel()
+    km = r.manager.get_kernel(kid)
+    # A stand-in for PyTorch inside the kernel, whose empty_cache waits as cudaFree waits for the GPU work
+    # in flight (part of the stand-in machine: this machine has no GPU and no CUDA PyTorch).
+    await run_code(km, "\n".join([
+        "import sys, types, time",
+        "sys.modules['torch'] = types.SimpleNamespace(cuda=types.SimpleNamespace(",
+        "    is_initialized=lambda: True, empty_cache=lambda: time.sleep(3)))"]))
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(HibernationRefused) as err:
+        await r.hibernator.hibernate(kid)
+    assert err.value.reason == "gpu_busy" and err.value.keep_running
+    assert asyncio.get_running_loop().time() - started < 2.5  # it did not wait for the GPU work
+    assert r.standin.procs[pid].state == RUNNING and r.standin.procs[pid].checkpoints == 0
+    assert ("cuCheckpointProcessLock", pid) not in r.standin.calls
+    lease = r.lease(kid)
+    assert (lease.state, lease.phase, lease.host_bytes) == (ACTIVE, "", 0)
 
 
 async def test_gpu_work_that_ends_within_the_timeout_is_waited_for(rig):
