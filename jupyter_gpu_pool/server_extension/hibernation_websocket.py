@@ -90,7 +90,10 @@ class TransparentResume:
                 if changed != shown or changed == QUEUED:
                     shown = changed
                     self._update_notices()
-            task.result()
+            if task.cancelled():  # the kernel was shut down (or culled) while it waited
+                error = RuntimeError("the kernel was shut down before it could resume")
+            else:
+                task.result()
         except asyncio.CancelledError:
             raise
         except HibernationError as e:

@@ -343,3 +343,22 @@ async def test_shutting_down_a_hibernated_kernel_releases_its_lease_and_its_host
     assert released.state == "released" and pool.ledger.host_bytes_on(pool.host) == 0
     await until(lambda: kid not in server.ext.hibernator.hibernator._kernels, what="forgotten at the next upkeep")
     assert not server.ext.hibernator.asleep(kid)
+
+
+async def test_a_held_cell_is_answered_when_its_kernel_is_shut_down_while_queued(server, channels, jp_fetch):
+    from jupyter_gpu_pool.pool import LeaseRequest, Profile, SliceSpec
+
+    kid, _ = await server.gpu_kernel(profile="big")
+    ch = await channels(kid)
+    await server.hibernate(kid)
+    ledger, quotas = server.ext.backend.pool.ledger, server.ext.backend.pool.settings.quotas
+    full = Profile("full", SliceSpec.parse("80GiB"), "soft", "full")
+    for i in (0, 1):
+        ledger.allocate(LeaseRequest(owner="bob", kernel_id=f"b{i}", profile=full), quotas)
+    msg_id = await ch.execute("print('ran')")
+    await until(lambda: server.ext.hibernator.shown(kid) == "queued", what="queued")
+    await jp_fetch("api", "kernels", kid, method="DELETE")
+    got = await ch.replies(msg_id)
+    reply = next(c for _ch, k, c in got if k == "execute_reply")
+    assert reply["status"] == "error" and "shut down before it could resume" in reply["evalue"]
+    assert ledger.waiters() == []
