@@ -114,7 +114,7 @@ async def test_busy_kernel_past_max_busy_is_culled(jp_fetch, jp_ws_fetch, pool_h
     events.close()
 
 
-@pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 1.5, "snooze": 5,
+@pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 1.5, "snooze": 6,
                             "max_snoozes": 1, "action": "shutdown"}])
 async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_home):
     events = await subscribe(jp_ws_fetch)
@@ -122,12 +122,12 @@ async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_ho
     await events.pool_action("warned", kid)
 
     r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST",
-                       body=json.dumps({"seconds": 4}))
+                       body=json.dumps({"seconds": 5}))
     snoozed = body(r)
     assert r.code == 200 and snoozed["kernel_id"] == kid
     assert snoozed["warning"] is None and "snooze" not in snoozed["actions"]
     until = snoozed["snoozed_until"]
-    assert time.time() + 3 < until <= time.time() + 4.1
+    assert time.time() + 4 < until <= time.time() + 5.1
     event = await events.pool_action("snoozed", kid)
     assert event["reason"] == "user" and event["deadline"] == until
     events.received.clear()  # whatever came before the snooze
@@ -137,8 +137,8 @@ async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_ho
     assert refused.value.code == 409
     assert json.loads(refused.value.response.body)["reason"] == "no_snoozes_left"
 
-    await asyncio.sleep(max(until - time.time() - 0.5, 0))
-    assert kid in await kernel_ids(jp_fetch)  # survives its snooze
+    await asyncio.sleep(max(until - time.time() - 2, 0))
+    assert kid in await kernel_ids(jp_fetch)  # survives its snooze (the journal shows when it went: below)
     seen = await events.through("culled", kid)
     assert [e["action"] for e in seen] == ["warned", "culled"]  # warned again, never acted on without warning
     assert seen[0]["deadline"] >= until - 0.01
