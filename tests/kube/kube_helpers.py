@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 
 HERE = Path(__file__).parent
@@ -213,3 +214,15 @@ class Kube:
             return _json.loads(await response.read())
         finally:
             response.release()
+
+
+def pod_processes(pod: str) -> list[psutil.Process]:
+    """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("HOSTNAME") == pod and proc.environ().get("TESTCLUSTER_POD_IP"):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found

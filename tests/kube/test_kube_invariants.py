@@ -15,12 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from kernel_helpers import run_code
-from kube_helpers import PROFILES, Kube, wait_until, write_pool_config
+from kube_helpers import PROFILES, Kube, pod_processes, wait_until, write_pool_config
 
 from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
 from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession, adopt_kernels
@@ -41,18 +40,6 @@ async def objects_of(kube: Kube, kernel_id: str) -> list[dict]:
     return ([k for k in await kube.kernels() if k["metadata"]["name"] == name]
             + [p for p in await kube.pods() if p["metadata"]["labels"].get(LABEL_KERNEL) == name]
             + [s for s in await kube.secrets() if s["metadata"]["labels"].get(LABEL_KERNEL) == name])
-
-
-def pod_processes(pod: str) -> list[psutil.Process]:
-    """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("HOSTNAME") == pod and proc.environ().get("TESTCLUSTER_POD_IP"):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 async def test_the_connection_key_is_in_the_secret_and_nowhere_else(cluster, operator, server_config, kube_sessions,
@@ -110,8 +97,6 @@ class JupyterServer:
     """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
 
     def __init__(self, root: Path, cluster, server_id: str = "alice-server"):
-        from jupyter_gpu_pool.config import load_settings  # noqa: F401
-
         self.root = root
         self.config = root / "server-config"
         self.data = root / "server-data"

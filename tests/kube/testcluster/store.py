@@ -135,11 +135,9 @@ def validate_builtin(obj: dict) -> None:
     """Validate against the real Kubernetes schema (kubernetes-validate, strict: no unknown fields)."""
     try:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as e:
-        cause = getattr(e, "caused_by", None)
-        where = ".".join(str(p) for p in getattr(cause, "absolute_path", [])) or "<root>"
-        message = getattr(cause, "message", str(e).splitlines()[0])
-        raise invalid(obj.get("kind", "?"), _meta(obj).get("name", ""), f"{where}: {message}") from None
+    except kubernetes_validate.ValidationError as e:  # a jsonschema ValidationError
+        where = ".".join(str(p) for p in e.absolute_path) or "<root>"
+        raise invalid(obj.get("kind", "?"), _meta(obj).get("name", ""), f"{where}: {e.message}") from None
     except kubernetes_validate.SchemaNotFoundError:
         raise invalid(obj.get("kind", "?"), _meta(obj).get("name", ""), "no schema for this kind") from None
 

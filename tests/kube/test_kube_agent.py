@@ -1,0 +1,146 @@
+"""The node agent: process -> cgroup -> pod, each kernel pod's GPU use into its GPUKernel's status and
+into Prometheus.
+
+This machine has no GPU, so NVML's per-process readings come from a scripted source (the same
+readings come from ``NVMLSource`` on a GPU node: see the ``gpu`` test at the end), and the
+kernels' processes, which run in no container here, get their cgroup files from a /proc stand-in
+written the way a node's kubelet lays them out (cgroupfs and systemd drivers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+from kube_helpers import GiB, Kube, pod_processes, wait_until
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from jupyter_gpu_pool.devices.telemetry import ProcessReading
+from jupyter_gpu_pool.operator.agent import Agent, AgentMetrics, pod_uid_from_cgroup, usage_by_pod
+from jupyter_gpu_pool.operator.crds import kernel_name
+
+UID = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+
+
+@pytest.mark.parametrize("cgroup, uid", [
+    (f"12:memory:/kubepods/burstable/pod{UID}/8a1f0e2b3c4d\n11:cpu:/kubepods/burstable/pod{UID}/8a1f", UID),
+    (f"0::/kubepods/pod{UID}/0123abcd", UID),  # guaranteed QoS, cgroup v2, cgroupfs driver
+    (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
+     "cri-containerd-0123abcd.scope", UID),  # systemd driver: underscores
+    (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice/"
+     "crio-0123abcd.scope", UID),
+    ("0::/user.slice/user-1000.slice/session-3.scope", None),  # not a pod
+    ("0::/system.slice/containerd.service", None),
+    ("", None),
+])
+def test_a_process_cgroup_names_its_pod(cgroup, uid):
+    assert pod_uid_from_cgroup(cgroup) == uid
+
+
+def fake_proc(root, pods: dict[int, str | None]) -> str:
+    """A /proc stand-in: each pid's cgroup file as a node running pod ``uid`` would have it."""
+    for pid, uid in pods.items():
+        os.makedirs(root / str(pid), exist_ok=True)
+        line = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/"
+                "cri-containerd-ab12.scope" if uid else "0::/system.slice/sshd.service")
+        (root / str(pid) / "cgroup").write_text(line + "\n")
+    return str(root)
+
+
+def test_a_pods_processes_are_summed_like_a_kernels_process_tree(tmp_path):
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    proc = fake_proc(tmp_path, {10: a, 11: a, 20: b, 30: None})
+    per_gpu = {"GPU-0": {10: ProcessReading(2 * GiB, 30.0), 11: ProcessReading(1 * GiB, 80.0),
+                         20: ProcessReading(4 * GiB, 10.0), 30: ProcessReading(8 * GiB, 90.0)},
+               "GPU-1": {11: ProcessReading(1 * GiB, 50.0), 20: ProcessReading(None, 5.0), 99: ProcessReading(1, 1)}}
+    usage = usage_by_pod(per_gpu, proc)
+    assert set(usage) == {a, b}  # the host's own process (30) and a vanished pid (99) belong to no pod
+    assert usage[a].memory_used == 4 * GiB and usage[a].utilization == 100.0  # 30 + 80 on GPU-0, capped
+    assert usage[a].devices == ("GPU-0", "GPU-1")
+    assert usage[b].memory_used is None and usage[b].utilization == 10.0  # NVML would not say on GPU-1
+
+
+class ScriptedNVML:
+    """Per-process readings a test sets (stands in for NVMLSource, which needs a GPU)."""
+
+    def __init__(self):
+        self.readings: dict[str, dict[int, ProcessReading]] = {}
+
+    def available(self):
+        return True, ""
+
+    def read(self, gpu_uuids):
+        return {g: dict(self.readings.get(g, {})) for g in gpu_uuids}
+
+    def device_utilization(self, gpu_uuids):
+        return {g: 55.0 for g in gpu_uuids}
+
+
+async def test_the_agent_reports_a_kernel_pods_gpu_use_where_its_server_reads_it(cluster, operator, server_config,
+                                                                                  kube_sessions, tmp_path):
+    km = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
+    await km.start_kernel()
+    kube = Kube(await cluster.api())
+    try:
+        [pod] = await kube.pods()
+        [kernel_proc] = pod_processes(pod["metadata"]["name"])
+        proc = fake_proc(tmp_path / "proc", {kernel_proc.pid: pod["metadata"]["uid"]})
+        nvml = ScriptedNVML()
+        nvml.readings = {"GPU-aaaa": {kernel_proc.pid: ProcessReading(3 * GiB, 37.0)}}
+        api = await cluster.api()
+        metrics = AgentMetrics()
+        agent = Agent("gpu-node-1", api, nvml, ["GPU-aaaa"], proc_root=proc, metrics=metrics)
+        watcher = asyncio.create_task(agent.watch_pods())
+        try:
+            await wait_until(lambda: agent.pods, timeout=10, what="the agent to see the kernel pod")
+            usage = await agent.sample_once()
+            assert usage[pod["metadata"]["uid"]].memory_used == 3 * GiB
+            session = km.provisioner.session
+            name = kernel_name(km.kernel_id)
+            seen = await wait_until(lambda: (session.kernels[name].get("status") or {}).get("usage"), timeout=10,
+                                    what="the server to see the usage through its watch")
+            assert seen["memoryUsed"] == 3 * GiB and seen["utilization"] == 37.0 and seen["devices"] == ["GPU-aaaa"]
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+                       for s in family.samples}
+            labels = (("kernel", name), ("namespace", "jhub"), ("pod", pod["metadata"]["name"]))
+            assert samples[("gpu_pool_kernel_gpu_memory_bytes", labels)] == 3 * GiB
+            assert samples[("gpu_pool_kernel_gpu_utilization_percent", labels)] == 37.0
+            assert samples[("gpu_pool_node_gpu_utilization_percent", (("gpu", "GPU-aaaa"), ("node", "gpu-node-1")))] == 55
+            nvml.readings = {}  # the kernel let go of the GPU
+            await agent.sample_once()
+            await wait_until(lambda: session.kernels[name]["status"]["usage"]["memoryUsed"] == 0, timeout=10)
+        finally:
+            watcher.cancel()
+            await api.close()
+    finally:
+        await km.shutdown_kernel(now=True)
+        await kube.close()
+
+
+@pytest.mark.gpu
+def test_nvml_per_process_readings_map_to_no_pod_outside_kubernetes():
+    """On a GPU machine: a CUDA process of this test shows in NVML's per-process readings, and its
+    cgroup (not a pod's) maps to no pod, so the agent would not misattribute it."""
+    import subprocess
+    import sys
+    import time
+
+    from jupyter_gpu_pool.devices.nvml import discover
+    from jupyter_gpu_pool.devices.telemetry import NVMLSource
+
+    holder = subprocess.Popen([sys.executable, "-c", "import torch, time; x = torch.ones(2**28, device='cuda');"
+                               " print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        time.sleep(1)
+        source = NVMLSource()
+        per_gpu = source.read({g.uuid for g in discover().gpus})
+        assert any(holder.pid in procs and procs[holder.pid].memory >= 2**30 for procs in per_gpu.values())
+        assert usage_by_pod(per_gpu) == {}
+    finally:
+        holder.kill()

@@ -1,0 +1,283 @@
+"""The test cluster answers like a real API server where our code depends on it (see testcluster/__init__.py
+for where it differs): resource versions and watch resumption, selectors, the status subresource,
+patches and preconditions, validation, garbage collection, and a kubelet that runs pods."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from kube_helpers import Kube, wait_until
+from kubernetes_asyncio import watch
+from kubernetes_asyncio.client.exceptions import ApiException
+from testcluster.errors import ApiError
+from testcluster.store import Store
+
+from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, KERNELS, VERSION, crd_manifests
+
+NS = "jhub"
+
+
+def store_with_crds() -> Store:
+    store = Store()
+    for crd in crd_manifests():
+        store.create(store.kind("apiextensions.k8s.io", "v1", "customresourcedefinitions"), None, crd)
+    store.create(store.kind("", "v1", "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": NS}})
+    return store
+
+
+def gk(name: str = "k1", **spec) -> dict:
+    return {"apiVersion": API_VERSION, "kind": "GPUKernel", "metadata": {"name": name},
+            "spec": {"owner": "alice", "kernelId": name, "profile": "small", "launch": 1, **spec}}
+
+
+def secret(name: str, owner: dict | None = None, **ref) -> dict:
+    meta = {"name": name}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "GPUKernel", "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"], **ref}]
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": {"a": "b"}}
+
+
+def test_status_is_written_only_through_the_status_subresource_and_spec_changes_bump_generation():
+    store = store_with_crds()
+    kernels = store.kind(GROUP, VERSION, KERNELS)
+    created = store.create(kernels, NS, {**gk(), "status": {"phase": "Running"}})
+    assert "status" not in created and created["metadata"]["generation"] == 1
+    patched = store.patch(kernels, NS, "k1", "application/merge-patch+json",
+                          {"spec": {"launch": 2}, "status": {"phase": "Running"}})
+    assert "status" not in patched and patched["metadata"]["generation"] == 2
+    patched = store.patch(kernels, NS, "k1", "application/merge-patch+json",
+                          {"spec": {"launch": 3}, "status": {"phase": "Failed"}}, "status")
+    assert patched["status"] == {"phase": "Failed"} and patched["spec"]["launch"] == 2
+    assert patched["metadata"]["generation"] == 2
+    annotated = store.patch(kernels, NS, "k1", "application/merge-patch+json", {"metadata": {"annotations": {"x": "1"}}})
+    assert annotated["metadata"]["generation"] == 2  # metadata is not spec
+    assert int(annotated["metadata"]["resourceVersion"]) > int(patched["metadata"]["resourceVersion"])
+
+
+def test_patches_and_preconditions_fail_like_a_real_server():
+    store = store_with_crds()
+    kernels = store.kind(GROUP, VERSION, KERNELS)
+    obj = store.create(kernels, NS, gk())
+    store.patch(kernels, NS, "k1", "application/merge-patch+json", {"spec": {"launch": 2}})
+    with pytest.raises(ApiError) as e:  # a stale resourceVersion
+        store.patch(kernels, NS, "k1", "application/merge-patch+json",
+                    {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": {"launch": 5}})
+    assert e.value.code == 409
+    with pytest.raises(ApiError) as e:
+        store.patch(kernels, NS, "k1", "application/json-patch+json",
+                    [{"op": "test", "path": "/spec/launch", "value": 1}, {"op": "replace", "path": "/spec/launch",
+                                                                           "value": 9}])
+    assert e.value.code == 422
+    assert store.patch(kernels, NS, "k1", "application/json-patch+json",
+                       [{"op": "test", "path": "/spec/launch", "value": 2},
+                        {"op": "add", "path": "/metadata/finalizers", "value": ["x"]}])["metadata"]["finalizers"] == ["x"]
+    with pytest.raises(ApiError) as e:
+        store.patch(kernels, NS, "k1", "application/strategic-merge-patch+json", {"spec": {"launch": 3}})
+    assert e.value.code == 415  # custom resources take no strategic merge patch
+    with pytest.raises(ApiError) as e:
+        store.patch(kernels, NS, "k1", "application/json-patch+json", {"spec": {"launch": 3}})
+    assert e.value.code == 400  # a JSON patch is a list (kubernetes_asyncio's default content type for a dict!)
+    with pytest.raises(ApiError) as e:
+        store.create(kernels, NS, gk())
+    assert e.value.code == 409 and e.value.reason == "AlreadyExists"
+
+
+def test_objects_are_validated_against_their_schemas_and_pruned():
+    store = store_with_crds()
+    kernels = store.kind(GROUP, VERSION, KERNELS)
+    with pytest.raises(ApiError) as e:
+        store.create(kernels, NS, gk(launch="one"))
+    assert e.value.code == 422 and "spec.launch" in e.value.message
+    with pytest.raises(ApiError) as e:
+        store.create(kernels, NS, {**gk(), "spec": {"owner": "alice"}})
+    assert e.value.code == 422 and "'kernelId' is a required property" in e.value.message
+    assert "colour" not in store.create(kernels, NS, gk("k2", colour="blue"))["spec"]  # unknown fields pruned
+    pods = store.kind("", "v1", "pods")
+    with pytest.raises(ApiError) as e:
+        store.create(pods, NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                "spec": {"containers": [{"name": "c", "image": "i", "colour": "blue"}]}})
+    assert e.value.code == 422 and "spec.containers.0" in e.value.message  # strict: the real schemas
+    with pytest.raises(ApiError) as e:
+        store.create(pods, "nowhere", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                       "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    assert e.value.code == 404 and 'namespaces "nowhere" not found' in e.value.message
+
+
+def test_garbage_collection_follows_owner_references_and_propagation_policies():
+    store = store_with_crds()
+    kernels, secrets = store.kind(GROUP, VERSION, KERNELS), store.kind("", "v1", "secrets")
+    k1, k2, k3 = (store.create(kernels, NS, gk(n)) for n in ("k1", "k2", "k3"))
+    store.create(secrets, NS, secret("s1", k1))
+    store.create(secrets, NS, secret("s2", k2))
+    store.create(secrets, NS, secret("s3", k3, blockOwnerDeletion=True))
+    store.delete(kernels, NS, "k1")  # background (the default)
+    store.delete(kernels, NS, "k2", {"propagationPolicy": "Orphan"})
+    store.delete(kernels, NS, "k3", {"propagationPolicy": "Foreground"})
+    assert store.get(kernels, NS, "k3")["metadata"]["deletionTimestamp"]  # waits for its blocking dependent
+    while store.collect_garbage():
+        pass
+    names = {s["metadata"]["name"]: s for s in store.list(secrets, NS)[0]}
+    assert set(names) == {"s2"} and "ownerReferences" not in names["s2"]["metadata"]
+    assert [k["metadata"]["name"] for k in store.list(kernels, NS)[0]] == []
+
+
+async def test_a_watch_resumes_from_its_resource_version_and_sees_selector_moves():
+    store = store_with_crds()
+    kernels = store.kind(GROUP, VERSION, KERNELS)
+    first = store.create(kernels, NS, {**gk("a"), "metadata": {"name": "a", "labels": {"team": "x"}}})
+    rv = first["metadata"]["resourceVersion"]
+    store.create(kernels, NS, {**gk("b"), "metadata": {"name": "b", "labels": {"team": "y"}}})
+    store.patch(kernels, NS, "a", "application/merge-patch+json", {"metadata": {"labels": {"team": "y"}}})
+    w = store.watch(kernels, NS, "team in (y,z)", None, rv, False)
+    events = [w.queue.get_nowait() for _ in range(w.queue.qsize())]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "b"), ("ADDED", "a")]
+    store.patch(kernels, NS, "a", "application/merge-patch+json", {"metadata": {"labels": {"team": "x"}}})
+    assert (await w.queue.get())["type"] == "DELETED"  # moved out of the selector
+    small = Store()
+    small.history = type(small.history)(small.history, maxlen=3)
+    for i in range(5):
+        small.create(small.kind("", "v1", "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace",
+                                                                "metadata": {"name": f"n{i}"}})
+    gone = small.watch(small.kind("", "v1", "namespaces"), None, None, None, "1", False)
+    error = gone.queue.get_nowait()
+    assert error["type"] == "ERROR" and error["object"]["code"] == 410
+
+
+@pytest.fixture
+async def kube(cluster):
+    k = Kube(await cluster.api())
+    yield k
+    await k.close()
+
+
+async def test_watch_requests_in_both_clients_forms_stream_and_a_bad_one_is_refused(cluster, kube):
+    url = f"{cluster.url}/apis/{GROUP}/{VERSION}/namespaces/{NS}/{KERNELS}"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url, params={"watch": "maybe"}) as r:
+            assert r.status == 400
+        async with http.get(url, params={"watch": "true", "timeoutSeconds": "1"}) as r:  # kopf's form
+            assert r.status == 200 and await r.read() == b""
+        async with http.get(url, params={"fieldSelector": "spec.owner=alice"}) as r:
+            assert r.status == 400 and "field label not supported: spec.owner" in (await r.json())["message"]
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, NS, KERNELS, gk("k1"))
+    async with watch.Watch() as w:  # kubernetes_asyncio sends watch=True
+        async for event in w.stream(kube.custom.list_namespaced_custom_object, GROUP, VERSION, NS, KERNELS,
+                                    timeout_seconds=2):
+            assert (event["type"], event["raw_object"]["metadata"]["name"]) == ("ADDED", "k1")
+            break
+
+
+async def test_the_kubelet_runs_a_pod_with_its_env_volumes_and_exit_code(cluster, kube):
+    await kube.core.create_namespaced_secret(NS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                                                  "stringData": {"token": "t0ps3cret"}})
+    script = ("import os, sys, pathlib; print(os.environ['GREETING'], os.environ['MY_IP'], "
+              "pathlib.Path(sys.argv[1]).read_text(), os.environ['FROM_SECRET']); sys.exit(7)")
+    await kube.core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
+        "spec": {"restartPolicy": "Never", "volumes": [{"name": "v", "secret": {"secretName": "s"}}],
+                 "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
+                                 "args": [script, "/mnt/s/token"],
+                                 "env": [{"name": "WHO", "value": "pod"},
+                                         {"name": "GREETING", "value": "hello $(WHO) $$(WHO)"},
+                                         {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                                         {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s",
+                                                                                                "key": "token"}}}],
+                                 "volumeMounts": [{"name": "v", "mountPath": "/mnt/s", "readOnly": True}]}]}})
+
+    async def finished():
+        pod = await kube.core.read_namespaced_pod("p1", NS)
+        return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+    pod = await wait_until(finished, timeout=30)
+    assert pod.status.phase == "Failed"
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 7
+    log = await kube.core.read_namespaced_pod_log("p1", NS)
+    assert log.strip() == f"hello pod $(WHO) {pod.status.pod_ip} t0ps3cret t0ps3cret"
+    assert pod.status.pod_ip.startswith("127.") and pod.status.pod_ip != "127.0.0.1"
+
+
+async def test_a_container_that_writes_to_a_read_only_mount_is_stopped(cluster, kube):
+    await kube.core.create_namespaced_secret(NS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                                                  "stringData": {"f": "x"}})
+    await kube.core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer"},
+        "spec": {"restartPolicy": "Never", "volumes": [{"name": "v", "secret": {"secretName": "s"}}],
+                 "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook",
+                                 "command": ["python", "-c", "import time; open('/mnt/s/f', 'w').write('y'); "
+                                                             "time.sleep(30)"],
+                                 "volumeMounts": [{"name": "v", "mountPath": "/mnt/s", "readOnly": True}]}]}})
+
+    async def stopped():
+        pod = await kube.core.read_namespaced_pod("writer", NS)
+        return pod if pod.status.phase == "Failed" else None
+
+    pod = await wait_until(stopped, timeout=30)
+    assert pod.status.container_statuses[0].state.terminated.reason == "ReadOnlyMountWritten"
+
+
+async def test_the_scheduler_explains_why_no_node_fits(cluster, kube):
+    def pod(name: str, **spec) -> dict:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["true"],
+                                         "resources": spec.pop("resources", {})}], **spec}}
+
+    await kube.core.create_namespaced_pod(NS, pod("untolerated"))  # the GPU node is tainted
+    await kube.core.create_namespaced_pod(NS, pod("too-big", resources={"limits": {"nvidia.com/gpu": "3"}},
+                                                  tolerations=[{"operator": "Exists"}]))
+    await kube.core.create_namespaced_pod(NS, pod("elsewhere", nodeSelector={"disk": "ssd"},
+                                                  tolerations=[{"operator": "Exists"}]))
+
+    async def reason(name: str):
+        p = await kube.core.read_namespaced_pod(name, NS)
+        cond = [c for c in p.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
+        return cond[0].message if cond else None
+
+    assert "1 node(s) had untolerated taint {nvidia.com/gpu: present}" in await wait_until(lambda: reason(
+        "untolerated"))
+    assert "0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in await wait_until(lambda: reason("too-big"))
+    assert "didn't match Pod's node affinity/selector" in await wait_until(lambda: reason("elsewhere"))
+    events = (await kube.core.list_namespaced_event(NS, field_selector="reason=FailedScheduling")).items
+    assert {e.involved_object.name for e in events} == {"untolerated", "too-big", "elsewhere"}
+
+
+async def test_a_graceful_pod_deletion_stops_the_process_then_removes_the_pod(cluster, kube):
+    await kube.core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
+        "spec": {"tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 20,
+                 "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
+                                 "args": ["import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
+                                          "sys.exit(0)); print('up', flush=True); time.sleep(60)"]}]}})
+    await wait_until(lambda: _phase(kube, "sleeper", "Running"), timeout=30)
+    deleted = await kube.core.delete_namespaced_pod("sleeper", NS)
+    assert deleted.metadata.deletion_timestamp is not None  # terminating, not gone: the kubelet stops it
+
+    async def gone():
+        try:
+            await kube.core.read_namespaced_pod("sleeper", NS)
+            return False
+        except ApiException as e:
+            return e.status == 404
+
+    await wait_until(gone, timeout=10, what="the pod to go once its process exited on SIGTERM")
+
+
+async def _phase(kube: Kube, name: str, phase: str) -> bool:
+    return (await kube.core.read_namespaced_pod(name, NS)).status.phase == phase
+
+
+def test_json_roundtrip_of_errors_is_a_status():
+    e = ApiError(404, "NotFound", 'pods "x" not found', {"name": "x", "kind": "pods"})
+    assert json.loads(json.dumps(e.status())) == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                                  "status": "Failure", "message": 'pods "x" not found',
+                                                  "reason": "NotFound", "details": {"name": "x", "kind": "pods"},
+                                                  "code": 404}
+
+
+__all__ = ["asyncio"]
