@@ -229,10 +229,31 @@ class GPUPoolProvisioner(LocalProvisioner):
         except Exception:  # exited already: record it so that reconcile reclaims the slice
             holder = processes.Holder(pid=self.pid, start=0.0, host=processes.hostname())
         try:
-            await asyncio.to_thread(self._pool.ledger.set_holder, self.lease_id, holder)  # type: ignore[union-attr]
+            await asyncio.to_thread(self._pool.ledger.set_holder, self.lease_id, holder, "")  # type: ignore[union-attr]
         except LeaseNotFound:
             self.log.warning("GPU lease of kernel %s vanished during launch", self.kernel_id)
         return info
+
+    async def _mark_stopping(self) -> None:
+        """A shutdown began: the kernel process is about to end on purpose.  Until cleanup
+        releases the lease, reconcile must neither take it as a crash nor hand it out."""
+        if self.lease_id and self._pool is not None:
+            try:
+                await asyncio.to_thread(self._pool.ledger.set_holder, self.lease_id, None, "stopping")
+            except LeaseNotFound:
+                self.lease_id = None
+
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        await super().shutdown_requested(restart=restart)
+        await self._mark_stopping()
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._mark_stopping()
+        await super().kill(restart=restart)
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self._mark_stopping()
+        await super().terminate(restart=restart)
 
     async def cleanup(self, restart: bool = False) -> None:
         await super().cleanup(restart=restart)

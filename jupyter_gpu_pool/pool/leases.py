@@ -18,6 +18,7 @@ HIBERNATED = "hibernated"
 RELEASED = "released"
 STATES = (ACTIVE, HIBERNATED, RELEASED)
 HELD = (ACTIVE, HIBERNATED)
+STOPPING = "stopping"  # a lease phase: its kernel is being shut down
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 
 from .errors import LeaseNotFound, PoolError, PoolExhausted, QuotaExceeded
 from .gpus import GPU
-from .leases import ACTIVE, HELD, HIBERNATED, RELEASED, Holder, Lease, LeaseRequest
+from .leases import ACTIVE, HELD, HIBERNATED, RELEASED, STOPPING, Holder, Lease, LeaseRequest
 from .profiles import Profile
 from .placement import BINPACK, GPUUsage, choose, largest_free
 from .quotas import QuotaBook, Usage, first_excess
@@ -483,11 +483,11 @@ class Ledger:
     def _reserve_for_waiters(self, db, usage: list[GPUUsage], placement: str, waiter_id: str | None,
                              now: float) -> list[GPUUsage]:
         """Usage as it would be after every earlier live waiter that fits took its slice."""
-        waiters = self._waiters(db, now)
+        waiters = self._waiters(db, now)  # in queue order
         if waiter_id is not None:
-            mine = next((w for w in waiters if w.id == waiter_id), None)
-            waiters = [w for w in waiters if mine is None or w.enqueued < mine.enqueued
-                       or (w.enqueued == mine.enqueued and w.id < mine.id)]
+            ids = [w.id for w in waiters]
+            if waiter_id in ids:
+                waiters = waiters[: ids.index(waiter_id)]
         sim = {u.gpu.uuid: u for u in usage}
         for w in waiters:
             picked = choose(list(sim.values()), w.slice, placement)
@@ -497,14 +497,19 @@ class Ledger:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def set_holder(self, lease_id: str, holder: Holder | None) -> None:
-        """Record the kernel process holding the lease (None while it restarts)."""
+    def set_holder(self, lease_id: str, holder: Holder | None, phase: str | None = None) -> None:
+        """Record the kernel process holding the lease (None while it restarts or stops).
+
+        ``phase`` sets the lease's phase too: ``"stopping"`` when a shutdown begins (so reconcile
+        names the right reason if the server never finishes it), ``""`` when a process holds it."""
         now = self.clock()
         with self._write() as db:
-            cur = db.execute(
-                "UPDATE leases SET holder_pid=?, holder_start=?, updated=? WHERE id=? AND state IN (?,?)",
-                (holder.pid if holder else None, holder.start if holder else None, now, lease_id, *HELD),
-            )
+            sets, args = "holder_pid=?, holder_start=?, updated=?", [holder.pid if holder else None,
+                                                                      holder.start if holder else None, now]
+            if phase is not None:
+                sets += ", phase=?"
+                args.append(phase)
+            cur = db.execute(f"UPDATE leases SET {sets} WHERE id=? AND state IN (?,?)", (*args, lease_id, *HELD))
             if cur.rowcount == 0:
                 raise LeaseNotFound(lease_id)
 
@@ -681,6 +686,10 @@ class Ledger:
             return None
         if not manager_alive:
             return "server process is gone"
+        if lease.phase == STOPPING:
+            if now - lease.updated > self.holder_grace:
+                return "kernel was shut down but its server did not release the slice"
+            return None
         if now - lease.updated > self.launch_grace:
             return "kernel never started"
         return None
@@ -717,7 +726,7 @@ class Ledger:
 
     def _waiters(self, db, now: float) -> list[Waiter]:
         rows = db.execute(
-            "SELECT * FROM waiters WHERE heartbeat >= ? ORDER BY enqueued, id", (now - self.waiter_ttl,)
+            "SELECT * FROM waiters WHERE heartbeat >= ? ORDER BY enqueued, rowid", (now - self.waiter_ttl,)
         ).fetchall()
         return [
             Waiter(id=r["id"], owner=r["owner"], kernel_id=r["kernel_id"], lease_id=r["lease_id"],

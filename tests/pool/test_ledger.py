@@ -283,3 +283,22 @@ def test_schema_is_created_once_and_reopened(tmp_path, clock):
     again = Ledger(path, clock=clock)
     assert again.get(lease.id).state == ACTIVE
     again.close()
+
+
+def test_a_kernel_being_shut_down_is_not_taken_for_a_crash(ledger, clock):
+    lease = ledger.allocate(request(manager=Holder(1, 1.0)), NO_QUOTA)
+    ledger.set_holder(lease.id, Holder(2, 2.0), phase="")
+    ledger.set_holder(lease.id, None, phase="stopping")  # the provisioner: a shutdown began
+    server_alive = lambda pid, start: pid == 1  # noqa: E731  the kernel process is gone by now
+    clock.advance(5)
+    assert ledger.reconcile(server_alive) == []  # its server is about to release it
+    clock.advance(30)
+    [reclaimed] = ledger.reconcile(server_alive)
+    assert reclaimed.reason == "kernel was shut down but its server did not release the slice"
+
+
+def test_a_relaunch_clears_the_stopping_phase(ledger):
+    lease = ledger.allocate(request(manager=Holder(1, 1.0)), NO_QUOTA)
+    ledger.set_holder(lease.id, None, phase="stopping")
+    ledger.set_holder(lease.id, Holder(3, 3.0), phase="")
+    assert ledger.get(lease.id).phase == ""

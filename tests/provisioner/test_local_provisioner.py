@@ -264,3 +264,14 @@ def test_the_provisioner_is_registered_under_its_entry_point():
     factory = KernelProvisionerFactory.instance()
     assert factory._check_availability("gpu-pool")
 
+
+
+async def test_a_shutdown_in_progress_marks_the_lease_stopping(pool_home, managers):
+    km = managers("gpu-pool-small")
+    await km.start_kernel()
+    await km.provisioner.shutdown_requested()
+    [lease] = held(pool_home)
+    assert lease.phase == "stopping" and lease.holder_pid is None
+    await km.shutdown_kernel()
+    assert held(pool_home) == []
+    assert pool_home.ledger().journal(kinds=("released",))[0].reason == "shutdown"
