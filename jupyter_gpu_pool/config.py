@@ -215,7 +215,8 @@ class GPUPool(Configurable):
     hibernation_lock_timeout = Float(
         10.0,
         help="""Seconds a hibernation waits for a kernel's submitted GPU work to finish before it gives
-        up and leaves the kernel running, untouched.""",
+        up and leaves the kernel running, untouched (the release of the framework's cache, which waits
+        for that work too, gets 5 s more for the kernel to answer).""",
     ).tag(config=True)
 
     hibernation_release_cache = Bool(

@@ -34,6 +34,7 @@ from .settings import EVICT_OLDEST, KEEP_RUNNING, SHUTDOWN, HibernationSettings
 log = logging.getLogger(__name__)
 
 RAM_MARGIN = 2 * 2**30  # keep this much RAM free beyond a checkpoint, for everything else on the machine
+ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
 
 Emit = Callable[[dict], None]
 
@@ -276,9 +277,10 @@ class Hibernator:
         await self._set_phase(lease, HIBERNATING)
         try:
             if pids and self.settings.release_cache:
-                # Bounded by the lock's timeout: freeing GPU memory waits for the GPU work in flight.
-                if await self.kernels.release_cache(kernel_id, self.settings.lock_timeout) == "timeout":
-                    raise self._gpu_busy()
+                # Bounded like the lock: freeing GPU memory waits for the GPU work in flight.
+                timeout = self.settings.lock_timeout + ANSWER_GRACE
+                if await self.kernels.release_cache(kernel_id, timeout) == "timeout":
+                    raise self._gpu_busy(timeout)
             moved = await self._bytes_held(pids, lease)
             await self._claim_host_ram(lease, moved)
             if pids:
@@ -405,10 +407,10 @@ class Hibernator:
             raise HibernationRefused("in_use", "A cell was started on this kernel while it was being hibernated; "
                                      "it was left running.")
 
-    def _gpu_busy(self) -> HibernationRefused:
+    def _gpu_busy(self, waited: float | None = None) -> HibernationRefused:
         return HibernationRefused(
-            "gpu_busy", f"This kernel's GPU work did not finish within {self.settings.lock_timeout:g} s, so it was "
-            "left running, untouched; it can hibernate once its GPU is quiet.")
+            "gpu_busy", f"This kernel's GPU work did not finish within {waited or self.settings.lock_timeout:g} s, "
+            "so it was left running, untouched; it can hibernate once its GPU is quiet.")
 
     async def _unlock(self, pids: list[int]) -> None:
         for pid in pids:
