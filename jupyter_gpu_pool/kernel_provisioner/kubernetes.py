@@ -127,6 +127,9 @@ class GPUPoolKubernetes(Configurable):
     heartbeat_interval = Float(30.0, help="""Seconds between heartbeats on this server's kernels; keep it well
         under the operator's heartbeat_timeout.""").tag(config=True)
 
+    refresh_interval = Float(10.0, help="""Seconds between two reads of the cluster's quotas, policy and GPU nodes
+        by the server extension (its kernels are watched, not re-read).""").tag(config=True)
+
     launch_timeout = Float(300.0, help="""Seconds a kernel launch may take (an image pull on a fresh node can take
         minutes).  Launches the cluster can never satisfy fail long before, with the reason.""").tag(config=True)
 
@@ -143,9 +146,10 @@ def _status(body: dict | None) -> dict:
 
 
 class KernelSession:
-    """One server's view of its kernels: a list + watch of its GPUKernels, and their heartbeat.
+    """One server's view of the GPUKernels of its namespace (a list + watch) and the heartbeat of its own.
 
-    One per (server, event loop), shared by the server's provisioners and its pool backend.
+    One per (server, event loop), shared by the server's provisioners and its pool backend (which
+    shows the namespace's kernels: a user's own in ``me``, all of them to admins in ``pool``).
     """
 
     _sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -155,6 +159,7 @@ class KernelSession:
         self.kernels: dict[str, dict] = {}
         self.owned: set[str] = set()  # kernels this process manages and keeps alive
         self.changed = asyncio.Condition()
+        self.listeners: list[Callable[[str, dict], None]] = []  # called with (event type, object)
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.api = None
@@ -201,7 +206,6 @@ class KernelSession:
             except Exception:  # no kubeconfig: in-cluster without a namespace file
                 namespace = ""
         self.namespace = namespace or "default"
-        self.selector = f"{LABEL_SERVER}={label_value(self.settings.server_id)}"
         self._tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._heartbeat())]
 
     async def close(self) -> None:
@@ -227,6 +231,8 @@ class KernelSession:
                 elif int(obj["metadata"]["resourceVersion"]) >= int(
                         self.kernels.get(name, {}).get("metadata", {}).get("resourceVersion", 0)):
                     self.kernels[name] = obj
+                for listener in self.listeners:
+                    listener(event["type"], obj)
             self.changed.notify_all()
 
     async def remember(self, obj: dict) -> None:
@@ -240,17 +246,15 @@ class KernelSession:
 
         while True:
             try:
-                listing = await self.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, KERNELS, label_selector=self.selector)
+                listing = await self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, KERNELS)
                 rv = listing["metadata"]["resourceVersion"]
                 await self._update(items={i["metadata"]["name"]: i for i in listing["items"]})
                 self._synced.set()
                 while True:
                     async with watch.Watch() as w:
                         async for event in w.stream(self.custom.list_namespaced_custom_object, GROUP, VERSION,
-                                                    self.namespace, KERNELS, label_selector=self.selector,
-                                                    resource_version=rv, allow_watch_bookmarks=True,
-                                                    timeout_seconds=240):
+                                                    self.namespace, KERNELS, resource_version=rv,
+                                                    allow_watch_bookmarks=True, timeout_seconds=240):
                             rv = event["raw_object"]["metadata"]["resourceVersion"]
                             if event["type"] != "BOOKMARK":
                                 await self._update(event=event)
@@ -475,6 +479,9 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                          st.get("reason") or "not_ready")
         except BaseException:
             await self._delete()
+            # jupyter_client keeps a kernel whose start failed among its pending ones, and shutdown_all
+            # then fails on it: a refusal is an everyday event, so the kernel is forgotten (as gpu-pool does).
+            getattr(getattr(self.parent, "parent", None), "_pending_kernels", {}).pop(self.kernel_id, None)
             raise
         self.pod = _status(body).get("pod", "")
         self.connection_info = info
@@ -593,7 +600,7 @@ def _api_message(e) -> str:
 
 
 async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = None) -> list[str]:
-    """Adopt this server's running kernels into jupyter_server's ``MappingKernelManager``.
+    """Adopt this server's running kernels (same ``server_id``) into jupyter_server's ``MappingKernelManager``.
 
     A server that was killed and started again (same ``server_id``) finds its
     GPUKernels still running (within the operator's heartbeat timeout) and
@@ -605,9 +612,12 @@ async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = Non
     settings = settings or kubernetes_settings(kernel_manager.config)
     session = await KernelSession.get(settings)
     adopted = []
+    mine = label_value(settings.server_id)
     for name, body in list(session.kernels.items()):
         spec, st = body.get("spec") or {}, _status(body)
         kernel_id = spec.get("kernelId")
+        if (body["metadata"].get("labels") or {}).get(LABEL_SERVER) != mine:
+            continue  # another server's kernel
         if not kernel_id or kernel_id in kernel_manager or st.get("phase") != RUNNING:
             continue
         km = kernel_manager.kernel_manager_factory(parent=kernel_manager, log=kernel_manager.log,

@@ -12,7 +12,7 @@ import asyncio
 import sys
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Any, Bool, Float, Int, List, Type, default
+from traitlets import Any, Bool, Enum, Float, Int, List, Type, default
 
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
@@ -91,6 +91,10 @@ class GPUPoolExtension(ExtensionApp):
 
     hibernator = Any(None, allow_none=True, help="The hibernation hook in use (see hibernator_class).")
 
+    pool_backend = Enum(["local", "kubernetes"], default_value="local", help="""Where the pool is: 'local' (this
+        machine's GPUs and ledger) or 'kubernetes' (kernels in pods of a cluster, started through the
+        gpu-pool-kubernetes kernelspecs; see docs/kubernetes.md).""").tag(config=True)
+
     backend: PoolBackend
     culler: Culler
     sampler: Sampler
@@ -106,8 +110,11 @@ class GPUPoolExtension(ExtensionApp):
         if event_logger is not None:
             events.register(event_logger)
         source = self.telemetry_source_class() if self.telemetry_source_class else None
-        self.sampler = Sampler(source, thresholds=self.backend.policy.thresholds, history=self.telemetry_history)
-        if self.hibernator is None and self.hibernator_class is not None:
+        make_sampler = getattr(self.backend, "make_sampler", None)  # a cluster's readings come from its nodes
+        self.sampler = (make_sampler(self.backend.policy.thresholds, self.telemetry_history) if make_sampler else
+                        Sampler(source, thresholds=self.backend.policy.thresholds, history=self.telemetry_history))
+        if self.hibernator is None and self.hibernator_class is not None and getattr(self.backend, "can_hibernate",
+                                                                                      True):
             self.hibernator = self.hibernator_class(parent=self)
         km = self.serverapp.kernel_manager
         self.culler = Culler(kernel_manager=km, backend=self.backend, sampler=self.sampler, event_logger=event_logger,
@@ -122,6 +129,10 @@ class GPUPoolExtension(ExtensionApp):
 
     def _make_backend(self) -> PoolBackend:
         try:
+            if self.pool_backend == "kubernetes":
+                from .kubernetes_backend import KubernetesBackend
+
+                return KubernetesBackend(self.serverapp.config)
             return LocalBackend(local_pool(self.serverapp.config))
         except ConfigError as e:
             if self.exit_on_config_error:
@@ -152,6 +163,8 @@ class GPUPoolExtension(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         loop = asyncio.get_running_loop()
+        if hasattr(self.backend, "start"):  # a cluster backend watches it, and re-adopts this server's kernels
+            await self.backend.start(serverapp.kernel_manager)
         self._stop = asyncio.Event()
         self._tasks = [loop.create_task(self.sampler.run(self.telemetry_interval, self._stop)),
                        loop.create_task(self.culler.run(self.cull_interval, self._stop))]
@@ -166,5 +179,7 @@ class GPUPoolExtension(ExtensionApp):
                 task.cancel()
         self._tasks = []
         await self.culler.stop()
+        if hasattr(self.backend, "stop"):
+            await self.backend.stop()
         if hasattr(self.hibernator, "stop"):
             await self.hibernator.stop()

@@ -7,7 +7,7 @@ quotas, policies and heartbeats never leak between tests.
 from __future__ import annotations
 
 import pytest
-from kube_helpers import KERNEL_IMAGE, PROFILES, OperatorProcess, TestCluster, wait_until, write_pool_config
+from kube_helpers import KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, TestCluster, wait_until, write_pool_config
 
 from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, POLICIES, VERSION, crd_manifests
 
@@ -120,6 +120,22 @@ async def kube_sessions():
     if ServerApp.initialized() and hasattr(ServerApp.instance(), "kernel_manager"):
         await ServerApp.instance().kernel_manager.shutdown_all()  # while the watches still run
     await KernelSession.close_all()
+
+
+@pytest.fixture
+def servers(tmp_path, cluster):
+    started: list[JupyterServer] = []
+
+    def make(**kwargs) -> JupyterServer:
+        server = JupyterServer(tmp_path, cluster, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        if server.proc and server.proc.poll() is None:
+            server.proc.terminate()
+            server.proc.wait(30)
 
 
 __all__ = ["KERNEL_IMAGE", "NAMESPACE"]

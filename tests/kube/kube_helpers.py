@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ HERE = Path(__file__).parent
 REPO = HERE.parent.parent
 
 GiB = 2**30
+NS = "jhub"  # where the tests' kernels run
 PROFILES = {
     "small": {"slice": "10GiB", "isolation": "soft"},
     "half": {"slice": "20GiB,50%", "isolation": "mps"},
@@ -226,3 +228,127 @@ def pod_processes(pod: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JupyterServer:
+    """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
+
+    def __init__(self, root: Path, cluster: TestCluster, server_id: str = "alice-server", extension: bool = False):
+        self.root = root
+        self.extension = extension
+        self.config = root / "server-config"
+        self.data = root / "server-data"
+        self.port = free_port()
+        self.token = "test-token"
+        write_pool_config(self.config, **{
+            "GPUPool.profiles": PROFILES, "GPUPool.owner": "alice",
+            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig, "GPUPoolKubernetes.namespace": NS,
+            "GPUPoolKubernetes.server_id": server_id, "GPUPoolKubernetes.heartbeat_interval": 0.5,
+            "GPUPoolExtension.pool_backend": "kubernetes", "GPUPoolExtension.hibernator_class": None,
+        })
+        env = {**os.environ, "JUPYTER_DATA_DIR": str(self.data), "JUPYTER_CONFIG_DIR": str(self.config)}
+        subprocess.run([sys.executable, "-c", (
+            "from jupyter_gpu_pool.config import load_settings; from jupyter_gpu_pool.kernel_provisioner import "
+            "kernelspecs; kernelspecs.install(list(load_settings().profiles.values()), "
+            "prefix_name='gpu-pool-kubernetes', user=True, provisioner='gpu-pool-kubernetes')")],
+            env=env, check=True)
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> JupyterServer:
+        self.log = open(self.root / f"server-{self.port}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--no-browser", "--allow-root",
+             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
+             f"--ServerApp.jpserver_extensions={{'jupyter_gpu_pool': {self.extension}}}"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    async def request(self, method: str, path: str, body: dict | None = None) -> dict:
+        from tornado.httpclient import AsyncHTTPClient
+
+        response = await AsyncHTTPClient().fetch(
+            f"http://127.0.0.1:{self.port}/{path}", method=method, headers={"Authorization": f"token {self.token}"},
+            body=json.dumps(body) if body is not None else None, request_timeout=120)
+        return json.loads(response.body) if response.body else {}
+
+    async def ready(self) -> None:
+        async def up():
+            try:
+                await self.request("GET", "api/status")
+                return True
+            except (ConnectionError, OSError):
+                return False
+            except Exception:
+                return False
+
+        await wait_until(up, timeout=60, interval=0.2, what="jupyter server to answer")
+
+    async def execute(self, kernel_id: str, code: str, timeout: float = 60) -> str:
+        """Run code over the kernel's websocket, as JupyterLab does; its stdout (raises on an error)."""
+        import uuid
+
+        from tornado.websocket import websocket_connect
+
+        ws = await websocket_connect(f"ws://127.0.0.1:{self.port}/api/kernels/{kernel_id}/channels?token={self.token}")
+        msg_id = uuid.uuid4().hex
+        await ws.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "alice",
+                       "session": uuid.uuid4().hex, "date": "", "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True}}))
+        out = []
+        try:
+            while True:
+                reply = json.loads(await asyncio.wait_for(ws.read_message(), timeout))
+                if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                if reply["msg_type"] == "stream":
+                    out.append(reply["content"]["text"])
+                elif reply["msg_type"] == "execute_reply":
+                    if reply["content"]["status"] != "ok":
+                        raise AssertionError(f"{code!r} failed: {reply['content']}")
+                    return "".join(out)
+        finally:
+            ws.close()
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+
+class ScriptedNVML:
+    """Per-process GPU readings a test sets: stands in for NVMLSource, which needs a GPU (the
+    ``gpu`` tests read the real one)."""
+
+    def __init__(self, readings: dict | None = None):
+        self.readings = readings or {}
+
+    def available(self):
+        return True, ""
+
+    def read(self, gpu_uuids):
+        return {g: dict(self.readings.get(g, {})) for g in gpu_uuids}
+
+    def device_utilization(self, gpu_uuids):
+        return {g: 55.0 for g in gpu_uuids}
+
+
+def fake_proc(root: Path, pods: dict[int, str | None]) -> str:
+    """A /proc stand-in (the test kubelet runs no containers): each pid's cgroup file as a node with
+    the systemd cgroup driver has it for a process of pod ``uid`` (None: a host process)."""
+    for pid, uid in pods.items():
+        os.makedirs(root / str(pid), exist_ok=True)
+        line = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/"
+                "cri-containerd-ab12.scope" if uid else "0::/system.slice/sshd.service")
+        (root / str(pid) / "cgroup").write_text(line + "\n")
+    return str(root)

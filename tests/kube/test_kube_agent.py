@@ -10,12 +10,11 @@ written the way a node's kubelet lays them out (cgroupfs and systemd drivers).
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
-from kube_helpers import GiB, Kube, pod_processes, wait_until
+from kube_helpers import GiB, Kube, ScriptedNVML, fake_proc, pod_processes, wait_until
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -41,16 +40,6 @@ def test_a_process_cgroup_names_its_pod(cgroup, uid):
     assert pod_uid_from_cgroup(cgroup) == uid
 
 
-def fake_proc(root, pods: dict[int, str | None]) -> str:
-    """A /proc stand-in: each pid's cgroup file as a node running pod ``uid`` would have it."""
-    for pid, uid in pods.items():
-        os.makedirs(root / str(pid), exist_ok=True)
-        line = (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid.replace('-', '_')}.slice/"
-                "cri-containerd-ab12.scope" if uid else "0::/system.slice/sshd.service")
-        (root / str(pid) / "cgroup").write_text(line + "\n")
-    return str(root)
-
-
 def test_a_pods_processes_are_summed_like_a_kernels_process_tree(tmp_path):
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     proc = fake_proc(tmp_path, {10: a, 11: a, 20: b, 30: None})
@@ -62,22 +51,6 @@ def test_a_pods_processes_are_summed_like_a_kernels_process_tree(tmp_path):
     assert usage[a].memory_used == 4 * GiB and usage[a].utilization == 100.0  # 30 + 80 on GPU-0, capped
     assert usage[a].devices == ("GPU-0", "GPU-1")
     assert usage[b].memory_used is None and usage[b].utilization == 10.0  # NVML would not say on GPU-1
-
-
-class ScriptedNVML:
-    """Per-process readings a test sets (stands in for NVMLSource, which needs a GPU)."""
-
-    def __init__(self):
-        self.readings: dict[str, dict[int, ProcessReading]] = {}
-
-    def available(self):
-        return True, ""
-
-    def read(self, gpu_uuids):
-        return {g: dict(self.readings.get(g, {})) for g in gpu_uuids}
-
-    def device_utilization(self, gpu_uuids):
-        return {g: 55.0 for g in gpu_uuids}
 
 
 async def test_the_agent_reports_a_kernel_pods_gpu_use_where_its_server_reads_it(cluster, operator, server_config,

@@ -7,19 +7,13 @@ import asyncio
 import base64
 import json
 import logging
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from kernel_helpers import run_code
-from kube_helpers import PROFILES, Kube, pod_processes, wait_until, write_pool_config
+from kube_helpers import Kube, pod_processes, wait_until
 
 from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
 from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession, adopt_kernels
@@ -85,87 +79,6 @@ async def test_the_connection_key_is_in_the_secret_and_nowhere_else(cluster, ope
         assert [where for where, text in logs.items() if any(n in text for n in needles)] == []
     finally:
         await km.shutdown_kernel(now=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class JupyterServer:
-    """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
-
-    def __init__(self, root: Path, cluster, server_id: str = "alice-server"):
-        self.root = root
-        self.config = root / "server-config"
-        self.data = root / "server-data"
-        self.port = free_port()
-        self.token = "test-token"
-        write_pool_config(self.config, **{
-            "GPUPool.profiles": PROFILES, "GPUPool.owner": "alice",
-            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig, "GPUPoolKubernetes.namespace": NS,
-            "GPUPoolKubernetes.server_id": server_id, "GPUPoolKubernetes.heartbeat_interval": 0.5,
-        })
-        env = {**os.environ, "JUPYTER_DATA_DIR": str(self.data), "JUPYTER_CONFIG_DIR": str(self.config)}
-        subprocess.run([sys.executable, "-c", (
-            "from jupyter_gpu_pool.config import load_settings; from jupyter_gpu_pool.kernel_provisioner import "
-            "kernelspecs; kernelspecs.install(list(load_settings().profiles.values()), "
-            "prefix_name='gpu-pool-kubernetes', user=True, provisioner='gpu-pool-kubernetes')")],
-            env=env, check=True)
-        self.env = env
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> JupyterServer:
-        self.log = open(self.root / f"server-{self.port}.log", "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", f"--port={self.port}", "--no-browser", "--allow-root",
-             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
-             "--ServerApp.jpserver_extensions={'jupyter_gpu_pool': False}"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
-        return self
-
-    async def request(self, method: str, path: str, body: dict | None = None) -> dict:
-        from tornado.httpclient import AsyncHTTPClient
-
-        response = await AsyncHTTPClient().fetch(
-            f"http://127.0.0.1:{self.port}/{path}", method=method, headers={"Authorization": f"token {self.token}"},
-            body=json.dumps(body) if body is not None else None, request_timeout=120)
-        return json.loads(response.body) if response.body else {}
-
-    async def ready(self) -> None:
-        async def up():
-            try:
-                await self.request("GET", "api/status")
-                return True
-            except (ConnectionError, OSError):
-                return False
-            except Exception:
-                return False
-
-        await wait_until(up, timeout=60, interval=0.2, what="jupyter server to answer")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self.log.close()
-
-
-@pytest.fixture
-def servers(tmp_path, cluster):
-    started: list[JupyterServer] = []
-
-    def make(**kwargs) -> JupyterServer:
-        server = JupyterServer(tmp_path, cluster, **kwargs).start()
-        started.append(server)
-        return server
-
-    yield make
-    for server in started:
-        if server.proc and server.proc.poll() is None:
-            server.proc.terminate()
-            server.proc.wait(30)
 
 
 async def test_a_killed_server_leaves_no_kernel_behind_once_the_reconcile_interval_passes(cluster, operator, kube,

@@ -92,13 +92,17 @@ def _to_json_schema(schema: dict) -> dict:
     if schema.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if schema.get("nullable") and "type" in out:
-        out["type"] = [out["type"], "null"]
+    if schema.get("nullable"):
+        if "type" in out:
+            out["type"] = [out["type"], "null"]
+        elif "anyOf" in out:
+            out["anyOf"] = [*out["anyOf"], {"type": "null"}]
     return out
 
 
 def prune(value, schema: dict | None):
-    """Drop fields the schema does not declare, as a real server does for structural schemas."""
+    """Drop fields the schema does not declare, and nulls of fields not ``nullable``, as a real server
+    does for structural schemas."""
     if schema is None or not isinstance(value, (dict, list)):
         return value
     if isinstance(value, list):
@@ -109,6 +113,8 @@ def prune(value, schema: dict | None):
     extra = schema.get("additionalProperties")
     out = {}
     for key, item in value.items():
+        if item is None and not ((props or {}).get(key) or {}).get("nullable"):
+            continue  # a real server drops a null it was not told to keep
         if props is not None and key in props:
             out[key] = prune(item, props[key])
         elif isinstance(extra, dict):
