@@ -136,7 +136,7 @@ export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.E
       />
       <Sparkline points={v.utilization.points} label={v.utilization.label} text={v.utilization.text} />
       {v.countdown ? (
-        <div className="jp-GpuPool-countdown" role="status">
+        <div className="jp-GpuPool-countdown" role="status" title={v.countdown.detail}>
           <strong className="jp-GpuPool-countdownTime">{v.countdown.text}</strong>
           <span className="jp-GpuPool-countdownWhy">{v.countdown.message}</span>
         </div>

@@ -131,3 +131,22 @@ export function sparklinePoints(
     })
     .join(' ');
 }
+
+const REASON_PHRASES: Record<string, string> = {
+  idle: 'idle too long',
+  gpu_idle: 'GPU memory held, GPU unused',
+  max_busy: 'busy longer than allowed',
+  max_age: 'maximum kernel age reached',
+  max_hibernated: 'hibernated too long',
+  over_memory: 'over its GPU memory slice',
+  quota_exceeded: 'your GPU quota is used up',
+  pool_exhausted: 'every GPU slice is taken',
+  queue_timeout: 'no slice freed up in time',
+  pressure: 'others wait for a GPU slice',
+  user: 'you asked'
+};
+
+/** Why the pool acts, in a few words: "idle too long". */
+export function reasonPhrase(reason: string | undefined): string {
+  return (reason && REASON_PHRASES[reason]) || (reason ? reason.replace(/_/g, ' ') : 'the pool’s policy');
+}

@@ -8,7 +8,9 @@
  * here: the plugin turns notices into JupyterLab notifications.
  */
 
-import { baseName, formatClock, formatDuration } from './format';
+import { baseName, formatClock, formatDuration, reasonPhrase } from './format';
+
+export { reasonPhrase };
 import type { IKernel, IKernelActionEvent, IMe, IRecent } from './types';
 
 export type NoticeType = 'info' | 'success' | 'warning' | 'error';
@@ -51,25 +53,6 @@ const SAME_HAPPENING = 120;
 
 /** JupyterLab cuts a toast's message after this many characters. */
 export const TOAST_LIMIT = 140;
-
-const REASON_PHRASES: Record<string, string> = {
-  idle: 'idle too long',
-  gpu_idle: 'GPU memory held, GPU unused',
-  max_busy: 'busy longer than allowed',
-  max_age: 'maximum kernel age reached',
-  max_hibernated: 'hibernated too long',
-  over_memory: 'over its GPU memory slice',
-  quota_exceeded: 'your GPU quota is used up',
-  pool_exhausted: 'every GPU slice is taken',
-  queue_timeout: 'no slice freed up in time',
-  pressure: 'others wait for a GPU slice',
-  user: 'you asked'
-};
-
-/** Why, in a few words: "idle too long". */
-export function reasonPhrase(reason: string | undefined): string {
-  return (reason && REASON_PHRASES[reason]) || (reason ? reason.replace(/_/g, ' ') : 'the pool’s policy');
-}
 
 const REFUSAL_ADVICE: Record<string, string> = {
   quota_exceeded: 'Release or shut down one of your GPU kernels, or pick a smaller GPU profile.',

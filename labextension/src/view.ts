@@ -15,6 +15,7 @@ import {
   formatPercent,
   formatUsedOf,
   plural,
+  reasonPhrase,
   sparklinePoints
 } from './format';
 import type {
@@ -159,7 +160,13 @@ export interface ICardView {
     label: string;
   };
   state: { kind: string; label: string };
-  countdown: { text: string; message: string; level: 'warning' } | null;
+  countdown: {
+    text: string;
+    /** Why and what it costs, in our words; the server's sentence is `detail`. */
+    message: string;
+    detail: string;
+    level: 'warning';
+  } | null;
   actions: IActionView[];
 }
 
@@ -173,6 +180,20 @@ export function countdownText(kernel: IKernel, now: number): string {
   return left > 0
     ? `${verb} in ${formatCountdown(left)}`
     : `${w.action === 'hibernate' ? 'hibernating' : 'shutting down'} now`;
+}
+
+/** The line under a countdown: why, and what happens to the kernel. */
+export function warningConsequence(kernel: IKernel): string {
+  const w = kernel.warning;
+  if (!w) {
+    return '';
+  }
+  const why = reasonPhrase(w.reason);
+  const what =
+    w.action === 'hibernate'
+      ? 'its GPU slice goes back to the pool, its variables are kept'
+      : 'its GPU slice goes back to the pool, its variables are lost';
+  return `${why.charAt(0).toUpperCase()}${why.slice(1)}: ${what}.`;
 }
 
 export function stateView(kernel: IKernel, now: number): { kind: string; label: string } {
@@ -338,7 +359,12 @@ export function cardView(given: IKernel, now: number): ICardView {
     },
     state: stateView(kernel, now),
     countdown: kernel.warning
-      ? { text: countdownText(kernel, now), message: kernel.warning.message, level: 'warning' }
+      ? {
+          text: countdownText(kernel, now),
+          message: warningConsequence(kernel),
+          detail: kernel.warning.message,
+          level: 'warning'
+        }
       : null,
     actions: actionViews(kernel)
   };

@@ -67,7 +67,7 @@ function PanelBody(props: {
   const { model } = props;
   const [tab, setTab] = React.useState<'mine' | 'pool'>('mine');
   const me = model.me;
-  const admin = !!me?.admin;
+  const admin = !!me?.admin && !!me?.pool.enabled;
   React.useEffect(() => {
     model.poolWanted = props.visible && admin && tab === 'pool';
   }, [props.visible, admin, tab]);

@@ -39,7 +39,11 @@ def jp_server_cleanup():
 
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
+    """test-artifacts/browser/, emptied first so that every file in it comes from this run."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.iterdir():
+        if old.is_file():
+            old.unlink()
     return ARTIFACTS
 
 

@@ -38,7 +38,8 @@ def free_port() -> int:
 class LabServer:
     """``jupyter lab`` on 127.0.0.1 with a token, its pool configured by ``pool`` and ``extension``."""
 
-    def __init__(self, root: Path, pool: dict, extension: dict):
+    def __init__(self, root: Path, pool: dict, extension: dict, server: dict | None = None,
+                 kernelspecs: bool = True):
         self.root = root
         self.config_dir = root / "config"
         self.data_dir = root / "data"
@@ -61,6 +62,8 @@ class LabServer:
             **pool,
         }
         self.extension_settings = extension
+        self.server_config = server or {}
+        self.kernelspecs = kernelspecs
         self.proc: subprocess.Popen | None = None
         self._log = None
 
@@ -83,6 +86,8 @@ class LabServer:
         lines = [f"c.GPUPool.{k} = {v!r}" for k, v in self.pool_settings.items()]
         lines += [f"c.GPUPoolExtension.{k} = {v!r}" for k, v in self.extension_settings.items()]
         (self.config_dir / "jupyter_gpu_pool_config.py").write_text("\n".join(lines) + "\n")
+        if self.server_config:
+            (self.config_dir / "jupyter_server_config.json").write_text(json.dumps(self.server_config))
         # No "news" or "update" toasts from JupyterLab itself: the notifications are the pool's.
         settings = self.config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
         settings.mkdir(parents=True, exist_ok=True)
@@ -108,7 +113,8 @@ class LabServer:
 
     def start(self, timeout: float = 180.0) -> None:
         self.write_config()
-        self.install_kernelspecs()
+        if self.kernelspecs:
+            self.install_kernelspecs()
         self._log = open(self.log_path, "w")
         cmd = [
             sys.executable, "-m", "jupyterlab",
@@ -194,5 +200,6 @@ class LabServer:
     def lab_url(self, path: str = "lab", workspace: str | None = None) -> str:
         """A JupyterLab URL; with ``workspace``, a fresh workspace of that name (no tabs restored)."""
         if workspace:
-            return f"{self.url}/lab/workspaces/{workspace}/{path.removeprefix('lab/')}?reset&token={self.token}"
+            rest = "" if path == "lab" else path.removeprefix("lab/")
+            return f"{self.url}/lab/workspaces/{workspace}/{rest}?reset&token={self.token}"
         return f"{self.url}/{path}?token={self.token}"

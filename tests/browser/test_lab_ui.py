@@ -154,7 +154,7 @@ def test_status_panel_warning_keep_alive_then_cull(lab, page, artifacts):
     assert contrast(page, ".jp-GpuPool-countdownWhy") >= 4.5
     assert contrast(page, "button.jp-GpuPool-action.jp-mod-snooze") >= 4.5
     deadline = lab.me()["kernels"][0]["warning"]["deadline"]
-    page.wait_for_timeout(800)  # the toast's slide-in
+    page.wait_for_timeout(1200)  # the toast's slide-in
     page.screenshot(path=str(artifacts / "02-warning.png"))
 
     # The same in JupyterLab's dark theme: readable, and in the theme's colours.
@@ -174,6 +174,7 @@ def test_status_panel_warning_keep_alive_then_cull(lab, page, artifacts):
     expect(card.locator(".jp-GpuPool-countdown")).to_have_count(0, timeout=10_000)
     expect(status).to_have_class(re.compile(r"\bjp-mod-ok\b"), timeout=10_000)
     expect(card.locator(".jp-GpuPool-state")).to_contain_text("kept alive until")
+    page.wait_for_timeout(1200)  # the toasts' slide-out and slide-in
     page.screenshot(path=str(artifacts / "03-kept-alive.png"))
 
     # The kernel survives its old deadline, with its variables.
@@ -199,7 +200,7 @@ def test_status_panel_warning_keep_alive_then_cull(lab, page, artifacts):
     expect(indicator).to_have_count(0)
     # JupyterLab itself no longer claims an idle kernel (the extension asked it to look).
     expect(page.locator(".jp-Toolbar-kernelName").first).to_have_text("No Kernel", timeout=15_000)
-    page.wait_for_timeout(800)
+    page.wait_for_timeout(1200)
     page.screenshot(path=str(artifacts / "04-culled.png"))
 
 
@@ -226,7 +227,7 @@ def test_quota_refusal_says_what_to_do(lab, page, artifacts):
         expect(dialog).to_contain_text("you hold 40 GiB of 40 GiB")
         box = dialog.locator(".jp-Dialog-body pre").first.bounding_box()
         assert box and box["width"] < 1000  # the message wraps inside the dialog instead of running off it
-        page.wait_for_timeout(800)
+        page.wait_for_timeout(1200)
         expect(page.locator("button.jp-GpuPool-status")).to_have_text("GPU 40/40 GiB")
         expect(page.locator("button.jp-GpuPool-status")).to_have_class(re.compile(r"\bjp-mod-near\b"))
         page.screenshot(path=str(artifacts / "05-refused.png"))
@@ -254,3 +255,66 @@ def test_quota_refusal_says_what_to_do(lab, page, artifacts):
     finally:
         for session_id in holders:
             lab.api("DELETE", f"api/sessions/{session_id}")
+
+
+def test_polling_pauses_while_the_tab_is_hidden(lab, page):
+    """GET me every few seconds while the tab is visible, none while hidden; never counted as activity."""
+    reads: list[tuple[float, str]] = []
+    page.on("request", lambda r: "/gpu-pool/api/v1/me" in r.url and reads.append((time.monotonic(), r.url)))
+    page.goto(lab.lab_url("lab", workspace="polling"))
+    expect(page.locator("button.jp-GpuPool-status")).to_have_text(re.compile(r"^GPU \d+/40 GiB"), timeout=120_000)
+    page.wait_for_timeout(7000)
+    assert len(reads) >= 3, reads
+    assert all("no_track_activity=1" in url for _, url in reads)
+
+    page.evaluate("""() => {
+        Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});
+        Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""")
+    hidden_at = time.monotonic()
+    page.wait_for_timeout(12_000)
+    # Lumino's Poll lingers one tick after the tab hides (JupyterLab's own polls do the same), then stops.
+    after = [round(t - hidden_at, 2) for t, _ in reads if t > hidden_at]
+    assert len(after) <= 1 and all(a < 5.0 for a in after), f"reads {after} s after hiding"
+
+    page.evaluate("""() => {
+        Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'visible'});
+        Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""")
+    shown_at = time.monotonic()
+    for _ in range(30):  # Playwright delivers request events while it waits, not during time.sleep
+        if any(t > shown_at for t, _ in reads):
+            break
+        page.wait_for_timeout(500)
+    assert any(t > shown_at for t, _ in reads), "polling did not resume within 15 s of the tab showing again"
+
+
+@pytest.mark.parametrize("case", ["extension disabled", "pool misconfigured"])
+def test_no_pool_reads_no_gpu_pool(case, tmp_path, page, artifacts):
+    if case == "extension disabled":
+        server = LabServer(tmp_path, pool={}, extension={},
+                           server={"ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": False}}})
+        why = "server extension is not enabled"
+    else:
+        server = LabServer(tmp_path, pool={"profiles": {"bad": {"slice": "lots"}}},
+                           extension={"exit_on_config_error": False}, kernelspecs=False)
+        why = "misconfigured"
+    server.start()
+    try:
+        page.goto(server.lab_url("lab", workspace="nopool"))
+        status = page.locator("button.jp-GpuPool-status")
+        expect(status).to_have_text("no GPU pool", timeout=120_000)
+        expect(status).to_have_class(re.compile(r"\bjp-mod-off\b"))
+        assert why in status.get_attribute("title")
+        status.click()
+        panel = page.locator("#jp-gpu-pool-panel")
+        expect(panel).to_contain_text(why)
+        expect(panel.get_by_role("tab")).to_have_count(0)  # no pool view where there is no pool
+        if case == "pool misconfigured":
+            page.locator(".jp-LauncherCard").first.wait_for()
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(artifacts / "07-no-pool.png"))
+    finally:
+        server.stop()

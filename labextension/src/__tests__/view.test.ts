@@ -156,9 +156,14 @@ describe('cardView', () => {
     const v = cardView(kernel({ warning: { ...warning, action: 'hibernate' } }), NOW + 5);
     assert.deepEqual(v.countdown, {
       text: 'hibernates in 1:00',
-      message: warning.message,
+      message: 'Idle too long: its GPU slice goes back to the pool, its variables are kept.',
+      detail: warning.message,
       level: 'warning'
     });
+    assert.equal(
+      cardView(kernel({ warning: { ...warning, reason: 'gpu_idle' } }), NOW).countdown!.message,
+      'GPU memory held, GPU unused: its GPU slice goes back to the pool, its variables are lost.'
+    );
     assert.equal(cardView(kernel({ warning }), NOW + 70).countdown!.text, 'shutting down now');
   });
 
