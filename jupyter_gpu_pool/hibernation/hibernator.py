@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from ..devices import checkpoint as cp
 from ..pool import ACTIVE, HIBERNATED, Lease, LeaseNotFound, PoolExhausted, QuotaExceeded, format_size
 from ..pool.errors import format_age
+from ..pool.leases import STOPPING
 from . import metrics
 from .errors import HibernationFailed, HibernationRefused
 from .kernels import Kernels, available_ram, machine_ram
@@ -119,6 +120,8 @@ class Hibernator:
             current = self.ledger.get(lease.id)
             if current is None or current.state not in (ACTIVE, HIBERNATED):
                 return None
+            if current.phase == STOPPING:
+                return current  # being shut down: the provisioner owns the lease until it releases it
             check_move(current.state, current.phase, phase)
             return self.ledger.set_phase(lease.id, phase, deadline)
 
@@ -512,6 +515,8 @@ class Hibernator:
         if lease.state == ACTIVE and not lease.phase:
             await self._show(kernel_id, ACTIVE)
             return Outcome(kernel_id, "resumed", gpus=lease.gpus)  # awake already
+        if lease.phase == STOPPING:
+            raise HibernationRefused("stopping", "This kernel is shutting down; there is nothing to resume.")
         if lease.state != HIBERNATED or lease.phase == FAILED:
             raise HibernationRefused("not_hibernated", f"This kernel is {display_state(lease)}"
                                      f"{' (' + lease.phase + ')' if lease.phase else ''}; there is nothing to resume.")

@@ -13,6 +13,8 @@ the lease also carries a phase, so that every server and ``jupyter gpu-pool stat
     any ──failed──  a step failed and could not be undone: the message says each process's CUDA state
 
 What the user sees (``state`` in ``GET me``) is the phase where there is one, else the lease's state.
+The provisioner marks a lease ``stopping`` while its kernel shuts down (pool.leases.STOPPING): no
+hibernation or resume starts then, and none of ours changes that phase.
 """
 
 from __future__ import annotations

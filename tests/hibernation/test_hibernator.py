@@ -612,3 +612,20 @@ async def test_jupyter_gpu_pool_status_shows_each_phase(rig):
     r.hibernator.forget(kid)
     with pytest.raises(asyncio.CancelledError):
         await resume
+
+
+async def test_a_kernel_being_shut_down_neither_hibernates_nor_resumes_and_keeps_its_phase(rig):
+    r = rig()
+    kid, pid = await r.gpu_kernel()
+    lease = r.lease(kid)
+    r.pool.ledger.set_holder(lease.id, None, "stopping")  # what the provisioner does when a shutdown begins
+    with pytest.raises(HibernationRefused) as err:
+        await r.hibernator.hibernate(kid)
+    assert err.value.reason == "in_progress" and "stopping" in err.value.message
+    r.pool.ledger.set_holder(lease.id, None, "")
+    await r.hibernator.hibernate(kid)
+    r.pool.ledger.set_holder(lease.id, None, "stopping")
+    with pytest.raises(HibernationRefused) as err:
+        await r.hibernator.resume(kid)
+    assert err.value.reason == "stopping"
+    assert r.lease(kid).phase == "stopping" and r.standin.procs[pid].state == CHECKPOINTED
