@@ -41,3 +41,15 @@ def test_frontend_unit_tests_pass():
     assert passed and failed, report[-3000:]
     assert int(failed.group(1)) == 0
     assert int(passed.group(1)) >= 50, f"only {passed.group(1)} frontend tests ran"
+
+
+def test_extension_version_is_the_package_version():
+    """The wheel ships the labextension of its own version (what `jupyter labextension list` shows)."""
+    import json
+
+    import jupyter_gpu_pool
+
+    package = json.loads((LABEXTENSION / "package.json").read_text())
+    assert package["version"] == jupyter_gpu_pool.__version__
+    assert package["name"] == "jupyter-gpu-pool"
+    assert package["jupyterlab"]["outputDir"] == "../jupyter_gpu_pool/labextension"

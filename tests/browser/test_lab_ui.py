@@ -10,6 +10,7 @@ quota refusal. Screenshots: ``test-artifacts/browser/``.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -76,6 +77,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def wait_in_page(page, predicate, timeout: float, what: str) -> None:
+    """Like wait_for, for conditions on browser events: Playwright delivers them while it waits."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        page.wait_for_timeout(250)
+
+
 def contrast(page, selector: str) -> float:
     """WCAG contrast ratio of an element's text colour against its (first opaque ancestor's) background."""
     return page.evaluate(
@@ -108,7 +118,24 @@ def set_theme(page, theme: str) -> None:
     page.wait_for_timeout(500)
 
 
+def pushed_actions(page) -> list[dict]:
+    """kernel-action events JupyterLab receives on its event stream (/api/events/subscribe)."""
+    events: list[dict] = []
+
+    def on_frame(payload) -> None:
+        try:
+            data = json.loads(payload)
+        except (TypeError, ValueError):
+            return
+        if str(data.get("schema_id", "")).endswith("/events/kernel-action"):
+            events.append(data)
+
+    page.on("websocket", lambda ws: "/api/events/subscribe" in ws.url and ws.on("framereceived", on_frame))
+    return events
+
+
 def test_status_panel_warning_keep_alive_then_cull(lab, page, artifacts):
+    events = pushed_actions(page)
     lab.write_notebook("gpu-demo.ipynb", "gpu-pool-gpu-10g", [CELL, "print('still', x)"])
     open_notebook(page, lab, "gpu-demo.ipynb")
 
@@ -154,6 +181,8 @@ def test_status_panel_warning_keep_alive_then_cull(lab, page, artifacts):
     assert contrast(page, ".jp-GpuPool-countdownWhy") >= 4.5
     assert contrast(page, "button.jp-GpuPool-action.jp-mod-snooze") >= 4.5
     deadline = lab.me()["kernels"][0]["warning"]["deadline"]
+    wait_in_page(page, lambda: any(e["action"] == "warned" and e["kernel_id"] == kernel_id for e in events),
+                 timeout=10, what=f"a pushed 'warned' event (got {events})")
     page.wait_for_timeout(1200)  # the toast's slide-in
     page.screenshot(path=str(artifacts / "02-warning.png"))
 
@@ -191,6 +220,9 @@ def test_status_panel_warning_keep_alive_then_cull(lab, page, artifacts):
     expect(explained).to_contain_text("gpu-demo.ipynb was shut down to free its GPU slice (idle too long)")
     expect(explained).to_contain_text("Start a kernel again to go on")
     wait_for(lambda: not lab.kernel_alive(kernel_id), timeout=30, what="the kernel to be gone")
+    wait_in_page(page, lambda: any(e["action"] == "culled" and e["kernel_id"] == kernel_id for e in events),
+                 timeout=10, what=f"a pushed 'culled' event (got {events})")
+    assert any(e["action"] == "snoozed" for e in events), events
     me = lab.me()
     assert me["kernels"] == [] and me["usage"]["memory"] == 0
     assert any(r["kind"] == "culled" and r["kernel_id"] == kernel_id for r in me["recent"])
@@ -284,11 +316,8 @@ def test_polling_pauses_while_the_tab_is_hidden(lab, page):
         document.dispatchEvent(new Event('visibilitychange'));
     }""")
     shown_at = time.monotonic()
-    for _ in range(30):  # Playwright delivers request events while it waits, not during time.sleep
-        if any(t > shown_at for t, _ in reads):
-            break
-        page.wait_for_timeout(500)
-    assert any(t > shown_at for t, _ in reads), "polling did not resume within 15 s of the tab showing again"
+    wait_in_page(page, lambda: any(t > shown_at for t, _ in reads), timeout=15,
+                 what="polling to resume once the tab shows again")
 
 
 @pytest.mark.parametrize("case", ["extension disabled", "pool misconfigured"])
