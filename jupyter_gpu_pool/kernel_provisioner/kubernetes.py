@@ -311,6 +311,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self.launch = 0
         self.pod = ""
         self.session: KernelSession | None = None
+        self.timings: dict[str, float] = {}  # the last launch: created, running, ready (Unix seconds)
         self._settings: GPUPoolKubernetes | None = None
         self._pool: Settings | None = None
 
@@ -448,7 +449,9 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         assert settings is not None
         env = kwargs.get("env") or {}
         deadline = time.monotonic() + settings.launch_timeout
+        self.timings = {"requested": time.time()}
         await self._request_launch(env.get("JPY_SESSION_NAME", ""))
+        self.timings["created"] = time.time()
         try:
             try:
                 body = await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",
@@ -464,6 +467,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 reason = st.get("reason") or ("KernelDeleted" if state == "gone" else "LaunchFailed")
                 message = st.get("message") or "The kernel's GPUKernel was deleted while it started."
                 raise KernelStartRefused(_STATUS_OF.get(reason, 500), message, reason)
+            self.timings["running"] = time.time()
             info = await self._connection_info(body)  # type: ignore[arg-type]
             ready = asyncio.create_task(self._confirm_ready(info, max(deadline - time.monotonic(), 1.0)))
             died = asyncio.create_task(session.wait_for(self.name, lambda b: self._launch_state(b) != "running",
@@ -483,6 +487,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             # then fails on it: a refusal is an everyday event, so the kernel is forgotten (as gpu-pool does).
             getattr(getattr(self.parent, "parent", None), "_pending_kernels", {}).pop(self.kernel_id, None)
             raise
+        self.timings["ready"] = time.time()
         self.pod = _status(body).get("pod", "")
         self.connection_info = info
         log.info("kernel %s ready in pod %s/%s (launch %d)", self.kernel_id, session.namespace, self.pod,

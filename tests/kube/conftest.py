@@ -1,48 +1,69 @@
 """Fixtures for the Kubernetes tests: a test cluster, the operator, and a Jupyter server on them.
 
 Each test gets its own cluster process and operator process (a few seconds), so
-quotas, policies and heartbeats never leak between tests.
+quotas, policies and heartbeats never leak between tests.  A module that sets
+``REAL_CLUSTER_TOO = True`` runs its tests a second time, marked ``k8s``, on the
+cluster ``KUBECONFIG`` names (skipped where it is not set): see ``RealCluster``.
 """
 
 from __future__ import annotations
 
 import pytest
-from kube_helpers import KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, TestCluster, wait_until, write_pool_config
+from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, RealCluster, TestCluster, wait_until,
+                          write_pool_config)
 
 from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, POLICIES, VERSION, crd_manifests
 
-NAMESPACE = "jhub"
-
-
-async def install(cluster: TestCluster, namespace: str = NAMESPACE) -> None:
-    """The CRDs and a namespace, as an admin would apply them."""
+async def install(cluster: TestCluster | RealCluster) -> None:
+    """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them."""
     from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
 
     api = await cluster.api()
     async with api:
         ext = client.ApiextensionsV1Api(api)
         for crd in crd_manifests():
-            await ext.create_custom_resource_definition(crd)
+            try:
+                await ext.create_custom_resource_definition(crd)
+            except ApiException as e:
+                if e.status != 409 or cluster.local:
+                    raise
         await client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": namespace}})
+                                                      "metadata": {"name": cluster.namespace}})
 
 
-async def operator_ready(cluster: TestCluster) -> None:
+async def operator_ready(cluster: TestCluster | RealCluster) -> None:
     """Wait until the operator's watches are live: it marks a policy object valid."""
     from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
 
     api = await cluster.api()
     async with api:
         custom = client.CustomObjectsApi(api)
-        await custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
-            "apiVersion": API_VERSION, "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
-            "spec": {"rules": []}})
+        try:
+            await custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
+                "apiVersion": API_VERSION, "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
+                "spec": {"rules": []}})
+        except ApiException as e:
+            if e.status != 409 or cluster.local:  # a real cluster may have its policy already
+                raise
+            return
 
         async def valid():
             obj = await custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, "default")
             return (obj.get("status") or {}).get("valid")
 
         await wait_until(valid, timeout=60, what="the operator to mark the policy valid")
+
+
+@pytest.fixture
+def cluster_kind() -> str:
+    return "test"
+
+
+def pytest_generate_tests(metafunc):
+    if "cluster_kind" in metafunc.fixturenames and getattr(metafunc.module, "REAL_CLUSTER_TOO", False):
+        metafunc.parametrize("cluster_kind", ["test", pytest.param("real", marks=pytest.mark.k8s)])
 
 
 @pytest.fixture
@@ -75,10 +96,16 @@ def operator_factory(tmp_path):
 
 
 @pytest.fixture
-async def cluster(cluster_factory) -> TestCluster:
+async def cluster(cluster_kind, cluster_factory, tmp_path):
+    if cluster_kind == "real":
+        c = RealCluster(tmp_path).start()
+        await install(c)
+        yield c
+        c.stop()
+        return
     c = cluster_factory()
     await install(c)
-    return c
+    yield c
 
 
 @pytest.fixture
@@ -96,9 +123,9 @@ def server_config(jp_environ, jp_config_dir, cluster):
 
     settings = {
         "GPUPool.profiles": PROFILES,
-        "GPUPool.owner": "alice",
+        "GPUPool.owner": cluster.user,
         "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig,
-        "GPUPoolKubernetes.namespace": NAMESPACE,
+        "GPUPoolKubernetes.namespace": cluster.namespace,
         "GPUPoolKubernetes.server_id": "alice-server",
         "GPUPoolKubernetes.heartbeat_interval": 0.5,
         "GPUPoolKubernetes.launch_timeout": 60.0,
@@ -138,4 +165,4 @@ def servers(tmp_path, cluster):
             server.proc.wait(30)
 
 
-__all__ = ["KERNEL_IMAGE", "NAMESPACE"]
+__all__ = ["KERNEL_IMAGE"]

@@ -24,6 +24,7 @@ PROFILES = {
     "small": {"slice": "10GiB", "isolation": "soft"},
     "half": {"slice": "20GiB,50%", "isolation": "mps"},
     "whole": {"slice": "whole"},
+    "huge": {"slice": "64 x whole"},  # more GPUs than any node has: never schedulable, on any cluster
 }
 # One node with two 40 GiB GPUs under HAMi: memory in MiB, cores in percent per GPU.
 HAMI_NODE = {
@@ -46,6 +47,10 @@ FAST = {  # operator settings that make the tests quick
 
 class TestCluster:
     """``python -m testcluster`` in a subprocess: an API server, scheduler and kubelet."""
+
+    local = True  # its pods are processes of this machine
+    namespace = NS
+    user = "alice"  # the owner of the tests' kernels
 
     def __init__(self, root: Path, nodes: list[dict] | None = None, images: list[str] | None = None):
         self.root = root
@@ -95,6 +100,48 @@ class TestCluster:
         return await api_client(self.kubeconfig)
 
 
+class RealCluster:
+    """The cluster ``KUBECONFIG`` names (tests marked ``k8s``), in a namespace of the test's own.
+
+    The tests run the operator from this checkout against it, serving that namespace only; the
+    kernels' image (``GPU_POOL_TEST_IMAGE``) must hold ipykernel, the sharing backend is
+    ``GPU_POOL_TEST_SHARING`` (default ``whole``), and this process must reach pod IPs (run the
+    tests from a pod of the cluster).  See docs/kubernetes.md, "Testing".
+    """
+
+    local = False
+
+    def __init__(self, root: Path):
+        import uuid
+
+        self.root = root
+        self.state = root / "cluster"
+        self.kubeconfig = os.environ["KUBECONFIG"].split(os.pathsep)[0]
+        self.namespace = f"gpu-pool-test-{uuid.uuid4().hex[:8]}"
+        self.user = self.namespace  # quotas are cluster-wide: the tests touch only their own user's
+        self.url = ""
+
+    @property
+    def operator_settings(self) -> dict:
+        image = os.environ.get("GPU_POOL_TEST_IMAGE", "quay.io/jupyter/base-notebook:latest")
+        return {"GPUPoolOperator.sharing": os.environ.get("GPU_POOL_TEST_SHARING", "whole"),
+                "GPUPoolOperator.gpu_memory": os.environ.get("GPU_POOL_TEST_GPU_MEMORY", "80GiB"),
+                "GPUPoolOperator.kernel_image": image, "GPUPoolOperator.namespaces": [self.namespace]}
+
+    def start(self) -> RealCluster:
+        self.state.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def stop(self) -> None:
+        subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "delete", "namespace", self.namespace,
+                        "--wait=false"], capture_output=True, timeout=60)
+
+    async def api(self):
+        from jupyter_gpu_pool.operator.kube import api_client
+
+        return await api_client(self.kubeconfig)
+
+
 def write_pool_config(directory: Path, **settings) -> Path:
     """A ``jupyter_gpu_pool_config.py``: ``settings`` are ``{"GPUPool.profiles": {...}, ...}``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -106,11 +153,12 @@ def write_pool_config(directory: Path, **settings) -> Path:
 class OperatorProcess:
     """``python -m jupyter_gpu_pool.operator`` against the test cluster, logging at DEBUG to a file."""
 
-    def __init__(self, cluster: TestCluster, root: Path, settings: dict):
+    def __init__(self, cluster: TestCluster | RealCluster, root: Path, settings: dict):
         self.cluster = cluster
         self.config_dir = root / "operator-config"
         self.log_path = root / "operator.log"
-        write_pool_config(self.config_dir, **{"GPUPool.profiles": PROFILES, **FAST, **settings})
+        write_pool_config(self.config_dir, **{"GPUPool.profiles": PROFILES, **FAST,
+                                              **getattr(cluster, "operator_settings", {}), **settings})
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> OperatorProcess:
@@ -162,26 +210,35 @@ def kustomize(path: Path) -> list[dict]:
 class Kube:
     """A test's own client to the cluster (kubernetes_asyncio), for arranging and asserting."""
 
-    def __init__(self, api):
+    def __init__(self, api, namespace: str = NS):
         from kubernetes_asyncio import client
 
         self.api = api
+        self.namespace = namespace
+        self.quotas: list[str] = []  # created here, deleted at close (they are cluster-wide)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
     async def close(self) -> None:
+        from jupyter_gpu_pool.operator.crds import GROUP, QUOTAS, VERSION
+
+        for name in self.quotas:
+            await self.custom.delete_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
         await self.api.close()
 
-    async def kernels(self, namespace: str = "jhub") -> list[dict]:
+    async def kernels(self, namespace: str | None = None) -> list[dict]:
         from jupyter_gpu_pool.operator.crds import GROUP, KERNELS, VERSION
 
+        namespace = namespace or self.namespace
         return (await self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, KERNELS))["items"]
 
-    async def pods(self, namespace: str = "jhub") -> list[dict]:
+    async def pods(self, namespace: str | None = None) -> list[dict]:
+        namespace = namespace or self.namespace
         listing = await self.core.list_namespaced_pod(namespace)
         return [self.api.sanitize_for_serialization(p) for p in listing.items]
 
-    async def secrets(self, namespace: str = "jhub") -> list[dict]:
+    async def secrets(self, namespace: str | None = None) -> list[dict]:
+        namespace = namespace or self.namespace
         listing = await self.core.list_namespaced_secret(namespace)
         return [self.api.sanitize_for_serialization(s) for s in listing.items]
 
@@ -190,8 +247,10 @@ class Kube:
 
         spec = {"scope": scope, **({"name": name} if name else {}), **limits}
         obj_name = f"{scope}-{name}" if name else scope
-        return await self.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
+        created = await self.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
             "apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": obj_name}, "spec": spec})
+        self.quotas.append(obj_name)
+        return created
 
     async def everything(self) -> list[dict]:
         """Every object of every kind the server serves, in every namespace (raw JSON)."""
@@ -239,7 +298,8 @@ def free_port() -> int:
 class JupyterServer:
     """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
 
-    def __init__(self, root: Path, cluster: TestCluster, server_id: str = "alice-server", extension: bool = False):
+    def __init__(self, root: Path, cluster: TestCluster | RealCluster, server_id: str = "alice-server",
+                 extension: bool = False):
         self.root = root
         self.extension = extension
         self.config = root / "server-config"
@@ -247,8 +307,8 @@ class JupyterServer:
         self.port = free_port()
         self.token = "test-token"
         write_pool_config(self.config, **{
-            "GPUPool.profiles": PROFILES, "GPUPool.owner": "alice",
-            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig, "GPUPoolKubernetes.namespace": NS,
+            "GPUPool.profiles": PROFILES, "GPUPool.owner": cluster.user,
+            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig, "GPUPoolKubernetes.namespace": cluster.namespace,
             "GPUPoolKubernetes.server_id": server_id, "GPUPoolKubernetes.heartbeat_interval": 0.5,
             "GPUPoolExtension.pool_backend": "kubernetes", "GPUPoolExtension.hibernator_class": None,
         })
