@@ -116,7 +116,17 @@ class GPUPoolKubernetes(Configurable):
         return os.environ.get("JUPYTER_GPU_POOL_SERVER_POD", "")
 
     server_pod_uid = Unicode(help="""This server's pod uid (JUPYTER_GPU_POOL_SERVER_POD_UID, from the downward
-        API's metadata.uid).  When set, kernels are owned by the pod and deleted with it.""").tag(config=True)
+        API's metadata.uid).  When set and the kernels run in the server's own namespace, they are owned by the
+        pod and deleted with it (an owner must be in its dependents' namespace).""").tag(config=True)
+
+    server_namespace = Unicode(help="""The namespace of this server's pod, which each kernel's NetworkPolicy
+        admits (default: the pod's service-account namespace, else the kernels' namespace).""").tag(config=True)
+
+    @default("server_namespace")
+    def _default_server_namespace(self) -> str:
+        from ..operator.kube import namespace_of_this_pod
+
+        return namespace_of_this_pod("")
 
     @default("server_pod_uid")
     def _default_server_pod_uid(self) -> str:
@@ -345,13 +355,13 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                        LABEL_PART_OF: PART_OF},
             "annotations": {ANNOTATION_HEARTBEAT: f"{time.time():.3f}"},
         }
-        if settings.server_pod and settings.server_pod_uid:
+        server_namespace = settings.server_namespace or self.session.namespace
+        if settings.server_pod and settings.server_pod_uid and server_namespace == self.session.namespace:
             metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": settings.server_pod,
                                             "uid": settings.server_pod_uid}]
         spec = {"owner": pool.owner, "kernelId": self.kernel_id, "kernelName": getattr(self.parent, "kernel_name", ""),
                 "profile": profile, "launch": 1, "stopped": False, "label": label,
-                "server": {"id": settings.server_id, "namespace": self.session.namespace,
-                           "pod": settings.server_pod}}
+                "server": {"id": settings.server_id, "namespace": server_namespace, "pod": settings.server_pod}}
         image = self.image or settings.image
         if image:
             spec["image"] = image

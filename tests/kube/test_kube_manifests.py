@@ -103,7 +103,7 @@ def kernel(server: bool = True) -> dict:
     if server:
         spec["server"] = {"id": "alice", "namespace": "jhub", "pod": "jupyter-alice"}
     return {"apiVersion": "jupyter-gpu-pool.readthedocs.io/v1alpha1", "kind": "GPUKernel",
-            "metadata": {"name": "k-0b6f5d2e-8d0a-4f0e-9e1a-3f0c2b1a9d77", "namespace": "jhub",
+            "metadata": {"name": "k-0b6f5d2e-8d0a-4f0e-9e1a-3f0c2b1a9d77", "namespace": "jhub-kernels",
                          "uid": "4a6d3e1c-1111-4b2a-9c3d-5e6f7a8b9c0d"}, "spec": spec}
 
 
@@ -156,6 +156,7 @@ def test_a_kernels_network_policy_admits_only_its_servers_pod():
     [rule] = policy["ingress"]
     [peer] = rule["from"]
     assert peer["podSelector"] == {"matchLabels": {"jupyter-gpu-pool.readthedocs.io/server": "alice"}}
+    # the server's namespace (jhub), not the kernel's (jhub-kernels)
     assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "jhub"}}
     assert sorted(p["port"] for p in rule["ports"]) == list(range(52700, 52705))
     assert render_network_policy(kernel(server=False), settings)["spec"]["ingress"] == []  # no server: nobody
@@ -248,7 +249,10 @@ def test_rbac_gives_each_part_only_what_it_needs():
                for v in r["verbs"])
     every = [v for d in docs if d["kind"] == "ClusterRole" for r in d["rules"] for v in r["verbs"]]
     assert "*" not in every and "escalate" not in every and "bind" not in every
+    # the Secret right is granted where kernels run, apart from the servers' (and the hub's) namespace
     [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "gpu-pool-server"]
-    assert binding["roleRef"]["name"] == "gpu-pool-server" and binding["metadata"]["namespace"] == "jhub"
+    assert binding["roleRef"]["name"] == "gpu-pool-server" and binding["metadata"]["namespace"] == "jhub-kernels"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-pool-server", "namespace": "jhub"}]
     [deny] = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert deny["metadata"]["namespace"] == "jhub-kernels"
     assert deny["spec"]["ingress"] == [] and deny["spec"]["policyTypes"] == ["Ingress"]
