@@ -109,23 +109,31 @@ export function baseName(path: string): string {
 }
 
 /**
- * Points of an SVG polyline for a sparkline of [time, percent] samples over the
- * window ending at `now`: x by time (left = now - window), y by percent (top = 100).
+ * Points of an SVG polyline for a sparkline of [time, percent] samples, x by time and y by
+ * percent (top = 100). The x axis spans the samples of the last `windowSeconds` (at most) and
+ * at least `minSpan` seconds, ending at `now`: a young kernel's few samples use the width
+ * instead of crowding at its right edge.
  */
 export function sparklinePoints(
   samples: ReadonlyArray<readonly [number, number]>,
   now: number,
   windowSeconds: number,
   width: number,
-  height: number
+  height: number,
+  minSpan = 60
 ): string {
-  const start = now - windowSeconds;
-  const clamp = (v: number, lo: number, hi: number) =>
-    Math.min(hi, Math.max(lo, v));
-  return samples
-    .filter(([t]) => t >= start && t <= now)
+  const recent = samples.filter(([t]) => t >= now - windowSeconds && t <= now);
+  if (!recent.length) {
+    return '';
+  }
+  const oldest = Math.min(...recent.map(([t]) => t));
+  const span = Math.min(windowSeconds, Math.max(minSpan, now - oldest));
+  const start = now - span;
+  const clamp = (v: number, lo: number, hi: number) => Math.min(hi, Math.max(lo, v));
+  return recent
+    .filter(([t]) => t >= start)
     .map(([t, p]) => {
-      const x = ((t - start) / windowSeconds) * width;
+      const x = ((t - start) / span) * width;
       const y = height - (clamp(p, 0, 100) / 100) * height;
       return `${trimNumber(x, 1)},${trimNumber(y, 1)}`;
     })

@@ -8,6 +8,8 @@ server. Screenshots go to ``test-artifacts/browser/`` (git-ignored).
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,9 +49,25 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
+def check_installed_build() -> None:
+    """The server loads the labextension installed in this environment; where this checkout has a
+    newer build of its own, say so instead of testing yesterday's bundle."""
+    installed = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jupyter-gpu-pool" / "package.json"
+    built = Path(__file__).resolve().parents[2] / "jupyter_gpu_pool" / "labextension" / "package.json"
+    if not installed.exists():
+        pytest.fail(f"the JupyterLab extension is not installed in {sys.prefix}: pip install -e . (needs Node.js)")
+    if built.exists():
+        entry = lambda p: json.loads(p.read_text())["jupyterlab"]["_build"]["load"]  # noqa: E731
+        if entry(installed) != entry(built):
+            pytest.fail("the installed JupyterLab extension is not this checkout's build "
+                        f"({entry(installed)} vs {entry(built)}): pip install -e . "
+                        "(or jupyter labextension develop --overwrite . while developing)")
+
+
 @pytest.fixture(scope="module")
 def chromium():
     """One headless Chromium per test module (Debian's build; Playwright downloads no browser)."""
+    check_installed_build()
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no {CHROMIUM} (apt-get install chromium)")
     try:

@@ -39,7 +39,7 @@ class LabServer:
     """``jupyter lab`` on 127.0.0.1 with a token, its pool configured by ``pool`` and ``extension``."""
 
     def __init__(self, root: Path, pool: dict, extension: dict, server: dict | None = None,
-                 kernelspecs: bool = True):
+                 kernelspecs: bool = True, env: dict[str, str] | None = None):
         self.root = root
         self.config_dir = root / "config"
         self.data_dir = root / "data"
@@ -64,6 +64,7 @@ class LabServer:
         self.extension_settings = extension
         self.server_config = server or {}
         self.kernelspecs = kernelspecs
+        self.extra_env = env or {}
         self.proc: subprocess.Popen | None = None
         self._log = None
 
@@ -78,6 +79,7 @@ class LabServer:
             "JUPYTER_RUNTIME_DIR": str(self.runtime_dir),
         })
         env.pop("JUPYTERHUB_USER", None)  # a personal server: its owner is the login user
+        env.update(self.extra_env)
         return env
 
     def write_config(self) -> None:

@@ -11,8 +11,10 @@ quota refusal. Screenshots: ``test-artifacts/browser/``.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -345,5 +347,48 @@ def test_no_pool_reads_no_gpu_pool(case, tmp_path, page, artifacts):
             page.locator(".jp-LauncherCard").first.wait_for()
             page.wait_for_timeout(500)
             page.screenshot(path=str(artifacts / "07-no-pool.png"))
+    finally:
+        server.stop()
+
+
+def test_card_draws_memory_and_utilization_readings(tmp_path, page, artifacts):
+    """With readings (on a GPU machine NVML's; here a scripted source, see scripted_telemetry.py) the
+    status bar adds utilization, the card's memory bar fills and the sparkline draws."""
+    from scripted_telemetry import READINGS_ENV
+
+    readings = tmp_path / "readings.json"
+    server = LabServer(
+        tmp_path / "lab", pool={},
+        extension={"cull_interval": 1.0, "telemetry_interval": 1.0,
+                   "telemetry_source_class": "scripted_telemetry.FileReadings"},
+        env={READINGS_ENV: str(readings),
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                          os.environ.get("PYTHONPATH")]))},
+    )
+    server.start()
+    try:
+        server.write_notebook("train.ipynb", "gpu-pool-gpu-10g", [CELL])
+        open_notebook(page, server, "train.ipynb")
+        expect(page.locator(".jp-GpuPool-indicatorButton")).to_be_visible(timeout=120_000)
+        page.locator("button.jp-GpuPool-status").click()
+        card = page.locator("section.jp-GpuPool-card")
+        expect(card).to_be_visible()
+        for i, utilization in enumerate([12, 35, 61, 88, 74, 52, 90, 67, 41, 58, 83, 37]):
+            readings.write_text(json.dumps({"memory": (3 + (i % 3)) * GiB, "utilization": utilization}))
+            page.wait_for_timeout(1000)
+        readings.write_text(json.dumps({"memory": 3 * GiB, "utilization": 37}))
+        page.wait_for_timeout(2500)
+        expect(page.locator("button.jp-GpuPool-status")).to_have_text("GPU 10/40 GiB · 37%")
+        memory = card.get_by_role("meter")
+        expect(memory).to_have_attribute("aria-valuetext", "3 GiB of 10 GiB")
+        expect(memory).to_have_attribute("aria-valuenow", "30")
+        expect(card.locator(".jp-GpuPool-spark .jp-GpuPool-meterText")).to_have_text("37%")
+        points = card.locator("polyline.jp-GpuPool-sparkLine").get_attribute("points").split()
+        assert len(points) >= 8, points
+        ys = {float(p.split(",")[1]) for p in points}
+        assert len(ys) >= 5  # the line follows the readings, not a flat line
+        expect(card.get_by_role("img")).to_have_attribute("aria-label", re.compile(r"37% now; last 5 min: min \d+%"))
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(artifacts / "08-readings.png"))
     finally:
         server.stop()

@@ -122,4 +122,11 @@ describe('sparklinePoints', () => {
     );
     assert.equal(points, '100,0');
   });
+  it('spreads a young kernel’s samples over the width (at least a minute), not at the right edge', () => {
+    // 30 s of samples: the axis spans the minimum 60 s.
+    assert.equal(sparklinePoints([[970, 0], [1000, 100]], 1000, 300, 100, 24), '50,24 100,0');
+    // 2 min of samples: the axis spans them.
+    assert.equal(sparklinePoints([[880, 0], [940, 50], [1000, 100]], 1000, 300, 100, 24), '0,24 50,12 100,0');
+    assert.equal(sparklinePoints([], 1000, 300, 100, 24), '');
+  });
 });
