@@ -297,7 +297,8 @@ class KernelSession:
             await asyncio.sleep(self.settings.heartbeat_interval)
             await asyncio.gather(*(self.beat(name) for name in list(self.owned)), return_exceptions=True)
 
-    async def wait_for(self, name: str, predicate: Callable[[dict | None], bool], timeout: float) -> dict | None:
+    async def wait_for(self, name: str, predicate: Callable[[dict | None], bool],
+                       timeout: float | None) -> dict | None:
         async with self.changed:
             await asyncio.wait_for(self.changed.wait_for(lambda: predicate(self.kernels.get(name))), timeout)
             return self.kernels.get(name)
@@ -522,7 +523,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     async def wait(self) -> int | None:
         if not self.pod or self.session is None:
             return 0
-        body = await self.session.wait_for(self.name, lambda b: self._exit_code(b) is not None, float("inf"))
+        body = await self.session.wait_for(self.name, lambda b: self._exit_code(b) is not None, None)
         return self._exit_code(body)
 
     async def send_signal(self, signum: int) -> None:

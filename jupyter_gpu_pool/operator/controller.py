@@ -63,6 +63,7 @@ class Controller:
         self._heartbeats: dict[tuple[str, str], tuple[str | None, float]] = {}
         self._secrets: set[str] = set()  # kernel uids whose Secret exists
         self._policies_made: set[str] = set()
+        self._listed = False  # whether admission has read every kernel and quota once
 
     # -- intake (from the watches) ----------------------------------------------------------------
 
@@ -237,8 +238,27 @@ class Controller:
             return False
         return now - seen[1] > self.settings.heartbeat_timeout
 
+    async def _list_everything_once(self) -> None:
+        """Read every kernel and quota before the first admission: at start the watches' first
+        listings arrive object by object, and a kernel admitted before all of them would be
+        counted against quotas not yet known, next to kernels not yet seen."""
+        if self._listed:
+            return
+        namespaces = self.settings.namespaces or (None,)
+        for ns in namespaces:
+            if ns is None:
+                listing = await self.custom.list_cluster_custom_object(GROUP, VERSION, KERNELS)
+            else:
+                listing = await self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, KERNELS)
+            for item in listing["items"]:
+                self._remember(item)
+        for item in (await self.custom.list_cluster_custom_object(GROUP, VERSION, QUOTAS))["items"]:
+            self.quotas.setdefault(meta(item)["name"], item)
+        self._listed = True
+
     async def _admit(self, kernel: dict, profile: str, rendering, now: float) -> dict | None:
         async with self._admission:
+            await self._list_everything_once()
             kernel = self.kernels.get(key(kernel), kernel)
             if status(kernel).get("admitted"):
                 return kernel

@@ -109,6 +109,29 @@ async def test_a_restart_runs_a_new_pod_on_the_same_admitted_slice(cluster, oper
     assert await _pod_names(kube) == {km.provisioner.pod}  # the first launch's pod is gone
 
 
+async def test_an_interrupt_reaches_the_kernel_in_its_pod(cluster, operator, kms):
+    km = kms()
+    await km.start_kernel()
+    assert km.kernel_spec.interrupt_mode == "message"  # a server cannot signal a pod
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+        msg_id = kc.execute("import time; time.sleep(60)")
+        await wait_until(lambda: km.provisioner.kernel is not None, timeout=5)
+        await asyncio.sleep(1)
+        t0 = time.monotonic()
+        await km.interrupt_kernel()
+        reply = await kc._async_get_shell_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = await kc._async_get_shell_msg(timeout=30)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert time.monotonic() - t0 < 10
+    finally:
+        kc.stop_channels()
+    assert "still here" in await run_code(km, "print('still here')")
+
+
 async def _pod_names(kube: Kube) -> set[str]:
     return {p["metadata"]["name"] for p in await kube.pods() if not p["metadata"].get("deletionTimestamp")}
 
