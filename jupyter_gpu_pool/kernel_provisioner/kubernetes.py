@@ -445,8 +445,17 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     def has_process(self) -> bool:
         return bool(self.pod)
 
+    def _forget_failed_start(self) -> None:
+        """jupyter_client keeps a kernel whose start failed among its pending ones, and shutdown_all then
+        fails on it: a refusal is an everyday event, so the kernel is forgotten (as gpu-pool does)."""
+        getattr(getattr(self.parent, "parent", None), "_pending_kernels", {}).pop(self.kernel_id, None)
+
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        await self._session()
+        try:
+            await self._session()
+        except BaseException:
+            self._forget_failed_start()
+            raise
         if self.kernel_spec is not None:
             # A server cannot signal a pod: interrupts travel as messages on the control channel.
             self.kernel_spec.interrupt_mode = "message"
@@ -461,9 +470,9 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         env = kwargs.get("env") or {}
         deadline = time.monotonic() + settings.launch_timeout
         self.timings = {"requested": time.time()}
-        await self._request_launch(env.get("JPY_SESSION_NAME", ""))
-        self.timings["created"] = time.time()
         try:
+            await self._request_launch(env.get("JPY_SESSION_NAME", ""))
+            self.timings["created"] = time.time()
             try:
                 body = await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",
                                               settings.launch_timeout)
@@ -494,9 +503,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                          st.get("reason") or "not_ready")
         except BaseException:
             await self._delete()
-            # jupyter_client keeps a kernel whose start failed among its pending ones, and shutdown_all
-            # then fails on it: a refusal is an everyday event, so the kernel is forgotten (as gpu-pool does).
-            getattr(getattr(self.parent, "parent", None), "_pending_kernels", {}).pop(self.kernel_id, None)
+            self._forget_failed_start()
             raise
         self.timings["ready"] = time.time()
         self.pod = _status(body).get("pod", "")
