@@ -145,9 +145,12 @@ class KernelSpecInstallApp(_PoolApp):
     sys_prefix = Bool(False, help="Install into sys.prefix (this environment).").tag(config=True)
     prefix = Unicode("", help="Install under this prefix (share/jupyter/kernels).").tag(config=True)
     kernel_name = Unicode("gpu-pool", help="Name prefix of the kernelspecs.").tag(config=True)
+    kubernetes = Bool(False, help="""Kernelspecs of the gpu-pool-kubernetes provisioner: each kernel in a pod of the
+        cluster (docs/kubernetes.md); named gpu-pool-kubernetes-<profile> unless --name is given.""").tag(config=True)
     flags = {
         "user": ({"KernelSpecInstallApp": {"user": True}}, "Install for the current user."),
         "sys-prefix": ({"KernelSpecInstallApp": {"sys_prefix": True}}, "Install into sys.prefix."),
+        "kubernetes": ({"KernelSpecInstallApp": {"kubernetes": True}}, "Kernels in pods of a Kubernetes cluster."),
     }
     aliases = {"prefix": "KernelSpecInstallApp.prefix", "name": "KernelSpecInstallApp.kernel_name"}
 
@@ -156,8 +159,13 @@ class KernelSpecInstallApp(_PoolApp):
         prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
         from .kernel_provisioner import kernelspecs
 
-        for name, dest in kernelspecs.install(list(s.profiles.values()), prefix_name=self.kernel_name,
-                                              user=self.user, prefix=prefix):
+        provisioner, name_prefix = kernelspecs.PROVISIONER, self.kernel_name
+        if self.kubernetes:
+            from .kernel_provisioner.kubernetes import PROVISIONER as provisioner
+
+            name_prefix = provisioner if "kernel_name" not in self.config.KernelSpecInstallApp else name_prefix
+        for name, dest in kernelspecs.install(list(s.profiles.values()), prefix_name=name_prefix,
+                                              user=self.user, prefix=prefix, provisioner=provisioner):
             print(f"installed kernelspec {name} in {dest}")
 
 
