@@ -13,7 +13,7 @@ setup_venv() {
   fi
   # Reinstall only when the project's metadata changed since the last install.
   local stamp=".venv/.installed-$extras"
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find labextension -newer "$stamp" -not -path '*/node_modules*' -not -path '*/lib/*' 2>/dev/null | head -1)" ]; then
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find labextension -newer "$stamp" -not -path '*/node_modules*' -not -path '*/lib/*' -not -path '*/test-build*' -not -name '*.tsbuildinfo' 2>/dev/null | head -1)" ]; then
     echo "==> installing jupyter-gpu-pool[$extras] into .venv (first time: a few minutes)"
     .venv/bin/python -m pip install -q -e ".[$extras]"
     touch "$stamp"

@@ -20,6 +20,7 @@ Lifecycle (jupyter_client calls these; see ``KernelManager``):
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -165,6 +166,19 @@ class GPUPoolProvisioner(LocalProvisioner):
         raise KernelStartRefused(
             503, f"Waited {timeout:.0f}s in the GPU queue without a free slice. {refusal}", "queue_timeout")
 
+    def _notebook(self, session_name: str) -> str:
+        """The notebook's path as its user knows it: relative to the server's root directory
+        (jupyter_server passes the absolute path in JPY_SESSION_NAME)."""
+        root = getattr(getattr(self.parent, "parent", None), "root_dir", None)
+        if session_name and root and os.path.isabs(session_name):
+            try:
+                relative = os.path.relpath(session_name, root)
+            except ValueError:
+                return session_name
+            if not relative.startswith(".."):
+                return relative
+        return session_name
+
     def _forget_failed_start(self) -> None:
         """Drop this kernel from the multi-kernel manager's pending starts.
 
@@ -191,7 +205,7 @@ class GPUPoolProvisioner(LocalProvisioner):
         try:
             pool = await self.pool()
             env = kwargs.get("env") or {}
-            lease, profile = await self._take_lease(pool, label=env.get("JPY_SESSION_NAME", ""))
+            lease, profile = await self._take_lease(pool, label=self._notebook(env.get("JPY_SESSION_NAME", "")))
         except BaseException:
             self._forget_failed_start()
             raise

@@ -67,7 +67,7 @@ class QuotaExceeded(PoolError):
         quota = "your GPU quota" if scope == "user" else f"the GPU quota of group {scope!r}"
         super().__init__(
             f"GPU quota exceeded: a kernel on profile {profile!r} would pass {quota}. "
-            f"{resource.capitalize()}: {whose} {used} of {limit}, and this kernel needs {asked}. "
+            f"{resource[0].upper() + resource[1:]}: {whose} {used} of {limit}, and this kernel needs {asked}. "
             f"{describe_holdings(holdings, now)} "
             "Shut down a kernel you no longer need (Kernel > Shut Down Kernel), or pick a smaller profile."
         )

@@ -87,9 +87,9 @@ def parse_duration(value) -> float | None:
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "never"
-    if seconds < 60 and seconds != int(seconds):
-        return f"{seconds:g}s"
-    return format_age(seconds)
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f}".rstrip("0").rstrip(".") + "s"  # short test policies: 0.5s, 2.5s
+    return format_age(round(seconds))
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def test_user_memory_quota_refuses_and_lists_the_users_kernels(ledger):
     with pytest.raises(QuotaExceeded) as err:
         ledger.allocate(request(owner="alice", slice_text="10GiB"), quotas)
     text = str(err.value)
-    assert "GPU quota exceeded" in text and "you hold 20 GiB of 25 GiB" in text and "needs 10 GiB" in text
+    assert "GPU quota exceeded" in text and "GPU memory: you hold 20 GiB of 25 GiB" in text and "needs 10 GiB" in text
     assert "a.ipynb" in text and "b.ipynb" in text
     assert err.value.scope == "user" and len(ledger.leases()) == 2
     # bob has no quota of his own and no default: not limited
@@ -119,7 +119,7 @@ def test_quota_refusal_comes_before_pool_refusal(ledger):
 def test_sm_quota(ledger):
     quotas = build_quota_book({}, {}, {"sm_percent": 60}, {})
     ledger.allocate(request(slice_text="1GiB,50%"), quotas)
-    with pytest.raises(QuotaExceeded, match="Sm share"):
+    with pytest.raises(QuotaExceeded, match="SM share: you hold 50% of 60%"):
         ledger.allocate(request(slice_text="1GiB,20%"), quotas)
 
 

@@ -26,12 +26,13 @@ async def refusal(call) -> tuple[int, dict]:
     return err.value.code, json.loads(err.value.response.body)
 
 
-async def test_an_exhausted_quota_reaches_the_frontend_with_the_message(pool_home, jp_fetch):
+async def test_an_exhausted_quota_reaches_the_frontend_with_the_message(pool_home, jp_fetch, jp_root_dir):
     pool_home.configure(default_user_quota={"kernels": 1})
     assert (await start_session(jp_fetch, "gpu-pool-small", "first.ipynb")).code == 201
     code, reply = await refusal(start_kernel(jp_fetch, "gpu-pool-small"))
     assert code == 403 and reply["message"].startswith("GPU quota exceeded")
     assert "first.ipynb" in reply["message"]  # the user's own kernel, by notebook
+    assert str(jp_root_dir) not in reply["message"]  # as the user knows it, relative to the server root
     code, reply = await refusal(start_session(jp_fetch, "gpu-pool-small", "second.ipynb"))
     assert code == 500 and reply["message"].startswith("GPU quota exceeded") and "Traceback" not in reply["message"]
     assert len(pool_home.ledger().leases()) == 1
