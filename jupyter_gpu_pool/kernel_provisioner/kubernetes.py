@@ -75,7 +75,7 @@ from ..operator.crds import (
 )
 from ..operator.settings import CONNECTION_FILE
 from ..pool import UnknownProfile
-from .local import KernelStartRefused
+from .local import GPUPoolProvisioner, KernelStartRefused
 
 log = logging.getLogger("jupyter_gpu_pool.kubernetes")
 
@@ -471,7 +471,8 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         deadline = time.monotonic() + settings.launch_timeout
         self.timings = {"requested": time.time()}
         try:
-            await self._request_launch(env.get("JPY_SESSION_NAME", ""))
+            # The notebook as its user knows it, relative to the server's root, as gpu-pool names it.
+            await self._request_launch(GPUPoolProvisioner._notebook(self, env.get("JPY_SESSION_NAME", "")))
             self.timings["created"] = time.time()
             try:
                 body = await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",

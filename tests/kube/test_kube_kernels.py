@@ -87,7 +87,7 @@ async def test_a_notebook_session_over_rest_runs_in_a_pod(cluster, operator, ser
     km = jp_serverapp.kernel_manager.get_kernel(kernel_id)
     assert "6" in await run_code(km, "print(2 * 3)")
     [kernel] = await kube.kernels()
-    assert kernel["spec"]["label"].endswith("gpu.ipynb") and kernel["spec"]["owner"] == cluster.user
+    assert kernel["spec"]["label"] == "gpu.ipynb" and kernel["spec"]["owner"] == cluster.user
     assert kernel["spec"]["kernelName"] == "gpu-pool-kubernetes-small"
     await jp_fetch("api", "sessions", reply["id"], method="DELETE")
     await wait_until(lambda: gone(kube, kernel_id), timeout=20, what="the kernel's objects to go")
