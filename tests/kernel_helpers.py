@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import time
 
 from jupyter_client.manager import AsyncKernelManager
 
@@ -33,14 +34,17 @@ async def kernel_env(km: AsyncKernelManager) -> dict:
     return json.loads(text)
 
 
-async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
-    deadline = asyncio.get_running_loop().time() + timeout
+async def wait_until(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = ""):
+    """Await ``predicate()`` (sync or async) until it is truthy; return its value."""
+    deadline = time.monotonic() + timeout
     while True:
-        result = await asyncio.to_thread(predicate)
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         await asyncio.sleep(interval)
 
 

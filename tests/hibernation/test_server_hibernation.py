@@ -13,6 +13,7 @@ import uuid
 import pytest
 from jupyter_client.session import Session
 from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1
+from kernel_helpers import wait_until
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu_pool.devices import checkpoint as cp
@@ -30,19 +31,6 @@ async def ext(jp_serverapp):
 
 def body(response) -> dict:
     return json.loads(response.body.decode())
-
-
-async def until(predicate, timeout: float = 60.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(0.1)
 
 
 class Server:
@@ -69,7 +57,7 @@ class Server:
     async def hibernate(self, kid: str) -> None:
         r = await self.post(kid, "release")
         assert r.code == 202 and body(r)["action"] == "hibernate"
-        await until(lambda: self.lease(kid).state == "hibernated", what="hibernated")
+        await wait_until(lambda: self.lease(kid).state == "hibernated", what="hibernated")
 
     def lease(self, kid: str):
         return self.ext.backend.pool.ledger.by_kernel(kid)
@@ -197,7 +185,7 @@ async def test_release_hibernates_and_resume_brings_it_back_reported_everywhere(
     assert r.code == 202 and body(r)["state"] in ("resuming", "active") and body(r)["kernel_id"] == kid
     resumed = await events.action("resumed", kid)
     assert resumed["bytes"] == 700 * MiB and resumed["duration"] >= 0
-    await until(lambda: server.lease(kid).state == "active" and server.lease(kid).phase == "")
+    await wait_until(lambda: server.lease(kid).state == "active" and server.lease(kid).phase == "")
     assert (await server.me_kernel(kid))["state"] == "active"
     assert standin.procs[pid].state == cp.ProcessState.RUNNING
 
@@ -222,7 +210,7 @@ async def test_a_kernel_running_a_cell_is_not_hibernated_and_keeps_running(serve
     ch = await channels(kid)
     msg_id = await ch.execute("import time; time.sleep(4); print('done')")
     km = server.ext.serverapp.kernel_manager
-    await until(lambda: km.get_kernel(kid).execution_state == "busy", what="busy")
+    await wait_until(lambda: km.get_kernel(kid).execution_state == "busy", what="busy")
     from jupyter_gpu_pool.hibernation import HibernationRefused
 
     with pytest.raises(HibernationRefused) as err:
@@ -270,7 +258,7 @@ async def test_a_cell_waits_in_the_queue_says_its_place_and_runs_when_a_slice_fr
     blockers = [ledger.allocate(LeaseRequest(owner="bob", kernel_id=f"b{i}", profile=full), quotas) for i in (0, 1)]
 
     msg_id = await ch.execute("print('ran')")
-    await until(lambda: server.ext.hibernator.shown(kid) == "queued", what="queued")
+    await wait_until(lambda: server.ext.hibernator.shown(kid) == "queued", what="queued")
     me = await server.me_kernel(kid)
     assert me["state"] == "queued" and me["queue_position"] == 1
     await asyncio.sleep(1.0)
@@ -341,7 +329,7 @@ async def test_shutting_down_a_hibernated_kernel_releases_its_lease_and_its_host
     await jp_fetch("api", "kernels", kid, method="DELETE")
     released = pool.ledger.get(lease_id)
     assert released.state == "released" and pool.ledger.host_bytes_on(pool.host) == 0
-    await until(lambda: kid not in server.ext.hibernator.hibernator._kernels, what="forgotten at the next upkeep")
+    await wait_until(lambda: kid not in server.ext.hibernator.hibernator._kernels, what="forgotten at the next upkeep")
     assert not server.ext.hibernator.asleep(kid)
 
 
@@ -356,7 +344,7 @@ async def test_a_held_cell_is_answered_when_its_kernel_is_shut_down_while_queued
     for i in (0, 1):
         ledger.allocate(LeaseRequest(owner="bob", kernel_id=f"b{i}", profile=full), quotas)
     msg_id = await ch.execute("print('ran')")
-    await until(lambda: server.ext.hibernator.shown(kid) == "queued", what="queued")
+    await wait_until(lambda: server.ext.hibernator.shown(kid) == "queued", what="queued")
     await jp_fetch("api", "kernels", kid, method="DELETE")
     got = await ch.replies(msg_id)
     reply = next(c for _ch, k, c in got if k == "execute_reply")

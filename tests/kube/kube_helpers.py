@@ -9,10 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
+from kernel_helpers import wait_until  # noqa: F401  (re-exported for the tests)
 import yaml
 
 HERE = Path(__file__).parent
@@ -184,20 +184,6 @@ class OperatorProcess:
                 self.proc.wait()
         if getattr(self, "_log", None):
             self._log.close()
-
-
-async def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = ""):
-    """Await ``predicate()`` (sync or async) until it is truthy; return its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(interval)
 
 
 def kustomize(path: Path) -> list[dict]:

@@ -1,6 +1,6 @@
 """Helpers for the pool tests (a module of its own: every conftest.py is named conftest)."""
 
-from jupyter_gpu_pool.pool import GPU, Holder, LeaseRequest, Ledger, build_quota_book, parse_profile
+from jupyter_gpu_pool.pool import GPU, Holder, LeaseRequest, build_quota_book, parse_profile
 
 GiB = 2**30
 

@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import pytest
-from kernel_helpers import kernel_env, run_code, wait_for, write_kernelspec
+from kernel_helpers import kernel_env, run_code, wait_until, write_kernelspec
 
 
 from jupyter_gpu_pool import processes
@@ -61,7 +61,7 @@ async def test_a_kernel_killed_with_sigkill_loses_its_lease_after_the_grace(pool
     await km.start_kernel()
     [lease] = held(pool_home)
     os.kill(km.provisioner.pid, signal.SIGKILL)
-    await wait_for(lambda: km.provisioner.process.poll() is not None)
+    await wait_until(lambda: km.provisioner.process.poll() is not None)
     pool = pool_home.pool()
     assert pool.reconcile() == []  # within holder_grace (2 s here) the server's restarter may reuse it
     await asyncio.sleep(pool_home.settings["holder_grace"] + 0.5)
@@ -79,7 +79,7 @@ async def test_a_killed_kernel_under_a_restarter_comes_back_on_the_same_lease(po
         [lease] = held(pool_home)
         first_pid = km.provisioner.pid
         os.kill(first_pid, signal.SIGKILL)
-        await wait_for(lambda: km.provisioner.pid != first_pid and held(pool_home)[0].holder_pid == km.provisioner.pid,
+        await wait_until(lambda: km.provisioner.pid != first_pid and held(pool_home)[0].holder_pid == km.provisioner.pid,
                        timeout=60)
         [again] = held(pool_home)
         assert again.id == lease.id
@@ -138,7 +138,7 @@ async def test_a_start_waits_in_the_queue_when_the_admin_allows_it(pool_home, ma
         await km.start_kernel()
     waiting = managers("gpu-pool-small")
     start = asyncio.create_task(waiting.start_kernel())
-    queue = await wait_for(lambda: pool_home.ledger().waiters())
+    queue = await wait_until(lambda: pool_home.ledger().waiters())
     assert queue[0].position == 1 and queue[0].profile == "small"
     await blockers[0].shutdown_kernel()
     await asyncio.wait_for(start, 30)
@@ -250,7 +250,7 @@ async def test_a_server_killed_with_sigkill_leaves_no_slice_held(pool_home, tmp_
         assert held(pool_home)[0].id == lease_id
         server.send_signal(signal.SIGKILL)
         server.wait()
-        await wait_for(lambda: not processes.is_alive(kernel.pid, kernel.start), timeout=30)
+        await wait_until(lambda: not processes.is_alive(kernel.pid, kernel.start), timeout=30)
         reclaimed = pool_home.pool().reconcile()
         assert [r.id for r in reclaimed] == [lease_id]
         assert pool_home.ledger().get(lease_id).state == RELEASED

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import psutil
+from kernel_helpers import wait_until  # noqa: F401  (re-exported for the tests)
 
 from jupyter_gpu_pool.devices.telemetry import ProcessReading
 
@@ -60,20 +61,6 @@ async def start_kernel(jp_fetch, name: str = "gpu-pool-small", headers=None) -> 
 
 async def kernel_ids(jp_fetch) -> set[str]:
     return {k["id"] for k in body(await jp_fetch("api", "kernels"))}
-
-
-async def wait_until(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = ""):
-    """Await ``predicate()`` (sync or async) until truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(interval)
 
 
 async def wait_idle(ext, kernel_id: str, timeout: float = 60.0) -> None:

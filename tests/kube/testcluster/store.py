@@ -459,8 +459,8 @@ class Store:
         elif content_type == "application/strategic-merge-patch+json":
             if kind.custom:
                 raise ApiError(415, "UnsupportedMediaType",
-                               f"the body of the request was in an unknown format - accepted media types include: "
-                               f"application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+                               "the body of the request was in an unknown format - accepted media types include: "
+                               "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
             if not isinstance(patch, dict):
                 raise ApiError(400, "BadRequest", "a strategic merge patch must be a JSON object")
             new = merge_patch(current, patch)  # see the package docstring: lists are replaced, not merged by key
