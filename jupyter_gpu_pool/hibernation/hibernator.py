@@ -238,19 +238,22 @@ class Hibernator:
             raise HibernationRefused("in_progress", f"This kernel is already {k.shown}; try again when that is done.")
         async with k.guard:
             k.resume_wanted = False
-            try:
-                outcome = await self._hibernate(kernel_id, reason, force)
-            except HibernationRefused as e:
-                k.message = e.message
-                metrics.HIBERNATIONS.labels("refused").inc()
-                raise
-            except HibernationFailed as e:
-                k.message = e.message
-                metrics.HIBERNATIONS.labels("failed").inc()
-                raise
-            k.message = None
-            metrics.HIBERNATIONS.labels("hibernated").inc()
-            return outcome
+            return await self._recorded(k, metrics.HIBERNATIONS, "hibernated",
+                                        self._hibernate(kernel_id, reason, force))
+
+    @staticmethod
+    async def _recorded(k: _Kernel, counter, done: str, move) -> Outcome:
+        """Await one move (a hibernation or a resume): keep its refusal or failure message for
+        GET me and count its result."""
+        try:
+            outcome = await move
+        except (HibernationRefused, HibernationFailed) as e:
+            k.message = e.message
+            counter.labels("refused" if isinstance(e, HibernationRefused) else "failed").inc()
+            raise
+        k.message = None
+        counter.labels(done).inc()
+        return outcome
 
     async def _hibernate(self, kernel_id: str, reason: str, force: bool) -> Outcome:
         lease = await self._lease(kernel_id)
@@ -492,20 +495,9 @@ class Hibernator:
         k = self._k(kernel_id)
         async with k.guard:
             try:
-                outcome = await self._resume(kernel_id, reason)
-            except HibernationRefused as e:
-                k.message = e.message
-                metrics.RESUMES.labels("refused").inc()
-                raise
-            except HibernationFailed as e:
-                k.message = e.message
-                metrics.RESUMES.labels("failed").inc()
-                raise
+                return await self._recorded(k, metrics.RESUMES, "resumed", self._resume(kernel_id, reason))
             finally:
                 k.resume_wanted = False
-            k.message = None
-            metrics.RESUMES.labels("resumed").inc()
-            return outcome
 
     async def _resume(self, kernel_id: str, reason: str) -> Outcome:
         started = time.monotonic()
