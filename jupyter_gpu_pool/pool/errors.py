@@ -4,18 +4,7 @@ held by whom (only the user's own kernels, by name), and what to do next."""
 from __future__ import annotations
 
 from .leases import Lease
-from .slices import format_size
-
-
-def format_age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+from .units import format_age, format_size
 
 
 def describe_lease(lease: Lease, now: float) -> str:

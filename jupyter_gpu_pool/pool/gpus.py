@@ -9,9 +9,10 @@ mistake a declared GPU for a real one.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from .slices import format_size, parse_size
+from .entries import entry as checked_entry
+from .units import format_size, parse_size
 
 DETECTED = "detected"
 DECLARED = "declared"
@@ -39,16 +40,7 @@ class GPU:
         return f"GPU {self.index} · {self.name} · {format_size(self.memory)} ({self.source})"
 
     def to_dict(self) -> dict:
-        return {
-            "uuid": self.uuid,
-            "name": self.name,
-            "memory": self.memory,
-            "index": self.index,
-            "sm_count": self.sm_count,
-            "node": self.node,
-            "source": self.source,
-            "mig": self.mig,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
 
 
 _INVENTORY_KEYS = {"name", "memory", "sm_count", "uuid", "count", "node"}
@@ -68,11 +60,7 @@ def parse_inventory(entries: list, node: str = "local") -> list[GPU]:
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"inventory[{i}]"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where} must be a dict like {{'name': 'A100', 'memory': '40GiB'}}, not {entry!r}")
-        unknown = set(entry) - _INVENTORY_KEYS
-        if unknown:
-            raise ValueError(f"{where} has unknown keys {sorted(unknown)}; known keys: {sorted(_INVENTORY_KEYS)}")
+        checked_entry(entry, where, _INVENTORY_KEYS, "{'name': 'A100', 'memory': '40GiB'}")
         if "memory" not in entry:
             raise ValueError(f"{where} needs 'memory', such as '40GiB'")
         try:

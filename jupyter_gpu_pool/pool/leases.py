@@ -9,16 +9,16 @@ can be reclaimed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from .profiles import Profile
+from .slices import SliceSpec
 
 ACTIVE = "active"
 HIBERNATED = "hibernated"
 RELEASED = "released"
 STATES = (ACTIVE, HIBERNATED, RELEASED)
 HELD = (ACTIVE, HIBERNATED)
-STOPPING = "stopping"  # a lease phase: its kernel is being shut down
+_PRIVATE = ("manager_start", "holder_start", "extra")  # left out of to_dict
 
 
 @dataclass(frozen=True)
@@ -28,16 +28,6 @@ class Holder:
     pid: int
     start: float
     host: str = ""
-
-
-@dataclass(frozen=True)
-class LeaseRequest:
-    owner: str
-    kernel_id: str
-    profile: Profile
-    groups: tuple[str, ...] = ()
-    label: str = ""
-    manager: Holder | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +61,13 @@ class Lease:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
+    def slice(self) -> SliceSpec:
+        """The slice this lease holds (or held, when hibernated)."""
+        if self.whole:
+            return SliceSpec(whole=True, gpu_count=self.gpu_count)
+        return SliceSpec(memory=self.memory, sm_percent=self.sm_percent)
+
+    @property
     def total_memory(self) -> int:
         return self.memory * self.gpu_count
 
@@ -85,29 +82,6 @@ class Lease:
         return self.id[:8]
 
     def to_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "owner": self.owner,
-            "kernel_id": self.kernel_id,
-            "profile": self.profile,
-            "isolation": self.isolation,
-            "memory": self.memory,
-            "sm_percent": self.sm_percent,
-            "whole": self.whole,
-            "gpu_count": self.gpu_count,
-            "state": self.state,
-            "gpus": list(self.gpus),
-            "last_gpus": list(self.last_gpus),
-            "groups": list(self.groups),
-            "label": self.label,
-            "created": self.created,
-            "updated": self.updated,
-            "state_since": self.state_since,
-            "host": self.host,
-            "holder_pid": self.holder_pid,
-            "manager_pid": self.manager_pid,
-            "host_bytes": self.host_bytes,
-            "reason": self.reason,
-            "phase": self.phase,
-            "phase_deadline": self.phase_deadline,
-        }
+        """The lease as JSON (a process's start time is an identity detail, not for the API)."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in fields(self) if f.name not in _PRIVATE}

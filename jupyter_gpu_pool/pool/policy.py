@@ -22,10 +22,10 @@ back once nothing is due any more.
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field, replace
 
-from .errors import format_age
+from .entries import entry as checked_entry
+from .units import format_duration, format_size, parse_duration
 from .leases import HIBERNATED
 from .profiles import SOFT
 
@@ -55,41 +55,8 @@ _OPTIONAL_DURATIONS = ("idle_timeout", "gpu_idle_timeout", "max_busy", "max_age"
 _DURATIONS = (*_OPTIONAL_DURATIONS, "warn", "snooze", "over_memory_grace")
 _RULE_KEYS = {"name", "match", *_DURATIONS, "gpu_idle_threshold", "max_snoozes", "action", "pressure_factor"}
 
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?"
-                       r"\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.IGNORECASE)
-
-
 class PolicyError(ValueError):
     """A bad rule: the message names the rule (index and name) and the field."""
-
-
-def parse_duration(value) -> float | None:
-    """Seconds from ``1800``, ``"30m"``, ``"2h"``, ``"1h30m"``, ``"1d"``, ``"45s"``;
-    ``None`` or ``"never"`` turn a limit off.  Raises ValueError naming the value."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("never", "none", "off")):
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip() and _DURATION.match(value):
-        d, h, m, s = (float(g) if g else 0.0 for g in _DURATION.match(value).groups())  # type: ignore[union-attr]
-        seconds = d * 86400 + h * 3600 + m * 60 + s
-    else:
-        raise ValueError(
-            f"{value!r} is not a duration: write seconds (1800) or text such as 90s, 30m, 2h, 1h30m, 1d, "
-            "or null to turn it off")
-    if seconds <= 0:
-        raise ValueError(f"{value!r} must be more than zero (write null to turn it off)")
-    return seconds
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    if seconds < 10 and seconds != int(seconds):
-        return f"{seconds:.1f}".rstrip("0").rstrip(".") + "s"  # short test policies: 0.5s, 2.5s
-    return format_age(round(seconds))
 
 
 @dataclass(frozen=True)
@@ -194,16 +161,15 @@ class Policy:
 
 def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Rule:
     """One rule; every error names ``[index] ('name').field``."""
-    if not isinstance(entry, dict):
-        raise PolicyError(f"[{index}] must be a dict such as {{'match': {{'group': 'students'}}, "
-                          f"'idle_timeout': '30m'}}, not {entry!r}")
+    try:
+        checked_entry(entry, f"[{index}]", _RULE_KEYS, "{'match': {'group': 'students'}, 'idle_timeout': '30m'}",
+               noun="field")
+    except ValueError as e:
+        raise PolicyError(str(e)) from None
     name = entry.get("name", f"rule {index}")
     where = f"[{index}] ({name!r})" if "name" in entry else f"[{index}]"
     if not isinstance(name, str) or not name.strip():
         raise PolicyError(f"[{index}].name must be non-empty text, not {name!r}")
-    unknown = set(entry) - _RULE_KEYS
-    if unknown:
-        raise PolicyError(f"{where} has unknown field(s) {sorted(unknown)}; the fields are {sorted(_RULE_KEYS)}")
     values: dict = {"name": name, "match": _parse_match(where, entry.get("match", {}), profiles)}
     for key in _DURATIONS:
         if key not in entry:
@@ -242,15 +208,22 @@ def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Ru
             raise PolicyError(f"{where}.pressure_factor must be a number above 0 and at most 1 "
                               f"(1: no tightening), not {f!r}")
         values["pressure_factor"] = float(f)
-    return Rule(**values)
+    rule = Rule(**values)
+    if "warn" in entry:  # an explicit warning longer than what it warns of would come before the kernel is idle
+        for key in ("idle_timeout", "gpu_idle_timeout"):
+            limit = getattr(rule, key)
+            if limit is not None and rule.warn > limit:
+                raise PolicyError(f"{where}.warn ({format_duration(rule.warn)}) is longer than its {key} "
+                                  f"({format_duration(limit)}): the warning would come before the kernel is idle; "
+                                  "make warn shorter")
+    return rule
 
 
 def _parse_match(where: str, match, profiles: tuple[str, ...] | None) -> Match:
-    if not isinstance(match, dict):
-        raise PolicyError(f"{where}.match must be a dict with keys among {', '.join(MATCH_KEYS)}, not {match!r}")
-    unknown = set(match) - set(MATCH_KEYS)
-    if unknown:
-        raise PolicyError(f"{where}.match has unknown key(s) {sorted(unknown)}; the keys are {', '.join(MATCH_KEYS)}")
+    try:
+        checked_entry(match, f"{where}.match", set(MATCH_KEYS), "{'group': 'students'}")
+    except ValueError as e:
+        raise PolicyError(str(e)) from None
     parsed = {}
     for key, value in match.items():
         patterns = (value,) if isinstance(value, str) else value
@@ -258,13 +231,23 @@ def _parse_match(where: str, match, profiles: tuple[str, ...] | None) -> Match:
                 isinstance(p, str) and p for p in patterns):
             raise PolicyError(f"{where}.match.{key} must be a name or a non-empty list of names "
                               f"(glob patterns allowed), not {value!r}")
-        if key == "profile" and profiles is not None:
-            for p in patterns:
-                if not any(c in p for c in "*?[") and p not in profiles:
-                    raise PolicyError(f"{where}.match.profile: {p!r} is not a profile; "
-                                      f"the profiles are {', '.join(profiles)}")
         parsed[key] = tuple(patterns)
-    return Match(**parsed)
+    found = Match(**parsed)
+    if profiles is not None:
+        _check_profile_names(where, found, profiles)
+    return found
+
+
+def _check_profile_names(where: str, match: Match, profiles: tuple[str, ...]) -> None:
+    for p in match.profile:
+        if not any(c in p for c in "*?[") and p not in profiles:
+            raise PolicyError(f"{where}.match.profile: {p!r} is not a profile; the profiles are {', '.join(profiles)}")
+
+
+def check_profile_names(rules: tuple[Rule, ...], profiles: tuple[str, ...]) -> None:
+    """Every profile a rule matches by name (not by pattern) exists; else PolicyError naming the rule."""
+    for i, rule in enumerate(rules):
+        _check_profile_names(f"[{i}]" if rule.name == f"rule {i}" else f"[{i}] ({rule.name!r})", rule.match, profiles)
 
 
 def parse_policy(entries, dry_run: bool = False, profiles: tuple[str, ...] | None = None) -> Policy:
@@ -295,7 +278,6 @@ class Facts:
     started: float = 0.0  # when the kernel took its lease
     state_since: float = 0.0  # when the lease entered its state (hibernated since ...)
     busy_since: float | None = None  # set while busy
-    connections: int = 0
     isolation: str = SOFT
     memory_used: int | None = None  # bytes on the GPU (None: no reading)
     memory_limit: int | None = None
@@ -469,8 +451,6 @@ _DONE = {HIBERNATE: "Hibernated", SHUTDOWN: "Shut down"}
 
 
 def _what(reason: str, facts: Facts, rule: Rule, now: float) -> str:
-    from .slices import format_size
-
     return _WHAT[reason].format(
         idle=format_duration(now - facts.last_activity),
         gpu_idle=format_duration(now - (facts.gpu_idle_since or now)),

@@ -2,7 +2,7 @@
 
 Users choose a profile by name and never send raw resource numbers.  A profile
 binds a slice to an isolation mode, which decides how the slice is held on one
-machine (see ARCHITECTURE.md, "Isolation modes"):
+machine (docs/architecture.md, "Measured hardware facts"):
 
 - ``mps``: NVIDIA MPS caps memory and SM share in hardware; cannot hibernate.
 - ``soft``: the GPU is shared, frameworks are capped at start and a watchdog
@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .entries import entry as checked_entry
 from .slices import SliceSpec
 
 MPS = "mps"
@@ -69,11 +70,7 @@ def parse_profile(name: str, entry) -> Profile:
         )
     if isinstance(entry, str):
         entry = {"slice": entry}
-    if not isinstance(entry, dict):
-        raise ValueError(f"{where} must be a slice text or a dict with 'slice', not {entry!r}")
-    unknown = set(entry) - _KEYS
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {sorted(unknown)}; known keys: {sorted(_KEYS)}")
+    entry = checked_entry(entry, where, _KEYS, "{'slice': '10GiB', 'isolation': 'soft'} (or just '10GiB')")
     if "slice" not in entry:
         raise ValueError(f"{where} needs a 'slice', such as '10GiB', '10GiB,25%' or 'whole'")
     try:

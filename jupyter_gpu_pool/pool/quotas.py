@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .entries import entry as checked_entry
+from .leases import ACTIVE
 from .slices import format_size, parse_size
 
 _KEYS = {"memory", "sm_percent", "kernels"}
@@ -43,13 +45,16 @@ class Usage:
         return {"memory": self.memory, "sm_percent": self.sm_percent, "kernels": self.kernels}
 
 
+def usage_of(leases) -> Usage:
+    """What these held leases count against a quota: memory and SM share of the active ones,
+    and every one as a kernel (a hibernated kernel is still a kernel)."""
+    active = [lease for lease in leases if lease.state == ACTIVE]
+    return Usage(sum(lease.total_memory for lease in active), sum(lease.total_sm for lease in active), len(leases))
+
+
 def parse_quota(entry, where: str) -> Quota:
     """``{"memory": "40GiB", "sm_percent": 100, "kernels": 4}``; any field may be left out."""
-    if not isinstance(entry, dict):
-        raise ValueError(f"{where} must be a dict like {{'memory': '40GiB', 'kernels': 4}}, not {entry!r}")
-    unknown = set(entry) - _KEYS
-    if unknown:
-        raise ValueError(f"{where} has unknown keys {sorted(unknown)}; known keys: {sorted(_KEYS)}")
+    checked_entry(entry, where, _KEYS, "{'memory': '40GiB', 'kernels': 4}")
     memory = entry.get("memory")
     sm = entry.get("sm_percent")
     kernels = entry.get("kernels")
@@ -72,8 +77,6 @@ def parse_quota(entry, where: str) -> Quota:
     return Quota(memory=memory, sm_percent=sm, kernels=kernels)
 
 
-
-
 @dataclass(frozen=True)
 class QuotaBook:
     users: dict[str, Quota] = field(default_factory=dict)
@@ -93,21 +96,29 @@ class QuotaBook:
         return [g for g in groups if g in self.groups]
 
 
-def build_quota_book(users: dict, groups: dict, default_user: dict, members: dict) -> QuotaBook:
-    for name, value in (("user quotas", users), ("group quotas", groups), ("group members", members)):
-        if not isinstance(value, dict):
-            raise ValueError(f"{name} must be a dict, not {type(value).__name__}")
-    parsed_members: dict[str, frozenset[str]] = {}
-    for group, names in members.items():
+def parse_quotas(entries, what: str) -> dict[str, Quota]:
+    """Quotas by user or group name: ``{"alice": {"memory": "80GiB"}}``; ``what`` names them in errors."""
+    if not isinstance(entries, dict):
+        raise ValueError(f"must be a dict of name to quota such as {{'alice': {{'memory': '80GiB'}}}}, not {entries!r}")
+    return {name: parse_quota(quota, f"{what} {name!r}") for name, quota in entries.items()}
+
+
+def parse_members(entries) -> dict[str, frozenset[str]]:
+    """Group membership: ``{"students": ["alice", "bob"]}``."""
+    if not isinstance(entries, dict):
+        raise ValueError(f"must be a dict of group to user names such as {{'students': ['alice']}}, not {entries!r}")
+    members = {}
+    for group, names in entries.items():
         if not isinstance(names, (list, tuple, set)) or not all(isinstance(n, str) for n in names):
             raise ValueError(f"group members[{group!r}] must be a list of user names, not {names!r}")
-        parsed_members[group] = frozenset(names)
-    return QuotaBook(
-        users={u: parse_quota(q, f"user quota {u!r}") for u, q in users.items()},
-        groups={g: parse_quota(q, f"group quota {g!r}") for g, q in groups.items()},
-        default_user=parse_quota(default_user, "default user quota"),
-        members=parsed_members,
-    )
+        members[group] = frozenset(names)
+    return members
+
+
+def build_quota_book(users: dict, groups: dict, default_user: dict, members: dict) -> QuotaBook:
+    """A quota book from the admin's raw entries (tests and tools; the settings parse each on its own)."""
+    return QuotaBook(users=parse_quotas(users, "user quota"), groups=parse_quotas(groups, "group quota"),
+                     default_user=parse_quota(default_user, "default user quota"), members=parse_members(members))
 
 
 def first_excess(quota: Quota, used: Usage, asked: Usage) -> tuple[str, str, str, str] | None:

@@ -12,72 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Binary and decimal units, matched case-insensitively.  "G" or "GB" alone are
-# accepted as the decimal units they are; admins who mean 2**30 write GiB.
-_UNITS = {
-    "b": 1,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-}
-_SIZE = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+from .units import format_size, parse_percent, parse_size
+
 _WHOLE = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*)?whole\s*$", re.IGNORECASE)
-_PERCENT = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*%\s*$")
-
-
-def parse_size(text: str) -> int:
-    """Parse ``"10GiB"``-style text into bytes; raise ``ValueError`` naming the text."""
-    if not isinstance(text, str):
-        raise ValueError(f"a size must be text such as '10GiB', not {text!r}")
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(f"{text!r} is not a size: write a number and a unit, such as 10GiB or 512MiB")
-    number, unit = m.group(1), m.group(2).lower()
-    if not unit:
-        raise ValueError(f"{text!r} has no unit: write 10GiB, 512MiB, 40GB (GiB = 2**30 bytes)")
-    if unit not in _UNITS:
-        known = ", ".join(u for u in ("B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"))
-        raise ValueError(f"{text!r} has an unknown unit {m.group(2)!r}: use one of {known}")
-    value = float(number)
-    if value <= 0:
-        raise ValueError(f"{text!r} must be more than zero")
-    return int(round(value * _UNITS[unit]))
-
-
-def format_size(n: int | None) -> str:
-    """Bytes as short human text (``10 GiB``, ``1.5 GiB``, ``512 MiB``)."""
-    if n is None:
-        return "unlimited"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            value = n / size
-            text = f"{value:.1f}".rstrip("0").rstrip(".")
-            return f"{text} {unit}"
-    return f"{n} B"
-
-
-def parse_percent(text: str | int | float) -> int:
-    """Parse an SM share, ``"25%"`` or ``25``, into a whole percent in 1..100."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a percentage")
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        m = _PERCENT.match(text) or re.match(r"^\s*([+-]?\d+(?:\.\d+)?)\s*$", text)
-        if not m:
-            raise ValueError(f"{text!r} is not an SM share: write a percentage such as 25%")
-        value = float(m.group(1))
-    if value != int(value):
-        raise ValueError(f"SM share {text!r} must be a whole percentage")
-    if not 1 <= value <= 100:
-        raise ValueError(f"SM share {text!r} must be between 1% and 100%")
-    return int(value)
-
 
 @dataclass(frozen=True)
 class SliceSpec:

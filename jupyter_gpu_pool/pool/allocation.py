@@ -1,0 +1,173 @@
+"""The allocation decision: given what is held, who waits and what is asked, which GPU(s), or
+which refusal.  Pure: every store (the SQLite ledger on one machine, the operator's admission on
+a cluster, the planner's virtual pool) reads its state into :class:`Holdings` and calls
+:func:`allocate`; none of them decides on its own.
+
+The rules, in the order they apply:
+
+1. Placement (where a store places slices: ``Holdings.gpus`` is not None): the GPUs left after
+   every earlier waiter of the queue that fits took its slice, restricted to ``Ask.only``, chosen
+   by the placement rule (``binpack`` / ``spread``), ``Ask.prefer`` first.
+2. Quota, checked before room (it is what a user can act on): the user's own limit, then each of
+   their groups' limits, against what they hold now.  Memory and SM share count active leases;
+   the kernel count counts every held lease, and a resume adds no kernel.
+3. Room: no GPU fits the slice, so the pool is full for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import PoolError, PoolExhausted, QuotaExceeded
+from .gpus import GPU
+from .leases import ACTIVE, HELD, Holder, Lease
+from .placement import BINPACK, GPUUsage, choose, largest_free
+from .profiles import Profile
+from .queue import Waiter, ahead_of, reserve_for_waiters
+from .quotas import QuotaBook, Usage, first_excess, usage_of
+from .slices import format_size
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request for a slice: a kernel's start, or a hibernated kernel's resume."""
+
+    owner: str
+    kernel_id: str
+    profile: Profile
+    groups: tuple[str, ...] = ()
+    new_kernel: bool = True  # False for a resume: the kernel is counted already
+    prefer: tuple[str, ...] = ()  # GPU uuids to take first when they fit (where a resume's memory was)
+    only: tuple[str, ...] | None = None  # GPU uuids it may take (None: any)
+    asked: Usage | None = None  # what the slice holds where a cluster scheduler places it (no ``gpus``)
+
+
+@dataclass(frozen=True)
+class LeaseRequest(Ask):
+    """A kernel's start as a store records it: the ask, the notebook's name, and the server managing it."""
+
+    label: str = ""
+    manager: Holder | None = None
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """The pool as the decision sees it.
+
+    ``leases``: held leases; at least the asker's own and those of the asker's quota-limited
+    groups (more are ignored).  ``gpus``: each GPU's usage, or None where a cluster's scheduler
+    places slices and only quotas are decided here.  ``waiters``: the live queue, in order."""
+
+    leases: tuple[Lease, ...] = ()
+    gpus: tuple[GPUUsage, ...] | None = None
+    waiters: tuple[Waiter, ...] = ()
+
+    @classmethod
+    def of(cls, gpus: list[GPU] | None, leases: list[Lease], waiters: list[Waiter] = ()) -> Holdings:
+        """From every held lease (a store that keeps no per-GPU totals of its own)."""
+        held = tuple(lease for lease in leases if lease.state in HELD)
+        usage = tuple(gpu_usage(gpus, held)) if gpus is not None else None
+        return cls(leases=held, gpus=usage, waiters=tuple(waiters))
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Where the slice goes: ``gpus`` (empty where the cluster places it) and the bytes it holds on each."""
+
+    gpus: tuple[GPU, ...]
+    memory: int  # bytes on each GPU
+    asked: Usage  # what it counts against quotas
+
+
+def gpu_usage(gpus: list[GPU], leases: tuple[Lease, ...] | list[Lease]) -> list[GPUUsage]:
+    """Each GPU's usage from the active leases on it."""
+    totals = {g.uuid: GPUUsage(g) for g in gpus}
+    for lease in leases:
+        if lease.state != ACTIVE:
+            continue
+        for uuid in lease.gpus:
+            u = totals.get(uuid)
+            if u is None:
+                continue
+            totals[uuid] = GPUUsage(u.gpu, u.memory + (u.gpu.memory if lease.whole else lease.memory),
+                                    u.sm_percent + (100 if lease.whole else lease.sm_percent or 0),
+                                    u.exclusive or lease.whole, u.leases + 1)
+    return [totals[g.uuid] for g in gpus]
+
+
+def resume_candidates(usage: list[GPUUsage] | tuple[GPUUsage, ...], last_gpus: tuple[str, ...], *,
+                      same_gpu: bool, same_model: bool) -> tuple[str, ...] | None:
+    """The GPUs a resume may take: its last GPUs only (a driver that cannot restore elsewhere),
+    else GPUs of the same model as those (memory restores onto the same model), else any."""
+    if not last_gpus:
+        return None
+    if same_gpu:
+        return tuple(last_gpus)
+    if same_model:
+        models = {(u.gpu.name, u.gpu.memory) for u in usage if u.gpu.uuid in last_gpus}
+        if models:
+            return tuple(u.gpu.uuid for u in usage if (u.gpu.name, u.gpu.memory) in models)
+    return None
+
+
+def _asked(ask: Ask, usage: list[GPUUsage], chosen: list[GPU] | None) -> Usage:
+    if ask.asked is not None:
+        return Usage(ask.asked.memory, ask.asked.sm_percent, 1 if ask.new_kernel else 0)
+    spec = ask.profile.slice
+    if chosen:
+        memory = sum(spec.memory_on(g.memory) for g in chosen)
+    else:  # refused anyway for room: judge the quota on the GPUs it could get
+        sizes = sorted((u.gpu.memory for u in usage), reverse=True)[: spec.gpu_count] or [0]
+        memory = sum(spec.memory_on(m) for m in sizes)
+    return Usage(memory, spec.sm_on() * spec.gpu_count, 1 if ask.new_kernel else 0)
+
+
+def check_quota(leases: tuple[Lease, ...], ask: Ask, quotas: QuotaBook, asked: Usage,
+                now: float) -> QuotaExceeded | None:
+    """The first quota (the user's, then each limited group's) the ask would pass, as a refusal."""
+    mine = [lease for lease in leases if lease.owner == ask.owner and lease.state in HELD]
+    scopes = [("user", usage_of(mine), quotas.user_quota(ask.owner))]
+    for group in quotas.limited_groups(ask.groups):
+        members = [lease for lease in leases if group in lease.groups and lease.state in HELD]
+        scopes.append((group, usage_of(members), quotas.groups[group]))
+    for scope, used, quota in scopes:
+        excess = first_excess(quota, used, asked)
+        if excess:
+            resource, limit, used_text, asked_text = excess
+            return QuotaExceeded(owner=ask.owner, profile=ask.profile.name, scope=scope, resource=resource,
+                                 limit=limit, used=used_text, asked=asked_text, holdings=mine, now=now)
+    return None
+
+
+def pool_full(ask: Ask, usage: list[GPUUsage], holdings: Holdings, now: float) -> PoolExhausted:
+    best = largest_free(usage)
+    largest = None
+    if best and best.free_memory > 0:
+        largest = f"{format_size(best.free_memory)} and {best.free_sm}% SM on {best.gpu.label}"
+    waiting = len([w for w in holdings.waiters if w.kernel_id != ask.kernel_id])
+    mine = [lease for lease in holdings.leases if lease.owner == ask.owner and lease.state in HELD]
+    return PoolExhausted(profile=ask.profile.name, slice_text=str(ask.profile.slice), gpu_count=len(usage),
+                         largest=largest, holdings=mine, queued=waiting, now=now)
+
+
+def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, placement: str = BINPACK,
+             waiter_id: str | None = None) -> Grant | PoolError:
+    """The grant for ``ask``, or the refusal (returned, not raised: the caller decides what a
+    refusal means to it).  ``waiter_id``: the ask's own place in the queue, if it has one (only
+    the waiters ahead of it are served first)."""
+    spec = ask.profile.slice
+    chosen: list[GPU] | None = None
+    usage: list[GPUUsage] = []
+    if holdings.gpus is not None:
+        usage = [u for u in holdings.gpus if ask.only is None or u.gpu.uuid in ask.only]
+        ahead = reserve_for_waiters(usage, ahead_of(holdings.waiters, waiter_id), placement)
+        chosen = choose(ahead, spec, placement, prefer=ask.prefer)
+    asked = _asked(ask, usage, chosen)
+    refusal = check_quota(holdings.leases, ask, quotas, asked, now)
+    if refusal is not None:
+        return refusal
+    if holdings.gpus is None:
+        return Grant(gpus=(), memory=asked.memory, asked=asked)
+    if chosen is None:
+        return pool_full(ask, usage, holdings, now)
+    return Grant(gpus=tuple(chosen), memory=spec.memory_on(chosen[0].memory), asked=asked)

@@ -1,0 +1,68 @@
+"""What the admin allows hibernation (``c.GPUPool.hibernation_*``): the host-RAM cap, what happens past
+it, and the moves' time limits.  Pure values, validated on creation."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .slices import format_size, parse_size
+
+EVICT_OLDEST = "evict_oldest"
+SHUTDOWN = "shutdown"
+KEEP_RUNNING = "keep_running"
+OVER_CAP = (EVICT_OLDEST, SHUTDOWN, KEEP_RUNNING)
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+def parse_host_memory(text) -> tuple[int | None, float | None]:
+    """``"64GiB"`` → (bytes, None); ``"50%"`` → (None, 50.0) of the machine's RAM; ``"none"`` → (None, None),
+    no cap.  Raises ValueError naming the text."""
+    if not isinstance(text, str):
+        raise ValueError(f"the host memory cap must be text such as '64GiB' or '50%', not {text!r}")
+    if text.strip().lower() in ("none", "unlimited"):
+        return None, None
+    m = _PERCENT.match(text)
+    if m:
+        percent = float(m.group(1))
+        if not 0 < percent <= 100:
+            raise ValueError(f"{text!r}: a share of the machine's RAM is above 0% and at most 100%")
+        return None, percent
+    try:
+        return parse_size(text), None
+    except ValueError as e:
+        raise ValueError(f"{e}; or write a share of the machine's RAM such as '50%', or 'none'") from None
+
+
+@dataclass(frozen=True)
+class HibernationSettings:
+    host_memory: str = "50%"  # cap on host RAM that hibernated kernels may hold, per machine
+    over_cap: str = EVICT_OLDEST  # what happens when a hibernation would pass the cap
+    eviction_warning: float = 300.0  # seconds between the warning and the shutdown of an evicted kernel
+    lock_timeout: float = 10.0  # seconds the lock may wait for a kernel's GPU work to finish
+    release_cache: bool = True  # empty PyTorch's / CuPy's cached GPU memory before the checkpoint
+    queue_poll: float = 1.0  # seconds between tries of a queued resume
+
+    def __post_init__(self):
+        parse_host_memory(self.host_memory)
+        if self.over_cap not in OVER_CAP:
+            raise ValueError(f"over_cap: {self.over_cap!r} is not one of {', '.join(OVER_CAP)}")
+        for name in ("eviction_warning", "lock_timeout", "queue_poll"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name} must be a number of seconds above 0, not {value!r}")
+
+    def cap_bytes(self, machine_ram: int) -> int | None:
+        """The cap in bytes on a machine with ``machine_ram`` bytes of RAM (None: no cap)."""
+        size, percent = parse_host_memory(self.host_memory)
+        if percent is not None:
+            return int(machine_ram * percent / 100)
+        return size
+
+    def describe_cap(self, machine_ram: int) -> str:
+        cap = self.cap_bytes(machine_ram)
+        if cap is None:
+            return "no cap"
+        size, percent = parse_host_memory(self.host_memory)
+        return format_size(cap) + (f" ({percent:g}% of {format_size(machine_ram)})" if percent is not None else "")

@@ -1,0 +1,45 @@
+"""Whether a held lease's holders are gone, so that its slice must be reclaimed (invariant 2).
+
+Pure: the store passes in ``is_alive(pid, start)``, which the edge answers from the process
+table (``local.processes.is_alive``); nothing here looks at processes itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .leases import Lease
+from .phases import STOPPING
+
+IsAlive = Callable[[int, float], bool]
+
+
+@dataclass(frozen=True)
+class Graces:
+    """How long a lease may be held by no live kernel process before it is reclaimed."""
+
+    holder: float = 30.0  # a kernel that died, for its server's restarter; a shutdown its server did not finish
+    launch: float = 120.0  # a lease taken for a kernel that never recorded its process
+
+
+def dead_reason(lease: Lease, is_alive: IsAlive, now: float, graces: Graces = Graces()) -> str | None:
+    """Why the lease's slice must be reclaimed now, or None while it is really held."""
+    manager_alive = lease.manager_pid is None or is_alive(lease.manager_pid, lease.manager_start or 0.0)
+    if lease.holder_pid is not None:
+        if is_alive(lease.holder_pid, lease.holder_start or 0.0):
+            return None  # the kernel lives, so the memory is really held
+        if not manager_alive:
+            return "kernel process and its server are gone"
+        if now - lease.updated > graces.holder:
+            return "kernel process ended and its server did not restart it"
+        return None
+    if not manager_alive:
+        return "server process is gone"
+    if lease.phase == STOPPING:
+        if now - lease.updated > graces.holder:
+            return "kernel was shut down but its server did not release the slice"
+        return None
+    if now - lease.updated > graces.launch:
+        return "kernel never started"
+    return None
