@@ -71,7 +71,7 @@ class PoolHome:
 
     def configure(self, **settings) -> PoolHome:
         """Write the pool's config file: test defaults, overridden by ``settings``."""
-        from jupyter_gpu_pool import local_pool
+        from jupyter_gpu_pool.local import pool as local_pool
 
         merged = {
             "inventory": TEST_INVENTORY,
@@ -95,12 +95,12 @@ class PoolHome:
         return [name for name, _ in installed]
 
     def pool(self):
-        from jupyter_gpu_pool.local_pool import local_pool
+        from jupyter_gpu_pool.local.pool import local_pool
 
         return local_pool()
 
     def ledger(self):
-        from jupyter_gpu_pool.pool import Ledger
+        from jupyter_gpu_pool.local import Ledger
 
         return Ledger(self.ledger_path)
 
@@ -111,7 +111,7 @@ def pool_home(jp_environ, jp_config_dir, tmp_path) -> PoolHome:
     home = PoolHome(Path(jp_config_dir), Path(tmp_path)).configure()
     home.install_kernelspecs()
     yield home
-    from jupyter_gpu_pool import local_pool
+    from jupyter_gpu_pool.local import pool as local_pool
 
     for pool in local_pool._cache.values():
         pool.ledger.close()

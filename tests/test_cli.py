@@ -25,7 +25,7 @@ def cli(*args, check=True, timeout=120):
 
 def hold(pool_home, owner, profile_name, label="", kernel="k"):
     """A lease held by this (live) test process, as a running kernel's would be."""
-    from jupyter_gpu_pool import processes
+    from jupyter_gpu_pool.local import processes
 
     pool = pool_home.pool()
     request = pool.request(kernel, pool.settings.profile(profile_name), label=label)

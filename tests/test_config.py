@@ -6,7 +6,7 @@ import pytest
 from traitlets.config import Config
 
 from jupyter_gpu_pool.config import ConfigError, check_profiles_fit, load_settings
-from jupyter_gpu_pool.local_pool import build_inventory
+from jupyter_gpu_pool.local.pool import build_inventory
 from jupyter_gpu_pool.devices.nvml import Discovery
 from jupyter_gpu_pool.pool import GPU
 
@@ -43,7 +43,7 @@ def test_the_servers_own_config_wins_over_the_pool_file(pool_home):
         ("user_quotas", {"alice": {"memory": "a lot"}}, "user quota 'alice'.memory"),
         ("group_members", {"students": "alice"}, "must be a list of user names"),
         ("placement", "random", "GPUPool"),
-        ("start_queue_timeout", -1.0, "start_queue_timeout must be 0 or more"),
+        ("start_queue_timeout", -1.0, "GPUPool.start_queue_timeout must be a number of seconds, 0 or more"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_the_setting_and_value(pool_home, setting, value, words):

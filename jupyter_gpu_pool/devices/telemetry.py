@@ -23,7 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import psutil
+from ..local.processes import process_tree
+from ..periodic import every
 
 log = logging.getLogger(__name__)
 
@@ -146,15 +147,6 @@ class KernelTelemetry:
     above: dict[float, float] = field(default_factory=dict)  # threshold -> last time utilization reached it
 
 
-def process_tree(pid: int) -> set[int]:
-    """The pid and all its descendants (empty when the process is gone)."""
-    try:
-        proc = psutil.Process(pid)
-        return {pid, *(c.pid for c in proc.children(recursive=True))}
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return set()
-
-
 class Sampler:
     """Samples tracked kernels' GPU use; thread-safe reads for the event loop."""
 
@@ -194,7 +186,7 @@ class Sampler:
         per_gpu = self.source.read(gpus) if gpus else {}
         devices = self.source.device_utilization(gpus) if gpus else {}
         now = self.clock()
-        trees = {kid: process_tree(pid) for kid, (pid, _) in tracked.items()}
+        trees = {kid: set(process_tree(pid)) for kid, (pid, _) in tracked.items()}
         with self._lock:
             self._devices.update(devices)
             for kid, (pid, kgpus) in tracked.items():
@@ -266,13 +258,5 @@ class Sampler:
         if not ok:
             log.info("GPU telemetry off: %s (per-kernel GPU readings will be null)", why)
             return
-        stop = stop or asyncio.Event()
-        while not stop.is_set():
-            try:
-                await asyncio.to_thread(self.sample_once)
-            except Exception:  # a driver hiccup must not end telemetry for good
-                log.exception("GPU telemetry sample failed")
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except asyncio.TimeoutError:
-                pass
+        await every(interval, lambda: asyncio.to_thread(self.sample_once), stop or asyncio.Event(),
+                    what="GPU telemetry sample")

@@ -1,7 +1,7 @@
 import pytest
 from ledger_helpers import Clock, gpus
 
-from jupyter_gpu_pool.pool import Ledger
+from jupyter_gpu_pool.local import Ledger
 
 
 @pytest.fixture

@@ -1,13 +1,13 @@
 import pytest
 
 from ledger_helpers import GiB, NO_QUOTA, gpus, request
+from jupyter_gpu_pool.local import Ledger
 from jupyter_gpu_pool.pool import (
     ACTIVE,
     HIBERNATED,
     RELEASED,
     Holder,
     LeaseNotFound,
-    Ledger,
     PoolExhausted,
     QuotaExceeded,
     build_quota_book,

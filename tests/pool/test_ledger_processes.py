@@ -9,8 +9,9 @@ import sys
 import time
 
 from ledger_helpers import NO_QUOTA, gpus, request
-from jupyter_gpu_pool import processes
-from jupyter_gpu_pool.pool import Ledger, PoolError
+from jupyter_gpu_pool.local import processes
+from jupyter_gpu_pool.local import Ledger
+from jupyter_gpu_pool.pool import PoolError
 
 
 def _worker(path: str, seed: int, rounds: int, out) -> None:
@@ -95,7 +96,7 @@ def test_readers_are_not_blocked_by_a_writer(tmp_path):
     ledger = Ledger(path)
     ledger.sync_gpus(gpus(40))
     writer = Ledger(path)
-    conn = writer._conn()
+    conn = writer.db.connection()
     conn.execute("BEGIN IMMEDIATE")
     try:
         started = time.monotonic()

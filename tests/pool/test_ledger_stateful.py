@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from ledger_helpers import GiB, gpus, request
-from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, Holder, Ledger, PoolExhausted, QuotaExceeded, build_quota_book
+from jupyter_gpu_pool.local import Ledger
+from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, Holder, PoolExhausted, QuotaExceeded, build_quota_book
 
 SLICES = ["4GiB", "10GiB", "10GiB,25%", "20GiB,50%", "24GiB", "whole"]
 OWNERS = ["ann", "ben", "cat"]

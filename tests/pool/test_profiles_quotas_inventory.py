@@ -33,7 +33,7 @@ def test_display_names_read_like_the_launcher():
     "name, entry, words",
     [
         ("Bad Name", {"slice": "10GiB"}, "profile name"),
-        ("p", {"slcie": "10GiB"}, "unknown keys ['slcie']"),
+        ("p", {"slcie": "10GiB"}, "unknown key(s) ['slcie']"),
         ("p", {}, "needs a 'slice'"),
         ("p", {"slice": "10 parsecs"}, "profile 'p'.slice"),
         ("p", {"slice": "10GiB", "isolation": "magic"}, "'magic' is not one of mps, soft, exclusive"),
@@ -41,7 +41,7 @@ def test_display_names_read_like_the_launcher():
         ("p", {"slice": "10GiB", "isolation": "exclusive"}, "needs the slice 'whole'"),
         ("p", {"slice": "10GiB,25%", "isolation": "soft"}, "cannot hold an SM share"),
         ("p", {"slice": "10GiB", "display_name": ""}, "must not be empty"),
-        ("p", 42, "must be a slice text or a dict"),
+        ("p", 42, "must be a dict like {'slice': '10GiB'"),
     ],
 )
 def test_bad_profiles_name_the_profile_and_field(name, entry, words):
@@ -73,7 +73,7 @@ def test_declared_inventory_gets_stable_uuids_and_is_marked_declared():
         ([{"memory": "40 furlongs"}], "inventory[0].memory"),
         ([{"memory": "40GiB", "count": 0}], "inventory[0].count"),
         ([{"memory": "40GiB", "sm_count": -1}], "inventory[0].sm_count"),
-        ([{"memory": "40GiB", "colour": "red"}], "unknown keys ['colour']"),
+        ([{"memory": "40GiB", "colour": "red"}], "unknown key(s) ['colour']"),
         ([{"memory": "40GiB", "uuid": "A"}, {"memory": "40GiB", "uuid": "A"}], "declared twice"),
         ([{"memory": "40GiB", "uuid": "A", "count": 2}], "only given with count 1"),
         (["40GiB"], "inventory[0] must be a dict"),
@@ -107,7 +107,7 @@ def test_quota_book_resolves_users_groups_and_default():
         ({"kernels": True}, "kernels must be a whole number"),
         ({"sm_percent": "half"}, "not a whole percentage"),
         ({"sm_percent": 0}, "at least 1"),
-        ({"gpus": 2}, "unknown keys ['gpus']"),
+        ({"gpus": 2}, "unknown key(s) ['gpus']"),
         ("40GiB", "must be a dict"),
     ],
 )

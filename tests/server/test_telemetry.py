@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from jupyter_gpu_pool.devices.telemetry import NVMLSource, ProcessReading, Sampler, process_tree
+from jupyter_gpu_pool.devices.telemetry import NVMLSource, ProcessReading, Sampler
+from jupyter_gpu_pool.local.processes import process_tree
 
 GiB = 2**30
 
@@ -40,7 +41,7 @@ def tree():
     while len(process_tree(parent.pid)) < 2:
         assert time.monotonic() < deadline, "the child never started"
         time.sleep(0.05)
-    yield parent.pid, sorted(process_tree(parent.pid) - {parent.pid})[0]
+    yield parent.pid, sorted(set(process_tree(parent.pid)) - {parent.pid})[0]
     for pid in process_tree(parent.pid):
         subprocess.run(["kill", "-9", str(pid)])
     parent.wait()
