@@ -105,7 +105,8 @@ def _get(url: str, token: str) -> float:
 
 
 def bench_me() -> dict:
-    from jupyter_gpu_pool.pool import LeaseRequest, Ledger, build_quota_book, parse_inventory
+    from jupyter_gpu_pool.local import Ledger
+    from jupyter_gpu_pool.pool import LeaseRequest, build_quota_book, parse_inventory
     from jupyter_gpu_pool.pool.profiles import parse_profile
 
     tmp = tempfile.mkdtemp(prefix="gpu-pool-bench-")

@@ -4,7 +4,7 @@ kernel and rebuild the same state.
     python3 benchmarks/hibernation.py [--sizes 1,4,16,32] [--out hibernation.json]
 
 Needs a GPU, its driver (570 or newer) and PyTorch: it runs on the GPU test machine (see
-/work/shared/GPU_TESTING.md for bringing the Jupyter wheels there).  For each size N GiB, one real
+docs/gpu-testing.md for bringing the Jupyter wheels there).  For each size N GiB, one real
 kernel on a whole-GPU slice of the pool holds N GiB of tensors (``torch.randn``, seeded), then:
 
 - **hibernate**: ``Hibernator.hibernate`` (release of the allocator cache, lock, checkpoint, ledger);
@@ -125,7 +125,7 @@ async def main(sizes: list[int], out: str | None) -> None:
     from jupyter_gpu_pool.devices import checkpoint as cp
     from jupyter_gpu_pool.hibernation import Hibernator, Kernels
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-    from jupyter_gpu_pool.local_pool import local_pool
+    from jupyter_gpu_pool.local.pool import local_pool
 
     pool = local_pool()
     if not pool.gpus or pool.inventory.declared:

@@ -51,7 +51,7 @@ async def main(starts: int) -> None:
     isolate()
     from jupyter_gpu_pool.config import load_settings
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-    from jupyter_gpu_pool.local_pool import local_pool
+    from jupyter_gpu_pool.local.pool import local_pool
 
     kernelspecs.install(list(load_settings().profiles.values()), user=True)
     pool = local_pool()

@@ -14,9 +14,9 @@ from traitlets import Bool, Unicode
 from . import __version__
 from .config import CONFIG_FILE, DEMO_INVENTORY, ConfigError, GPUPool, config_files, load_settings
 from .devices.nvml import discover
-from .local_pool import LocalPool, build_inventory
+from .local.pool import LocalPool, build_inventory
 from .pool import Snapshot, format_size
-from .pool.errors import format_age
+from .pool.units import format_age
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

@@ -2,7 +2,7 @@
 
 ``cuCheckpointProcessLock / Checkpoint / Restore / Unlock`` move another process's GPU memory
 to host RAM and back while the process lives on; an unprivileged parent may do it to its own
-child (measured on an H100, driver 580: see ARCHITECTURE.md).  The lifecycle of a process::
+child (measured on an H100, driver 580: see docs/architecture.md).  The lifecycle of a process::
 
     RUNNING --lock--> LOCKED --checkpoint--> CHECKPOINTED --restore--> LOCKED --unlock--> RUNNING
 

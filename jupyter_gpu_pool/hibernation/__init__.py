@@ -8,8 +8,8 @@ See docs/hibernation.md.
 from .errors import HibernationError, HibernationFailed, HibernationRefused
 from .hibernator import Hibernator, Outcome
 from .kernels import Kernels
-from .phases import EVICTING, FAILED, HIBERNATING, QUEUED, RESUMING, display_state
-from .settings import EVICT_OLDEST, KEEP_RUNNING, OVER_CAP, SHUTDOWN, HibernationSettings, parse_host_memory
+from ..pool.phases import EVICTING, FAILED, HIBERNATING, QUEUED, RESUMING, display_state
+from ..pool.hibernation import EVICT_OLDEST, KEEP_RUNNING, OVER_CAP, SHUTDOWN, HibernationSettings, parse_host_memory
 
 __all__ = [
     "EVICTING",

@@ -1,17 +1,23 @@
 """The hibernator: moves an idle kernel's GPU memory to host RAM and back, keeping the kernel alive.
 
-Hibernate: refuse early and plainly (capability, busy kernel, host-RAM cap, free RAM), release the
-framework's cached memory, *lock* every CUDA process of the kernel's process tree (the driver waits
-up to ``lock_timeout`` for submitted GPU work; a kernel still busy is left running, untouched),
-*checkpoint* them, then mark the lease ``hibernated`` (its slice goes back to the pool).
+Hibernate: refuse early and plainly (capability, busy kernel, host-RAM cap, free RAM), claim the
+lease by moving its phase to ``hibernating`` (compare-and-set in the ledger: no other mover can
+start), release the framework's cached memory, *lock* every CUDA process of the kernel's process
+tree (the driver waits up to ``lock_timeout`` for submitted GPU work; a kernel still busy is left
+running, untouched), *checkpoint* them, then mark the lease ``hibernated`` (its slice goes back to
+the pool).
 
 Resume: take a slice again (its last GPU, else another of the same model where the driver can
-restore there), *restore*, *unlock*.  No slice free: the resume waits in the pool's queue and its
-position is reported; nothing hangs silently.
+restore there), *restore*, *unlock*.  No slice free: the resume waits in the pool's queue (the
+lease's phase says ``queued``, the queue says where); nothing hangs silently.
 
 Every failure either puts everything back as it was (the kernel runs on, the lease stays as it
 was) or, past the point of no return, marks the lease ``failed`` and says where each process was
-left.  Blocking calls (driver, ledger, NVML) run in threads.
+left.  The ledger's phase is the one record of a move under way; the hibernator keeps only its own
+locks and tasks, and a cache of what it last read or wrote there (for the websocket's hot path).
+It reports nothing itself: each move returns an :class:`Outcome` (or raises a refusal or failure
+carrying its message), and :meth:`Hibernator.tick` returns its :class:`Notice` s, for the caller to
+put on record.  Blocking calls (driver, ledger, NVML) run in threads.
 """
 
 from __future__ import annotations
@@ -23,26 +29,34 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..devices import checkpoint as cp
-from ..pool import ACTIVE, HIBERNATED, Lease, LeaseNotFound, PoolExhausted, QuotaExceeded, format_size
-from ..pool.errors import format_age
-from ..pool.leases import STOPPING
-from . import metrics
+from ..local.waiting import Place, wait_for_slice
+from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, LeaseNotFound, QuotaExceeded, format_size
+from ..pool.units import format_age
+from ..pool.phases import (
+    EVICTING,
+    FAILED,
+    HIBERNATING,
+    IN_FLIGHT,
+    QUEUED,
+    RESUMING,
+    STOPPING,
+    PhaseConflict,
+    display_state,
+)
 from .errors import HibernationFailed, HibernationRefused
 from .kernels import Kernels, available_ram, machine_ram
-from .phases import EVICTING, FAILED, HIBERNATING, IN_FLIGHT, QUEUED, RESUMING, check_move, display_state
-from .settings import EVICT_OLDEST, KEEP_RUNNING, SHUTDOWN, HibernationSettings
+from ..pool.hibernation import EVICT_OLDEST, KEEP_RUNNING, SHUTDOWN, HibernationSettings
 
 log = logging.getLogger(__name__)
 
 RAM_MARGIN = 2 * 2**30  # keep this much RAM free beyond a checkpoint, for everything else on the machine
 ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
-
-Emit = Callable[[dict], None]
+ASLEEP = (HIBERNATING, HIBERNATED, RESUMING, QUEUED)  # a cell sent now waits for a resume
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A completed move: ``action`` hibernated, resumed or shutdown."""
+    """A completed move: ``action`` is hibernated or resumed; ``message`` says it for its user."""
 
     kernel_id: str
     action: str
@@ -51,40 +65,51 @@ class Outcome:
     pids: tuple[int, ...] = ()
     gpus: tuple[str, ...] = ()
     waited: float = 0.0  # seconds a resume spent in the queue
+    message: str = ""
+    lease: Lease | None = None  # the lease after the move
 
     def to_dict(self) -> dict:
         return {"kernel_id": self.kernel_id, "action": self.action, "duration": self.duration, "bytes": self.bytes,
-                "pids": list(self.pids), "gpus": list(self.gpus), "waited": self.waited}
+                "pids": list(self.pids), "gpus": list(self.gpus), "waited": self.waited, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the upkeep did or announces about a kernel (an eviction warned, or carried out)."""
+
+    kind: str  # warned, culled
+    lease: Lease
+    reason: str
+    message: str
+    deadline: float | None = None
 
 
 @dataclass
 class _Kernel:
-    """What this server keeps in memory about one kernel between ledger reads."""
+    """This server's own handles on one kernel: its move lock and resume task, and a cache of its
+    ledger state (what the UI shows) for the websocket, which must not read SQLite per message."""
 
     guard: asyncio.Lock = field(default_factory=asyncio.Lock)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-    shown: str = ACTIVE  # the state the UI shows
+    seen: str = ACTIVE  # display_state of the lease as last read or written by this server
+    position: int | None = None  # its place in the queue while queued
     resume_task: asyncio.Task | None = None
     resume_wanted: bool = False  # a cell arrived while hibernating: give up the hibernation if not too late
-    position: int | None = None
-    message: str | None = None  # the last refusal or failure, for the UI
-    warned_eviction: float | None = None  # the deadline the owner was warned of
-    last: dict = field(default_factory=dict)  # "hibernated" / "resumed" → outcome dict
+    warned_eviction: float | None = None  # the eviction deadline its owner was told of
 
 
 class Hibernator:
     """Hibernation of this server's kernels on the local pool (the server extension's hook)."""
 
     def __init__(self, pool, kernels: Kernels, settings: HibernationSettings | None = None, *,
-                 driver: cp.Driver | None = None, memory_of=None, emit: Emit | None = None,
+                 driver: cp.Driver | None = None, memory_of=None,
                  ram_total: Callable[[], int] = machine_ram, ram_available: Callable[[], int] = available_ram,
                  clock: Callable[[], float] = time.time):
         self.pool = pool
         self.kernels = kernels
-        self.settings = settings or getattr(pool.settings, "hibernation", None) or HibernationSettings()
+        self.settings = settings or pool.settings.hibernation
         self._driver = driver
         self._memory_of = memory_of
-        self.emit = emit or (lambda event: None)
         self.ram_total, self.ram_available = ram_total, ram_available
         self.clock = clock
         self._kernels: dict[str, _Kernel] = {}
@@ -113,47 +138,38 @@ class Hibernator:
     async def _lease(self, kernel_id: str) -> Lease | None:
         return await asyncio.to_thread(self.ledger.by_kernel, kernel_id)
 
-    async def _set_phase(self, lease: Lease, phase: str, deadline: float | None = None) -> None:
-        """Move the lease to ``phase`` if the state machine (phases.MOVES) allows it from where the
-        lease is now; a lease that ended meanwhile is shown as released."""
+    async def _move(self, lease: Lease, to: str, *, expect: str, deadline: float | None = None) -> Lease | None:
+        """Move the lease's phase from ``expect`` to ``to`` in the ledger (compare-and-set) and show
+        the result.  A lease that ended meanwhile is shown released (None is returned); one being
+        shut down is its provisioner's until released (returned as it is, unmoved)."""
         def move() -> Lease | None:
-            current = self.ledger.get(lease.id)
-            if current is None or current.state not in (ACTIVE, HIBERNATED):
+            try:
+                return self.ledger.set_phase(lease.id, to, expect=expect, deadline=deadline)
+            except LeaseNotFound:
                 return None
-            if current.phase == STOPPING:
-                return current  # being shut down: the provisioner owns the lease until it releases it
-            check_move(current.state, current.phase, phase)
-            return self.ledger.set_phase(lease.id, phase, deadline)
+            except PhaseConflict as e:
+                if e.found == STOPPING:
+                    return self.ledger.get(lease.id)
+                raise
 
-        try:
-            updated = await asyncio.to_thread(move)
-        except LeaseNotFound:
-            updated = None
-        await self._show(lease.kernel_id, display_state(updated) if updated else "released")
+        updated = await asyncio.to_thread(move)
+        await self._show(lease.kernel_id, display_state(updated) if updated else RELEASED)
+        return updated
 
-    async def _show(self, kernel_id: str, shown: str, position: int | None = None) -> None:
+    async def _show(self, kernel_id: str, seen: str, position: int | None = None) -> None:
         k = self._k(kernel_id)
-        if (k.shown, k.position) == (shown, position):
+        if (k.seen, k.position) == (seen, position):
             return
-        k.shown, k.position = shown, position
+        k.seen, k.position = seen, position
         async with k.changed:
             k.changed.notify_all()
-
-    def _event(self, action: str, lease: Lease, reason: str, message: str, **extra) -> None:
-        event = {"action": action, "kernel_id": lease.kernel_id, "user": lease.owner, "profile": lease.profile,
-                 "reason": reason, "message": message, **{k: v for k, v in extra.items() if v is not None}}
-        try:
-            self.emit(event)
-        except Exception:  # an event sink must never break a hibernation
-            log.exception("could not emit the %s event of kernel %s", action, lease.kernel_id)
 
     def _gpus_of(self, lease: Lease):
         uuids = lease.gpus or lease.last_gpus
         return [g for g in (self.pool.gpu(u) for u in uuids) if g is not None]
 
     def _driver_version(self) -> str | None:
-        inventory = getattr(self.pool, "inventory", None)
-        return getattr(getattr(inventory, "discovery", None), "driver_version", None)
+        return self.pool.inventory.discovery.driver_version
 
     def _cap(self) -> int | None:
         return self.settings.cap_bytes(self.ram_total())
@@ -171,25 +187,25 @@ class Hibernator:
             return cp.Capability(False, "not_supported", self._unsupported[lease.kernel_id])
         return cp.capability(lease.isolation, gpus, self.driver.info(), self._driver_version())
 
-    def can_hibernate(self, kernel_id: str, lease: Lease | None = None) -> tuple[bool, str | None]:
-        """The hook's question.  Pass the lease where the caller has one; otherwise the ledger is read
-        (a short SQLite read)."""
-        lease = lease or self.ledger.by_kernel(kernel_id)
-        if lease is None:
-            return False, "This kernel holds no GPU lease."
+    def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
         cap = self.capability(lease)
         return cap.available, cap.message
 
     # -- what the UI shows ---------------------------------------------------------------------
 
     def shown(self, kernel_id: str) -> str:
-        """The state the UI shows, from memory (cheap enough for every websocket message)."""
+        """The kernel's state as this server last read or wrote it in the ledger (no I/O: cheap
+        enough for every websocket message)."""
         k = self._kernels.get(kernel_id)
-        return k.shown if k else ACTIVE
+        return k.seen if k else ACTIVE
 
     def asleep(self, kernel_id: str) -> bool:
         """Whether a cell sent now must wait for a resume."""
-        return self.shown(kernel_id) in (HIBERNATING, HIBERNATED, RESUMING, QUEUED)
+        return self.shown(kernel_id) in ASLEEP
+
+    def queue_position(self, kernel_id: str) -> int | None:
+        k = self._kernels.get(kernel_id)
+        return k.position if k and k.seen == QUEUED else None
 
     async def refresh(self, kernel_id: str) -> str:
         """Re-read the kernel's state from the ledger (a restarted server, another server's move)."""
@@ -197,21 +213,7 @@ class Hibernator:
         k = self._k(kernel_id)
         if not k.guard.locked():
             await self._show(kernel_id, display_state(lease) if lease else ACTIVE, k.position)
-        return k.shown
-
-    def state(self, kernel_id: str, lease: Lease | None = None) -> dict:
-        """The kernel's hibernation facts for ``GET me``: state, queue position, capability, last moves."""
-        k = self._kernels.get(kernel_id) or _Kernel()
-        moving = k.guard.locked() or (k.resume_task is not None and not k.resume_task.done())
-        shown = k.shown if moving or lease is None else display_state(lease)
-        out = {"state": shown, "queue_position": k.position if shown == QUEUED else None, "message": k.message,
-               "last": dict(k.last)}
-        if lease is not None:
-            cap = self.capability(lease)
-            out.update(can_hibernate=cap.available, hibernate_unavailable=cap.message, host_bytes=lease.host_bytes,
-                       hibernated_since=lease.state_since if lease.state == HIBERNATED else None,
-                       phase=lease.phase or None, phase_deadline=lease.phase_deadline)
-        return out
+        return k.seen
 
     async def wait_change(self, kernel_id: str, timeout: float) -> str:
         """Wait up to ``timeout`` for the kernel's shown state or queue position to change."""
@@ -221,11 +223,7 @@ class Hibernator:
                 await asyncio.wait_for(k.changed.wait(), timeout)
             except TimeoutError:
                 pass
-        return k.shown
-
-    def queue_position(self, kernel_id: str) -> int | None:
-        k = self._kernels.get(kernel_id)
-        return k.position if k and k.shown == QUEUED else None
+        return k.seen
 
     # -- hibernate -----------------------------------------------------------------------------
 
@@ -235,25 +233,10 @@ class Hibernator:
         lock's timeout still guards its GPU work)."""
         k = self._k(kernel_id)
         if k.guard.locked():
-            raise HibernationRefused("in_progress", f"This kernel is already {k.shown}; try again when that is done.")
+            raise HibernationRefused("in_progress", f"This kernel is already {k.seen}; try again when that is done.")
         async with k.guard:
             k.resume_wanted = False
-            return await self._recorded(k, metrics.HIBERNATIONS, "hibernated",
-                                        self._hibernate(kernel_id, reason, force))
-
-    @staticmethod
-    async def _recorded(k: _Kernel, counter, done: str, move) -> Outcome:
-        """Await one move (a hibernation or a resume): keep its refusal or failure message for
-        GET me and count its result."""
-        try:
-            outcome = await move
-        except (HibernationRefused, HibernationFailed) as e:
-            k.message = e.message
-            counter.labels("refused" if isinstance(e, HibernationRefused) else "failed").inc()
-            raise
-        k.message = None
-        counter.labels(done).inc()
-        return outcome
+            return await self._hibernate(kernel_id, reason, force)
 
     async def _hibernate(self, kernel_id: str, reason: str, force: bool) -> Outcome:
         lease = await self._lease(kernel_id)
@@ -280,7 +263,12 @@ class Hibernator:
                                      "it was left mid-move. Resume it, or restart it.")
         pids = sorted(states)
         started = time.monotonic()
-        await self._set_phase(lease, HIBERNATING)
+        try:
+            claimed = await self._move(lease, HIBERNATING, expect="")
+        except PhaseConflict as e:
+            raise HibernationRefused("in_progress", f"This kernel is {e.found}; try again when that is done.") from None
+        if claimed is None or claimed.phase != HIBERNATING:
+            raise HibernationRefused("stopping", "This kernel is being shut down.", keep_running=False)
         try:
             if pids and self.settings.release_cache:
                 # Bounded like the lock: freeing GPU memory waits for the GPU work in flight.
@@ -297,19 +285,11 @@ class Hibernator:
             raise
         duration = time.monotonic() - started
         lease = await asyncio.to_thread(self.ledger.hibernate, lease.id, moved, reason)
-        await self._set_phase(lease, "")
-        outcome = Outcome(kernel_id, "hibernated", duration, moved, tuple(pids), lease.last_gpus)
-        self._k(kernel_id).last["hibernated"] = {**outcome.to_dict(), "at": self.clock(), "reason": reason}
-        metrics.HIBERNATE_SECONDS.observe(duration)
-        metrics.MOVED_BYTES.labels("to_host").inc(moved)
-        await self._update_gauges()
-        self._event("hibernated", lease, reason,
-                    f"Hibernated: {format_size(moved)} of GPU memory moved to host RAM in {duration:.1f} s; "
-                    "its variables are kept and the GPU slice is free. Run a cell to resume.",
-                    duration=round(duration, 3), bytes=moved)
+        await self._show(kernel_id, display_state(lease))
         log.info("kernel %s hibernated (%s): %s in %.1fs, pids %s", kernel_id, reason, format_size(moved), duration,
                  pids)
-        return outcome
+        return Outcome(kernel_id, "hibernated", duration, moved, tuple(pids), lease.last_gpus, lease=lease,
+                       message=f"{format_size(moved)} of GPU memory moved to host RAM in {duration:.1f} s.")
 
     async def _settle_undone(self, lease: Lease) -> None:
         """A hibernation that did not happen: release its host-RAM claim and clear its phase."""
@@ -319,7 +299,9 @@ class Hibernator:
         if current.host_bytes:
             await asyncio.to_thread(self.ledger.reserve_host_bytes, current.id, 0, None, current.host)
         if current.phase == HIBERNATING:
-            await self._set_phase(current, "")
+            await self._move(current, "", expect=HIBERNATING)
+        else:
+            await self._show(lease.kernel_id, display_state(current))
 
     async def _bytes_held(self, pids: list[int], lease: Lease) -> int:
         """What the checkpoint will move: NVML's figure for the processes, else the slice's size."""
@@ -348,7 +330,6 @@ class Hibernator:
         base = (f"Hibernated kernels on this machine hold {format_size(others)} of host RAM; this kernel's "
                 f"{format_size(needed)} would pass the cap of {cap_text}.")
         if policy == KEEP_RUNNING or needed > cap:
-            self._event("refused", lease, "host_memory", base + " It keeps running on its GPU.")
             raise HibernationRefused("host_memory", base + " It keeps running on its GPU.")
         if policy == SHUTDOWN:  # the caller (the culler) shuts it down, as for any kernel that cannot hibernate
             raise HibernationRefused("host_memory", base + " The pool's setting says to shut it down instead.",
@@ -360,11 +341,10 @@ class Hibernator:
             raise HibernationRefused("host_memory", base + " Kernels already being shut down to make room will free "
                                      "it soon; it keeps running on its GPU until then.",
                                      retry_after=self.settings.eviction_warning)
-        message = (base + f" The {len(victims)} kernel(s) hibernated longest will be shut down in "
-                   f"{format_age(self.settings.eviction_warning)} to make room (their owners are warned); "
-                   "this kernel keeps running on its GPU until then.")
-        self._event("refused", lease, "host_memory", message)
-        raise HibernationRefused("host_memory", message, retry_after=self.settings.eviction_warning)
+        raise HibernationRefused(
+            "host_memory", base + f" The {len(victims)} kernel(s) hibernated longest will be shut down in "
+            f"{format_age(self.settings.eviction_warning)} to make room (their owners are warned); this kernel "
+            "keeps running on its GPU until then.", retry_after=self.settings.eviction_warning)
 
     def _mark_victims(self, host: str, over: int, deadline: float) -> list[Lease]:
         """Mark the longest-hibernated leases on ``host`` for eviction until ``over`` bytes are covered
@@ -379,9 +359,9 @@ class Hibernator:
             if lease.phase:
                 continue  # evicting already, or resuming
             try:
-                self.ledger.set_phase(lease.id, EVICTING, deadline)
-            except LeaseNotFound:
-                continue
+                self.ledger.set_phase(lease.id, EVICTING, expect="", deadline=deadline)
+            except (LeaseNotFound, PhaseConflict):
+                continue  # ended, or its own server started moving it
             covered += lease.host_bytes
             marked.append(lease)
         return marked
@@ -437,50 +417,56 @@ class Hibernator:
                 raise HibernationFailed(
                     "checkpoint_failed", f"The checkpoint of this kernel failed ({e}); everything was put back as it "
                     "was and the kernel runs on its GPU.", recovered=True, states=states) from None
-            await self._fail(lease, states, f"The checkpoint of this kernel failed ({e}) and could not be undone")
-            raise HibernationFailed("checkpoint_failed", self._k(lease.kernel_id).message or "", recovered=False,
-                                    states=states) from None
+            raise await self._fail(lease, states, "checkpoint_failed",
+                                   f"The checkpoint of this kernel failed ({e}) and could not be undone") from None
 
     def _put_back_running(self, pids: list[int]) -> dict[int, str]:
         """Bring each process back to RUNNING on the GPU it still holds; return where each ended."""
+        return self._drive(pids, ((cp.ProcessState.CHECKPOINTED, self.driver.restore, cp.ProcessState.LOCKED),
+                                  (cp.ProcessState.LOCKED, self.driver.unlock, cp.ProcessState.RUNNING)))
+
+    def _put_back_checkpointed(self, pids: list[int]) -> dict[int, str]:
+        """Bring each process back to CHECKPOINTED (its memory in host RAM); return where each ended."""
+        lock = lambda pid: self.driver.lock(pid, self.settings.lock_timeout)  # noqa: E731
+        return self._drive(pids, ((cp.ProcessState.RUNNING, lock, cp.ProcessState.LOCKED),
+                                  (cp.ProcessState.LOCKED, self.driver.checkpoint, cp.ProcessState.CHECKPOINTED)))
+
+    def _drive(self, pids: list[int], steps) -> dict[int, str]:
+        """Take each process through ``steps`` ((from state, driver call, resulting state), in order)
+        from wherever it is; return the state word each ended in (or why it is unknown)."""
         states: dict[int, str] = {}
         for pid in pids:
             try:
                 state = self.driver.state(pid)
-                if state == cp.ProcessState.CHECKPOINTED:
-                    self.driver.restore(pid)
-                    state = cp.ProcessState.LOCKED
-                if state == cp.ProcessState.LOCKED:
-                    self.driver.unlock(pid)
-                    state = cp.ProcessState.RUNNING
+                for before, call, after in steps:
+                    if state == before:
+                        call(pid)
+                        state = after
                 states[pid] = state.word
             except cp.CheckpointError as e:
                 states[pid] = f"unknown ({e})"
         return states
 
-    async def _fail(self, lease: Lease, states: dict[int, str], what: str) -> None:
-        """Past the point of no return: mark the lease failed and say exactly where things are."""
+    async def _fail(self, lease: Lease, states: dict[int, str], reason: str, what: str) -> HibernationFailed:
+        """Past the point of no return: mark the lease failed; return the failure, which says exactly
+        where things are (its caller puts it on record)."""
         where = "; ".join(f"pid {pid}: CUDA {state}" for pid, state in sorted(states.items()))
         current = await self._lease(lease.kernel_id)
         holds = ("still holds its GPU slice" if current is not None and current.state == ACTIVE
                  else "holds no GPU slice")
         message = (f"{what}: {where}. The kernel {holds}; its GPU state cannot be trusted. Save what you can "
                    "(CPU-only code still runs) and restart the kernel.")
-        self._k(lease.kernel_id).message = message
-        if current is not None:
-            await self._set_phase(current, FAILED)
-        await asyncio.to_thread(self.ledger.record, "hibernation_failed", lease_id=lease.id,
-                                kernel_id=lease.kernel_id, owner=lease.owner, reason="failed",
-                                detail={"states": {str(p): s for p, s in states.items()}, "message": message})
-        self._event("refused", lease, "hibernation_failed", message)
+        if current is not None and current.phase != FAILED:
+            await self._move(current, FAILED, expect=current.phase)
         log.error("kernel %s: %s", lease.kernel_id, message)
+        return HibernationFailed(reason, message, recovered=False, states=states)
 
     # -- resume --------------------------------------------------------------------------------
 
     def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
         """Start resuming (or join the resume under way) and return its task at once."""
         k = self._k(kernel_id)
-        if k.shown == HIBERNATING:
+        if k.seen == HIBERNATING:
             k.resume_wanted = True  # if still before the checkpoint, the hibernation gives up
         if k.resume_task is None or k.resume_task.done():
             k.resume_task = asyncio.ensure_future(self._resume_guarded(kernel_id, reason))
@@ -495,7 +481,7 @@ class Hibernator:
         k = self._k(kernel_id)
         async with k.guard:
             try:
-                return await self._recorded(k, metrics.RESUMES, "resumed", self._resume(kernel_id, reason))
+                return await self._resume(kernel_id, reason)
             finally:
                 k.resume_wanted = False
 
@@ -506,7 +492,7 @@ class Hibernator:
             raise HibernationRefused("no_lease", "This kernel holds no GPU lease (it was shut down).", status=404)
         if lease.state == ACTIVE and not lease.phase:
             await self._show(kernel_id, ACTIVE)
-            return Outcome(kernel_id, "resumed", gpus=lease.gpus)  # awake already
+            return Outcome(kernel_id, "resumed", gpus=lease.gpus, lease=lease)  # awake already
         if lease.phase == STOPPING:
             raise HibernationRefused("stopping", "This kernel is shutting down; there is nothing to resume.")
         if lease.state != HIBERNATED or lease.phase == FAILED:
@@ -516,13 +502,20 @@ class Hibernator:
         states = await asyncio.to_thread(cp.cuda_processes, self.driver, tree) if tree else {}
         pids = sorted(pid for pid, s in states.items() if s == cp.ProcessState.CHECKPOINTED)
         cap = self.capability(lease)
-        await self._set_phase(lease, RESUMING)
+        try:
+            claimed = await self._move(lease, RESUMING, expect=lease.phase)
+        except PhaseConflict as e:
+            raise HibernationRefused("in_progress", f"This kernel is {e.found}; try again when that is done.") from None
+        if claimed is None or claimed.phase != RESUMING:
+            raise HibernationRefused("stopping", "This kernel is shutting down; there is nothing to resume.")
         moved = lease.host_bytes
+        new: Lease | None = None
+        pairs = None
+        restored: list[int] = []
         try:
             same_gpu = not (cap.remap and pids)
             new, waited = await self._take_slice(lease, same_gpu)
             pairs = list(zip(lease.last_gpus, new.gpus)) if pids and new.gpus != lease.last_gpus else None
-            restored: list[int] = []
             try:
                 await self._restore_all(pids, pairs, restored)
             except cp.CheckpointError as e:
@@ -532,89 +525,60 @@ class Hibernator:
                 log.warning("kernel %s: restore onto %s refused (%s); waiting for its own GPU", kernel_id,
                             new.gpus, e)
                 await asyncio.to_thread(self.ledger.hibernate, new.id, moved, "restore elsewhere refused",
-                                        lease.last_gpus)
+                                        lease.last_gpus, RESUMING)
                 new, more = await self._take_slice(lease, True)
                 waited += more
                 pairs = None
                 await self._restore_all(pids, None, restored)
             await self._unlock(pids)
         except HibernationRefused:
-            current = await self._lease(kernel_id)
-            if current is not None and current.state == HIBERNATED:
-                await self._set_phase(current, "")
+            await self._settle(kernel_id, HIBERNATED)
             raise
         except cp.CheckpointError as e:
-            home = new.gpus if pairs and restored else lease.last_gpus  # where the memory is now based
+            home = new.gpus if new is not None and pairs and restored else lease.last_gpus  # where the memory is
             raise await self._undo_resume(lease, pids, e, home) from None
         except asyncio.CancelledError:
-            current = await self._lease(kernel_id)
-            if current is not None and current.phase in IN_FLIGHT and current.state == HIBERNATED:
-                await self._set_phase(current, "")
+            await self._settle(kernel_id, HIBERNATED)
             raise
-        current = await self._lease(kernel_id)
-        if current is not None:
-            await self._set_phase(current, "")
+        settled = await self._settle(kernel_id, ACTIVE) or new
         duration = time.monotonic() - started
-        outcome = Outcome(kernel_id, "resumed", duration, moved, tuple(pids), new.gpus, waited)
-        self._k(kernel_id).last["resumed"] = {**outcome.to_dict(), "at": self.clock(), "reason": reason}
-        metrics.RESUME_SECONDS.observe(duration)
-        metrics.MOVED_BYTES.labels("to_gpu").inc(moved)
-        await self._update_gauges()
         where = "" if new.gpus == lease.last_gpus else " on another GPU of the same model"
         queued = f" after {waited:.0f} s in the queue" if waited >= 1 else ""
-        self._event("resumed", lease, reason, f"Resumed{where}{queued}: {format_size(moved)} back on the GPU in "
-                    f"{duration:.1f} s; every variable is as it was.", duration=round(duration, 3), bytes=moved)
         log.info("kernel %s resumed (%s) on %s in %.1fs%s", kernel_id, reason, new.gpus, duration, queued)
-        return outcome
+        return Outcome(kernel_id, "resumed", duration, moved, tuple(pids), new.gpus, waited, lease=settled,
+                       message=f"Resumed{where}{queued}: {format_size(moved)} back on the GPU in {duration:.1f} s; "
+                               "every variable is as it was.")
+
+    async def _settle(self, kernel_id: str, state: str) -> Lease | None:
+        """A resume ended: a lease in ``state`` with a resume's phase is settled (phase cleared)."""
+        current = await self._lease(kernel_id)
+        if current is not None and current.state == state and current.phase in IN_FLIGHT:
+            return await self._move(current, "", expect=current.phase)
+        await self._show(kernel_id, display_state(current) if current else RELEASED)
+        return current
 
     async def _take_slice(self, lease: Lease, same_gpu: bool) -> tuple[Lease, float]:
-        """Take a slice for the lease, waiting in the queue while the pool is full."""
-        settings = self.pool.settings
-        waiter = None
-        queued_at: float | None = None
-        try:
-            while True:
-                try:
-                    new = await asyncio.to_thread(
-                        self.ledger.resume, lease.id, settings.quotas, placement=settings.placement,
-                        same_model=True, same_gpu=same_gpu, waiter_id=waiter.id if waiter else None,
-                        profile=settings.profiles.get(lease.profile))
-                    waiter = None  # the ledger took us off the queue
-                    return new, (time.monotonic() - queued_at) if queued_at is not None else 0.0
-                except QuotaExceeded as e:
-                    self._event("refused", lease, e.reason, f"Cannot resume: {e}")
-                    raise HibernationRefused(e.reason, f"Cannot resume this kernel: {e}", status=403) from None
-                except PoolExhausted as e:
-                    if waiter is None:
-                        waiter = await asyncio.to_thread(
-                            self.ledger.enqueue, lease.owner, lease.kernel_id, lease.profile,
-                            _spec(lease), lease_id=lease.id, label=lease.label)
-                        queued_at = time.monotonic()
-                        await self._set_phase(lease, QUEUED)
-                        await self._show(lease.kernel_id, QUEUED, waiter.position)
-                        await self._update_gauges()
-                        self._event("queued", lease, e.reason,
-                                    f"No GPU slice is free to resume this kernel: it waits in the queue at position "
-                                    f"{waiter.position} and resumes by itself when a slice frees up.")
-                    await asyncio.sleep(self.settings.queue_poll)
-                    current = await asyncio.to_thread(self.ledger.heartbeat, waiter.id)
-                    if current is None:  # pruned (a stall longer than the waiter TTL): back in line
-                        waiter = await asyncio.to_thread(
-                            self.ledger.enqueue, lease.owner, lease.kernel_id, lease.profile, _spec(lease),
-                            lease_id=lease.id, label=lease.label)
-                        current = waiter
-                    if current.position != self._k(lease.kernel_id).position:
-                        await self._show(lease.kernel_id, QUEUED, current.position)
-                except LeaseNotFound:
-                    raise HibernationRefused("no_lease", "This kernel's GPU lease ended while it waited to resume.",
-                                             status=404) from None
-        finally:
-            if waiter is not None:
-                await asyncio.to_thread(self.ledger.dequeue, waiter.id)
-            await self._update_gauges()
+        """Take a slice for the lease, waiting in the queue (phase ``queued``) while the pool is full."""
+        place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label)
+
+        async def queued(position: int) -> None:
             current = await self._lease(lease.kernel_id)
-            if current is not None and current.phase == QUEUED:
-                await self._set_phase(current, RESUMING)
+            if current is not None and current.phase == RESUMING:
+                await self._move(current, QUEUED, expect=RESUMING)
+            await self._show(lease.kernel_id, QUEUED, position)
+
+        try:
+            new, waited = await wait_for_slice(
+                self.ledger, lambda waiter_id: self.pool.resume(lease, same_gpu, waiter_id, record_refusal=False),
+                place, poll=self.settings.queue_poll, on_position=queued)
+        except QuotaExceeded as e:
+            raise HibernationRefused(e.reason, f"Cannot resume this kernel: {e}", status=403) from None
+        except LeaseNotFound:
+            raise HibernationRefused("no_lease", "This kernel's GPU lease ended while it waited to resume.",
+                                     status=404) from None
+        if new.phase == QUEUED:
+            new = await self._move(new, RESUMING, expect=QUEUED) or new
+        return new, waited
 
     async def _restore_all(self, pids: list[int], pairs: list[tuple[str, str]] | None, restored: list[int]) -> None:
         """Restore each checkpointed process, appending each done to ``restored``."""
@@ -640,30 +604,12 @@ class Hibernator:
             if current is not None and current.state == ACTIVE:
                 current = await asyncio.to_thread(self.ledger.hibernate, current.id, lease.host_bytes,
                                                   "resume failed", home)
-            if current is not None:
-                await self._set_phase(current, "")
+            await self._settle(lease.kernel_id, HIBERNATED)
             return HibernationFailed("restore_failed", f"Restoring this kernel's GPU memory failed ({error}); it is "
                                      "hibernated as before and its slice was given back. Try again, or restart it.",
                                      recovered=True, states=states)
-        await self._fail(lease, states, f"Restoring this kernel's GPU memory failed ({error}) and could not be undone")
-        return HibernationFailed("restore_failed", self._k(lease.kernel_id).message or "", recovered=False,
-                                 states=states)
-
-    def _put_back_checkpointed(self, pids: list[int]) -> dict[int, str]:
-        states: dict[int, str] = {}
-        for pid in pids:
-            try:
-                state = self.driver.state(pid)
-                if state == cp.ProcessState.RUNNING:
-                    self.driver.lock(pid, self.settings.lock_timeout)
-                    state = cp.ProcessState.LOCKED
-                if state == cp.ProcessState.LOCKED:
-                    self.driver.checkpoint(pid)
-                    state = cp.ProcessState.CHECKPOINTED
-                states[pid] = state.word
-            except cp.CheckpointError as e:
-                states[pid] = f"unknown ({e})"
-        return states
+        return await self._fail(lease, states, "restore_failed",
+                                f"Restoring this kernel's GPU memory failed ({error}) and could not be undone")
 
     # -- upkeep --------------------------------------------------------------------------------
 
@@ -674,11 +620,13 @@ class Hibernator:
         if k and k.resume_task and not k.resume_task.done():
             k.resume_task.cancel()
 
-    async def tick(self) -> None:
-        """Periodic upkeep: warn and shut down this server's kernels marked for eviction, and put
-        right the kernels a previous server left mid-move."""
+    async def tick(self) -> list[Notice]:
+        """Periodic upkeep: warn and shut down this server's kernels marked for eviction, put right the
+        kernels a previous server left mid-move, and refresh the cache from the ledger.  Returns what
+        it warned of or did, for the caller to put on record."""
         leases = await asyncio.to_thread(self.ledger.leases)
         now = self.clock()
+        notices: list[Notice] = []
         for lease in leases:
             if not self.kernels.has(lease.kernel_id):
                 continue  # another server's kernel: its own hibernator looks after it
@@ -686,73 +634,50 @@ class Hibernator:
             if k.guard.locked():
                 continue
             if lease.phase == EVICTING:
-                await self._evict(lease, k, now)
+                notices += await self._evict(lease, k, now)
             elif lease.phase in IN_FLIGHT:
-                await self._recover(lease)
+                notices += await self._recover(lease)
             else:
                 await self._show(lease.kernel_id, display_state(lease), k.position)
         for kernel_id in [kid for kid in self._kernels if not self.kernels.has(kid)]:
             self.forget(kernel_id)
-        await self._update_gauges(leases)
+        return notices
 
-    async def _evict(self, lease: Lease, k: _Kernel, now: float) -> None:
+    async def _evict(self, lease: Lease, k: _Kernel, now: float) -> list[Notice]:
         deadline = lease.phase_deadline or now
-        if lease.state != HIBERNATED:
-            await self._set_phase(lease, "")
-            return
+        if lease.state != HIBERNATED:  # resumed by its user before the deadline: spared
+            await self._move(lease, "", expect=EVICTING)
+            return []
+        notices = []
         if k.warned_eviction != deadline:
             k.warned_eviction = deadline
-            self._event("warned", lease, "host_memory",
-                        f"Hibernated kernels on this machine use up the host RAM set aside for them: this kernel, "
-                        f"hibernated for {format_age(now - lease.state_since)}, will be shut down in "
-                        f"{format_age(max(deadline - now, 0))} to make room, unless you resume it (run a cell) or "
-                        "save your work first.", deadline=deadline)
+            notices.append(Notice(
+                "warned", lease, "host_memory",
+                f"Hibernated kernels on this machine use up the host RAM set aside for them: this kernel, hibernated "
+                f"for {format_age(now - lease.state_since)}, will be shut down in {format_age(max(deadline - now, 0))} "
+                "to make room, unless you resume it (run a cell) or save your work first.", deadline))
         if now >= deadline:
-            message = (f"Shut down to make room in the host RAM set aside for hibernated kernels: it had been "
-                       f"hibernated for {format_age(now - lease.state_since)}.")
-            self._event("culled", lease, "host_memory", message)
-            await self._set_reason(lease.kernel_id, "host_memory")
-            await self.kernels.shutdown(lease.kernel_id, now=True)
+            notices.append(Notice("culled", lease, "host_memory",
+                                  "Shut down to make room in the host RAM set aside for hibernated kernels: it had "
+                                  f"been hibernated for {format_age(now - lease.state_since)}."))
+            await self.kernels.shutdown(lease.kernel_id, now=True, reason="host_memory")
             self.forget(lease.kernel_id)
+        return notices
 
-    async def _set_reason(self, kernel_id: str, reason: str) -> None:
-        try:
-            provisioner = self.kernels.manager.get_kernel(kernel_id).provisioner
-        except KeyError:
-            return
-        if hasattr(provisioner, "release_reason"):
-            provisioner.release_reason = reason
-
-    async def _recover(self, lease: Lease) -> None:
+    async def _recover(self, lease: Lease) -> list[Notice]:
         """A lease left in a transient phase with no move under way here: settle it by the processes'
         real CUDA states."""
+        if lease.state == HIBERNATED:
+            await self._move(lease, "", expect=lease.phase)  # the queue wait or resume ended with its server
+            return []
         tree = self.kernels.pids(lease.kernel_id, lease.holder_pid)
         states = await asyncio.to_thread(cp.cuda_processes, self.driver, tree) if tree else {}
-        if lease.state == HIBERNATED:
-            await self._set_phase(lease, "")  # the queue wait or resume ended with the server that ran it
-            return
-        if any(s == cp.ProcessState.CHECKPOINTED for s in states.values()) or any(
-                s == cp.ProcessState.LOCKED for s in states.values()):
+        if any(s in (cp.ProcessState.CHECKPOINTED, cp.ProcessState.LOCKED) for s in states.values()):
             result = await asyncio.to_thread(self._put_back_running, sorted(states))
             if not all(s == cp.ProcessState.RUNNING.word for s in result.values()):
-                await self._fail(lease, result, "A move of this kernel was interrupted and could not be undone")
-                return
+                failed = await self._fail(lease, result, "recovery_failed",
+                                          "A move of this kernel was interrupted and could not be undone")
+                return [Notice("hibernation_failed", lease, failed.reason, failed.message)]
         await asyncio.to_thread(self.ledger.reserve_host_bytes, lease.id, 0, None, lease.host)
-        await self._set_phase(lease, "")
-
-    async def _update_gauges(self, leases: list[Lease] | None = None) -> None:
-        if leases is None:
-            leases = await asyncio.to_thread(self.ledger.leases)
-        mine = [lease for lease in leases if self.kernels.has(lease.kernel_id)]
-        metrics.HIBERNATED_KERNELS.set(sum(1 for lease in mine if lease.state == HIBERNATED))
-        metrics.RESUME_QUEUE.set(sum(1 for k in self._kernels.values() if k.shown == QUEUED))
-        host = getattr(self.pool, "host", "")
-        metrics.HIBERNATED_HOST_BYTES.set(sum(lease.host_bytes for lease in leases if lease.host == host))
-
-
-def _spec(lease: Lease):
-    from ..pool import SliceSpec
-
-    if lease.whole:
-        return SliceSpec(whole=True, gpu_count=lease.gpu_count)
-    return SliceSpec(memory=lease.memory, sm_percent=lease.sm_percent)
+        await self._move(lease, "", expect=lease.phase)
+        return []

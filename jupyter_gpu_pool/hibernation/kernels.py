@@ -12,10 +12,13 @@ import logging
 
 import psutil
 
+from ..kernel_provisioner.base import shut_down
+from ..local.processes import process_tree
+
 log = logging.getLogger(__name__)
 
 # Run silently in a Python kernel before its checkpoint: what a process has *reserved* on the GPU
-# is what moves (GPU_TESTING.md), and frameworks keep freed memory cached.  It touches only
+# is what moves (docs/architecture.md), and frameworks keep freed memory cached.  It touches only
 # frameworks the kernel has already imported and leaves no name behind in the user's namespace.
 RELEASE_CACHE_CODE = """\
 def _jupyter_gpu_pool_release_cache():
@@ -33,17 +36,6 @@ try:
 finally:
     del _jupyter_gpu_pool_release_cache
 """
-
-
-def process_tree(pid: int | None) -> list[int]:
-    """The process and all its descendants (a kernel may start CUDA workers of its own)."""
-    if not pid:
-        return []
-    try:
-        root = psutil.Process(pid)
-        return [root.pid, *(p.pid for p in root.children(recursive=True))]
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return []
 
 
 class Kernels:
@@ -119,13 +111,10 @@ class Kernels:
                 self.manager.last_kernel_activity = before_server
         return result
 
-    async def shutdown(self, kernel_id: str, now: bool = True) -> None:
-        """Shut the kernel down (``now``: kill it; a checkpointed kernel cannot finish CUDA teardown)."""
-        if not self.has(kernel_id):
-            return
-        result = self.manager.shutdown_kernel(kernel_id, now=now)
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-            await result
+    async def shutdown(self, kernel_id: str, now: bool = True, reason: str = "shutdown") -> None:
+        """Shut the kernel down, its slice released with ``reason`` (``now``: kill it; a checkpointed
+        kernel cannot finish its CUDA teardown)."""
+        await shut_down(self.manager, kernel_id, reason, now=now)
 
 
 def machine_ram() -> int:

@@ -49,7 +49,7 @@ from jupyter_client.provisioning import KernelProvisionerBase
 from traitlets import Float, Unicode, default
 from traitlets.config import Config, Configurable
 
-from ..config import ConfigError, Settings, load_settings, read_config
+from ..config import ConfigError, GPUPool, load_settings, read_config
 from ..operator.crds import (
     ANNOTATION_HEARTBEAT,
     API_VERSION,
@@ -324,7 +324,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self.session: KernelSession | None = None
         self.timings: dict[str, float] = {}  # the last launch: created, running, ready (Unix seconds)
         self._settings: GPUPoolKubernetes | None = None
-        self._pool: Settings | None = None
+        self._pool: GPUPool | None = None
 
     # -- the cluster ------------------------------------------------------------------------
 

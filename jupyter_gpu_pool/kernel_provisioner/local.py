@@ -21,29 +21,30 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Any
 
 from jupyter_client.provisioning import LocalProvisioner
-from tornado.web import HTTPError
 from traitlets import Unicode
 
-from .. import processes
+from ..local import processes
+from ..compat import VerbatimHTTPError, forget_failed_start
 from ..config import ConfigError
 from ..devices.mps import MPSUnavailable
-from ..local_pool import LocalPool, local_pool
-from ..pool import ACTIVE, MPS, Lease, Profile, LeaseNotFound, PoolError, PoolExhausted, QuotaExceeded, UnknownProfile
+from ..local.pool import LocalPool, local_pool
+from ..local.waiting import Place, QueueTimeout, wait_for_slice
+from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
+from .base import PoolKernelProvisioner
 from .environment import slice_environment
 
 _CONFIG_KEYS = {"profile"}
 
 
-class KernelStartRefused(HTTPError, RuntimeError):
+class KernelStartRefused(VerbatimHTTPError, RuntimeError):
     """A kernel start the pool refused.  An HTTPError, so that jupyter_server answers the
     frontend with this status and message instead of a 500 and a traceback."""
 
     def __init__(self, status: int, message: str, reason: str = "refused"):
-        super().__init__(status, message.replace("%", "%%"), reason=None)
+        super().__init__(status, message)
         self.message = message
         self.pool_reason = reason
 
@@ -65,7 +66,7 @@ def _refusal(err: Exception) -> KernelStartRefused:
     return KernelStartRefused(500, str(err), getattr(err, "reason", "error"))
 
 
-class GPUPoolProvisioner(LocalProvisioner):
+class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
     """Starts a local kernel holding a lease on a slice of the GPU pool."""
 
     profile = Unicode(
@@ -75,10 +76,6 @@ class GPUPoolProvisioner(LocalProvisioner):
     ).tag(config=True)
 
     lease_id = Unicode(None, allow_none=True, help="The lease this kernel holds (set by the provisioner).")
-
-    release_reason = Unicode(
-        "shutdown", help="Why the lease is released at cleanup; the culler sets it before it acts."
-    )
 
     def __init__(self, **kwargs: Any):
         # The kernelspec's provisioner config arrives as keyword arguments: refuse typos plainly.
@@ -126,45 +123,35 @@ class GPUPoolProvisioner(LocalProvisioner):
                 await pool.arelease(lease.id, "restarted while hibernated")
             self.lease_id = None
         request = pool.request(self.kernel_id, profile, label=label)
+        if pool.settings.start_queue_timeout > 0:
+            return await self._wait_in_queue(pool, request), profile
         try:
             return await pool.aallocate(request), profile
-        except PoolExhausted as e:
-            if pool.settings.start_queue_timeout <= 0:
-                raise _refusal(e) from e
-            return await self._wait_in_queue(pool, request, e), profile
         except PoolError as e:
             raise _refusal(e) from e
 
-    async def _wait_in_queue(self, pool: LocalPool, request, first_refusal: PoolExhausted) -> Lease:
+    async def _wait_in_queue(self, pool: LocalPool, request) -> Lease:
         timeout = pool.settings.start_queue_timeout
-        ledger = pool.ledger
-        waiter = await asyncio.to_thread(ledger.enqueue, request.owner, request.kernel_id, request.profile.name,
-                                         request.profile.slice, label=request.label)
-        self.log.info("GPU pool full: kernel %s waits for a %s slice at queue position %d (up to %.0fs)",
-                      self.kernel_id, request.profile.name, waiter.position, timeout)
-        deadline = time.monotonic() + timeout
-        refusal: PoolError = first_refusal
+        place = Place(request.owner, request.kernel_id, request.profile.name, request.profile.slice,
+                      label=request.label)
+
+        async def moved(position: int) -> None:
+            self.log.info("GPU pool full: kernel %s waits for a %s slice at queue position %d (up to %.0fs)",
+                          self.kernel_id, request.profile.name, position, timeout)
+
         try:
-            while time.monotonic() < deadline:
-                await asyncio.sleep(1.0)
-                current = await asyncio.to_thread(ledger.heartbeat, waiter.id)
-                if current is None:  # pruned; put ourselves back at the end
-                    current = await asyncio.to_thread(ledger.enqueue, request.owner, request.kernel_id,
-                                                      request.profile.name, request.profile.slice,
-                                                      label=request.label)
-                    waiter = current
-                try:
-                    return await pool.aallocate(request, waiter_id=waiter.id)
-                except PoolExhausted as e:
-                    refusal = e
-                    self.log.info("kernel %s still waiting for a GPU slice, queue position %d",
-                                  self.kernel_id, current.position)
-                except PoolError as e:
-                    raise _refusal(e) from e
-        finally:
-            await asyncio.to_thread(ledger.dequeue, waiter.id)
-        raise KernelStartRefused(
-            503, f"Waited {timeout:.0f}s in the GPU queue without a free slice. {refusal}", "queue_timeout")
+            lease, _waited = await wait_for_slice(
+                pool.ledger, lambda waiter_id: pool.allocate(request, waiter_id, record_refusal=False), place,
+                timeout=timeout, on_position=moved)
+        except QueueTimeout as e:
+            await asyncio.to_thread(pool.ledger.record_refusal, request.kernel_id, request.owner,
+                                    request.profile.name, e.refusal)
+            raise KernelStartRefused(503, str(e), "queue_timeout") from None
+        except (QuotaExceeded, PoolExhausted) as e:
+            await asyncio.to_thread(pool.ledger.record_refusal, request.kernel_id, request.owner,
+                                    request.profile.name, e)
+            raise _refusal(e) from e
+        return lease
 
     def _notebook(self, session_name: str) -> str:
         """The notebook's path as its user knows it: relative to the server's root directory
@@ -180,16 +167,7 @@ class GPUPoolProvisioner(LocalProvisioner):
         return session_name
 
     def _forget_failed_start(self) -> None:
-        """Drop this kernel from the multi-kernel manager's pending starts.
-
-        jupyter_client keeps a kernel whose start failed in ``_pending_kernels`` (its
-        ``_add_kernel_when_ready`` logs the error and never removes it), so jupyter_server's
-        ``shutdown_all`` at exit fails on it with "Kernel does not exist".  For the pool a refusal
-        is an everyday event, so a refused kernel is forgotten as if it never existed."""
-        multi = getattr(self.parent, "parent", None)
-        pending = getattr(multi, "_pending_kernels", None)
-        if isinstance(pending, dict):
-            pending.pop(self.kernel_id, None)
+        forget_failed_start(getattr(self.parent, "parent", None), self.kernel_id)
 
     async def _release(self, reason: str) -> None:
         if not self.lease_id or self._pool is None:
@@ -253,7 +231,7 @@ class GPUPoolProvisioner(LocalProvisioner):
         releases the lease, reconcile must neither take it as a crash nor hand it out."""
         if self.lease_id and self._pool is not None:
             try:
-                await asyncio.to_thread(self._pool.ledger.set_holder, self.lease_id, None, "stopping")
+                await asyncio.to_thread(self._pool.ledger.stop, self.lease_id)
             except LeaseNotFound:
                 self.lease_id = None
 
@@ -280,6 +258,7 @@ class GPUPoolProvisioner(LocalProvisioner):
                 self.lease_id = None
         else:
             await self._release(self.release_reason)
+            self._release_reason = "shutdown"
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()

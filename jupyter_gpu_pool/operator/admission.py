@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..pool import PoolError, Quota, QuotaBook, QuotaExceeded, Usage
-from ..pool.quotas import first_excess, parse_quota
-from .kernels import as_lease, held, holds_quota, meta, spec
+from ..pool import PoolError, Profile, Quota, QuotaBook, SliceSpec, Usage
+from ..pool.allocation import Ask, Holdings, allocate
+from ..pool.quotas import parse_quota
+from .kernels import as_lease, holds_quota, meta, spec
 from .sharing import Rendering
 
 
@@ -82,10 +83,12 @@ def read_quotas(objects: list[dict]) -> Quotas:
 
 
 def admit(kernel: dict, profile_name: str, isolation: str, rendering: Rendering, quotas: Quotas,
-          others: list[dict], now: float) -> dict:
+          others: list[dict], now: float, profile: Profile | None = None) -> dict:
     """The kernel's ``status.admitted`` record, or raise :class:`QuotaExceeded` / :class:`QuotaMisconfigured`.
 
-    ``others`` are every kernel the operator knows; those that hold their slice count.
+    ``others`` are every kernel the operator knows; those that hold their slice count.  The decision
+    is the pool core's (:func:`jupyter_gpu_pool.pool.allocation.allocate`), as on one machine, with
+    placement left to the cluster's scheduler: what the kernel asks is what its pod will hold.
     """
     owner = spec(kernel)["owner"]
     bad = quotas.problem_for(owner)
@@ -93,22 +96,15 @@ def admit(kernel: dict, profile_name: str, isolation: str, rendering: Rendering,
         raise QuotaMisconfigured(*bad)
     groups = quotas.book.groups_of(owner)
     me = meta(kernel).get("uid")
-    holding = [k for k in others if holds_quota(k) and meta(k).get("uid") != me]
-    asked = Usage(rendering.memory, rendering.sm_percent, 1)
-    scopes: list[tuple[str, Usage, Quota]] = [
-        ("user", sum((held(k) for k in holding if spec(k).get("owner") == owner), Usage()),
-         quotas.book.user_quota(owner))]
-    for group in quotas.book.limited_groups(groups):
-        used = sum((held(k) for k in holding if group in ((k.get("status") or {}).get("admitted") or {})
-                    .get("groups", [])), Usage())
-        scopes.append((group, used, quotas.book.groups[group]))
-    for scope, used, quota in scopes:
-        excess = first_excess(quota, used, asked)
-        if excess:
-            resource, limit, used_text, asked_text = excess
-            mine = [as_lease(k) for k in holding if spec(k).get("owner") == owner]
-            raise QuotaExceeded(owner=owner, profile=profile_name, scope=scope, resource=resource, limit=limit,
-                                used=used_text, asked=asked_text, holdings=mine, now=now)
+    holding = tuple(as_lease(k) for k in others if holds_quota(k) and meta(k).get("uid") != me)
+    named = profile or Profile(name=profile_name, slice=SliceSpec(whole=True) if rendering.whole else
+                               SliceSpec(memory=max(rendering.memory, 1)), isolation=isolation,
+                               display_name=profile_name)
+    ask = Ask(owner=owner, kernel_id=spec(kernel).get("kernelId", ""), profile=named, groups=groups,
+              asked=Usage(rendering.memory, rendering.sm_percent, 1))
+    result = allocate(Holdings(leases=holding), ask, quotas.book, now=now)
+    if isinstance(result, PoolError):
+        raise result
     return {"profile": profile_name, "isolation": isolation, "memory": rendering.memory,
             "smPercent": rendering.sm_percent, "gpuCount": rendering.gpu_count, "whole": rendering.whole,
             "groups": list(groups), "at": now}

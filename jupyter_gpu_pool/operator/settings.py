@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
 from traitlets.config import Configurable
 
-from ..config import ConfigError, Settings
+from ..config import ConfigError, GPUPool
 from ..pool import Profile, parse_size
 from .sharing import BACKENDS, HAMI, MigProfile, Rendering, Sharing, SharingError, render
 
@@ -101,7 +101,7 @@ class GPUPoolOperator(Configurable):
 class OperatorSettings:
     """The validated settings."""
 
-    pool: Settings
+    pool: GPUPool
     sharing: Sharing
     renderings: dict[str, Rendering]  # per profile
     kernel_image: str
@@ -131,7 +131,7 @@ class OperatorSettings:
         return self.pool.profiles.get(name)
 
 
-def operator_settings(op: GPUPoolOperator, pool: Settings) -> OperatorSettings:
+def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
     """Validate; a bad setting is a :class:`ConfigError` naming it."""
     try:
         gpu_memory = parse_size(op.gpu_memory) if op.gpu_memory else None

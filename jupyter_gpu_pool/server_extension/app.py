@@ -12,16 +12,20 @@ import asyncio
 import sys
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Any, Bool, Enum, Float, Int, List, Type, default
+from traitlets import Bool, Enum, Instance, TraitError, Type, default
 
+from ..compat import start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
-from ..local_pool import local_pool
+from ..local.pool import local_pool
+from ..traits import Count, Names, Seconds
 from . import events
 from .backend import LocalBackend, NoPool, PoolBackend
 from .culler import SERVER_CULLER_EXEMPT, Culler
 from .handlers import handlers
+from .hibernation_hook import HibernationHook
 from .identity import is_personal_server
+from .recorder import Recorder
 
 
 class GPUPoolExtension(ExtensionApp):
@@ -31,19 +35,19 @@ class GPUPoolExtension(ExtensionApp):
     description = "Elastic GPU kernels: idle policy, quota and utilization API"
     load_other_extensions = True
 
-    cull_interval = Float(
+    cull_interval = Seconds(
         30.0, help="Seconds between two passes of the idle policy over this server's GPU kernels."
     ).tag(config=True)
 
-    telemetry_interval = Float(
+    telemetry_interval = Seconds(
         5.0, help="Seconds between two NVML readings of each GPU kernel's memory and utilization."
     ).tag(config=True)
 
-    telemetry_history = Int(
+    telemetry_history = Count(
         120, help="GPU utilization samples kept per kernel for the UI's sparkline (at telemetry_interval)."
     ).tag(config=True)
 
-    admin_users = List(
+    admin_users = Names(
         default_value=[],
         help="""User names that may see the whole pool (GET gpu-pool/api/v1/pool) and act on other users'
         kernels in this server.  Under JupyterHub, hub admins are admins too.  On a personal server
@@ -82,14 +86,15 @@ class GPUPoolExtension(ExtensionApp):
 
     hibernator_class = Type(
         default_value="jupyter_gpu_pool.server_extension.hibernation_hook.PoolHibernation", allow_none=True,
-        klass=object,
-        help="""The hibernation hook: a class built as ``hibernator_class(parent=extension)`` whose instances
-        have can_hibernate(kernel_id), async hibernate(kernel_id, reason) and async resume(kernel_id).
-        The default moves idle kernels' GPU memory to host RAM (docs/hibernation.md).
-        None: rules whose action is 'hibernate' shut kernels down instead, and say why.""",
+        klass=HibernationHook,
+        help="""The hibernation hook: a subclass of jupyter_gpu_pool.server_extension.hibernation_hook.HibernationHook,
+        built as ``hibernator_class(parent=extension)``.  The default moves idle kernels' GPU memory to host RAM
+        (docs/hibernation.md).  None: no hibernation; rules whose action is 'hibernate' shut kernels down
+        instead, and say why.""",
     ).tag(config=True)
 
-    hibernator = Any(None, allow_none=True, help="The hibernation hook in use (see hibernator_class).")
+    hibernator = Instance(HibernationHook, allow_none=True,
+                          help="The hibernation hook in use (see hibernator_class).")
 
     pool_backend = Enum(["local", "kubernetes"], default_value="local", help="""Where the pool is: 'local' (this
         machine's GPUs and ledger) or 'kubernetes' (kernels in pods of a cluster, started through the
@@ -97,6 +102,7 @@ class GPUPoolExtension(ExtensionApp):
 
     backend: PoolBackend
     culler: Culler
+    _config_error: ConfigError | None = None
     sampler: Sampler
 
     def _config_file_name_default(self) -> str:
@@ -106,18 +112,16 @@ class GPUPoolExtension(ExtensionApp):
 
     def initialize_settings(self) -> None:
         self.backend = self._make_backend()
-        event_logger = getattr(self.serverapp, "event_logger", None)
-        if event_logger is not None:
-            events.register(event_logger)
+        event_logger = self.serverapp.event_logger
+        events.register(event_logger)
+        self.recorder = Recorder(self.backend, event_logger)
         source = self.telemetry_source_class() if self.telemetry_source_class else None
-        make_sampler = getattr(self.backend, "make_sampler", None)  # a cluster's readings come from its nodes
-        self.sampler = (make_sampler(self.backend.policy.thresholds, self.telemetry_history) if make_sampler else
-                        Sampler(source, thresholds=self.backend.policy.thresholds, history=self.telemetry_history))
-        if self.hibernator is None and self.hibernator_class is not None and getattr(self.backend, "can_hibernate",
-                                                                                      True):
-            self.hibernator = self.hibernator_class(parent=self)
+        self.sampler = self.backend.make_sampler(source, self.backend.policy.thresholds, self.telemetry_history)
+        if self.hibernator is None:
+            wanted = self.hibernator_class if self.backend.hibernation and self.hibernator_class else HibernationHook
+            self.hibernator = wanted(parent=self)
         km = self.serverapp.kernel_manager
-        self.culler = Culler(kernel_manager=km, backend=self.backend, sampler=self.sampler, event_logger=event_logger,
+        self.culler = Culler(kernel_manager=km, backend=self.backend, sampler=self.sampler, recorder=self.recorder,
                              web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
                              exempt_server_culler=self.exempt_from_server_culler)
         self._tasks: list[asyncio.Task] = []
@@ -125,21 +129,36 @@ class GPUPoolExtension(ExtensionApp):
         policy = self.backend.policy
         self.log.info("GPU pool: %s; policy: %d rule(s)%s, pass every %gs; hibernation %s", self.backend.note,
                       len(policy.rules), " (DRY RUN: decisions are reported, nothing is done)" if policy.dry_run
-                      else "", self.cull_interval, "on" if self.hibernator else "off (hibernate rules shut down)")
+                      else "", self.cull_interval, "on" if self.hibernator.enabled else "off (hibernate rules shut down)")
+
+    def update_config(self, config) -> None:
+        """Load settings, refusing a bad one the way a bad pool setting is refused: the server stops
+        (jupyter_server would otherwise log the error and run the extension on its defaults)."""
+        try:
+            super().update_config(config)
+        except TraitError as e:
+            self._config_error = ConfigError(str(e))
+            stop = config.get("GPUPoolExtension", {}).get("exit_on_config_error", self.exit_on_config_error)
+            self._refuse(self._config_error, stop)
+
+    def _refuse(self, error: ConfigError, stop: bool) -> None:
+        if stop:
+            self.log.critical("GPU pool: bad configuration, the server stops: %s", error)
+            print(f"jupyter_gpu_pool: bad configuration: {error}", file=sys.stderr)
+            raise SystemExit(1) from error
+        self.log.error("GPU pool disabled, bad configuration: %s", error)
 
     def _make_backend(self) -> PoolBackend:
         try:
+            if self._config_error is not None:
+                raise self._config_error
             if self.pool_backend == "kubernetes":
                 from .kubernetes_backend import KubernetesBackend
 
                 return KubernetesBackend(self.serverapp.config)
             return LocalBackend(local_pool(self.serverapp.config))
         except ConfigError as e:
-            if self.exit_on_config_error:
-                self.log.critical("GPU pool: bad configuration, the server stops: %s", e)
-                print(f"jupyter_gpu_pool: bad configuration: {e}", file=sys.stderr)
-                raise SystemExit(1) from e
-            self.log.error("GPU pool disabled, bad configuration: %s", e)
+            self._refuse(e, self.exit_on_config_error)
             return NoPool(f"The GPU pool is misconfigured, tell your admin: {e}")
 
     def _check_server_culler(self, km) -> None:
@@ -160,11 +179,12 @@ class GPUPoolExtension(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers())
+        self.handlers.extend(start_handlers())
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         loop = asyncio.get_running_loop()
-        if hasattr(self.backend, "start"):  # a cluster backend watches it, and re-adopts this server's kernels
-            await self.backend.start(serverapp.kernel_manager)
+        await self.backend.start(serverapp.kernel_manager)
+        self.hibernator.start()
         self._stop = asyncio.Event()
         self._tasks = [loop.create_task(self.sampler.run(self.telemetry_interval, self._stop)),
                        loop.create_task(self.culler.run(self.cull_interval, self._stop))]
@@ -179,7 +199,5 @@ class GPUPoolExtension(ExtensionApp):
                 task.cancel()
         self._tasks = []
         await self.culler.stop()
-        if hasattr(self.backend, "stop"):
-            await self.backend.stop()
-        if hasattr(self.hibernator, "stop"):
-            await self.hibernator.stop()
+        await self.backend.stop()
+        await self.hibernator.stop()

@@ -1,82 +1,106 @@
-"""What the server extension needs from "the pool", behind one small protocol.
+"""What the server extension needs from "the pool", declared once: :class:`PoolBackend`.
 
-Handlers and the culler read the pool only through :class:`PoolBackend`:
-settings (profiles, quotas, policy), one consistent snapshot (GPUs, held
-leases, the queue), and the journal.  :class:`LocalBackend` serves it from the
-machine's SQLite ledger; a cluster backend serves the same from Kubernetes
-custom resources without any handler changing.  Every call that does I/O is
-async (the local one runs the ledger in a thread).
+Handlers and the culler read the pool only through it: settings (profiles, quotas, policy), one
+consistent snapshot (GPUs, held leases, the queue), and the journal; and they claim a kernel for a
+shutdown through it.  :class:`LocalBackend` serves it from this machine's SQLite ledger; the
+cluster backend (``kubernetes_backend``) from Kubernetes custom resources.  Every call that does
+I/O is async (the local one runs the ledger in a thread).  What only some pools have (a watch to
+start, a reconcile, telemetry from elsewhere, hibernation) has a no-op default here.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+import time
+from abc import ABC, abstractmethod
 
-from ..config import Settings
-from ..local_pool import LocalPool
-from ..pool import GPU, JournalEntry, Lease, Profile, Quota, Snapshot, Usage
-from ..pool.leases import ACTIVE
+from ..devices.telemetry import ProcessSource, Sampler
+from ..local.pool import LocalPool
+from ..pool import GPU, JournalEntry, Lease, LeaseNotFound, Profile, Quota, Snapshot
+from ..pool.phases import PhaseConflict
 from ..pool.policy import Policy
 
 
-class PoolBackend(Protocol):
-    enabled: bool
-    note: str  # one line for humans: where the GPUs come from, or why there is no pool
+class PoolBackend(ABC):
+    enabled: bool = True
+    declared: bool = False  # every GPU of the pool is declared (not real)
+    hibernation: bool = False  # kernels of this pool can hibernate (a hook can be installed)
+    note: str = ""  # one line for humans: where the GPUs come from, or why there is no pool
 
     @property
-    def declared(self) -> bool: ...
-
-    @property
+    @abstractmethod
     def policy(self) -> Policy: ...
 
     @property
+    @abstractmethod
     def owner(self) -> str:
         """The user this server's kernels are leased to."""
 
+    @abstractmethod
     def gpus(self) -> list[GPU]: ...
 
+    @abstractmethod
     def profile(self, name: str) -> Profile | None: ...
 
+    @abstractmethod
+    def profiles(self) -> dict[str, Profile]: ...
+
+    @abstractmethod
     def groups_of(self, user: str) -> tuple[str, ...]: ...
 
+    @abstractmethod
     def user_quota(self, user: str) -> Quota: ...
 
+    @abstractmethod
     def group_quota(self, group: str) -> Quota | None: ...
 
+    @abstractmethod
     async def snapshot(self) -> Snapshot: ...
 
-    async def reconcile(self) -> list[Lease]:
-        """Release leases whose holders are gone; return them."""
-
-    async def stopping(self, lease_id: str) -> None:
-        """The server is about to stop this lease's kernel: until its provisioner releases the lease
-        (with the reason we set), a reconcile must not reclaim it as a kernel that died."""
-
+    @abstractmethod
     async def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
-                      limit: int = 200) -> list[JournalEntry]: ...
+                      limit: int = 200) -> list[JournalEntry]:
+        """Entries newest first."""
 
+    @abstractmethod
     async def record(self, kind: str, *, lease_id: str | None = None, kernel_id: str | None = None,
-                     owner: str | None = None, reason: str = "", detail: dict | None = None) -> None: ...
+                     owner: str | None = None, reason: str = "", detail: dict | None = None) -> None:
+        """Put one entry on the journal."""
+
+    # -- what only some pools do -------------------------------------------------------------------
+
+    async def start(self, kernel_manager) -> None:
+        """Start whatever the pool needs running (a cluster's watch; re-adopting this server's kernels)."""
+
+    async def stop(self) -> None:
+        """Stop what :meth:`start` started."""
+
+    async def reconcile(self) -> list[Lease]:
+        """Release leases whose holders are gone; return them (a cluster's operator does it itself)."""
+        return []
+
+    async def claim_stop(self, lease: Lease) -> bool:
+        """The server is about to shut this lease's kernel down (a cull, its user's release).  Mark it
+        so that nothing else moves it meanwhile and a reconcile does not take the shutdown for a
+        crash; False when another move holds it already (the shutdown must not start)."""
+        return True
+
+    def make_sampler(self, source: ProcessSource | None, thresholds: tuple[float, ...], history: int) -> Sampler:
+        """Where this pool's per-kernel GPU readings come from (this machine's NVML by default)."""
+        return Sampler(source, thresholds=thresholds, history=history)
 
 
-def usage_from(leases: list[Lease]) -> Usage:
-    """What these leases hold against quotas: memory and SM of active leases, every held kernel."""
-    active = [lease for lease in leases if lease.state == ACTIVE]
-    return Usage(sum(lease.total_memory for lease in active), sum(lease.total_sm for lease in active), len(leases))
-
-
-class LocalBackend:
+class LocalBackend(PoolBackend):
     """The pool on this machine: a :class:`LocalPool` (settings, inventory, SQLite ledger)."""
 
-    enabled = True
+    hibernation = True
 
     def __init__(self, pool: LocalPool):
         self.pool = pool
         self.note = pool.inventory.note
 
     @property
-    def settings(self) -> Settings:
+    def settings(self):
         return self.pool.settings
 
     @property
@@ -85,7 +109,7 @@ class LocalBackend:
 
     @property
     def policy(self) -> Policy:
-        return self.pool.settings.policy
+        return self.pool.settings.idle_policy
 
     @property
     def owner(self) -> str:
@@ -96,6 +120,9 @@ class LocalBackend:
 
     def profile(self, name: str) -> Profile | None:
         return self.pool.settings.profiles.get(name)
+
+    def profiles(self) -> dict[str, Profile]:
+        return self.pool.settings.profiles
 
     def groups_of(self, user: str) -> tuple[str, ...]:
         return self.pool.settings.groups_of(user)
@@ -112,13 +139,14 @@ class LocalBackend:
     async def reconcile(self) -> list[Lease]:
         return await self.pool.areconcile()
 
-    async def stopping(self, lease_id: str) -> None:
-        from ..pool import LeaseNotFound
-
-        try:  # holder None, as between two launches: judged by its (live) server, not by the dying process
-            await asyncio.to_thread(self.pool.ledger.set_holder, lease_id, None)
+    async def claim_stop(self, lease: Lease) -> bool:
+        try:  # from the phase the culler saw: a hibernation that started since wins
+            await asyncio.to_thread(self.pool.ledger.stop, lease.id, expect=lease.phase)
+        except PhaseConflict:
+            return False
         except LeaseNotFound:
-            pass
+            return False
+        return True
 
     async def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                       limit: int = 200) -> list[JournalEntry]:
@@ -130,12 +158,11 @@ class LocalBackend:
                                 owner=owner, reason=reason, detail=detail)
 
 
-class NoPool:
+class NoPool(PoolBackend):
     """Stands where the pool would be when its configuration is bad and the admin chose to run on
     (``GPUPoolExtension.exit_on_config_error = False``): every view says why there is no pool."""
 
     enabled = False
-    declared = False
 
     def __init__(self, note: str, owner: str = ""):
         self.note = note
@@ -155,6 +182,9 @@ class NoPool:
     def profile(self, name: str) -> Profile | None:
         return None
 
+    def profiles(self) -> dict[str, Profile]:
+        return {}
+
     def groups_of(self, user: str) -> tuple[str, ...]:
         return ()
 
@@ -165,15 +195,7 @@ class NoPool:
         return None
 
     async def snapshot(self) -> Snapshot:
-        import time
-
         return Snapshot(at=time.time(), gpus=[], leases=[], waiters=[])
-
-    async def reconcile(self) -> list[Lease]:
-        return []
-
-    async def stopping(self, lease_id: str) -> None:
-        return None
 
     async def journal(self, **kwargs) -> list[JournalEntry]:
         return []

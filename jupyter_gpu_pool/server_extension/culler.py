@@ -1,57 +1,43 @@
 """The culler: gathers each pool kernel's facts, asks the policy, carries the decision out.
 
-It runs on the server's event loop and never blocks it: the ledger and NVML are
-read in threads (the backend, the telemetry sampler), deciding is pure and
-fast, and actions (shutdown, hibernation) run as their own tasks so that one
-slow checkpoint does not hold up the pass.  Every decision that acts, warns or
-snoozes is put on record in the ledger's journal with its reason, emitted as a
-``kernel-action`` event and counted in the metrics.
+It runs on the server's event loop and never blocks it: the ledger and NVML are read in threads
+(the backend, the telemetry sampler), deciding is pure and fast (``pool.policy.decide``), and
+actions (shutdown, hibernation) run as their own tasks so that one slow checkpoint does not hold up
+the pass.  What is under way on a kernel is the ledger's to say (the lease's phase: a shutdown
+claims the lease by compare-and-set, the hibernator claims it for a move), so a kernel with a phase
+is left alone; the culler keeps only the policy's memory of each kernel (its warning and snoozes)
+and its own running tasks.  Everything that acts, warns or is snoozed is put on record through the
+:class:`Recorder`.
 
-A *pool kernel* is a kernel of this server that holds a lease.  Other kernels
-are left to jupyter_server (and its own culler, if on).
+A *pool kernel* is a kernel of this server that holds a lease.  Other kernels are left to
+jupyter_server (and its own culler, if on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from jupyter_core.utils import ensure_async
-
+from ..hibernation import HibernationFailed, HibernationRefused
+from ..kernel_provisioner.base import shut_down
+from ..periodic import every
 from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import policy as P
 from ..pool.profiles import MPS
-from . import events, metrics
+from . import metrics
 from .backend import PoolBackend
+from .hibernation_hook import HibernationHook
+from .recorder import Recorder
 
 log = logging.getLogger(__name__)
 
 # jupyter_server's culler reads a per-kernelspec ``cull_idle_timeout`` from the kernel's spec
 # metadata; this value (ten years) exempts pool kernels from it.
 SERVER_CULLER_EXEMPT = 10 * 365 * 86400
-
-HIBERNATING = "hibernating"
-SHUTTING_DOWN = "shutting_down"
-
-
-class Hibernator(Protocol):
-    """The hibernation hook (see docs/server-extension.md, "Plugging in hibernation").
-
-    ``hibernate`` moves the kernel's GPU memory to host RAM and marks its lease
-    ``hibernated`` in the ledger (``Ledger.hibernate``), which gives the slice back;
-    it returns a dict or object with ``duration`` (seconds) and ``bytes`` (moved), or raises.
-    Optional: ``shown(kernel_id)`` (or ``state_of``) -> the state the UI shows (``hibernating``,
-    ``resuming``, ...), and ``emits_events = True`` when the hook emits its own ``hibernated`` /
-    ``resumed`` events (the culler then only journals and counts them)."""
-
-    def can_hibernate(self, kernel_id: str, lease: Lease | None = None) -> tuple[bool, str | None]: ...
-
-    async def hibernate(self, kernel_id: str, reason: str) -> dict: ...
-
-    async def resume(self, kernel_id: str) -> Any: ...
 
 
 @dataclass
@@ -64,29 +50,28 @@ class Seen:
 
 
 class Culler:
-    def __init__(self, *, kernel_manager, backend: PoolBackend, sampler, event_logger=None,
-                 web_settings: dict | None = None, hibernator_getter=lambda: None, exempt_server_culler: bool = True,
-                 clock=time.time):
+    def __init__(self, *, kernel_manager, backend: PoolBackend, sampler, recorder: Recorder,
+                 web_settings: dict | None = None, hibernator_getter=HibernationHook,
+                 exempt_server_culler: bool = True, clock=time.time):
         self.km = kernel_manager
         self.backend = backend
         self.sampler = sampler
-        self.event_logger = event_logger
+        self.recorder = recorder
         self.web_settings = web_settings if web_settings is not None else {}
         self._hibernator = hibernator_getter
         self.exempt_server_culler = exempt_server_culler
         self.clock = clock
-        self.states: dict[str, P.KernelState] = {}
+        self.states: dict[str, P.KernelState] = {}  # the policy's memory: warnings given, snoozes used
         self.busy_since: dict[str, float] = {}
-        self.in_flight: dict[str, str] = {}
+        self.acting: dict[str, asyncio.Task] = {}  # this server's actions under way, by kernel
         self.seen: dict[str, Seen] = {}
         self.last_snapshot: Snapshot | None = None
-        self.tasks: set[asyncio.Task] = set()
         self._journal_seq: int | None = None
         self._waiters_seen: set[str] = set()
         self.passes = 0
 
     @property
-    def hibernator(self) -> Hibernator | None:
+    def hibernator(self) -> HibernationHook:
         return self._hibernator()
 
     @property
@@ -112,21 +97,19 @@ class Culler:
     def rule_for(self, kernel, lease: Lease) -> P.Rule:
         return self.policy.rule_for(lease.owner, lease.groups, lease.profile, getattr(kernel, "kernel_name", "") or "")
 
-    def hibernation(self, kernel_id: str, lease: Lease) -> tuple[bool, str | None]:
+    def hibernation(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether this kernel can hibernate now, and why not."""
         if lease.isolation == MPS:
             return False, "an MPS client cannot be checkpointed (CUDA error 801)"
-        hibernator = self.hibernator
-        if hibernator is None:
-            return False, "no hibernator is installed on this server"
         try:
-            try:  # hooks that take the lease need no ledger read of their own (no I/O on the event loop)
-                ok, why = hibernator.can_hibernate(kernel_id, lease=lease)
-            except TypeError:
-                ok, why = hibernator.can_hibernate(kernel_id)
+            ok, why = self.hibernator.can_hibernate(lease)
         except Exception as e:  # the hook must not break a culling pass
             return False, f"the hibernator failed: {e}"
         return bool(ok), why
+
+    def busy(self, kernel_id: str) -> bool:
+        """An action of this server on the kernel is under way."""
+        return kernel_id in self.acting
 
     def facts(self, kernel_id: str, kernel, lease: Lease, rule: P.Rule, now: float) -> P.Facts:
         execution_state = getattr(kernel, "execution_state", "unknown") or "unknown"
@@ -139,7 +122,7 @@ class Culler:
         if gpu_active is not None:  # a kernel using its GPU is not idle, whatever it prints
             last_activity = max(last_activity, gpu_active)
         reading = self.sampler.reading(kernel_id)
-        can, why = self.hibernation(kernel_id, lease)
+        can, why = self.hibernation(lease)
         return P.Facts(
             kernel_id=kernel_id,
             state=lease.state,
@@ -148,7 +131,6 @@ class Culler:
             started=lease.created,
             state_since=lease.state_since,
             busy_since=self.busy_since.get(kernel_id),
-            connections=getattr(self.km, "_kernel_connections", {}).get(kernel_id, 0),
             isolation=lease.isolation,
             memory_used=reading.memory_used if reading and lease.state != HIBERNATED else None,
             memory_limit=lease.total_memory,
@@ -175,8 +157,8 @@ class Culler:
             if i % 500 == 499:
                 await asyncio.sleep(0)  # thousands of kernels: let requests in between
             self._exempt_from_server_culler(kernel)
-            if kid in self.in_flight:
-                continue
+            if lease.phase or self.busy(kid):
+                continue  # a move or a shutdown is under way: the ledger's phase says which
             rule = self.rule_for(kernel, lease)
             facts = self.facts(kid, kernel, lease, rule, now)
             reading = self.sampler.reading(kid)
@@ -198,10 +180,9 @@ class Culler:
         self.passes += 1
 
     def report_gpu_activity(self) -> None:
-        """Count GPU use as server activity (``/api/status``, JupyterHub's idle culler)."""
-        from jupyter_server._tz import utcnow
-
-        self.web_settings["gpu_pool_last_activity"] = utcnow()
+        """Count GPU use as server activity (``/api/status``, JupyterHub's idle culler): jupyter_server
+        takes the latest of every setting whose name ends in ``_last_activity``."""
+        self.web_settings["gpu_pool_last_activity"] = datetime.datetime.now(datetime.timezone.utc)
 
     def _exempt_from_server_culler(self, kernel) -> None:
         if not self.exempt_server_culler or not getattr(self.km, "cull_idle_timeout", 0):
@@ -211,17 +192,8 @@ class Culler:
             spec.metadata["cull_idle_timeout"] = SERVER_CULLER_EXEMPT
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
-        """Pass after pass until ``stop`` is set; a pass under way finishes first (its ledger work
-        runs in threads, which a cancellation would leave running behind a closed ledger)."""
-        while not stop.is_set():
-            try:
-                await self.pass_once()
-            except Exception:  # one bad pass must not end culling for good
-                log.exception("GPU pool culling pass failed")
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except asyncio.TimeoutError:
-                pass
+        """Pass after pass until ``stop`` is set."""
+        await every(interval, self.pass_once, stop, what="culling pass")
 
     # -- carrying decisions out -----------------------------------------------------------------
 
@@ -230,102 +202,74 @@ class Culler:
             log.info("kernel %s: warning (%s) withdrawn, it is in use again", kid, decision.reason)
             return
         if decision.verb == P.WARN:
-            await self.record("warned", lease, decision.reason, decision.message, rule, dry_run=decision.dry_run,
-                              deadline=decision.deadline, action=decision.action, note=decision.note)
+            await self.recorder.record("warned", lease, reason=decision.reason or "", message=decision.message,
+                                       rule=rule.name, dry_run=decision.dry_run, deadline=decision.deadline,
+                                       action=decision.action, note=decision.note)
             return
-        kind = "hibernated" if decision.action == P.HIBERNATE else "culled"
         if decision.dry_run:
-            await self.record(kind, lease, decision.reason, decision.message, rule, dry_run=True,
-                              action=decision.action, note=decision.note)
+            kind = "hibernated" if decision.action == P.HIBERNATE else "culled"
+            await self.recorder.record(kind, lease, reason=decision.reason or "", message=decision.message,
+                                       rule=rule.name, dry_run=True, action=decision.action, note=decision.note)
             return
-        self.spawn(kid, self.carry_out(kid, lease, rule, decision.action, decision.reason, decision.message,
-                                       decision.note, user_release=False))
+        self.spawn(kid, self.carry_out(kid, lease, rule, decision.action or P.SHUTDOWN, decision.reason or "",
+                                       decision.message, decision.note, user_release=False))
 
     def spawn(self, kid: str, coro) -> None:
-        self.in_flight[kid] = SHUTTING_DOWN
         task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.acting[kid] = task
+        task.add_done_callback(lambda _t: self.acting.pop(kid, None))
 
     async def carry_out(self, kid: str, lease: Lease, rule: P.Rule, action: str, reason: str, message: str,
                         note: str | None, user_release: bool) -> None:
-        kind = "released" if user_release else ("hibernated" if action == P.HIBERNATE else "culled")
+        """Hibernate or shut the kernel down as decided, and put what happened on record."""
+        expect: str | None = lease.phase
         try:
             if action == P.HIBERNATE:
-                self.in_flight[kid] = HIBERNATING
                 try:
-                    result = await self.hibernator.hibernate(kid, reason)  # type: ignore[union-attr]
-                except Exception as e:
-                    if getattr(e, "keep_running", False):  # refused for now (busy GPU, host RAM): leave it be
+                    outcome = await self.hibernator.hibernate(kid, reason)
+                except HibernationRefused as e:
+                    if e.keep_running:  # refused for now (busy GPU, host RAM): leave it be
                         log.info("kernel %s: not hibernated now, it keeps running: %s", kid, e)
-                        await self.record("refused", lease, getattr(e, "reason", "hibernation_refused"), str(e),
-                                          rule, action=action)
+                        await self.recorder.record("refused", lease, reason=e.reason, message=e.message,
+                                                   rule=rule.name, action=P.HIBERNATE)
                         return
+                    note = f"hibernation unavailable ({e.message}), so shut down instead"
+                except HibernationFailed as e:
                     log.warning("kernel %s: hibernation failed (%s); shutting it down instead", kid, e)
-                    note = f"hibernation failed ({e}), so shut down instead"
-                    action = P.SHUTDOWN
-                    self.in_flight[kid] = SHUTTING_DOWN
+                    await self.recorder.record("hibernation_failed", lease, reason=e.reason, message=e.message,
+                                               rule=rule.name, action=P.HIBERNATE,
+                                               extra={"states": {str(p): s for p, s in e.states.items()},
+                                                      "recovered": e.recovered})
+                    note = f"hibernation failed ({e.message}), so shut down instead"
+                    expect = None  # the failed move left its phase: the shutdown takes the lease from it
                 else:
                     self.states[kid] = P.FRESH
-                    result = result or {}
-                    await self.record(kind, lease, reason, message, rule, action=action, note=note,
-                                      duration=_get(result, "duration"), bytes=_get(result, "bytes"))
+                    await self.recorder.record("hibernated", outcome.lease or lease,
+                                               reason=reason, message=f"{message} {outcome.message}".strip(),
+                                               rule=rule.name, action=P.HIBERNATE,
+                                               duration=round(outcome.duration, 3), bytes=outcome.bytes)
                     return
             why = "released by its user" if user_release else f"culled: {reason} (rule {rule.name!r})"
-            await self.shutdown(kid, why, lease)
-            if user_release and kind == "released" and note:
+            if not await self.shutdown(kid, why, lease, expect=expect):
+                return
+            if user_release and note:
                 message = "Shut down at your request: the GPU slice is back in the pool."
             if note:
                 message = f"{message} ({note})"
-            await self.record("released" if user_release else "culled", lease, reason, message, rule,
-                              action=P.SHUTDOWN, note=note)
+            await self.recorder.record("released" if user_release else "culled", lease, reason=reason,
+                                       message=message, rule=rule.name, action=P.SHUTDOWN, note=note)
         except Exception:
             log.exception("kernel %s: %s (%s) failed", kid, action, reason)
-        finally:
-            self.in_flight.pop(kid, None)
 
-    async def shutdown(self, kid: str, release_reason: str, lease: Lease | None = None) -> None:
-        """Shut the kernel down through jupyter_server; its provisioner releases the lease with our reason."""
-        try:
-            kernel = self.km.get_kernel(kid)
-        except KeyError:
-            return
-        provisioner = getattr(kernel, "provisioner", None)
-        if provisioner is not None and hasattr(provisioner, "release_reason"):
-            provisioner.release_reason = release_reason
-        if lease is not None:
-            await self.backend.stopping(lease.id)
+    async def shutdown(self, kid: str, release_reason: str, lease: Lease, *, expect: str | None = "") -> bool:
+        """Claim the lease for a shutdown (from phase ``expect``; None: from whatever phase) and shut
+        the kernel down through jupyter_server; its provisioner releases the lease with our reason.
+        False when another move holds the lease, or the kernel is gone."""
+        if expect is not None and not await self.backend.claim_stop(lease):
+            log.info("kernel %s: not shut down, another move holds its lease", kid)
+            return False
         log.info("GPU pool: shutting down kernel %s (%s)", kid, release_reason)
-        await ensure_async(self.km.shutdown_kernel(kid))
-
-    async def record(self, kind: str, lease: Lease, reason: str | None, message: str, rule: P.Rule, *,
-                     dry_run: bool = False, deadline: float | None = None, action: str | None = None,
-                     note: str | None = None, duration: float | None = None, bytes: int | None = None) -> None:
-        """Journal, event and metric for one decision."""
-        reason = reason or ""
-        detail = {"source": "policy", "message": message, "dry_run": dry_run, "rule": rule.name,
-                  "action": action, "profile": lease.profile, "name": lease.label}
-        for key, value in (("deadline", deadline), ("note", note), ("duration", duration), ("bytes", bytes)):
-            if value is not None:
-                detail[key] = value
-        try:
-            await self.backend.record(kind, lease_id=lease.id, kernel_id=lease.kernel_id, owner=lease.owner,
-                                      reason=reason, detail=detail)
-        except Exception:
-            log.exception("could not journal %s of kernel %s", kind, lease.kernel_id)
-        if not (kind == "hibernated" and not dry_run and getattr(self.hibernator, "emits_events", False)):
-            self.emit(kind, kernel_id=lease.kernel_id, user=lease.owner, reason=reason, message=message,
-                      profile=lease.profile, deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes)
-        metrics.count(kind, reason, dry_run)
-        (log.warning if kind in ("culled", "hibernated") and not dry_run else log.info)(
-            "GPU pool %s%s kernel %s of %s: %s", "(dry run) " if dry_run else "", kind, lease.kernel_id,
-            lease.owner, message)
-
-    def emit(self, action: str, **data) -> None:
-        try:
-            events.emit(self.event_logger, events.kernel_action(action, **data))
-        except Exception:  # an event is a notification; its failure must not stop the policy
-            log.exception("could not emit the %s event", action)
+        return await shut_down(self.km, kid, release_reason)
 
     # -- user requests ----------------------------------------------------------------------------
 
@@ -337,14 +281,15 @@ class Culler:
                     and seen.facts.isolation == "soft" and seen.facts.memory_used > seen.facts.memory_limit)
         new = P.snooze(state, rule, now, seconds, over_memory=over)  # raises SnoozeRefused
         self.states[kid] = new
-        await self.record("snoozed", lease, "user",
-                          f"Snoozed until {time.strftime('%H:%M', time.localtime(new.snoozed_until))}; "
-                          f"{P.snoozes_left(new, rule)} snooze(s) left.", rule, deadline=new.snoozed_until)
+        await self.recorder.record("snoozed", lease, reason="user",
+                                   message=f"Snoozed until {time.strftime('%H:%M', time.localtime(new.snoozed_until))}; "
+                                           f"{P.snoozes_left(new, rule)} snooze(s) left.",
+                                   rule=rule.name, deadline=new.snoozed_until)
         return new
 
     def release(self, kid: str, lease: Lease, rule: P.Rule) -> str:
         """Give the slice back now, as the rule says (hibernate where it can, else shut down)."""
-        can, why = self.hibernation(kid, lease)
+        can, why = self.hibernation(lease)
         action, note = P.release_action(rule, can, why)
         message = ("Hibernated at your request: the GPU slice is back in the pool, your variables are kept."
                    if action == P.HIBERNATE else "Shut down at your request: the GPU slice is back in the pool.")
@@ -355,6 +300,7 @@ class Culler:
     # -- what others did (refusals, the queue) -------------------------------------------------------
 
     async def _follow_journal(self, snapshot: Snapshot) -> None:
+        """Announce what the ledger journaled for this server's user (refused starts) and new waiters."""
         owner = self.backend.owner
         entries = await self.backend.journal(kinds=("refused",), owner=owner, limit=50)
         if self._journal_seq is None:  # at start: only what happens from now on
@@ -364,15 +310,18 @@ class Culler:
                 if e.seq <= self._journal_seq:
                     continue
                 self._journal_seq = e.seq
-                self.emit("refused", kernel_id=e.kernel_id or "", user=e.owner or owner, reason=e.reason,
-                          message=str(e.detail.get("message", "")), profile=e.detail.get("profile"))
-                metrics.count("refused", e.reason)
+                if e.detail.get("source") == "policy":
+                    continue  # put on record (and announced) by the recorder already
+                self.recorder.announce("refused", kernel_id=e.kernel_id or "", user=e.owner or owner,
+                                       reason=e.reason, message=str(e.detail.get("message", "")),
+                                       profile=e.detail.get("profile"))
         mine = [w for w in snapshot.waiters if w.owner == owner]
         for w in mine:
             if w.id not in self._waiters_seen:
-                self.emit("queued", kernel_id=w.kernel_id, user=w.owner, reason="pool_exhausted",
-                          message=f"Waiting for a GPU slice ({w.profile}): position {w.position} in the queue.",
-                          profile=w.profile)
+                what = "resume this kernel" if w.for_resume else f"start ({w.profile})"
+                self.recorder.announce("queued", kernel_id=w.kernel_id, user=w.owner, reason="pool_exhausted",
+                                       message=f"Waiting for a GPU slice to {what}: position {w.position} in the "
+                                               "queue.", profile=w.profile)
         self._waiters_seen = {w.id for w in mine}
 
     def _update_metrics(self, snapshot: Snapshot, kernels: dict) -> None:
@@ -382,11 +331,10 @@ class Culler:
             per_kernel[kid] = (lease.owner, lease.profile, r.utilization if r else None, r.memory_used if r else None)
         devices = {u.gpu.uuid: d for u in snapshot.gpus
                    if (d := self.sampler.device_utilization(u.gpu.uuid)) is not None}
-        profiles = getattr(getattr(self.backend, "settings", None), "profiles", {})
-        metrics.COLLECTOR.view = metrics.MetricsView(snapshot, profiles, devices, per_kernel)
+        metrics.COLLECTOR.view = metrics.MetricsView(snapshot, self.backend.profiles(), devices, per_kernel)
 
     async def stop(self) -> None:
-        for task in list(self.tasks):
+        for task in list(self.acting.values()):
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout=30)
             except Exception:
@@ -397,7 +345,3 @@ def _ts(value) -> float | None:
     if value is None:
         return None
     return value.timestamp() if hasattr(value, "timestamp") else float(value)
-
-
-def _get(result, key: str):
-    return result.get(key) if isinstance(result, dict) else getattr(result, key, None)

@@ -9,6 +9,7 @@ and act on their own kernels only.
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from jupyter_server.auth.decorator import authorized
@@ -16,6 +17,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from ..compat import VerbatimHTTPError
 from ..pool import HIBERNATED, Lease
 from ..pool import policy as P
 from . import views
@@ -24,6 +26,7 @@ from .identity import Caller, caller_of
 AUTH_RESOURCE = "kernels"
 API = "gpu-pool/api/v1"
 _KERNEL_ID = r"(?P<kernel_id>[^/]+)"
+MAX_SECONDS = 365 * 86400.0  # a snooze longer than a year is a typo (the rule caps it far lower anyway)
 
 
 class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
@@ -49,6 +52,8 @@ class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise _error(400, "bad_json", f"The request body is not valid JSON ({e}); send {{}} or an object.")
+        except RecursionError:
+            raise _error(400, "bad_json", "The request body nests too deeply; send {} or a flat object.") from None
         if not isinstance(body, dict):
             raise _error(400, "bad_body", f"The request body must be a JSON object, not {type(body).__name__}.")
         unknown = set(body) - allowed
@@ -83,10 +88,24 @@ class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
         return caller, lease, culler.rule_for(kernel, lease)
 
 
+def _seconds(value) -> float:
+    """A number of seconds from a JSON body, or a 400 (a bool, text, NaN, or a number no clock holds)."""
+    shown = repr(value) if len(repr(value)) < 40 else f"{repr(value)[:30]}… ({len(repr(value))} characters)"
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError
+        seconds = float(value)
+        if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
+            raise ValueError
+    except (ValueError, OverflowError):
+        raise _error(400, "bad_snooze", f"'seconds' must be a number of seconds (at most {MAX_SECONDS:g}), "
+                                        f"not {shown}.") from None
+    return seconds
+
+
 def _error(status: int, reason: str, message: str) -> web.HTTPError:
-    """An HTTPError that APIHandler.write_error sends as {"message", "reason"}."""
-    # APIHandler.write_error sends log_message, which tornado returns %-escaped: keep '%' out of it
-    return web.HTTPError(status, message.replace("%", " percent"), reason=reason)
+    """An error the API answers as {"message", "reason"}, the message as written."""
+    return VerbatimHTTPError(status, message, reason=reason)
 
 
 class MeHandler(PoolAPIHandler):
@@ -114,16 +133,16 @@ class SnoozeHandler(PoolAPIHandler):
     async def post(self, kernel_id: str) -> None:
         body = self.json_body({"seconds"})
         seconds = body.get("seconds")
-        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
-            raise _error(400, "bad_snooze", f"'seconds' must be a number of seconds, not {seconds!r}.")
+        if seconds is not None:
+            seconds = _seconds(seconds)
         caller, lease, rule = await self.own_kernel(kernel_id)
         culler = self.ext.culler
-        if kernel_id in culler.in_flight:
-            raise _error(409, "in_progress", "This kernel is being released already.")
+        if lease.phase or culler.busy(kernel_id):
+            raise _error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
         if lease.state == HIBERNATED and rule.max_hibernated is None:
             raise _error(409, "nothing_to_snooze", "This kernel is hibernated and nothing is pending for it.")
         try:
-            await culler.snooze(kernel_id, lease, rule, float(seconds) if seconds is not None else None)
+            await culler.snooze(kernel_id, lease, rule, seconds)
         except P.SnoozeRefused as e:
             raise _error(e.status, e.reason, e.message) from None
         snapshot = await self.ext.backend.snapshot()
@@ -138,8 +157,8 @@ class ReleaseHandler(PoolAPIHandler):
         self.json_body(set())
         caller, lease, rule = await self.own_kernel(kernel_id)
         culler = self.ext.culler
-        if kernel_id in culler.in_flight:
-            raise _error(409, "in_progress", "This kernel is being released already.")
+        if lease.phase or culler.busy(kernel_id):
+            raise _error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
         if lease.state == HIBERNATED:
             raise _error(409, "not_holding", "This kernel is hibernated: it holds no GPU slice. "
                                              "Shut it down from the kernel menu if you no longer need it.")

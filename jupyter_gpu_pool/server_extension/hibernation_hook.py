@@ -1,127 +1,149 @@
 """Hibernation plugged into the server extension: ``GPUPoolExtension.hibernator_class``.
 
-Built by the extension as ``PoolHibernation(parent=extension)``.  It gives the culler the hook it
-calls (``can_hibernate`` / ``hibernate`` / ``resume``, docs/server-extension.md), adds the
-``POST kernels/{id}/resume`` handler, installs transparent resume on the kernel websockets (a cell
-run on a hibernated kernel resumes it and then runs), and runs the hibernator's upkeep (evictions
-past the host-RAM cap, kernels a previous server left mid-move).
+:class:`HibernationHook` declares what the culler, the handlers and the kernel websockets ask of
+hibernation, with defaults for a server without it (nothing can hibernate; the policy shuts such
+kernels down and says why).  :class:`PoolHibernation` is the one that moves GPU memory: built by
+the extension as ``PoolHibernation(parent=extension)``, it adds the ``POST kernels/{id}/resume``
+handler, installs transparent resume on the kernel websockets (a cell run on a hibernated kernel
+resumes it and then runs), runs the hibernator's upkeep (evictions past the host-RAM cap, kernels a
+previous server left mid-move), and puts what the hibernator did on record through the extension's
+recorder.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
-from tornado.ioloop import IOLoop
-
-from ..hibernation import Hibernator, Kernels
+from ..hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..pool import Lease
-from . import events
+from ..pool.phases import QUEUED, RESUMING
 from .hibernation_handlers import resume_handlers
 from .hibernation_websocket import install_transparent_resume
 
 log = logging.getLogger(__name__)
 
-# Events the culler or the ledger's journal already announce (emitting them here would double them):
-# "queued" (the culler emits one per new waiter), refusals the ledger journals (quota, pool full),
-# and refusals of a hibernation the culler asked for (it records them as "refused" itself).
-_ANNOUNCED_ELSEWHERE = {("queued", None), ("refused", "quota_exceeded"), ("refused", "pool_exhausted"),
-                        ("refused", "host_memory")}
-# Events only this hook knows of: journaled so that the user's "recent" list explains them.
-_JOURNALED = {"warned", "culled", "refused"}
 
+class HibernationHook:
+    """No hibernation on this server: the base every hook builds on, and what runs without one."""
 
-class PoolHibernation:
-    """The hibernation hook of one Jupyter server."""
+    enabled = False
 
-    emits_events = True  # the culler journals and counts "hibernated"; the event (duration, bytes) is ours
-
-    def __init__(self, parent, upkeep_interval: float = 5.0):
+    def __init__(self, parent=None, **kwargs):
         self.extension = parent
-        backend = parent.backend
-        pool = getattr(backend, "pool", None)  # None where the pool is misconfigured (NoPool)
-        self.note = getattr(backend, "note", "")
-        self.hibernator = (Hibernator(pool, Kernels(parent.serverapp.kernel_manager), emit=self._emit)
-                           if pool is not None else None)
-        self.upkeep_interval = min(upkeep_interval, getattr(parent, "cull_interval", upkeep_interval))
-        self._task: asyncio.Task | None = None
-        self._pending: set[asyncio.Future] = set()
-        parent.handlers.extend(resume_handlers())
-        install_transparent_resume(parent.serverapp, self, getattr(parent, "settings", None))
-        IOLoop.current().add_callback(self._start)
 
-    # -- the culler's hook ------------------------------------------------------------------------
+    def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
+        """Whether the lease's kernel can hibernate now, and why not (no I/O: the culler asks on every pass)."""
+        return False, "no hibernator is installed on this server"
 
-    def can_hibernate(self, kernel_id: str, lease: Lease | None = None) -> tuple[bool, str | None]:
-        if self.hibernator is None:
-            return False, f"the GPU pool is unavailable: {self.note}"
-        return self.hibernator.can_hibernate(kernel_id, lease)
-
-    async def hibernate(self, kernel_id: str, reason: str) -> dict:
-        return (await self._need().hibernate(kernel_id, reason)).to_dict()
-
-    async def resume(self, kernel_id: str, reason: str = "user") -> dict:
-        return (await self._need().resume(kernel_id, reason)).to_dict()
+    async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
+        raise HibernationRefused("no_hibernation", "Hibernation is not enabled on this server.", keep_running=False)
 
     def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
-        return self._need().start_resume(kernel_id, reason)
-
-    def shown(self, kernel_id: str) -> str | None:
-        """The state the UI shows while this server moves the kernel (views.kernel_object reads it)."""
-        return self.hibernator.shown(kernel_id) if self.hibernator is not None else None
+        raise HibernationRefused("no_hibernation", "Hibernation is not enabled on this server, so there is nothing "
+                                                   "to resume.")
 
     def asleep(self, kernel_id: str) -> bool:
-        return self.hibernator is not None and self.hibernator.asleep(kernel_id)
+        """Whether a cell sent to the kernel now must wait for a resume (no I/O: asked per message)."""
+        return False
 
-    def _need(self) -> Hibernator:
-        if self.hibernator is None:
-            from ..hibernation import HibernationRefused
+    async def settle(self, kernel_id: str, timeout: float) -> None:
+        """Wait up to ``timeout`` for a resume just started to take a slice or a place in the queue."""
 
-            raise HibernationRefused("no_pool", f"The GPU pool is unavailable: {self.note}", keep_running=False)
-        return self.hibernator
+    def start(self) -> None:
+        """Start the upkeep (once the server's event loop runs)."""
 
-    # -- events -------------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Stop the upkeep."""
 
-    def _emit(self, event: dict) -> None:
-        action, reason = event["action"], event.get("reason")
-        if (action, None) in _ANNOUNCED_ELSEWHERE or (action, reason) in _ANNOUNCED_ELSEWHERE:
-            return
-        data = events.kernel_action(action, kernel_id=event["kernel_id"], user=event["user"], reason=reason or "",
-                                    message=event["message"], profile=event.get("profile"),
-                                    deadline=event.get("deadline"), duration=event.get("duration"),
-                                    bytes=event.get("bytes"))
-        events.emit(getattr(self.extension.serverapp, "event_logger", None), data)
-        if action in _JOURNALED:
-            future = asyncio.ensure_future(self._journal(event))
-            self._pending.add(future)
-            future.add_done_callback(self._pending.discard)
 
-    async def _journal(self, event: dict) -> None:
-        kernel_id = event["kernel_id"]
-        lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id) if self.hibernator else None
-        detail = {"source": "policy", "message": event["message"], "rule": "hibernation",
-                  "profile": event.get("profile"), "name": lease.label if lease else ""}
-        if event.get("deadline") is not None:
-            detail["deadline"] = event["deadline"]
+class PoolHibernation(HibernationHook):
+    """The hibernation hook of one Jupyter server on the local pool."""
+
+    enabled = True
+
+    def __init__(self, parent, upkeep_interval: float = 5.0):
+        super().__init__(parent)
+        backend = parent.backend
+        self.recorder = parent.recorder
+        self.hibernator = Hibernator(backend.pool, Kernels(parent.serverapp.kernel_manager))
+        self.upkeep_interval = min(upkeep_interval, parent.cull_interval)
+        self._task: asyncio.Task | None = None
+        self._recording: set[asyncio.Future] = set()
+        self._watched: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
+        parent.handlers.extend(resume_handlers())
+        install_transparent_resume(parent.serverapp, self, parent.settings)
+
+    # -- what the culler, the handlers and the websockets ask ----------------------------------------
+
+    def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
+        return self.hibernator.can_hibernate(lease)
+
+    async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
+        return await self.hibernator.hibernate(kernel_id, reason)
+
+    def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
+        """Start (or join) the kernel's resume; its outcome is put on record when it ends."""
+        task = self.hibernator.start_resume(kernel_id, reason)
+        if task not in self._watched:  # one record per resume, however many callers join it
+            self._watched.add(task)
+            future = asyncio.ensure_future(self._record_resume(task, kernel_id, reason))
+            self._recording.add(future)
+            future.add_done_callback(self._recording.discard)
+        return task
+
+    def asleep(self, kernel_id: str) -> bool:
+        return self.hibernator.asleep(kernel_id)
+
+    async def settle(self, kernel_id: str, timeout: float) -> None:
+        if self.hibernator.shown(kernel_id) not in (RESUMING, QUEUED):
+            await self.hibernator.wait_change(kernel_id, timeout)
+        await asyncio.sleep(0)  # let a queue position land
+
+    # -- the record -------------------------------------------------------------------------------
+
+    async def _record_resume(self, task: asyncio.Task, kernel_id: str, reason: str) -> None:
         try:
-            await self.extension.backend.record(event["action"], lease_id=lease.id if lease else None,
-                                                kernel_id=kernel_id, owner=event["user"],
-                                                reason=event.get("reason") or "", detail=detail)
-        except Exception:  # the journal explains; its failure must not break a hibernation
-            log.exception("could not journal the %s of kernel %s", event["action"], kernel_id)
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            return  # the kernel was shut down while it waited
+        except HibernationRefused as e:
+            if e.reason in ("quota_exceeded", "pool_exhausted"):
+                lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)
+                if lease is not None:
+                    await self.recorder.record("refused", lease, reason=e.reason, message=e.message, action="resume")
+            return
+        except HibernationFailed as e:
+            lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)
+            if lease is not None:
+                await self.recorder.record("hibernation_failed", lease, reason=e.reason, message=e.message,
+                                           action="resume", extra={"states": {str(p): s for p, s in e.states.items()},
+                                                                   "recovered": e.recovered})
+            return
+        except Exception:
+            log.exception("resume failed")
+            return
+        if outcome.lease is not None and outcome.duration:
+            await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
+                                       action="resume", rule="hibernation", duration=round(outcome.duration, 3),
+                                       bytes=outcome.bytes)
 
     # -- upkeep -------------------------------------------------------------------------------
 
-    def _start(self) -> None:
-        if self.hibernator is not None and self._task is None:
+    def start(self) -> None:
+        if self._task is None:
             self._task = asyncio.ensure_future(self._upkeep())
 
     async def _upkeep(self) -> None:
         # Load libcuda and cuInit once, in a thread, before the culler's first can_hibernate asks for it.
-        await asyncio.to_thread(self.hibernator.driver.info)  # type: ignore[union-attr]
+        await asyncio.to_thread(self.hibernator.driver.info)
         while True:
             try:
-                await self.hibernator.tick()  # type: ignore[union-attr]
+                for notice in await self.hibernator.tick():
+                    await self.recorder.record(notice.kind, notice.lease, reason=notice.reason, message=notice.message,
+                                               rule="hibernation", deadline=notice.deadline,
+                                               action="shutdown" if notice.kind in ("warned", "culled") else None)
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad pass must not end the upkeep for good
@@ -131,10 +153,6 @@ class PoolHibernation:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+            await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for future in list(self._pending):
-            await asyncio.gather(future, return_exceptions=True)
+        await asyncio.gather(*self._recording, return_exceptions=True)

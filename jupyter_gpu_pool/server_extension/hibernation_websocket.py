@@ -25,7 +25,7 @@ from jupyter_server.services.kernels.connection.base import deserialize_msg_from
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 
 from ..hibernation import HibernationError
-from ..hibernation.phases import QUEUED
+from ..pool.phases import QUEUED
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class TransparentResume:
 
     def _notice(self) -> dict:
         hook = self._hook
-        position = hook.hibernator.queue_position(self.kernel_id) if hook and hook.hibernator else None
+        position = hook.hibernator.queue_position(self.kernel_id) if hook is not None else None
         if position is not None:
             text = (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
                     "The cell runs as soon as the kernel has resumed.")

@@ -31,16 +31,15 @@ from ..operator.crds import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSIO
 from ..operator.kernels import as_lease, holds_quota, spec, status
 from ..pool import DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
 from ..pool.policy import Policy, PolicyError, parse_policy
+from .backend import PoolBackend
 
 log = logging.getLogger(__name__)
 
 NODE_PREFIX = "node/"
 
 
-class KubernetesBackend:
-    enabled = True
-    declared = False
-    can_hibernate = False
+class KubernetesBackend(PoolBackend):
+    """The pool of a cluster: kernels as GPUKernel objects, watched; quotas and policy from the cluster."""
 
     def __init__(self, parent_config):
         self.settings = load_settings(parent_config)
@@ -48,7 +47,7 @@ class KubernetesBackend:
         self.refresh = self.kube.refresh_interval
         self.session: KernelSession | None = None
         self._quotas = admission.read_quotas([])
-        self._policy = self.settings.policy
+        self._policy = self.settings.idle_policy
         self._nodes: list[GPU] = []
         self._journal: list[JournalEntry] = []
         self._seq = 0
@@ -109,7 +108,7 @@ class KubernetesBackend:
         except ApiException as e:
             if e.status != 404:
                 raise
-            self._policy = self.settings.policy  # no cluster policy: the config file's
+            self._policy = self.settings.idle_policy  # no cluster policy: the config file's
         except PolicyError as e:  # the operator marks it invalid too; keep the last good one
             log.warning("GPU pool: GPUPoolPolicy %r is invalid (%s); keeping the previous policy", POLICY_NAME, e)
         nodes = await session.core.list_node()
@@ -147,6 +146,9 @@ class KubernetesBackend:
     def profile(self, name: str) -> Profile | None:
         return self.settings.profiles.get(name)
 
+    def profiles(self) -> dict[str, Profile]:
+        return self.settings.profiles
+
     def groups_of(self, user: str) -> tuple[str, ...]:
         return self._quotas.book.groups_of(user)
 
@@ -173,9 +175,6 @@ class KubernetesBackend:
     async def reconcile(self) -> list[Lease]:
         return []  # the operator reclaims what a dead server left, by its heartbeat
 
-    async def stopping(self, lease_id: str) -> None:
-        return None  # nothing reclaims a kernel here while its server shuts it down
-
     async def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                       limit: int = 200) -> list[JournalEntry]:
         found = [e for e in reversed(self._journal) if e.at >= since and (not kinds or e.kind in kinds)
@@ -193,7 +192,8 @@ class KubernetesBackend:
 
     # -- telemetry -------------------------------------------------------------------------------------
 
-    def make_sampler(self, thresholds: tuple[float, ...], history: int) -> Sampler:
+    def make_sampler(self, source, thresholds: tuple[float, ...], history: int) -> Sampler:
+        """Readings come from the node agents (through the GPUKernel objects), not from this pod's NVML."""
         return ClusterSampler(self, thresholds=thresholds, history=history)
 
     def usage_of(self, kernel_id: str) -> dict | None:

@@ -1,16 +1,16 @@
 """Prometheus metrics, served by jupyter_server's own ``/metrics``.
 
 Pool-wide gauges come from the culler's latest snapshot through a collector
-(a scrape does no I/O); the action counter counts every policy decision that
-acts, warns or is snoozed, by reason.  Every server sharing a ledger reports
-the same pool-wide gauges: scrape one of them for those.
+(a scrape does no I/O); the counters and histograms are fed by the recorder
+(``recorder.py``), which puts every action on record.  Every server sharing a
+ledger reports the same pool-wide gauges: scrape one of them for those.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from ..pool import HIBERNATED, Profile, Snapshot
@@ -21,6 +21,18 @@ ACTIONS = Counter(
     "Idle-policy and user actions on GPU kernels, by action and reason (dry_run: reported only).",
     ["action", "reason", "dry_run"],
 )
+
+_SECONDS = (0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+HIBERNATIONS = Counter("jupyter_gpu_pool_hibernations_total",
+                       "Hibernation attempts by result (hibernated, refused, failed).", ["result"])
+RESUMES = Counter("jupyter_gpu_pool_resumes_total", "Resume attempts by result (resumed, refused, failed).",
+                  ["result"])
+HIBERNATE_SECONDS = Histogram("jupyter_gpu_pool_hibernate_seconds",
+                              "Time from lock to checkpointed, per hibernated kernel.", buckets=_SECONDS)
+RESUME_SECONDS = Histogram("jupyter_gpu_pool_resume_seconds",
+                           "Time from the resume request to a running kernel, queue wait included.", buckets=_SECONDS)
+MOVED_BYTES = Counter("jupyter_gpu_pool_hibernation_moved_bytes_total",
+                      "GPU memory moved between GPU and host RAM, by direction (to_host, to_gpu).", ["direction"])
 
 
 @dataclass
@@ -66,6 +78,9 @@ class PoolCollector:
             ("kernel_gpu_utilization_percent", "Per-kernel GPU utilization from NVML",
              ["kernel_id", "user", "profile"]),
             ("kernel_gpu_memory_used_bytes", "Per-kernel GPU memory from NVML", ["kernel_id", "user", "profile"]),
+            ("hibernated_kernels", "Kernels now hibernated (all servers of the pool)", []),
+            ("hibernated_host_bytes", "Host RAM held by hibernated kernels, per machine", ["host"]),
+            ("resume_queued_kernels", "Hibernated kernels waiting in the queue to resume", []),
         )}
         for u in view.snapshot.gpus:
             gpu = u.gpu
@@ -86,6 +101,14 @@ class PoolCollector:
         states["queued"] = len(view.snapshot.waiters)
         for state, n in states.items():
             g["leases"].add_metric([state], n)
+        g["hibernated_kernels"].add_metric([], states[HIBERNATED])
+        host_bytes: dict[str, int] = {}
+        for lease in view.snapshot.leases:
+            if lease.host_bytes:
+                host_bytes[lease.host] = host_bytes.get(lease.host, 0) + lease.host_bytes
+        for host, n in host_bytes.items():
+            g["hibernated_host_bytes"].add_metric([host], n)
+        g["resume_queued_kernels"].add_metric([], sum(1 for w in view.snapshot.waiters if w.for_resume))
         for kid, (user, profile, util, memory) in view.kernels.items():
             if util is not None:
                 g["kernel_gpu_utilization_percent"].add_metric([kid, user, profile], util)
@@ -100,3 +123,20 @@ REGISTRY.register(COLLECTOR)
 
 def count(action: str, reason: str, dry_run: bool = False) -> None:
     ACTIONS.labels(action=action, reason=reason or "none", dry_run=str(bool(dry_run)).lower()).inc()
+
+
+def count_move(kind: str, action: str | None, dry_run: bool, duration: float | None, moved: int | None) -> None:
+    """Hibernations and resumes by result, with their durations and the bytes moved."""
+    if dry_run:
+        return
+    if kind == "hibernated":
+        HIBERNATIONS.labels("hibernated").inc()
+        HIBERNATE_SECONDS.observe(duration or 0.0)
+        MOVED_BYTES.labels("to_host").inc(moved or 0)
+    elif kind == "resumed":
+        RESUMES.labels("resumed").inc()
+        RESUME_SECONDS.observe(duration or 0.0)
+        MOVED_BYTES.labels("to_gpu").inc(moved or 0)
+    elif kind in ("refused", "hibernation_failed") and action in ("hibernate", "resume"):
+        counter = HIBERNATIONS if action == "hibernate" else RESUMES
+        counter.labels("refused" if kind == "refused" else "failed").inc()

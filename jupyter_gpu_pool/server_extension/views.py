@@ -8,16 +8,19 @@ the ledger holds at that moment.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot
+from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ..pool import policy as P
-from .backend import PoolBackend, usage_from
-from .culler import HIBERNATING, Culler
+from ..pool.phases import display_state
+from .backend import PoolBackend
+
+if TYPE_CHECKING:
+    from .culler import Culler
 
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
 RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
 DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released")
-TRANSIENT = ("hibernating", "resuming", "queued")
 
 
 def _iso_ts(value) -> float | None:
@@ -49,27 +52,14 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
     here = kernel is not None
     rule = culler.rule_for(kernel, lease) if here else culler.policy.rule_for(lease.owner, lease.groups,
                                                                                lease.profile, "")
-    state = lease.state
-    if culler.in_flight.get(kid) == HIBERNATING:
-        state = "hibernating"
-    queue_position = None
-    waiter = next((w for w in snapshot.waiters if w.kernel_id == kid), None)
-    if waiter is not None:
-        state, queue_position = "queued", waiter.position
-    phase = getattr(lease, "phase", "")  # the ledger's transient phase, where the ledger keeps one
-    if phase in TRANSIENT:
-        state = phase
-    hibernator = culler.hibernator
-    state_of = getattr(hibernator, "state_of", None) or getattr(hibernator, "shown", None)
-    if here and callable(state_of):  # the hibernation hook knows of a move under way
-        shown = state_of(kid)
-        if shown in TRANSIENT or shown == HIBERNATED:
-            state = shown
+    state = display_state(lease)  # the ledger's phase says what is under way, for every server alike
+    waiter = snapshot.waiter_of_kernel(kid)
+    queue_position = waiter.position if waiter is not None else None
     execution_state = getattr(kernel, "execution_state", None) if here else None
     last_activity = _iso_ts(getattr(kernel, "last_activity", None)) if here else None
     reading = culler.sampler.reading(kid) if here and lease.state != HIBERNATED else None
     samples = culler.sampler.samples(kid) if here else []
-    can, why = culler.hibernation(kid, lease) if here else (False, "the kernel runs in another server")
+    can, why = culler.hibernation(lease) if here else (False, "the kernel runs in another server")
     action, _note = P.release_action(rule, can, why)
     kstate = culler.states.get(kid, P.FRESH)
     warning = None
@@ -78,12 +68,12 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
         warning = {"action": w.action, "reason": w.reason, "message": w.message, "deadline": w.deadline,
                    "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze}
     actions = []
-    if here and kid not in culler.in_flight:
+    if here and not lease.phase and not culler.busy(kid):
         if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] == P.OVER_MEMORY):
             actions.append("snooze")
         if lease.state != HIBERNATED:
             actions.append("release")
-        elif hibernator is not None:
+        elif culler.hibernator.enabled:
             actions.append("resume")
         actions.append("shutdown")
     spec = profile.slice if profile else None
@@ -101,7 +91,6 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
         "execution_state": execution_state,
         "last_activity": last_activity,
         "idle_since": last_activity if here and execution_state != "busy" else None,
-        "connections": getattr(culler.km, "_kernel_connections", {}).get(kid, 0) if here else None,
         "memory_used": reading.memory_used if reading else None,
         "memory_limit": lease.total_memory,
         "utilization": {"current": reading.utilization if reading else None,
@@ -153,7 +142,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
         if quota is None:
             continue
         members = [lease for lease in snapshot.leases if group in lease.groups]
-        groups.append({"name": group, "quota": quota.to_dict(), "usage": usage_from(members).to_dict()})
+        groups.append({"name": group, "quota": quota.to_dict(), "usage": usage_of(members).to_dict()})
     kernels = [kernel_object(lease, backend=backend, culler=culler, snapshot=snapshot, now=now) for lease in mine]
     leased = {lease.kernel_id for lease in mine}
     queue = []
@@ -175,7 +164,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
         "admin": admin,
         "pool": pool_summary(backend, snapshot),
         "quota": backend.user_quota(user).to_dict(),
-        "usage": usage_from(mine).to_dict(),
+        "usage": usage_of(mine).to_dict(),
         "groups": groups,
         "kernels": kernels,
         "queue": queue,

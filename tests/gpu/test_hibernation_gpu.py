@@ -1,4 +1,4 @@
-"""Hibernation on a real GPU, with real kernels (the GPU test machine, see /work/shared/GPU_TESTING.md):
+"""Hibernation on a real GPU, with real kernels (a GPU machine: docs/gpu-testing.md):
 
     python3 -m pytest -m gpu -v tests/gpu/test_hibernation_gpu.py
 
@@ -60,7 +60,7 @@ async def kernels(gpu_pool):
 @pytest.fixture
 def hibernator(kernels):
     from jupyter_gpu_pool.hibernation import Hibernator, Kernels
-    from jupyter_gpu_pool.local_pool import local_pool
+    from jupyter_gpu_pool.local.pool import local_pool
 
     return Hibernator(local_pool(), Kernels(kernels))
 
@@ -178,14 +178,14 @@ async def test_gpu_work_in_flight_past_the_lock_timeout_leaves_the_kernel_runnin
 async def test_an_mps_kernel_reports_that_it_cannot_hibernate_and_why(kernels, hibernator):
     kid, pid = await start(kernels, "mps8")
     await run_code(kernels.get_kernel(kid), "import torch\nx = torch.ones(2**28, device='cuda')")
-    ok, why = hibernator.can_hibernate(kid)
+    ok, why = hibernator.can_hibernate(hibernator.ledger.by_kernel(kid))
     assert not ok and "MPS" in why and "801" in why
     from jupyter_gpu_pool.hibernation import HibernationRefused
 
     with pytest.raises(HibernationRefused) as err:
         await hibernator.hibernate(kid)
     assert err.value.reason == "mps" and not err.value.keep_running
-    with pytest.raises(cp.NotSupported) as refused:  # and the driver itself says so (ARCHITECTURE.md)
+    with pytest.raises(cp.NotSupported) as refused:  # and the driver itself says so (docs/architecture.md)
         cp.driver().lock(pid, 3.0)
     assert refused.value.code == cp.CUDA_ERROR_NOT_SUPPORTED
     assert cp.driver().state(pid) == cp.ProcessState.RUNNING

@@ -27,7 +27,7 @@ def standin_machine(pool_home, monkeypatch, standin):
     """The pool of this test on the stand-in machine: two 'detected' stand-in H100s (driver 580).
     Only jupyter_gpu_pool.devices is replaced: NVML discovery, NVML's per-process memory and the
     checkpoint driver."""
-    monkeypatch.setattr("jupyter_gpu_pool.local_pool.discover", standin_discovery)
+    monkeypatch.setattr("jupyter_gpu_pool.local.pool.discover", standin_discovery)
     monkeypatch.setattr("jupyter_gpu_pool.devices.checkpoint._driver", standin)
     monkeypatch.setattr("jupyter_gpu_pool.devices.checkpoint.gpu_memory_of", standin.memory_of)
     pool_home.configure(gpu_discovery="nvml", inventory=[], profiles=STANDIN_PROFILES)

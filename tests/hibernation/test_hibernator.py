@@ -25,7 +25,7 @@ from jupyter_gpu_pool.hibernation import (
     Hibernator,
     Kernels,
 )
-from jupyter_gpu_pool.local_pool import local_pool
+from jupyter_gpu_pool.local.pool import local_pool
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, RELEASED, LeaseRequest
 
 GiB = 2**30
@@ -34,15 +34,14 @@ RUNNING, LOCKED, CHECKPOINTED = cp.ProcessState.RUNNING, cp.ProcessState.LOCKED,
 
 
 class Rig:
-    """One test's hibernator over real kernels, with the events it emitted."""
+    """One test's hibernator over real kernels (it reports nothing itself: its moves return outcomes)."""
 
     def __init__(self, manager, standin, **settings):
         self.manager, self.standin = manager, standin
         self.pool = local_pool()
-        self.events: list[dict] = []
         self.settings = HibernationSettings(**{"lock_timeout": 5.0, "queue_poll": 0.2, **settings})
         self.hibernator = Hibernator(self.pool, Kernels(manager), self.settings, driver=standin,
-                                     memory_of=standin.memory_of, emit=self.events.append)
+                                     memory_of=standin.memory_of)
 
     async def gpu_kernel(self, profile: str = "small", gpu_bytes: int = 400 * MiB) -> tuple[str, int]:
         """A real kernel on the pool whose process holds ``gpu_bytes`` on its GPU (stand-in)."""
@@ -75,8 +74,8 @@ class Rig:
             self.pool.ledger.release(other.id)
         return lease.id
 
-    def kinds(self) -> list[str]:
-        return [e["action"] for e in self.events]
+    def journaled(self, kid: str) -> list[str]:
+        return [e.kind for e in self.pool.ledger.journal() if e.kernel_id == kid]
 
 
 @pytest.fixture
@@ -108,9 +107,8 @@ async def test_hibernate_frees_the_slice_and_resume_brings_the_kernel_back_where
     assert r.hibernator.shown(kid) == "hibernated" and r.hibernator.asleep(kid)
     assert [c for c, p in r.standin.calls if p == pid][-2:] == ["cuCheckpointProcessLock",
                                                                 "cuCheckpointProcessCheckpoint"]
-    event = r.events[-1]
-    assert event["action"] == "hibernated" and event["bytes"] == 500 * MiB and event["duration"] >= 0
-    assert event["user"] == lease.owner and event["profile"] == "small" and "500 MiB" in event["message"]
+    assert out.duration >= 0 and "500 MiB" in out.message
+    assert (out.lease.owner, out.lease.profile, out.lease.state) == (lease.owner, "small", HIBERNATED)
 
     back = await r.hibernator.resume(kid)
 
@@ -119,7 +117,7 @@ async def test_hibernate_frees_the_slice_and_resume_brings_the_kernel_back_where
     now = r.lease(kid)
     assert (now.state, now.phase, now.host_bytes, now.gpus) == (ACTIVE, "", 0, (gpu,))
     assert r.held_on(gpu) == 10 * GiB
-    assert r.kinds()[-1] == "resumed" and r.events[-1]["bytes"] == 500 * MiB
+    assert "500 MiB back on the GPU" in back.message and back.lease.state == ACTIVE
     assert "41" in await run_code(r.manager.get_kernel(kid), "print(x + 0)")  # the kernel lived throughout
     kinds = [e.kind for e in r.pool.ledger.journal(kinds=("hibernated", "resumed"))]
     assert kinds == ["resumed", "hibernated"]
@@ -171,7 +169,7 @@ async def test_a_lock_that_times_out_leaves_the_kernel_running_untouched(rig):
     lease = r.lease(kid)
     assert (lease.state, lease.phase, lease.host_bytes) == (ACTIVE, "", 0)
     assert r.held_on(lease.gpus[0]) == 10 * GiB and r.hibernator.shown(kid) == "active"
-    assert "hibernated" not in r.kinds()
+    assert "hibernated" not in r.journaled(kid)
 
 
 async def test_a_cache_release_stuck_behind_gpu_work_counts_against_the_lock_timeout(rig):
@@ -209,7 +207,7 @@ async def test_an_mps_kernel_cannot_hibernate_and_says_why_before_touching_it(ri
     r = rig()
     pool = r.pool
     lease = pool.ledger.allocate(pool.request("mps-kernel", pool.settings.profiles[profile]), pool.settings.quotas)
-    ok, why = r.hibernator.can_hibernate("mps-kernel")
+    ok, why = r.hibernator.can_hibernate(lease)
     assert not ok and words in why and "MPS" in why
     with pytest.raises(HibernationRefused) as err:
         await r.hibernator.hibernate("mps-kernel")
@@ -225,7 +223,7 @@ async def test_a_driver_refusal_801_is_remembered_and_reported(rig):
         await r.hibernator.hibernate(kid)
     assert err.value.reason == "not_supported" and "CUDA_ERROR_NOT_SUPPORTED" in err.value.message
     assert r.standin.procs[pid].state == RUNNING and r.lease(kid).state == ACTIVE
-    assert r.hibernator.can_hibernate(kid) == (False, err.value.message)
+    assert r.hibernator.can_hibernate(r.lease(kid)) == (False, err.value.message)
 
 
 async def test_a_missing_driver_is_refused_with_a_sentence(rig, standin):
@@ -233,7 +231,7 @@ async def test_a_missing_driver_is_refused_with_a_sentence(rig, standin):
     kid, _ = await r.gpu_kernel()
     standin.available = False
     standin.reason = "libcuda.so.1 not found (no NVIDIA driver on this machine)"
-    ok, why = r.hibernator.can_hibernate(kid)
+    ok, why = r.hibernator.can_hibernate(r.lease(kid))
     assert not ok and "libcuda.so.1 not found" in why
     with pytest.raises(HibernationRefused) as err:
         await r.hibernator.hibernate(kid)
@@ -306,7 +304,7 @@ async def test_a_failure_past_the_point_of_no_return_says_where_each_process_was
     assert f"pid {pid}" in message and f"pid {child}" in message and "restart the kernel" in message
     lease = r.lease(kid)
     assert lease.phase == FAILED and lease.state == ACTIVE  # its slice stays held: memory may be on the GPU
-    assert r.pool.ledger.journal(kinds=("hibernation_failed",))[0].kernel_id == kid
+    assert err.value.reason == "checkpoint_failed"  # its caller puts it on record (the server tests check that)
     with pytest.raises(HibernationRefused):
         await r.hibernator.hibernate(kid)  # not again until someone settles it
 
@@ -363,9 +361,6 @@ async def test_resume_with_no_free_slice_waits_in_the_queue_and_shows_its_positi
     assert r.lease(kid).phase == "queued"
     waiter = r.pool.ledger.waiters()[0]
     assert (waiter.kernel_id, waiter.lease_id, waiter.position) == (kid, r.lease(kid).id, 1)
-    queued = [e for e in r.events if e["action"] == "queued"]
-    assert queued and "position 1" in queued[0]["message"]
-    assert r.hibernator.state(kid, r.lease(kid))["queue_position"] == 1
     await asyncio.sleep(1.0)
     assert not resume.done()  # still waiting, and saying so
     r.pool.ledger.release(blockers[0])  # a slice frees up
@@ -373,7 +368,7 @@ async def test_resume_with_no_free_slice_waits_in_the_queue_and_shows_its_positi
     assert out.waited > 0.5 and out.gpus == (gpu,)
     assert r.standin.procs[pid].state == RUNNING and r.lease(kid).state == ACTIVE
     assert r.pool.ledger.waiters() == []
-    assert "resumed" in r.kinds() and "in the queue" in r.events[-1]["message"]
+    assert "in the queue" in out.message and r.journaled(kid)[0] == "resumed"
 
 
 async def test_an_earlier_start_in_the_queue_goes_first(rig):
@@ -425,7 +420,7 @@ async def test_resume_moves_to_another_gpu_of_the_same_model_through_gpu_pairs(r
     new = out.gpus[0]
     assert new != old and r.standin.procs[pid].restored_on == (new,)
     assert ("cuCheckpointProcessRestore", pid) in r.standin.calls
-    assert "another GPU" in r.events[-1]["message"]
+    assert "another GPU" in out.message
 
 
 async def test_where_the_driver_cannot_restore_elsewhere_the_resume_waits_for_its_own_gpu(rig, standin):
@@ -494,17 +489,17 @@ async def test_past_the_cap_the_longest_hibernated_is_warned_then_shut_down_to_m
     victim = r.lease(old)
     assert victim.phase == EVICTING and victim.phase_deadline is not None
 
-    await r.hibernator.tick()  # the owner's server warns first
-    warned = [e for e in r.events if e["action"] == "warned"]
-    assert warned and warned[0]["kernel_id"] == old and warned[0]["deadline"] == victim.phase_deadline
-    assert "will be shut down" in warned[0]["message"] and old in r.manager
+    warned = await r.hibernator.tick()  # the owner's server warns first
+    assert [(n.kind, n.lease.kernel_id, n.deadline) for n in warned] == [("warned", old, victim.phase_deadline)]
+    assert "will be shut down" in warned[0].message and old in r.manager
+    assert await r.hibernator.tick() == []  # warned once
 
     await asyncio.sleep(1.1)
-    await r.hibernator.tick()  # past the deadline: shut down
+    culled = await r.hibernator.tick()  # past the deadline: shut down
     assert old not in r.manager
     assert r.pool.ledger.get(victim.id).state == RELEASED
     assert r.pool.ledger.get(victim.id).reason == "host_memory"
-    assert [e for e in r.events if e["action"] == "culled"][0]["reason"] == "host_memory"
+    assert [(n.kind, n.reason) for n in culled] == [("culled", "host_memory")]
     assert (await r.hibernator.hibernate(new)).action == "hibernated"  # room now
 
 

@@ -6,13 +6,13 @@ import sqlite3
 
 import pytest
 
+from jupyter_gpu_pool.local import Ledger
 from jupyter_gpu_pool.pool import (
     ACTIVE,
     GPU,
     HIBERNATED,
     LeaseNotFound,
     LeaseRequest,
-    Ledger,
     PoolExhausted,
     SliceSpec,
     build_quota_book,
@@ -48,7 +48,7 @@ def test_a_phase_is_recorded_seen_by_another_reader_and_cleared_on_release(ledge
     assert other.get(lease.id).phase == "hibernating"
     assert other.get(lease.id).to_dict()["phase"] == "hibernating"
     assert ledger.set_phase(lease.id, "").phase == ""
-    ledger.set_phase(lease.id, "resuming")
+    ledger.set_phase(lease.id, "hibernating")
     released = ledger.release(lease.id)
     assert released.phase == "" and released.phase_deadline is None
     with pytest.raises(LeaseNotFound):
@@ -59,7 +59,7 @@ def test_a_phase_is_recorded_seen_by_another_reader_and_cleared_on_release(ledge
 def test_a_version_1_ledger_file_is_migrated_keeping_its_leases(tmp_path):
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
-    from jupyter_gpu_pool.pool.ledger import SCHEMA
+    from jupyter_gpu_pool.local.database import SCHEMA
 
     db.executescript(SCHEMA[0] + "PRAGMA user_version=1;")
     db.execute("""INSERT INTO leases(id, owner, kernel_id, profile, isolation, memory, whole, gpu_count, state,

@@ -26,7 +26,12 @@ V1 = "v1.kernel.websocket.jupyter.org"
 
 @pytest.fixture
 async def ext(jp_serverapp):
-    return jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
+    """The extension, started as ``jupyter server`` starts it (pytest-jupyter runs no start hooks):
+    the culler, the sampler and the hibernation upkeep run."""
+    app = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
+    await app._start_jupyter_server_extension(jp_serverapp)
+    yield app
+    await app.stop_extension()
 
 
 def body(response) -> dict:
@@ -258,7 +263,7 @@ async def test_a_cell_waits_in_the_queue_says_its_place_and_runs_when_a_slice_fr
     blockers = [ledger.allocate(LeaseRequest(owner="bob", kernel_id=f"b{i}", profile=full), quotas) for i in (0, 1)]
 
     msg_id = await ch.execute("print('ran')")
-    await wait_until(lambda: server.ext.hibernator.shown(kid) == "queued", what="queued")
+    await wait_until(lambda: server.lease(kid).phase == "queued", what="queued")
     me = await server.me_kernel(kid)
     assert me["state"] == "queued" and me["queue_position"] == 1
     await asyncio.sleep(1.0)
@@ -344,7 +349,7 @@ async def test_a_held_cell_is_answered_when_its_kernel_is_shut_down_while_queued
     for i in (0, 1):
         ledger.allocate(LeaseRequest(owner="bob", kernel_id=f"b{i}", profile=full), quotas)
     msg_id = await ch.execute("print('ran')")
-    await wait_until(lambda: server.ext.hibernator.shown(kid) == "queued", what="queued")
+    await wait_until(lambda: server.lease(kid).phase == "queued", what="queued")
     await jp_fetch("api", "kernels", kid, method="DELETE")
     got = await ch.replies(msg_id)
     reply = next(c for _ch, k, c in got if k == "execute_reply")

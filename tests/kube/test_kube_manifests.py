@@ -13,7 +13,7 @@ import yaml
 from kube_helpers import GiB, PROFILES, REPO, kustomize
 from testcluster.store import Kind, prune, validate_custom
 
-from jupyter_gpu_pool.config import ConfigError, GPUPool, settings_from
+from jupyter_gpu_pool.config import ConfigError, GPUPool
 from jupyter_gpu_pool.operator.app import OperatorApp
 from jupyter_gpu_pool.operator.crds import crd_manifests
 from jupyter_gpu_pool.operator.manifests import render_network_policy, render_pod, render_secret
@@ -90,7 +90,7 @@ def test_a_slice_the_backend_cannot_hold_is_refused_naming_the_profile(sharing, 
     ({"port_base": 80}, "port_base"),
 ])
 def test_bad_operator_settings_are_refused_with_the_setting_named(settings, words):
-    pool = settings_from(GPUPool(profiles=PROFILES))
+    pool = GPUPool(profiles=PROFILES).check()
     with pytest.raises(ConfigError, match=re.escape(words)):
         operator_settings(GPUPoolOperator(**settings), pool)
 
@@ -122,7 +122,7 @@ NO_SM = {"small": PROFILES["small"], "big": {"slice": "30GiB"}, "whole": PROFILE
 def test_every_object_the_operator_renders_is_valid_for_every_backend(backend):
     profiles = NO_SM if backend == "time-slicing" else PROFILES
     settings = operator_settings(GPUPoolOperator(**BACKEND_SETTINGS[backend]),
-                                 settings_from(GPUPool(profiles=profiles)))
+                                 GPUPool(profiles=profiles).check())
     k = kernel()
     objects = [render_secret(k, settings, "0" * 64), render_network_policy(k, settings),
                render_network_policy(kernel(server=False), settings)]
@@ -134,7 +134,7 @@ def test_every_object_the_operator_renders_is_valid_for_every_backend(backend):
 
 
 def test_the_key_is_rendered_into_the_secret_only():
-    settings = operator_settings(GPUPoolOperator(), settings_from(GPUPool(profiles=PROFILES)))
+    settings = operator_settings(GPUPoolOperator(), GPUPool(profiles=PROFILES).check())
     key = "f" * 64
     k = kernel()
     secret = render_secret(k, settings, key)
@@ -149,7 +149,7 @@ def test_the_key_is_rendered_into_the_secret_only():
 
 
 def test_a_kernels_network_policy_admits_only_its_servers_pod():
-    settings = operator_settings(GPUPoolOperator(), settings_from(GPUPool(profiles=PROFILES)))
+    settings = operator_settings(GPUPoolOperator(), GPUPool(profiles=PROFILES).check())
     policy = render_network_policy(kernel(), settings)["spec"]
     assert policy["podSelector"] == {"matchLabels": {"jupyter-gpu-pool.readthedocs.io/kernel":
                                                      "k-0b6f5d2e-8d0a-4f0e-9e1a-3f0c2b1a9d77"}}

@@ -14,7 +14,7 @@ import pytest
 from kernel_helpers import kernel_env, run_code, wait_until, write_kernelspec
 
 
-from jupyter_gpu_pool import processes
+from jupyter_gpu_pool.local import processes
 from jupyter_gpu_pool.kernel_provisioner import GPUPoolProvisioner, KernelStartRefused
 from jupyter_gpu_pool.pool import ACTIVE, RELEASED
 

@@ -12,6 +12,8 @@ import psutil
 from kernel_helpers import wait_until  # noqa: F401  (re-exported for the tests)
 
 from jupyter_gpu_pool.devices.telemetry import ProcessReading
+from jupyter_gpu_pool.hibernation import Outcome
+from jupyter_gpu_pool.server_extension.hibernation_hook import HibernationHook
 
 
 class ScriptedReadings:
@@ -153,27 +155,29 @@ async def execute(jp_ws_fetch, kernel_id: str, code: str):
     return ws
 
 
-class LedgerOnlyHibernator:
+class LedgerOnlyHibernator(HibernationHook):
     """Plays the hibernation engineer's part through the hook's interface, minus the CUDA checkpoint
     (there is no GPU memory to move on declared GPUs): it marks the lease hibernated in the real
     ledger, which gives the slice back, exactly as the real hibernator must."""
 
+    enabled = True
     refuse: str | None = None
     calls: list = []
 
     def __init__(self, parent=None):
+        super().__init__(parent)
         self.ext = parent
         type(self).calls = []
 
-    def can_hibernate(self, kernel_id):
+    def can_hibernate(self, lease):
         return (False, self.refuse) if self.refuse else (True, None)
 
     async def hibernate(self, kernel_id, reason):
         type(self).calls.append((kernel_id, reason))
         ledger = self.ext.backend.pool.ledger
         lease = await asyncio.to_thread(ledger.by_kernel, kernel_id)
-        await asyncio.to_thread(ledger.hibernate, lease.id, 0, reason)
-        return {"duration": 0.01, "bytes": 0}
+        lease = await asyncio.to_thread(ledger.hibernate, lease.id, 0, reason)
+        return Outcome(kernel_id, "hibernated", duration=0.01, lease=lease)
 
     async def resume(self, kernel_id):
         pool = self.ext.backend.pool

@@ -106,6 +106,12 @@ async def test_non_admin_gets_403_from_pool_and_from_other_users_kernels(jp_fetc
     ("snooze", '{"seconds": 999999}', "bad_snooze", "at most 1800 seconds"),
     ("release", '{"now": true}', "unknown_keys", "send {}"),
     ("release", '"x"', "bad_body", "must be a JSON object"),
+    # hostile bodies: a 400 with a message, never a 500
+    ("snooze", "[" * 100_000 + "]" * 100_000, "bad_json", "nests too deeply"),
+    ("snooze", '{"seconds": ' + "9" * 400 + "}", "bad_snooze", "must be a number of seconds"),
+    ("snooze", '{"seconds": NaN}', "bad_snooze", "must be a number of seconds"),
+    ("snooze", '{"seconds": 1e999}', "bad_snooze", "must be a number of seconds"),
+    ("release", '{"a": ' * 50_000 + "1" + "}" * 50_000, "bad_json", "nests too deeply"),
 ])
 async def test_malformed_payloads_get_400_with_a_message(jp_fetch, pool_home, action, payload, reason, words):
     kid = await start_kernel(jp_fetch)
@@ -146,3 +152,37 @@ async def test_metrics_join_the_servers_metrics(jp_fetch, ext):
     assert 'jupyter_gpu_pool_leases{state="active"} 1.0' in text
     assert 'jupyter_gpu_pool_policy_actions_total{action="culled",dry_run="false",reason="idle"}' in text
     assert "jupyter_gpu_pool_kernel_gpu_utilization_percent{" not in text  # no reading on a declared GPU
+
+
+async def start_session(jp_fetch, kernel: str, path: str):
+    body_ = {"path": path, "type": "notebook", "name": path, "kernel": {"name": kernel}}
+    return await jp_fetch("api", "sessions", method="POST", body=json.dumps(body_))
+
+
+@pytest.mark.pool_settings(default_user_quota={"sm_percent": 40})
+async def test_a_percent_in_a_refusal_reaches_both_start_endpoints_as_written(jp_fetch):
+    """A profile "20GiB,50%" refused for quota: JupyterLab's "Error Starting Kernel" dialog (POST /api/sessions)
+    and POST /api/kernels both read "50%", never "50%%", with the refusal's own status."""
+    from tornado.httpclient import HTTPClientError
+
+    replies = []
+    for call in (jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "gpu-pool-half"})),
+                 start_session(jp_fetch, "gpu-pool-half", "half.ipynb")):
+        with pytest.raises(HTTPClientError) as err:
+            await call
+        replies.append((err.value.code, json.loads(err.value.response.body)["message"]))
+    for code, message in replies:
+        assert code == 403 and message.startswith("GPU quota exceeded") and "'half'" in message
+        assert "you hold 0% of 40%, and this kernel needs 50%" in message and "%%" not in message
+    assert replies[0][1] == replies[1][1]  # the same words on both endpoints
+
+
+@pytest.mark.pool_settings(inventory=[{"name": "Test GPU", "memory": "40GiB", "count": 1}])
+async def test_a_percent_in_a_full_pool_refusal_reaches_the_user_as_written(jp_fetch):
+    from tornado.httpclient import HTTPClientError
+
+    assert (await jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "gpu-pool-whole"}))).code == 201
+    with pytest.raises(HTTPClientError) as err:
+        await start_session(jp_fetch, "gpu-pool-half", "half.ipynb")
+    message = json.loads(err.value.response.body)["message"]
+    assert err.value.code == 503 and "20 GiB · 50%" in message and "%%" not in message

@@ -67,7 +67,7 @@ CASES = [
      NONE, None, None, None),
     ("max_busy ignores idle kernels", facts(busy_since=None), rule(max_busy=1), FRESH, {}, NONE, None, None, None),
     # gpu_idle_timeout: holds memory under the threshold, even while busy or with a tab open
-    ("gpu idle while busy with a tab open", facts(execution_state="busy", busy_since=NOW - 9000, connections=1,
+    ("gpu idle while busy with a tab open", facts(execution_state="busy", busy_since=NOW - 9000,
      memory_used=2**30, gpu_idle_since=NOW - 1800), rule(gpu_idle_timeout=1800), FRESH, {},
      WARN, "gpu_idle", "shutdown", NOW + 60),
     ("gpu not idle (no idle-since)", facts(execution_state="busy", busy_since=NOW - 9000, memory_used=2**30),

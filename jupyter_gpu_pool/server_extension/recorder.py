@@ -1,0 +1,65 @@
+"""The one place where what happened to a kernel is put on record: the journal (the pool's own
+record, which the UI's "What happened" list and the admin's decision log read), the
+``kernel-action`` event (pushed to JupyterLab) and the metrics, with a log line.
+
+The culler (warnings, snoozes, culls, hibernations it ordered), the hibernation hook (resumes,
+evictions, failures) and the handlers all call :meth:`Recorder.record`; none of them emits or
+counts on its own, so nothing is announced twice.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..pool import Lease
+from . import events, metrics
+
+log = logging.getLogger(__name__)
+
+# Journal kinds announced under another event action (the event schema's enum).
+_EVENT_ACTION = {"hibernation_failed": "refused"}
+
+
+class Recorder:
+    def __init__(self, backend, event_logger=None):
+        self.backend = backend
+        self.event_logger = event_logger
+
+    async def record(self, kind: str, lease: Lease, *, reason: str = "", message: str = "", rule: str | None = None,
+                     dry_run: bool = False, deadline: float | None = None, action: str | None = None,
+                     note: str | None = None, duration: float | None = None, bytes: int | None = None,
+                     extra: dict | None = None) -> None:
+        """Journal, event, metric and log line for one thing that happened to ``lease``'s kernel.
+
+        ``action``: what was (or will be) done (hibernate, shutdown, resume); ``rule``: the policy rule
+        that decided it; ``note``: why it was done another way (hibernation unavailable, so shut down)."""
+        detail = {"source": "policy", "message": message, "dry_run": dry_run, "rule": rule, "action": action,
+                  "profile": lease.profile, "name": lease.label, **(extra or {})}
+        for key, value in (("deadline", deadline), ("note", note), ("duration", duration), ("bytes", bytes)):
+            if value is not None:
+                detail[key] = value
+        try:
+            await self.backend.record(kind, lease_id=lease.id, kernel_id=lease.kernel_id, owner=lease.owner,
+                                      reason=reason, detail=detail)
+        except Exception:  # the journal explains; its failure must not stop the policy
+            log.exception("could not journal %s of kernel %s", kind, lease.kernel_id)
+        self.announce(_EVENT_ACTION.get(kind, kind), kernel_id=lease.kernel_id, user=lease.owner,
+                      reason=reason if kind not in _EVENT_ACTION else kind, message=message, profile=lease.profile,
+                      deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes)
+        metrics.count_move(kind, action, dry_run, duration, bytes)
+        (log.warning if kind in ("culled", "hibernated", "hibernation_failed") and not dry_run else log.info)(
+            "GPU pool %s%s kernel %s of %s: %s", "(dry run) " if dry_run else "", kind, lease.kernel_id,
+            lease.owner, message)
+
+    def announce(self, action: str, *, kernel_id: str, user: str, reason: str, message: str,
+                 profile: str | None = None, deadline: float | None = None, dry_run: bool = False,
+                 duration: float | None = None, bytes: int | None = None) -> None:
+        """The event and the action counter only, for what is on the journal already (a refusal the
+        ledger wrote, a queued start)."""
+        metrics.count(action, reason, dry_run)
+        try:
+            events.emit(self.event_logger, events.kernel_action(
+                action, kernel_id=kernel_id, user=user, reason=reason, message=message, profile=profile,
+                deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes))
+        except Exception:  # an event is a notification; its failure must not stop the policy
+            log.exception("could not emit the %s event", action)

@@ -1,0 +1,50 @@
+"""Each private jupyter_client / jupyter_server member the pool touches (jupyter_gpu_pool/compat.py),
+exercised against the installed packages: an upstream release that renames one fails here."""
+
+from __future__ import annotations
+
+import pytest
+from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+
+from jupyter_gpu_pool import compat
+
+
+def test_the_installed_releases_are_the_ones_compat_was_checked_against():
+    assert compat.unchecked_versions() == [], (
+        "a newer jupyter_client/jupyter_server is installed: check each member in compat.py against it, "
+        "then widen compat.CHECKED")
+
+
+async def test_a_failed_start_is_forgotten_by_the_multi_kernel_manager(pool_home):
+    """A start the pool refuses stays in jupyter_client's pending kernels unless compat forgets it;
+    then exit (shutdown_all) goes through.  The provisioner tests cover the refusal itself."""
+    manager = AsyncMultiKernelManager()
+    assert isinstance(manager._pending_kernels, dict)  # noqa: SLF001 - the member compat relies on
+    pool_home.install_kernelspecs()
+    pool_home.configure(default_user_quota={"kernels": 0})  # every start is refused
+    with pytest.raises(Exception, match="quota"):
+        await manager.start_kernel(kernel_name="gpu-pool-small")
+    assert manager._pending_kernels == {}  # noqa: SLF001 - the provisioner forgot it through compat
+    await manager.shutdown_all(now=True)
+
+
+def test_the_sessions_route_is_jupyter_servers_own():
+    routes = dict(compat.start_handlers())
+    from jupyter_server.services.sessions.handlers import SessionRootHandler, default_handlers
+
+    assert issubclass(routes["/api/sessions"], SessionRootHandler)
+    assert ("/api/sessions", SessionRootHandler) in default_handlers  # upstream still serves the path we take over
+
+
+def test_tornado_still_doubles_percent_in_log_message():
+    """Why VerbatimHTTPError exists: if tornado stops doubling '%', the workaround can go."""
+    from tornado import web
+
+    assert web.HTTPError(403, "50% SM").log_message == "50%% SM"
+    assert web.HTTPError(403, "50% SM").get_message() == "50% SM"
+
+
+def test_a_verbatim_error_keeps_its_message_where_jupyter_server_and_tornado_read_it():
+    e = compat.VerbatimHTTPError(403, "GPU quota exceeded: 50% SM of 100%", reason="quota_exceeded")
+    assert e.log_message == e.get_message() == "GPU quota exceeded: 50% SM of 100%"
+    assert "50% SM" in str(e) and e.status_code == 403 and e.reason == "quota_exceeded"
