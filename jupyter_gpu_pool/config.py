@@ -12,36 +12,41 @@ Jupyter's config path (``jupyter --paths``), for example
 
 The same ``c.GPUPool`` settings may also be given in ``jupyter_server_config.py``
 or on the command line of ``jupyter lab``; those win over the pool's own file.
-:func:`load_settings` turns the traitlets into validated domain objects and
-stops with a message naming the bad setting and value.
+Every setting is validated where it is declared (``traits.py``): the object keeps
+the domain values (profiles, quotas, rules, seconds), and a bad value stops with
+a message naming the setting, the entry and the field.  :func:`load_settings`
+reads the files and checks what spans several settings.
 """
 
 from __future__ import annotations
 
+import functools
 import getpass
 import grp
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from jupyter_core.paths import jupyter_config_path, jupyter_data_dir, jupyter_runtime_dir
-from traitlets import Bool, Dict, Enum, Float, List, Unicode, default
+from traitlets import Bool, Enum, TraitError, Undefined, Unicode, default
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
+from .local.database import check_path
 from .pool import (
     BINPACK,
-    PLACEMENTS,
     GPU,
+    PLACEMENTS,
     Profile,
+    Quota,
     QuotaBook,
     UnknownProfile,
-    build_quota_book,
     parse_inventory,
     parse_profiles,
 )
-from .pool.policy import Policy, PolicyError, parse_policy
-from .hibernation.settings import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory
+from .pool.hibernation import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory
+from .pool.policy import Policy, PolicyError, Rule, check_profile_names, parse_policy
+from .pool.quotas import parse_members, parse_quota, parse_quotas
+from .traits import Parsed, Seconds
 
 CONFIG_FILE = "jupyter_gpu_pool_config"
 
@@ -62,11 +67,33 @@ class ConfigError(ValueError):
     """A bad admin setting: the message names the setting and the value."""
 
 
+def _all_of(value, kind: type, empty: bool = False) -> bool:
+    """A dict whose values are all ``kind`` (the parsed form of a setting)."""
+    return isinstance(value, dict) and (empty or bool(value)) and all(isinstance(v, kind) for v in value.values())
+
+
+def _ledger_path(path) -> str:
+    if not isinstance(path, str):
+        raise ValueError(f"must be a file path, not {path!r}")
+    return os.path.expanduser(check_path(path))
+
+
+def _owner(name) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"must be a user name, not {name!r}")
+    return name
+
+
+def _host_memory(text) -> str:
+    parse_host_memory(text)
+    return text
+
+
 class GPUPool(Configurable):
     """Settings of the GPU pool on this machine."""
 
-    profiles = Dict(
-        default_value=DEFAULT_PROFILES,
+    profiles = Parsed(
+        parse_profiles, DEFAULT_PROFILES, is_parsed=lambda v: _all_of(v, Profile),
         help="""Slices users may pick, by name.  Each value is a dict with 'slice' ("10GiB",
         "10GiB,25%", "whole", "2 x whole"), optional 'isolation' ("soft", "mps" or "exclusive"; by
         default "exclusive" for whole GPUs, "mps" when an SM share is given, else "soft"),
@@ -87,8 +114,8 @@ class GPUPool(Configurable):
         inventory only (tests, CI, Binder, a machine without a GPU).""",
     ).tag(config=True)
 
-    inventory = List(
-        default_value=[],
+    inventory = Parsed(
+        parse_inventory, [], is_parsed=lambda v: isinstance(v, list) and all(isinstance(g, GPU) for g in v),
         help="""Declared GPUs, for machines where NVML detects none: a list of dicts such as
         {"name": "A100", "memory": "40GiB", "sm_count": 108, "count": 2}.  Declared GPUs are
         marked as such everywhere; their slices hold no real memory.""",
@@ -101,7 +128,8 @@ class GPUPool(Configurable):
         for big slices), 'spread' takes the emptiest (less contention between kernels).""",
     ).tag(config=True)
 
-    ledger_path = Unicode(
+    ledger_path = Parsed(
+        _ledger_path, Undefined,
         help="""The SQLite file of leases.  Every Jupyter server sharing the GPUs must use the same
         file on a local disk (not NFS).  On a multi-user machine set a shared path such as
         /var/lib/jupyter-gpu-pool/ledger.sqlite, writable by every user of the pool.""",
@@ -111,25 +139,26 @@ class GPUPool(Configurable):
     def _default_ledger_path(self) -> str:
         return os.path.join(jupyter_data_dir(), "gpu_pool", "ledger.sqlite")
 
-    default_user_quota = Dict(
-        default_value={},
+
+    default_user_quota = Parsed(
+        lambda v: parse_quota(v, "default user quota"), {}, is_parsed=lambda v: isinstance(v, Quota),
         help="""Quota of every user without an entry in user_quotas: {"memory": "40GiB",
         "sm_percent": 200, "kernels": 4}.  Any field may be left out (no limit).""",
     ).tag(config=True)
 
-    user_quotas = Dict(
-        default_value={},
+    user_quotas = Parsed(
+        lambda v: parse_quotas(v, "user quota"), {}, is_parsed=lambda v: _all_of(v, Quota, empty=True),
         help='Per-user quotas, by user name: {"alice": {"memory": "80GiB", "kernels": 8}}.',
     ).tag(config=True)
 
-    group_quotas = Dict(
-        default_value={},
+    group_quotas = Parsed(
+        lambda v: parse_quotas(v, "group quota"), {}, is_parsed=lambda v: _all_of(v, Quota, empty=True),
         help="""Per-group quotas: the combined holdings of all members of the group may not pass
         them.  {"students": {"memory": "160GiB"}}.""",
     ).tag(config=True)
 
-    group_members = Dict(
-        default_value={},
+    group_members = Parsed(
+        parse_members, {}, is_parsed=lambda v: _all_of(v, frozenset, empty=True),
         help='Group membership for quotas: {"students": ["alice", "bob"]}.',
     ).tag(config=True)
 
@@ -137,7 +166,8 @@ class GPUPool(Configurable):
         True, help="Also count the Unix groups of the user running the server as their groups."
     ).tag(config=True)
 
-    owner = Unicode(
+    owner = Parsed(
+        _owner, Undefined,
         help="The user name leases are held under: JUPYTERHUB_USER under JupyterHub, else the login name.",
     ).tag(config=True)
 
@@ -145,14 +175,15 @@ class GPUPool(Configurable):
     def _default_owner(self) -> str:
         return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
 
-    start_queue_timeout = Float(
-        0.0,
+
+    start_queue_timeout = Seconds(
+        0.0, zero_allowed=True,
         help="""Seconds a kernel start may wait in the queue when the pool is full (0: refuse at
         once with a message).  Keep it under the kernel launch timeout of your frontend (60 s).""",
     ).tag(config=True)
 
-    holder_grace = Float(
-        30.0,
+    holder_grace = Seconds(
+        30.0, zero_allowed=True,
         help="""Seconds a lease is kept after its kernel process died, so that the server's kernel
         restarter can reuse it; after that the slice is reclaimed.""",
     ).tag(config=True)
@@ -173,8 +204,8 @@ class GPUPool(Configurable):
     def _default_mps_log(self) -> str:
         return os.path.join(jupyter_runtime_dir(), "gpu_pool", "mps-log")
 
-    policy = List(
-        default_value=[],
+    policy = Parsed(
+        lambda v: parse_policy(v).rules, [], is_parsed=lambda v: isinstance(v, tuple) and all(isinstance(r, Rule) for r in v),
         help="""The idle policy: an ordered list of rules, the first whose 'match' fits a kernel governs
         it; a kernel no rule matches follows the built-in default rule.  Each rule is a dict:
         {"name": "students", "match": {"group": "students"}, "idle_timeout": "30m",
@@ -191,8 +222,8 @@ class GPUPool(Configurable):
         acting on their kernels: to try a policy out.""",
     ).tag(config=True)
 
-    hibernation_host_memory = Unicode(
-        "50%",
+    hibernation_host_memory = Parsed(
+        _host_memory, "50%",
         help="""Host RAM that hibernated kernels may hold on this machine, all users together: a size
         ("64GiB") or a share of the machine's RAM ("50%"); "none" for no cap.  A hibernated kernel
         holds in RAM what it had reserved on the GPU.  See hibernation_over_cap for what happens past it.""",
@@ -207,12 +238,12 @@ class GPUPool(Configurable):
         new kernel down instead of hibernating it; 'keep_running' leaves it running on its GPU.""",
     ).tag(config=True)
 
-    hibernation_eviction_warning = Float(
+    hibernation_eviction_warning = Seconds(
         300.0,
         help="Seconds between the warning and the shutdown of a hibernated kernel evicted to make room in host RAM.",
     ).tag(config=True)
 
-    hibernation_lock_timeout = Float(
+    hibernation_lock_timeout = Seconds(
         10.0,
         help="""Seconds a hibernation waits for a kernel's submitted GPU work to finish before it gives
         up and leaves the kernel running, untouched (the release of the framework's cache, which waits
@@ -226,26 +257,31 @@ class GPUPool(Configurable):
     ).tag(config=True)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The validated configuration as domain objects."""
+    # -- the settings as the pool uses them ----------------------------------------------------
 
-    profiles: dict[str, Profile]
-    default_profile: str
-    quotas: QuotaBook
-    declared: list[GPU]
-    gpu_discovery: str
-    placement: str
-    ledger_path: str
-    owner: str
-    unix_groups: bool
-    start_queue_timeout: float
-    holder_grace: float
-    mps_pipe_directory: str
-    mps_log_directory: str
-    config_files: tuple[str, ...] = ()
-    policy: Policy = Policy()
-    hibernation: HibernationSettings = HibernationSettings()
+    config_files: tuple[str, ...] = ()  # the files read, lowest priority first (set by load_settings)
+
+    @property
+    def declared(self) -> list[GPU]:
+        """The declared inventory's GPUs."""
+        return self.inventory
+
+    @functools.cached_property
+    def quotas(self) -> QuotaBook:
+        return QuotaBook(users=self.user_quotas, groups=self.group_quotas, default_user=self.default_user_quota,
+                         members=self.group_members)
+
+    @functools.cached_property
+    def idle_policy(self) -> Policy:
+        """The rules with the dry-run switch: what the culler follows."""
+        return Policy(rules=self.policy, dry_run=self.policy_dry_run)
+
+    @property
+    def hibernation(self) -> HibernationSettings:
+        return HibernationSettings(host_memory=self.hibernation_host_memory, over_cap=self.hibernation_over_cap,
+                                   eviction_warning=self.hibernation_eviction_warning,
+                                   lock_timeout=self.hibernation_lock_timeout,
+                                   release_cache=self.hibernation_release_cache)
 
     def profile(self, name: str | None) -> Profile:
         name = name or self.default_profile
@@ -256,6 +292,30 @@ class Settings:
     def groups_of(self, user: str) -> tuple[str, ...]:
         extra = unix_groups_of(user) if self.unix_groups else ()
         return self.quotas.groups_of(user, extra)
+
+    def check(self) -> GPUPool:
+        """What spans several settings: the default profile and the policy's profile names exist, and no
+        quota asks for more SM share per kernel than a kernel can hold."""
+        if not self.default_profile:
+            self.default_profile = next(iter(self.profiles))
+        if self.default_profile not in self.profiles:
+            raise ConfigError(f"GPUPool.default_profile: {self.default_profile!r} is not a profile; the profiles are "
+                              f"{', '.join(self.profiles)}")
+        try:
+            check_profile_names(self.policy, tuple(self.profiles))
+        except PolicyError as e:
+            raise ConfigError(f"GPUPool.policy{e}" if str(e).startswith("[") else f"GPUPool.policy: {e}") from None
+        most = 100 * max(p.slice.gpu_count if p.slice.whole else 1 for p in self.profiles.values())
+        for setting, quotas in (("default_user_quota", {"": self.default_user_quota}),
+                                ("user_quotas", self.user_quotas), ("group_quotas", self.group_quotas)):
+            for who, quota in quotas.items():
+                if quota.sm_percent is not None and quota.kernels and quota.sm_percent > most * quota.kernels:
+                    entry = f"[{who!r}]" if who else ""
+                    raise ConfigError(
+                        f"GPUPool.{setting}{entry}.sm_percent: {quota.sm_percent}% can never be reached by "
+                        f"{quota.kernels} kernel(s) of at most {most}% each; lower it to {most * quota.kernels}% "
+                        "or allow more kernels")
+        return self
 
 
 def unix_groups_of(user: str) -> tuple[str, ...]:
@@ -291,86 +351,20 @@ def read_config(paths: list[str] | None = None) -> tuple[Config, list[Path]]:
     return config, files
 
 
-def load_settings(parent_config: Config | None = None, paths: list[str] | None = None) -> Settings:
-    """Read the pool's config files, apply ``parent_config`` on top, validate, return Settings."""
+def load_settings(parent_config: Config | None = None, paths: list[str] | None = None) -> GPUPool:
+    """Read the pool's config files, apply ``parent_config`` on top, validate, return the settings."""
     config, files = read_config(paths)
     if parent_config is not None and "GPUPool" in parent_config:
         config.merge(Config({"GPUPool": parent_config.GPUPool}))
     try:
         pool = GPUPool(config=config)
-    except Exception as e:  # traitlets' own type errors already name the trait
-        raise ConfigError(f"GPUPool: {e}") from e
-    return settings_from(pool, tuple(str(f) for f in files))
+    except TraitError as e:  # our trait types' messages name the setting; traitlets' own name the trait
+        raise ConfigError(str(e) if str(e).startswith("GPUPool") else f"GPUPool: {e}") from None
+    pool.config_files = tuple(str(f) for f in files)
+    return pool.check()
 
 
-def settings_from(pool: GPUPool, files: tuple[str, ...] = ()) -> Settings:
-    def checked(setting: str, fn, *args):
-        try:
-            return fn(*args)
-        except ValueError as e:
-            raise ConfigError(f"GPUPool.{setting}: {e}") from None
-
-    profiles = checked("profiles", parse_profiles, pool.profiles)
-    default_profile = pool.default_profile or next(iter(profiles))
-    if default_profile not in profiles:
-        raise ConfigError(
-            f"GPUPool.default_profile: {default_profile!r} is not a profile; the profiles are {', '.join(profiles)}"
-        )
-    quotas = checked(
-        "user_quotas/group_quotas/default_user_quota/group_members",
-        build_quota_book,
-        pool.user_quotas,
-        pool.group_quotas,
-        pool.default_user_quota,
-        pool.group_members,
-    )
-    declared = checked("inventory", parse_inventory, pool.inventory)
-    if pool.start_queue_timeout < 0:
-        raise ConfigError(f"GPUPool.start_queue_timeout must be 0 or more, not {pool.start_queue_timeout}")
-    if pool.holder_grace < 0:
-        raise ConfigError(f"GPUPool.holder_grace must be 0 or more, not {pool.holder_grace}")
-    if not pool.owner:
-        raise ConfigError("GPUPool.owner must not be empty")
-    try:
-        policy = parse_policy(pool.policy, pool.policy_dry_run, tuple(profiles))
-    except PolicyError as e:
-        raise ConfigError(f"GPUPool.policy{e}" if str(e).startswith("[") else f"GPUPool.policy: {e}") from None
-    hibernation = hibernation_settings(pool)
-    return Settings(
-        profiles=profiles,
-        default_profile=default_profile,
-        quotas=quotas,
-        declared=declared,
-        gpu_discovery=pool.gpu_discovery,
-        placement=pool.placement,
-        ledger_path=os.path.expanduser(pool.ledger_path),
-        owner=pool.owner,
-        unix_groups=pool.unix_groups,
-        start_queue_timeout=pool.start_queue_timeout,
-        holder_grace=pool.holder_grace,
-        mps_pipe_directory=pool.mps_pipe_directory,
-        mps_log_directory=pool.mps_log_directory,
-        config_files=files,
-        policy=policy,
-        hibernation=hibernation,
-    )
-
-
-def hibernation_settings(pool: GPUPool) -> HibernationSettings:
-    try:
-        parse_host_memory(pool.hibernation_host_memory)
-    except ValueError as e:
-        raise ConfigError(f"GPUPool.hibernation_host_memory: {e}") from None
-    for name in ("hibernation_eviction_warning", "hibernation_lock_timeout"):
-        if getattr(pool, name) <= 0:
-            raise ConfigError(f"GPUPool.{name} must be a number of seconds above 0, not {getattr(pool, name)}")
-    return HibernationSettings(host_memory=pool.hibernation_host_memory, over_cap=pool.hibernation_over_cap,
-                               eviction_warning=pool.hibernation_eviction_warning,
-                               lock_timeout=pool.hibernation_lock_timeout,
-                               release_cache=pool.hibernation_release_cache)
-
-
-def check_profiles_fit(settings: Settings, gpus: list[GPU]) -> None:
+def check_profiles_fit(settings: GPUPool, gpus: list[GPU]) -> None:
     """Every profile must fit on some GPU of the pool; say which does not."""
     if not gpus:
         return
