@@ -28,6 +28,7 @@ from ..periodic import every
 from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import policy as P
 from ..pool.profiles import MPS
+from ..pool.units import format_clock
 from . import metrics
 from .backend import PoolBackend
 from .hibernation_hook import HibernationHook
@@ -282,7 +283,7 @@ class Culler:
         new = P.snooze(state, rule, now, seconds, over_memory=over)  # raises SnoozeRefused
         self.states[kid] = new
         await self.recorder.record("snoozed", lease, reason="user",
-                                   message=f"Snoozed until {time.strftime('%H:%M', time.localtime(new.snoozed_until))}; "
+                                   message=f"Snoozed until {format_clock(new.snoozed_until)}; "
                                            f"{P.snoozes_left(new, rule)} snooze(s) left.",
                                    rule=rule.name, deadline=new.snoozed_until)
         return new

@@ -182,6 +182,43 @@ def test_allocation_reclaims_dead_leases_first(ledger):
     assert ledger.get(dead.id).state == RELEASED and fresh.gpus == dead.gpus
 
 
+def test_a_refusal_reconciles_at_most_once_a_second_and_not_while_there_is_room(ledger, monkeypatch):
+    """Liveness costs a process-table read per held lease: a start that gets its slice judges nobody,
+    and refusals in a burst judge the pool once."""
+    judged = []
+
+    def alive(pid, start):
+        judged.append(pid)
+        return True
+
+    ledger.allocate(request(slice_text="10GiB"), NO_QUOTA, is_alive=alive)
+    assert judged == []  # room: no reconcile on the way
+    ledger.allocate(request(slice_text="40GiB"), NO_QUOTA, is_alive=alive)
+    ledger.allocate(request(slice_text="30GiB"), NO_QUOTA, is_alive=alive)
+    for _ in range(3):
+        with pytest.raises(PoolExhausted):
+            ledger.allocate(request(slice_text="40GiB"), NO_QUOTA, is_alive=alive)
+    assert len(judged) == 3  # the three held leases' managers, judged once for the burst
+    assert [e.kind for e in ledger.journal(kinds=("refused",))] == ["refused"] * 3
+
+
+def test_a_lease_that_changed_after_it_was_judged_is_not_reclaimed(ledger, clock):
+    """Liveness is judged outside the write lock: a lease whose kernel restarted in between (a new
+    holder recorded) is left for the next reconcile to judge anew."""
+    lease = ledger.allocate(request(manager=Holder(1, 1.0)), NO_QUOTA)
+    ledger.set_holder(lease.id, Holder(2, 2.0))
+    clock.advance(60)
+
+    def alive(pid, start):
+        if pid == 2:  # while this kernel is judged dead, its server restarts it: a new holder
+            ledger.set_holder(lease.id, Holder(3, 3.0))
+        return pid in (1, 3)
+
+    assert ledger.reconcile(alive) == []
+    assert ledger.get(lease.id).state == ACTIVE and ledger.get(lease.id).holder_pid == 3
+    assert ledger.reconcile(alive) == []  # judged anew: the new kernel lives
+
+
 def test_holder_updates_on_a_released_lease_say_so(ledger):
     lease = ledger.allocate(request(), NO_QUOTA)
     ledger.release(lease.id)
