@@ -76,7 +76,7 @@ async def main(starts: int) -> None:
         isolate(root, cluster)
         from jupyter_gpu_pool.config import load_settings
         from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-        from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession
+        from jupyter_gpu_pool.cluster.session import KernelSession
 
         profiles = [load_settings().profiles["small"]]
         kernelspecs.install(profiles, user=True)

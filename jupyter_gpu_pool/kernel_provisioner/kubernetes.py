@@ -28,7 +28,8 @@ Lifecycle (jupyter_client calls these):
   except on a restart, where the slice stays admitted for the next launch.
 - While the server lives it renews a heartbeat on its kernels; the operator
   deletes kernels whose server stopped (invariant 2).  A restarted server
-  re-adopts its kernels with :func:`adopt_kernels` (``load_provisioner_info``).
+  re-adopts its kernels (``load_provisioner_info``; see
+  ``jupyter_gpu_pool.server_extension.adoption``).
 """
 
 from __future__ import annotations
@@ -37,20 +38,16 @@ import asyncio
 import base64
 import json
 import logging
-import os
 import signal
-import socket
 import time
-import weakref
-from typing import Any, Callable
+from typing import Any
 
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.provisioning import KernelProvisionerBase
-from traitlets import Float, Unicode, default
-from traitlets.config import Config, Configurable
+from traitlets import Unicode
 
-from ..config import ConfigError, Settings, load_settings, read_config
-from ..operator.crds import (
+from .. import compat
+from ..cluster.resources import (
     ANNOTATION_HEARTBEAT,
     API_VERSION,
     FAILED,
@@ -69,11 +66,14 @@ from ..operator.crds import (
     STOPPED,
     UNSCHEDULABLE,
     VERSION,
+    CONNECTION_FILE,
     kernel_name,
     label_value,
     secret_name,
 )
-from ..operator.settings import CONNECTION_FILE
+from ..cluster.session import KernelSession
+from ..cluster.settings import GPUPoolKubernetes, kubernetes_settings
+from ..config import ConfigError, Settings, load_settings
 from ..pool import UnknownProfile
 from .local import GPUPoolProvisioner, KernelStartRefused
 
@@ -85,223 +85,8 @@ _CONFIG_KEYS = {"profile", "image"}
 _STATUS_OF = {QUOTA_EXCEEDED: 403, "QuotaMisconfigured": 403, INVALID: 400, UNSCHEDULABLE: 503, IMAGE_PULL: 502}
 
 
-class GPUPoolKubernetes(Configurable):
-    """Where a server's kernels go in the cluster (``c.GPUPoolKubernetes.*``)."""
-
-    namespace = Unicode("", help="""Namespace of this server's kernels.  Empty: the namespace of this
-        server's pod, else the kubeconfig context's, else 'default'.""").tag(config=True)
-
-    kubeconfig = Unicode("", help="""A kubeconfig file.  Empty: in a pod, its service account; elsewhere
-        KUBECONFIG or ~/.kube/config.""").tag(config=True)
-
-    server_id = Unicode(help="""This server's identity: its kernels carry it, a restarted server with the same
-        id re-adopts them, and each kernel's NetworkPolicy admits only the pod labelled
-        jupyter-gpu-pool.readthedocs.io/server=<id>.  Default: JUPYTER_GPU_POOL_SERVER_ID, else the
-        JupyterHub user and server name, else the host name.""").tag(config=True)
-
-    @default("server_id")
-    def _default_server_id(self) -> str:
-        env = os.environ
-        if env.get("JUPYTER_GPU_POOL_SERVER_ID"):
-            return env["JUPYTER_GPU_POOL_SERVER_ID"]
-        if env.get("JUPYTERHUB_USER"):
-            return "--".join(p for p in (env["JUPYTERHUB_USER"], env.get("JUPYTERHUB_SERVER_NAME", "")) if p)
-        return socket.gethostname()
-
-    server_pod = Unicode(help="This server's pod (JUPYTER_GPU_POOL_SERVER_POD, from the downward API).").tag(
-        config=True)
-
-    @default("server_pod")
-    def _default_server_pod(self) -> str:
-        return os.environ.get("JUPYTER_GPU_POOL_SERVER_POD", "")
-
-    server_pod_uid = Unicode(help="""This server's pod uid (JUPYTER_GPU_POOL_SERVER_POD_UID, from the downward
-        API's metadata.uid).  When set and the kernels run in the server's own namespace, they are owned by the
-        pod and deleted with it (an owner must be in its dependents' namespace).""").tag(config=True)
-
-    server_namespace = Unicode(help="""The namespace of this server's pod, which each kernel's NetworkPolicy
-        admits (default: the pod's service-account namespace, else the kernels' namespace).""").tag(config=True)
-
-    @default("server_namespace")
-    def _default_server_namespace(self) -> str:
-        from ..operator.kube import namespace_of_this_pod
-
-        return namespace_of_this_pod("")
-
-    @default("server_pod_uid")
-    def _default_server_pod_uid(self) -> str:
-        return os.environ.get("JUPYTER_GPU_POOL_SERVER_POD_UID", "")
-
-    image = Unicode("", help="The kernel image to ask for (empty: the operator's kernel_image).").tag(config=True)
-
-    heartbeat_interval = Float(30.0, help="""Seconds between heartbeats on this server's kernels; keep it well
-        under the operator's heartbeat_timeout.""").tag(config=True)
-
-    refresh_interval = Float(10.0, help="""Seconds between two reads of the cluster's quotas, policy and GPU nodes
-        by the server extension (its kernels are watched, not re-read).""").tag(config=True)
-
-    launch_timeout = Float(300.0, help="""Seconds a kernel launch may take (an image pull on a fresh node can take
-        minutes).  Launches the cluster can never satisfy fail long before, with the reason.""").tag(config=True)
-
-
-def kubernetes_settings(parent_config: Config | None = None) -> GPUPoolKubernetes:
-    config, _ = read_config()
-    if parent_config is not None and "GPUPoolKubernetes" in parent_config:
-        config.merge(Config({"GPUPoolKubernetes": parent_config.GPUPoolKubernetes}))
-    return GPUPoolKubernetes(config=config)
-
-
 def _status(body: dict | None) -> dict:
     return (body or {}).get("status") or {}
-
-
-class KernelSession:
-    """One server's view of the GPUKernels of its namespace (a list + watch) and the heartbeat of its own.
-
-    One per (server, event loop), shared by the server's provisioners and its pool backend (which
-    shows the namespace's kernels: a user's own in ``me``, all of them to admins in ``pool``).
-    """
-
-    _sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def __init__(self, settings: GPUPoolKubernetes):
-        self.settings = settings
-        self.kernels: dict[str, dict] = {}
-        self.owned: set[str] = set()  # kernels this process manages and keeps alive
-        self.changed = asyncio.Condition()
-        self.listeners: list[Callable[[str, dict], None]] = []  # called with (event type, object)
-        self._synced = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
-        self.api = None
-        self.namespace = ""
-
-    @classmethod
-    async def get(cls, settings: GPUPoolKubernetes) -> KernelSession:
-        loop = asyncio.get_running_loop()
-        per_loop = cls._sessions.setdefault(loop, {})
-        key = (settings.kubeconfig, settings.namespace, settings.server_id)
-        session = per_loop.get(key)
-        if session is None:
-            session = per_loop[key] = cls(settings)
-            try:
-                await session._start()
-            except BaseException:
-                per_loop.pop(key, None)
-                raise
-        await session._synced.wait()
-        return session
-
-    @classmethod
-    async def close_all(cls) -> None:
-        """Stop every session of this loop (tests; a server that exits simply stops)."""
-        per_loop = cls._sessions.pop(asyncio.get_running_loop(), {})
-        for session in per_loop.values():
-            await session.close()
-
-    async def _start(self) -> None:
-        from kubernetes_asyncio import client, config as kube_config
-
-        from ..operator.kube import api_client, namespace_of_this_pod
-
-        self.api = await api_client(self.settings.kubeconfig)
-        self.custom = client.CustomObjectsApi(self.api)
-        self.core = client.CoreV1Api(self.api)
-        namespace = self.settings.namespace
-        if not namespace:
-            namespace = namespace_of_this_pod("")
-        if not namespace:
-            try:
-                _, active = kube_config.list_kube_config_contexts(self.settings.kubeconfig or None)
-                namespace = (active or {}).get("context", {}).get("namespace", "")
-            except Exception:  # no kubeconfig: in-cluster without a namespace file
-                namespace = ""
-        self.namespace = namespace or "default"
-        self._tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._heartbeat())]
-
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.api is not None:
-            await self.api.close()
-
-    def stop_heartbeat(self) -> None:
-        """Stop renewing heartbeats, as a server that died would (tests)."""
-        self._tasks[1].cancel()
-
-    async def _update(self, items: dict[str, dict] | None = None, event: dict | None = None) -> None:
-        async with self.changed:
-            if items is not None:
-                self.kernels = items
-            elif event is not None:
-                obj = event["raw_object"]
-                name = obj["metadata"]["name"]
-                if event["type"] == "DELETED":
-                    self.kernels.pop(name, None)
-                elif int(obj["metadata"]["resourceVersion"]) >= int(
-                        self.kernels.get(name, {}).get("metadata", {}).get("resourceVersion", 0)):
-                    self.kernels[name] = obj
-                for listener in self.listeners:
-                    listener(event["type"], obj)
-            self.changed.notify_all()
-
-    async def remember(self, obj: dict) -> None:
-        """What a write of ours answered (so a waiter never sees the object as it was before)."""
-        await self._update(event={"type": "MODIFIED", "raw_object": obj})
-
-    async def _watch(self) -> None:
-        from aiohttp import ClientError
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        while True:
-            try:
-                listing = await self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, KERNELS)
-                rv = listing["metadata"]["resourceVersion"]
-                await self._update(items={i["metadata"]["name"]: i for i in listing["items"]})
-                self._synced.set()
-                while True:
-                    async with watch.Watch() as w:
-                        async for event in w.stream(self.custom.list_namespaced_custom_object, GROUP, VERSION,
-                                                    self.namespace, KERNELS, resource_version=rv,
-                                                    allow_watch_bookmarks=True, timeout_seconds=240):
-                            rv = event["raw_object"]["metadata"]["resourceVersion"]
-                            if event["type"] != "BOOKMARK":
-                                await self._update(event=event)
-            except asyncio.CancelledError:
-                raise
-            except ApiException as e:
-                if e.status != 410:  # 410: our version is too old: list afresh
-                    log.warning("watching GPU kernels in %s failed (%s %s); retrying", self.namespace, e.status,
-                                e.reason)
-                    await asyncio.sleep(1.0)
-            except (ClientError, asyncio.TimeoutError, OSError) as e:
-                log.warning("watching GPU kernels in %s failed (%s); retrying", self.namespace, e)
-                await asyncio.sleep(1.0)
-
-    async def beat(self, name: str) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            await self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, KERNELS, name,
-                {"metadata": {"annotations": {ANNOTATION_HEARTBEAT: f"{time.time():.3f}"}}}, _content_type=MERGE)
-        except ApiException as e:
-            if e.status == 404:
-                self.owned.discard(name)
-            else:
-                log.warning("heartbeat on kernel %s failed: %s %s", name, e.status, e.reason)
-
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_interval)
-            await asyncio.gather(*(self.beat(name) for name in list(self.owned)), return_exceptions=True)
-
-    async def wait_for(self, name: str, predicate: Callable[[dict | None], bool],
-                       timeout: float | None) -> dict | None:
-        async with self.changed:
-            await asyncio.wait_for(self.changed.wait_for(lambda: predicate(self.kernels.get(name))), timeout)
-            return self.kernels.get(name)
 
 
 class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
@@ -446,9 +231,9 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return bool(self.pod)
 
     def _forget_failed_start(self) -> None:
-        """jupyter_client keeps a kernel whose start failed among its pending ones, and shutdown_all then
-        fails on it: a refusal is an everyday event, so the kernel is forgotten (as gpu-pool does)."""
-        getattr(getattr(self.parent, "parent", None), "_pending_kernels", {}).pop(self.kernel_id, None)
+        """A refusal is an everyday event: the kernel is forgotten (as gpu-pool does), or
+        jupyter_server's shutdown_all would fail on it."""
+        compat.forget_pending_start(self.parent, self.kernel_id)
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         try:
@@ -539,9 +324,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             return
         if signum == signal.SIGINT:
             km = self.parent
-            msg = km.session.msg("interrupt_request", content={})
-            km._connect_control_socket()
-            km.session.send(km._control_socket, msg)
+            km.session.send(compat.control_socket(km), km.session.msg("interrupt_request", content={}))
         elif signum == signal.SIGKILL:
             await self.kill()
         elif signum == signal.SIGTERM:
@@ -621,56 +404,3 @@ def _api_message(e) -> str:
         return json.loads(e.body).get("message", "")
     except (TypeError, ValueError, AttributeError):
         return ""
-
-
-async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = None) -> list[str]:
-    """Adopt this server's running kernels (same ``server_id``) into jupyter_server's ``MappingKernelManager``.
-
-    A server that was killed and started again (same ``server_id``) finds its
-    GPUKernels still running (within the operator's heartbeat timeout) and
-    serves them again, with their state (variables) intact.  Returns the ids.
-    """
-    from jupyter_client.provisioning import KernelProvisionerFactory as KPF
-    from jupyter_server._tz import utcnow
-
-    settings = settings or kubernetes_settings(kernel_manager.config)
-    session = await KernelSession.get(settings)
-    adopted = []
-    mine = label_value(settings.server_id)
-    for name, body in list(session.kernels.items()):
-        spec, st = body.get("spec") or {}, _status(body)
-        kernel_id = spec.get("kernelId")
-        if (body["metadata"].get("labels") or {}).get(LABEL_SERVER) != mine:
-            continue  # another server's kernel
-        if not kernel_id or kernel_id in kernel_manager or st.get("phase") != RUNNING:
-            continue
-        km = kernel_manager.kernel_manager_factory(parent=kernel_manager, log=kernel_manager.log,
-                                                   kernel_name=spec.get("kernelName") or "")
-        km.kernel_id = kernel_id
-        try:
-            km.provisioner = KPF.instance(parent=kernel_manager.parent).create_provisioner_instance(
-                kernel_id, km.kernel_spec, parent=km)
-            await km.provisioner.load_provisioner_info(
-                {"kernel_id": kernel_id, "connection_info": {},
-                 "gpu_pool_kubernetes": {"name": name, "profile": spec.get("profile", "")}})
-        except Exception as e:
-            kernel_manager.log.warning("could not adopt GPU kernel %s: %s", kernel_id, e)
-            continue
-        km.load_connection_info(km.provisioner.connection_info)
-        km.kernel_spec.interrupt_mode = "message"
-        km.ready.set_result(None)
-        km.last_activity = utcnow()
-        km.execution_state = "idle"
-        km.reason = ""
-        km.start_restarter()
-        km._connect_control_socket()
-        kernel_manager._kernels[kernel_id] = km
-        kernel_manager._kernel_connections[kernel_id] = 0
-        kernel_manager._kernel_ports[kernel_id] = km.ports
-        kernel_manager.start_watching_activity(kernel_id)
-        kernel_manager.add_restart_callback(kernel_id, lambda k=kernel_id: kernel_manager._handle_kernel_died(k),
-                                            "dead")
-        adopted.append(kernel_id)
-        kernel_manager.log.info("adopted GPU kernel %s (GPUKernel %s/%s, pod %s)", kernel_id, session.namespace,
-                                name, km.provisioner.pod)
-    return adopted

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from traitlets import Float, Int, Unicode, default
 from traitlets.config import Application
 
-from .crds import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF, VERSION
+from ..cluster.resources import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF, VERSION
 
 log = logging.getLogger("jupyter_gpu_pool.agent")
 
@@ -215,7 +215,7 @@ class AgentApp(Application):
     def start(self) -> None:
         from ..devices.nvml import discover
         from ..devices.telemetry import NVMLSource
-        from .kube import api_client
+        from ..cluster.client import api_client
 
         logging.basicConfig(level=self.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
         source = NVMLSource()

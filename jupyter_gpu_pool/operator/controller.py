@@ -31,10 +31,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..pool import PoolError, QuotaExceeded
 from ..pool.policy import PolicyError, parse_policy
-from . import admission, crds
-from .crds import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
+from ..cluster import resources
+from ..cluster.quotas import read_quotas
+from . import admission
+from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
 from .diagnosis import diagnose
-from .kernels import key, meta, spec, status
+from ..cluster.kernels import key, meta, spec, status
 from .manifests import new_key, render_network_policy, render_pod, render_secret
 from .metrics import OperatorMetrics
 from .settings import OperatorSettings
@@ -82,7 +84,7 @@ class Controller:
         await self.reconcile(k)
 
     async def pod_event(self, event_type: str | None, body: dict) -> None:
-        kernel_name = (meta(body).get("labels") or {}).get(crds.LABEL_KERNEL)
+        kernel_name = (meta(body).get("labels") or {}).get(resources.LABEL_KERNEL)
         if not kernel_name:
             return
         k = (meta(body)["namespace"], kernel_name)
@@ -98,7 +100,7 @@ class Controller:
             self.quotas.pop(meta(body)["name"], None)
             return
         self.quotas[meta(body)["name"]] = body
-        quotas = admission.read_quotas(list(self.quotas.values()))
+        quotas = read_quotas(list(self.quotas.values()))
         for name, obj in list(self.quotas.items()):
             problem = quotas.problems.get(name)
             await self._object_status(QUOTAS, obj, {"valid": problem is None, "message": problem or ""})
@@ -156,7 +158,7 @@ class Controller:
     async def _reconcile(self, kernel: dict) -> None:
         k, s, now = key(kernel), spec(kernel), self.clock()
         if self._orphaned(kernel, now):
-            await self._delete_kernel(kernel, crds.SERVER_GONE,
+            await self._delete_kernel(kernel, resources.SERVER_GONE,
                                       f"Its server stopped renewing the heartbeat for over "
                                       f"{self.settings.heartbeat_timeout:.0f}s: the kernel was deleted.")
             return
@@ -166,12 +168,12 @@ class Controller:
         profile = self.settings.profile(s.get("profile", ""))
         if profile is None:
             known = ", ".join(sorted(self.settings.pool.profiles))
-            await self._fail(kernel, crds.INVALID, f"There is no GPU profile named {s.get('profile')!r}. "
+            await self._fail(kernel, resources.INVALID, f"There is no GPU profile named {s.get('profile')!r}. "
                              f"The profiles are: {known}. Pick one of these, or ask your admin to add it.")
             return
         image = s.get("image") or self.settings.kernel_image
         if not any(fnmatch.fnmatchcase(image, p) for p in self.settings.allowed_images):
-            await self._fail(kernel, crds.INVALID, f"The kernel image {image!r} is not one the admin allows "
+            await self._fail(kernel, resources.INVALID, f"The kernel image {image!r} is not one the admin allows "
                              f"({', '.join(self.settings.allowed_images)}).")
             return
         rendering = self.settings.renderings[profile.name]
@@ -188,7 +190,7 @@ class Controller:
                                     render_network_policy(kernel, self.settings))
             self._policies_made.add(meta(kernel)["uid"])
         launch = int(s["launch"])
-        wanted = crds.pod_name(meta(kernel)["name"], launch)
+        wanted = resources.pod_name(meta(kernel)["name"], launch)
         stop_grace = int(s.get("stopGraceSeconds", 10))
         await self._delete_pods(kernel, keep=wanted, grace=stop_grace)
         pod = self.pods[k].get(wanted)
@@ -231,7 +233,7 @@ class Controller:
     def _orphaned(self, kernel: dict, now: float) -> bool:
         """No heartbeat change seen for ``heartbeat_timeout`` (measured on this clock, so skew does not matter)."""
         k = key(kernel)
-        beat = (meta(kernel).get("annotations") or {}).get(crds.ANNOTATION_HEARTBEAT)
+        beat = (meta(kernel).get("annotations") or {}).get(resources.ANNOTATION_HEARTBEAT)
         seen = self._heartbeats.get(k)
         if seen is None or seen[0] != beat:
             self._heartbeats[k] = (beat, now)
@@ -262,12 +264,12 @@ class Controller:
             kernel = self.kernels.get(key(kernel), kernel)
             if status(kernel).get("admitted"):
                 return kernel
-            quotas = admission.read_quotas(list(self.quotas.values()))
+            quotas = read_quotas(list(self.quotas.values()))
             try:
                 admitted = admission.admit(kernel, profile, self.settings.sharing.backend, rendering, quotas,
                                            list(self.kernels.values()), now)
             except PoolError as e:
-                reason = crds.QUOTA_EXCEEDED if isinstance(e, QuotaExceeded) else "QuotaMisconfigured"
+                reason = resources.QUOTA_EXCEEDED if isinstance(e, QuotaExceeded) else "QuotaMisconfigured"
                 self.metrics.admissions.labels(result=e.reason).inc()
                 await self._fail(kernel, reason, str(e))
                 return None
@@ -355,7 +357,7 @@ class Controller:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         event = {"apiVersion": "v1", "kind": "Event",
                  "metadata": {"generateName": f"{meta(kernel)['name']}.", "namespace": meta(kernel)["namespace"]},
-                 "involvedObject": {"apiVersion": crds.API_VERSION, "kind": crds.KERNEL_KIND,
+                 "involvedObject": {"apiVersion": resources.API_VERSION, "kind": resources.KERNEL_KIND,
                                     "name": meta(kernel)["name"], "namespace": meta(kernel)["namespace"],
                                     "uid": meta(kernel)["uid"]},
                  "type": type_, "reason": reason, "message": message[:1000],
@@ -370,6 +372,6 @@ class Controller:
     def _count_phases(self) -> None:
         counts = defaultdict(int)
         for kernel in self.kernels.values():
-            counts[status(kernel).get("phase") or crds.PENDING] += 1
-        for phase in crds.PHASES:
+            counts[status(kernel).get("phase") or resources.PENDING] += 1
+        for phase in resources.PHASES:
             self.metrics.kernels.labels(phase=phase).set(counts.get(phase, 0))

@@ -14,7 +14,7 @@ import logging
 import kopf
 
 from .controller import Controller
-from .crds import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_PART_OF, PART_OF, POLICIES, QUOTAS, VERSION
+from ..cluster.resources import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_PART_OF, PART_OF, POLICIES, QUOTAS, VERSION
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 
-from .crds import (
+from ..cluster.resources import (
     API_VERSION,
     KERNEL_COMPONENT,
     KERNEL_KIND,
@@ -29,7 +29,7 @@ from .crds import (
     policy_name,
     secret_name,
 )
-from .kernels import meta, spec
+from ..cluster.kernels import meta, spec
 from .settings import CONNECTION_DIR, CONNECTION_FILE, OperatorSettings
 from .sharing import Rendering
 

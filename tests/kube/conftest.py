@@ -12,7 +12,8 @@ import pytest
 from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, RealCluster, TestCluster, wait_until,
                           write_pool_config)
 
-from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, POLICIES, VERSION, crd_manifests
+from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, POLICIES, VERSION
+from jupyter_gpu_pool.cluster.schema import crd_manifests
 
 async def install(cluster: TestCluster | RealCluster) -> None:
     """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them."""
@@ -142,7 +143,7 @@ async def kube_sessions():
     yield
     from jupyter_server.serverapp import ServerApp
 
-    from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession
+    from jupyter_gpu_pool.cluster.session import KernelSession
 
     if ServerApp.initialized() and hasattr(ServerApp.instance(), "kernel_manager"):
         await ServerApp.instance().kernel_manager.shutdown_all()  # while the watches still run

@@ -95,7 +95,7 @@ class TestCluster:
             self.log.close()
 
     async def api(self):
-        from jupyter_gpu_pool.operator.kube import api_client
+        from jupyter_gpu_pool.cluster.client import api_client
 
         return await api_client(self.kubeconfig)
 
@@ -137,7 +137,7 @@ class RealCluster:
                         "--wait=false"], capture_output=True, timeout=60)
 
     async def api(self):
-        from jupyter_gpu_pool.operator.kube import api_client
+        from jupyter_gpu_pool.cluster.client import api_client
 
         return await api_client(self.kubeconfig)
 
@@ -212,14 +212,14 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
 
     async def close(self) -> None:
-        from jupyter_gpu_pool.operator.crds import GROUP, QUOTAS, VERSION
+        from jupyter_gpu_pool.cluster.resources import GROUP, QUOTAS, VERSION
 
         for name in self.quotas:
             await self.custom.delete_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
         await self.api.close()
 
     async def kernels(self, namespace: str | None = None) -> list[dict]:
-        from jupyter_gpu_pool.operator.crds import GROUP, KERNELS, VERSION
+        from jupyter_gpu_pool.cluster.resources import GROUP, KERNELS, VERSION
 
         namespace = namespace or self.namespace
         return (await self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, KERNELS))["items"]
@@ -235,7 +235,7 @@ class Kube:
         return [self.api.sanitize_for_serialization(s) for s in listing.items]
 
     async def quota(self, scope: str, name: str = "", **limits) -> dict:
-        from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, QUOTAS, VERSION
+        from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, QUOTAS, VERSION
 
         spec = {"scope": scope, **({"name": name} if name else {}), **limits}
         obj_name = f"{scope}-{name}" if name else scope

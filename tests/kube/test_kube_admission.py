@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from kube_helpers import GiB
 
-from jupyter_gpu_pool.operator.admission import QuotaMisconfigured, admit, read_quotas
+from jupyter_gpu_pool.cluster.quotas import QuotaMisconfigured, read_quotas
+from jupyter_gpu_pool.operator.admission import admit
 from jupyter_gpu_pool.operator.diagnosis import diagnose
-from jupyter_gpu_pool.operator.kernels import as_lease
+from jupyter_gpu_pool.cluster.kernels import as_lease
 from jupyter_gpu_pool.operator.sharing import Sharing, render
 from jupyter_gpu_pool.pool import QuotaExceeded, parse_profile
 

@@ -14,7 +14,7 @@ from kube_helpers import GiB, Kube, wait_until
 
 from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
 from jupyter_gpu_pool.kernel_provisioner.kubernetes import GPUPoolKubernetesProvisioner
-from jupyter_gpu_pool.operator.crds import GROUP, KERNELS, LABEL_KERNEL, VERSION, kernel_name
+from jupyter_gpu_pool.cluster.resources import GROUP, KERNELS, LABEL_KERNEL, VERSION, kernel_name
 
 REAL_CLUSTER_TOO = True  # also run, marked k8s, on the cluster KUBECONFIG names
 
@@ -151,7 +151,7 @@ async def test_a_quota_refusal_reaches_the_user_within_seconds(cluster, operator
 
 
 async def _quota_valid(kube: Kube, name: str) -> bool:
-    from jupyter_gpu_pool.operator.crds import QUOTAS
+    from jupyter_gpu_pool.cluster.resources import QUOTAS
 
     obj = await kube.custom.get_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
     return (obj.get("status") or {}).get("valid") is True

@@ -15,7 +15,7 @@ from testcluster.store import Kind, prune, validate_custom
 
 from jupyter_gpu_pool.config import ConfigError, GPUPool, settings_from
 from jupyter_gpu_pool.operator.app import OperatorApp
-from jupyter_gpu_pool.operator.crds import crd_manifests
+from jupyter_gpu_pool.cluster.schema import crd_manifests
 from jupyter_gpu_pool.operator.manifests import render_network_policy, render_pod, render_secret
 from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
 from jupyter_gpu_pool.operator.sharing import MigProfile, Sharing, SharingError, render
