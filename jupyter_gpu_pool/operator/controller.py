@@ -33,6 +33,7 @@ from ..pool import PoolError, QuotaExceeded
 from ..pool.policy import PolicyError, parse_policy
 from ..cluster import resources
 from ..cluster.quotas import read_quotas
+from ..cluster.watch import list_all, list_and_watch
 from . import admission
 from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
 from .diagnosis import diagnose
@@ -44,6 +45,8 @@ from .settings import OperatorSettings
 log = logging.getLogger("jupyter_gpu_pool.operator")
 
 MERGE = "application/merge-patch+json"
+KERNEL_POD_SELECTOR = (f"{resources.LABEL_COMPONENT}={resources.KERNEL_COMPONENT},"
+                       f"{resources.LABEL_PART_OF}={resources.PART_OF}")
 Announce = Callable[[dict, str, str, str], Awaitable[None]]
 
 
@@ -66,28 +69,71 @@ class Controller:
         self._secrets: set[str] = set()  # kernel uids whose Secret exists
         self._policies_made: set[str] = set()
         self._listed = False  # whether admission has read every kernel and quota once
+        self._gone: set[str] = set()  # uids of kernels this operator deleted (late events must not revive them)
+        self._rechecks: dict[tuple[str, str], asyncio.Task] = {}  # starting kernels, looked at again soon
+        self._pod_watches: dict[str, asyncio.Task] = {}  # namespace -> its kernel-pod watch
+        self._stories: dict[str, tuple[float, list[dict]]] = {}  # pod uid -> (read at, its Events)
+        self._nodes: dict[str, tuple[float, dict | None]] = {}  # node name -> (read at, the Node)
 
     # -- intake (from the watches) ----------------------------------------------------------------
 
     async def kernel_event(self, event_type: str | None, body: dict) -> None:
         k = key(body)
         if event_type == "DELETED":
-            self.kernels.pop(k, None)
-            self.pods.pop(k, None)
-            self._heartbeats.pop(k, None)
-            self._locks.pop(k, None)
-            self._secrets.discard(meta(body).get("uid"))
-            self._policies_made.discard(meta(body).get("uid"))
-            self._count_phases()
+            self._forget(k, meta(body).get("uid"))
+            self._gone.discard(meta(body).get("uid"))
             return
+        if meta(body).get("uid") in self._gone:
+            return  # deleted by this operator; the watch has not said so yet
+        self.ensure_pod_watch(k[0])
         self._remember(body)
         await self.reconcile(k)
+
+    def _forget(self, k: tuple[str, str], uid: str | None) -> None:
+        self.kernels.pop(k, None)
+        self.pods.pop(k, None)
+        self._heartbeats.pop(k, None)
+        self._locks.pop(k, None)
+        self._secrets.discard(uid)
+        self._policies_made.discard(uid)
+        recheck = self._rechecks.pop(k, None)
+        if recheck is not None and recheck is not asyncio.current_task():
+            recheck.cancel()
+        self._count_phases()
+
+    # -- the kernel pods' watch: only the kernels' namespaces, only kernel pods (a server-side selector) --
+
+    def ensure_pod_watch(self, namespace: str) -> None:
+        """Watch the kernel pods of a namespace that holds kernels (once)."""
+        if namespace and namespace not in self._pod_watches:
+            self._pod_watches[namespace] = asyncio.create_task(self.watch_pods(namespace))
+
+    async def watch_pods(self, namespace: str) -> None:
+        async def listed(items: list[dict]) -> None:
+            current = {meta(p)["name"] for p in items}
+            for k, pods in list(self.pods.items()):
+                for name, pod in list(pods.items()):
+                    if k[0] == namespace and name not in current:
+                        await self.pod_event("DELETED", pod)
+            for pod in items:
+                await self.pod_event("MODIFIED", pod)
+
+        await list_and_watch(self.core.list_namespaced_pod, namespace, label_selector=KERNEL_POD_SELECTOR,
+                             replace=listed, apply=self.pod_event, what=f"kernel pods in {namespace}")
+
+    async def stop(self) -> None:
+        tasks = [*self._pod_watches.values(), *self._rechecks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def pod_event(self, event_type: str | None, body: dict) -> None:
         kernel_name = (meta(body).get("labels") or {}).get(resources.LABEL_KERNEL)
         if not kernel_name:
             return
         k = (meta(body)["namespace"], kernel_name)
+        if any(ref.get("uid") in self._gone for ref in meta(body).get("ownerReferences") or []):
+            return  # a deleted kernel's pod, on its way out
         if event_type == "DELETED":
             self.pods[k].pop(meta(body)["name"], None)
         else:
@@ -129,6 +175,8 @@ class Controller:
                 raise
 
     def _remember(self, body: dict) -> None:
+        if meta(body).get("uid") in self._gone:
+            return
         k = key(body)
         old = self.kernels.get(k)
         if old is None or int(meta(body).get("resourceVersion", 0)) >= int(meta(old).get("resourceVersion", 0)):
@@ -205,14 +253,16 @@ class Controller:
             st = status(kernel)
             if st.get("launch") == launch and st.get("phase") == STOPPED:
                 return  # this launch ran and ended; a new launch needs spec.launch + 1
-            pod = await self._create_pod(kernel, rendering, image, launch)
-            self.metrics.pods_created.inc()
+            await self._create_pod(kernel, rendering, image, launch)
             await self._set_status(kernel, {"phase": STARTING, "reason": "", "launch": launch,
-                                            "pod": meta(pod)["name"], "podIP": None, "node": None, "exitCode": None,
+                                            "pod": wanted, "podIP": None, "node": None, "exitCode": None,
                                             "message": f"Starting on {rendering.description}.",
                                             "startedAt": now, "runningAt": None})
+            self._check_again(k)
             return
-        verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace)
+        events, node = await self._start_story(pod, now)
+        verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace,
+                           events, node)
         pod_status = pod.get("status") or {}
         update = {"phase": verdict.phase, "reason": verdict.reason, "message": verdict.message, "launch": launch,
                   "pod": meta(pod)["name"], "podIP": pod_status.get("podIP"), "node": pod.get("spec", {}).get("nodeName"),
@@ -223,6 +273,8 @@ class Controller:
             if started:
                 self.metrics.start_seconds.observe(max(now - started, 0))
         await self._set_status(kernel, update)
+        if verdict.phase == STARTING:
+            self._check_again(k)  # its message says how long, and why: keep the numbers true
         if verdict.phase == FAILED:
             self.metrics.launch_failures.labels(reason=verdict.reason).inc()
             await self.announce(kernel, "Warning", verdict.reason, verdict.message)
@@ -312,19 +364,66 @@ class Controller:
                 raise
             return None
 
-    async def _create_pod(self, kernel: dict, rendering, image: str, launch: int) -> dict:
+    async def _create_pod(self, kernel: dict, rendering, image: str, launch: int) -> None:
         body = render_pod(kernel, self.settings, rendering, image, launch)
         try:
             pod = await self.core.create_namespaced_pod(meta(kernel)["namespace"], body)
-            pod = self.core.api_client.sanitize_for_serialization(pod)
         except ApiException as e:
             if e.status != 409:
                 raise
-            pod = self.core.api_client.sanitize_for_serialization(
-                await self.core.read_namespaced_pod(meta(body)["name"], meta(kernel)["namespace"]))
+            return  # created before a restart of the operator: the pod watch delivers it
+        self.metrics.pods_created.inc()
+        pod = self.core.api_client.sanitize_for_serialization(pod)
         self.pods[key(kernel)].setdefault(meta(pod)["name"], pod)
         log.info("kernel %s/%s: pod %s created (launch %d)", *key(kernel), meta(pod)["name"], launch)
-        return pod
+
+    def _check_again(self, k: tuple[str, str]) -> None:
+        """Reconcile a starting kernel again in ``progress_interval`` (once at a time)."""
+        if k in self._rechecks:
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(self.settings.progress_interval)
+            self._rechecks.pop(k, None)
+            try:
+                await self.reconcile(k)
+            except Exception:
+                self.metrics.errors.inc()
+                log.exception("reconciling kernel %s/%s failed", *k)
+
+        self._rechecks[k] = asyncio.create_task(later())
+
+    async def _start_story(self, pod: dict, now: float) -> tuple[list[dict], dict | None]:
+        """For a pod placed on a node that has not started it yet: its Events, and the Node when no
+        container has been reported.  Each read at most once per ``progress_interval``; a read that
+        fails only makes the story shorter."""
+        spec_, st = pod.get("spec") or {}, pod.get("status") or {}
+        if st.get("phase") != "Pending" or not spec_.get("nodeName"):
+            return [], None
+        events: list[dict] = []
+        uid = meta(pod)["uid"]
+        read_at, cached = self._stories.get(uid, (0.0, []))
+        if now - read_at < self.settings.progress_interval:
+            events = cached
+        else:
+            try:
+                events, _ = await list_all(self.core.list_namespaced_event, meta(pod)["namespace"],
+                                           field_selector=f"involvedObject.uid={uid}")
+            except Exception as e:  # noqa: BLE001 (a courtesy: the story is shorter without them)
+                log.debug("could not read the events of pod %s: %s", meta(pod)["name"], e)
+            self._stories[uid] = (now, events)
+        node = None
+        if not st.get("containerStatuses"):
+            name = spec_["nodeName"]
+            read_at, node = self._nodes.get(name, (0.0, None))
+            if now - read_at >= self.settings.progress_interval:
+                try:
+                    node = self.core.api_client.sanitize_for_serialization(await self.core.read_node(name))
+                except Exception as e:  # noqa: BLE001
+                    log.debug("could not read node %s: %s", name, e)
+                    node = None
+                self._nodes[name] = (now, node)
+        return events, node
 
     async def _delete_pod(self, pod: dict, grace: int) -> None:
         try:
@@ -340,6 +439,8 @@ class Controller:
                 await self._delete_pod(pod, grace)
 
     async def _delete_kernel(self, kernel: dict, reason: str, message: str) -> None:
+        """Delete a kernel once: what arrives about it afterwards (its pods going, a late watch event)
+        finds it forgotten, so no second delete and no second Event."""
         ns, name = key(kernel)
         log.info("kernel %s/%s deleted: %s", ns, name, reason)
         self.metrics.orphans.inc()
@@ -351,6 +452,8 @@ class Controller:
         except ApiException as e:
             if e.status != 404:
                 raise
+        self._gone.add(meta(kernel)["uid"])
+        self._forget(key(kernel), meta(kernel)["uid"])
 
     async def announce(self, kernel: dict, type_: str, reason: str, message: str) -> None:
         """An Event on the GPUKernel (``kubectl describe gpukernel`` shows it)."""

@@ -91,8 +91,13 @@ class GPUPoolOperator(Configurable):
         fails.  0: fail at once with the scheduler's reason (set it higher where a cluster autoscaler adds
         GPU nodes).""").tag(config=True)
 
-    namespaces = List(Unicode(), default_value=[], help="Namespaces to serve; empty: the whole cluster.").tag(
-        config=True)
+    namespaces = List(Unicode(), default_value=[], help="""Namespaces whose kernels to serve (the kernels'
+        namespaces; the deployment names its kernels' namespace here).  Empty: GPUKernels anywhere in the
+        cluster, each namespace's kernel pods watched from its first kernel on.""").tag(config=True)
+
+    progress_interval = Float(5.0, help="""While a kernel starts, seconds between two looks at its pod: its
+        status.message says what the pod is waiting for (the image pull, its volumes, its node) and for
+        how long.""").tag(config=True)
 
     metrics_port = Int(9090, help="Port of the operator's Prometheus /metrics (0: off).").tag(config=True)
 
@@ -122,6 +127,7 @@ class OperatorSettings:
     unschedulable_grace: float
     namespaces: tuple[str, ...]
     metrics_port: int
+    progress_interval: float = 5.0
 
     @property
     def ports(self) -> dict[str, int]:
@@ -154,7 +160,7 @@ def operator_settings(op: GPUPoolOperator, pool: Settings) -> OperatorSettings:
     for key in op.resources:
         if key not in ("requests", "limits"):
             raise ConfigError(f"GPUPoolOperator.resources has an unknown key {key!r}; the keys are requests, limits")
-    for name in ("reconcile_interval", "heartbeat_timeout"):
+    for name in ("reconcile_interval", "heartbeat_timeout", "progress_interval"):
         if getattr(op, name) <= 0:
             raise ConfigError(f"GPUPoolOperator.{name} must be more than 0, not {getattr(op, name)}")
     if op.unschedulable_grace < 0:
@@ -167,5 +173,5 @@ def operator_settings(op: GPUPoolOperator, pool: Settings) -> OperatorSettings:
         image_pull_secrets=tuple(op.image_pull_secrets), run_as_user=op.run_as_user, run_as_group=op.run_as_group,
         fs_group=op.fs_group, network_policy=op.network_policy, reconcile_interval=op.reconcile_interval,
         heartbeat_timeout=op.heartbeat_timeout, unschedulable_grace=op.unschedulable_grace,
-        namespaces=tuple(op.namespaces), metrics_port=op.metrics_port,
+        namespaces=tuple(op.namespaces), metrics_port=op.metrics_port, progress_interval=op.progress_interval,
     )

@@ -49,14 +49,17 @@ class TestCluster:
     """``python -m testcluster`` in a subprocess: an API server, scheduler and kubelet."""
 
     local = True  # its pods are processes of this machine
-    namespace = NS
     user = "alice"  # the owner of the tests' kernels
 
-    def __init__(self, root: Path, nodes: list[dict] | None = None, images: list[str] | None = None):
+    def __init__(self, root: Path, nodes: list[dict] | None = None, images: list[str] | None = None,
+                 namespace: str = NS, port: int = 0, slow_images: dict[str, float] | None = None):
         self.root = root
         self.state = root / "cluster"
         self.nodes = nodes or [HAMI_NODE]
         self.images = images or ["quay.io/jupyter/*"]
+        self.slow_images = slow_images or {}
+        self.namespace = namespace
+        self.port = port
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -64,22 +67,52 @@ class TestCluster:
     def kubeconfig(self) -> str:
         return str(self.state / "kubeconfig")
 
+    def kubeconfig_for(self, identity: str) -> str:
+        """A kubeconfig whose bearer token is ``identity``: the audit log says who asked what."""
+        path = self.state / f"kubeconfig-{identity}"
+        config = json.loads(Path(self.kubeconfig).read_text())
+        config["users"] = [{"name": identity, "user": {"token": identity}}]
+        config["contexts"][0]["context"]["user"] = identity
+        path.write_text(json.dumps(config))
+        return str(path)
+
+    async def audit(self) -> list[dict]:
+        """Every resource request the API server served: user (bearer token), verb, resource, namespace."""
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{self.url}/testcluster/audit") as r:
+                return await r.json()
+
     def start(self) -> TestCluster:
         self.state.mkdir(parents=True, exist_ok=True)
         nodes = self.state / "nodes.json"
         nodes.write_text(json.dumps(self.nodes))
-        args = [sys.executable, "-m", "testcluster", "--state-dir", str(self.state), "--nodes", str(nodes)]
+        args = [sys.executable, "-m", "testcluster", "--state-dir", str(self.state), "--nodes", str(nodes),
+                "--port", str(self.port)]
         for image in self.images:
             args += ["--image", image]
+        for image, seconds in self.slow_images.items():
+            args += ["--slow-image", f"{image}={seconds}"]
         env = {**os.environ, "PYTHONPATH": str(HERE)}
-        self.log = open(self.state / "cluster.log", "wb")
+        self.log = open(self.state / "cluster.log", "ab")
         self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=self.log, cwd=str(self.root))
         line = self.proc.stdout.readline().decode()  # type: ignore[union-attr]
         if not line.startswith("testcluster ready"):
             self.stop()
             raise RuntimeError(f"the test cluster did not start: {line!r}; see {self.state / 'cluster.log'}")
         self.url = line.split()[-1]
+        self.port = int(self.url.rsplit(":", 1)[1])  # a restart comes back on the same address
         return self
+
+    def crash(self) -> None:
+        """SIGKILL: the API server dies mid-response, its watch streams cut off (and its state lost,
+        as a real API server's is not: a test puts back what it needs)."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()  # type: ignore[union-attr]
+        self.log.close()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -111,12 +144,12 @@ class RealCluster:
 
     local = False
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, kubeconfig: str | None = None):
         import uuid
 
         self.root = root
         self.state = root / "cluster"
-        self.kubeconfig = os.environ["KUBECONFIG"].split(os.pathsep)[0]
+        self.kubeconfig = kubeconfig or os.environ["KUBECONFIG"].split(os.pathsep)[0]
         self.namespace = f"gpu-pool-test-{uuid.uuid4().hex[:8]}"
         self.user = self.namespace  # quotas are cluster-wide: the tests touch only their own user's
         self.url = ""

@@ -102,7 +102,9 @@ async def test_a_killed_server_leaves_no_kernel_behind_once_the_reconcile_interv
     assert timeout - beat - 0.2 <= took <= timeout + interval + 3
     if cluster.local:
         await wait_until(lambda: not pod_processes(pod["metadata"]["name"]), timeout=10, what="the kernel process")
-    assert "ServerGone" in {e.reason for e in (await kube.core.list_namespaced_event(cluster.namespace)).items}
+    gone = [e for e in (await kube.core.list_namespaced_event(cluster.namespace)).items if e.reason == "ServerGone"]
+    assert len(gone) == 1, [e.message for e in gone]  # deleted once: one Event, no second delete
+    assert operator.logs().count("deleted: ServerGone") == 1
 
 
 async def _none(coro) -> bool:
