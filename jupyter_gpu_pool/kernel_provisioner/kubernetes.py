@@ -179,8 +179,8 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                     raise KernelStartRefused(e.status if e.status in (400, 403, 422) else 503,
                                              f"The cluster refused the kernel: {e.reason}: {_api_message(e)}",
                                              "cluster_refused") from e
-                existing = await session.custom.get_namespaced_custom_object(GROUP, VERSION, session.namespace,
-                                                                             KERNELS, self.name)
+                # It exists already (this server's watch had not shown it yet): wait for the watch.
+                existing = await session.wait_for(self.name, lambda b: b is not None, 30)
         self.launch = int(existing["spec"]["launch"]) + 1
         patched = await session.custom.patch_namespaced_custom_object(
             GROUP, VERSION, session.namespace, KERNELS, self.name,
@@ -248,25 +248,44 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         kwargs.setdefault("cmd", [])
         return kwargs
 
+    async def _wait_for_pod(self, started: float) -> dict | None:
+        """Until this launch's pod runs, fails or is gone; every ``progress_interval`` the server's log
+        says what the pod is doing (the operator's status.message: pulling the image for N s, ...)."""
+        session, settings = self.session, self._settings
+        assert session is not None and settings is not None
+        while True:
+            left = settings.launch_timeout - (time.monotonic() - started)
+            if left <= 0:
+                raise KernelStartRefused(504, self._timeout_message(time.monotonic() - started), "launch_timeout")
+            try:
+                return await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",
+                                              min(left, settings.progress_interval))
+            except asyncio.TimeoutError:
+                said = _status(self.kernel).get("message") or "no word from the operator yet"
+                log.info("kernel %s: still starting after %.0f s: %s", self.kernel_id, time.monotonic() - started,
+                         said)
+
+    def _timeout_message(self, waited: float) -> str:
+        where = f"GPUKernel {self.session.namespace}/{self.name}" if self.session else f"GPUKernel {self.name}"
+        st = _status(self.kernel)
+        if not st:
+            return (f"The kernel did not start: in {waited:.0f} s the jupyter-gpu-pool operator did not take up "
+                    f"its {where}. Is the operator running, and serving this namespace? Ask your admin.")
+        return (f"The kernel did not start within {waited:.0f} s ({where}). The cluster's last word: "
+                f"{st.get('message') or st.get('phase')} Try again later, or ask your admin.")
+
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict:
         session = await self._session()
         settings = self._settings
         assert settings is not None
         env = kwargs.get("env") or {}
-        deadline = time.monotonic() + settings.launch_timeout
+        started = time.monotonic()
         self.timings = {"requested": time.time()}
         try:
             # The notebook as its user knows it, relative to the server's root, as gpu-pool names it.
             await self._request_launch(GPUPoolProvisioner._notebook(self, env.get("JPY_SESSION_NAME", "")))
             self.timings["created"] = time.time()
-            try:
-                body = await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",
-                                              settings.launch_timeout)
-            except asyncio.TimeoutError:
-                said = _status(self.kernel).get("message", "no word from the operator")
-                raise KernelStartRefused(504, f"The kernel did not start within {settings.launch_timeout:.0f}s "
-                                         f"({said}). Is the jupyter-gpu-pool operator running?",
-                                         "launch_timeout") from None
+            body = await self._wait_for_pod(started)
             state = self._launch_state(body)
             if state != "running":
                 st = _status(body)
@@ -275,9 +294,10 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 raise KernelStartRefused(_STATUS_OF.get(reason, 500), message, reason)
             self.timings["running"] = time.time()
             info = await self._connection_info(body)  # type: ignore[arg-type]
-            ready = asyncio.create_task(self._confirm_ready(info, max(deadline - time.monotonic(), 1.0)))
+            left = max(settings.launch_timeout - (time.monotonic() - started), 1.0)
+            ready = asyncio.create_task(self._confirm_ready(info, left))
             died = asyncio.create_task(session.wait_for(self.name, lambda b: self._launch_state(b) != "running",
-                                                        settings.launch_timeout))
+                                                        left))
             done, _ = await asyncio.wait([ready, died], return_when=asyncio.FIRST_COMPLETED)
             for task in (ready, died):
                 task.cancel()
@@ -285,7 +305,8 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 st = _status(self.kernel)
                 why = st.get("message") or (str(ready.exception()) if ready in done and ready.exception() else
                                             "it stopped")
-                raise KernelStartRefused(500, f"The kernel's pod runs but the kernel did not answer: {why}",
+                raise KernelStartRefused(500, f"The kernel's pod runs but the kernel did not answer within "
+                                         f"{time.monotonic() - started:.0f} s of the start: {why}",
                                          st.get("reason") or "not_ready")
         except BaseException:
             await self._delete()

@@ -23,8 +23,6 @@ from ..cluster.resources import CRASHED, EXITED, FAILED, IMAGE_PULL, PREEMPTED, 
 
 _PULL = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable")
 _CREATE = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff")
-_STORY = ("Pulling", "Pulled", "FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox", "Created", "Started",
-          "Scheduled")
 
 # Reasons of a start under way (status.reason while the phase is Starting).
 NODE_NOT_READY, PULLING, MOUNTING, CREATING = "NodeNotReady", "PullingImage", "MountingVolumes", "ContainerCreating"
@@ -63,6 +61,16 @@ def _last_time(event: dict) -> str | None:
     return series.get("lastObservedTime") or event.get("lastTimestamp") or _event_time(event)
 
 
+def _key(event: dict) -> float:
+    return timestamp(_last_time(event))
+
+
+def _latest(events: list[dict], *reasons: str) -> dict | None:
+    """The most recent of the events with these reasons (by when it was last seen)."""
+    found = [e for e in events if e.get("reason") in reasons]
+    return max(found, key=_key) if found else None
+
+
 def _node_not_ready(node: dict | None) -> dict | None:
     """The node's Ready condition when it is not True (the node is down, or not yet up)."""
     if not node:
@@ -87,21 +95,23 @@ def _starting(pod: dict, container: dict, now: float, events: list[dict], node: 
                        f"({said or 'Ready: ' + str(not_ready.get('status'))}), so nothing starts there until it "
                        "recovers. If it does not, Kubernetes evicts the pod after its not-ready toleration "
                        "(300 s by default); ask your admin about the node.")
-    story = sorted((e for e in events if e.get("reason") in _STORY), key=lambda e: _last_time(e) or "")
-    last = story[-1] if story else None
-    if last is not None and last["reason"] == "Pulling":
+    pulling, pulled = _latest(events, "Pulling"), _latest(events, "Pulled", "Failed", "BackOff")
+    mount = _latest(events, "FailedMount", "FailedAttachVolume")
+    sandbox = _latest(events, "FailedCreatePodSandBox")
+    later = _latest(events, "Pulling", "Pulled", "Created", "Started")
+    if pulling is not None and (pulled is None or _key(pulled) < _key(pulling)):
         image = container.get("image") or (spec.get("containers") or [{}])[0].get("image", "")
         return Verdict(STARTING, PULLING,
-                       f"Node {where!r} is pulling the kernel image {image!r}: {_since(_event_time(last), now)} s "
+                       f"Node {where!r} is pulling the kernel image {image!r}: {_since(_event_time(pulling), now)} s "
                        "so far (a large image can take minutes the first time on a node).")
-    if last is not None and last["reason"] in ("FailedMount", "FailedAttachVolume"):
+    if mount is not None and (later is None or _key(later) < _key(mount)):
         return Verdict(STARTING, MOUNTING,
-                       f"Node {where!r} cannot mount the kernel's volumes yet ({_since(_event_time(last), now)} s so "
-                       f"far): {last.get('message', '')}")
-    if last is not None and last["reason"] == "FailedCreatePodSandBox":
+                       f"Node {where!r} cannot mount the kernel's volumes yet ({_since(_event_time(mount), now)} s "
+                       f"so far): {mount.get('message', '')}")
+    if sandbox is not None and (later is None or _key(later) < _key(sandbox)):
         return Verdict(STARTING, CREATING,
                        f"Node {where!r} cannot create the kernel's pod sandbox yet ({placed} s so far): "
-                       f"{last.get('message', '')}")
+                       f"{sandbox.get('message', '')}")
     waiting = (container.get("state") or {}).get("waiting") or {}
     if container or where:
         what = f"node {where!r}" if where else "its node"

@@ -115,26 +115,37 @@ async def operator(cluster, operator_factory) -> OperatorProcess:
 
 
 @pytest.fixture
-def server_config(jp_environ, jp_config_dir, cluster):
-    """The Jupyter side: the pool's config (profiles, owner, where kernels go) and kernelspecs."""
+def configure_server(jp_environ, jp_config_dir):
+    """Write the Jupyter side for a cluster: the pool's config (profiles, owner, where kernels go) and
+    the gpu-pool-kubernetes kernelspecs; ``settings`` override (``GPUPoolKubernetes.launch_timeout=5``)."""
     from pathlib import Path
 
     from jupyter_gpu_pool.config import load_settings
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
 
-    settings = {
-        "GPUPool.profiles": PROFILES,
-        "GPUPool.owner": cluster.user,
-        "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig,
-        "GPUPoolKubernetes.namespace": cluster.namespace,
-        "GPUPoolKubernetes.server_id": "alice-server",
-        "GPUPoolKubernetes.heartbeat_interval": 0.5,
-        "GPUPoolKubernetes.launch_timeout": 60.0,
-    }
-    write_pool_config(Path(jp_config_dir), **settings)
-    kernelspecs.install(list(load_settings().profiles.values()), prefix_name="gpu-pool-kubernetes", user=True,
-                        provisioner="gpu-pool-kubernetes")
-    return settings
+    def configure(cluster, **extra) -> dict:
+        settings = {
+            "GPUPool.profiles": PROFILES,
+            "GPUPool.owner": cluster.user,
+            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig,
+            "GPUPoolKubernetes.namespace": cluster.namespace,
+            "GPUPoolKubernetes.server_id": "alice-server",
+            "GPUPoolKubernetes.heartbeat_interval": 0.5,
+            "GPUPoolKubernetes.launch_timeout": 60.0,
+            **extra,
+        }
+        write_pool_config(Path(jp_config_dir), **settings)
+        kernelspecs.install(list(load_settings().profiles.values()), prefix_name="gpu-pool-kubernetes", user=True,
+                            provisioner="gpu-pool-kubernetes")
+        return settings
+
+    return configure
+
+
+@pytest.fixture
+def server_config(configure_server, cluster):
+    """The Jupyter side, on the test's cluster."""
+    return configure_server(cluster)
 
 
 @pytest.fixture

@@ -359,8 +359,10 @@ class PodRunner:
                 self.event("Normal", "Pulled", f'Container image "{image}" already present on machine')
                 return True
             self.event("Normal", "Pulling", f'Pulling image "{image}"')
-            if await self.pause(seconds):
-                return False
+            done = asyncio.get_running_loop().time() + seconds
+            while (left := done - asyncio.get_running_loop().time()) > 0:
+                if await self.pause(left):
+                    return False
             self.event("Normal", "Pulled", f'Successfully pulled image "{image}" in {seconds:g}s')
             return True
         message = (f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and unpack '
