@@ -143,6 +143,8 @@ def render_network_policy(kernel: dict, settings: OperatorSettings) -> dict:
                           "kubernetes.io/metadata.name": server.get("namespace") or meta(kernel)["namespace"]}}}],
             "ports": [{"protocol": "TCP", "port": number} for number in settings.ports.values()],
         })
+    policy = {"podSelector": {"matchLabels": {LABEL_KERNEL: name}}, "policyTypes": ["Ingress"]}
+    if ingress:  # no rule at all admits nobody (an empty list is what the API server would drop anyway)
+        policy["ingress"] = ingress
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(kernel, policy_name(name)),
-            "spec": {"podSelector": {"matchLabels": {LABEL_KERNEL: name}}, "policyTypes": ["Ingress"],
-                     "ingress": ingress}}
+            "spec": policy}
