@@ -79,4 +79,17 @@ def policy_name(kernel: str) -> str:
     return f"{kernel}-ingress"
 
 
+_DNS_OK = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+
+
+def claim_template_name(profile: str) -> str:
+    """The ResourceClaimTemplate of a profile (the ``dra`` backend): ``gpu-pool-<profile>``, made a valid
+    object name (lower case, a hash where characters had to change)."""
+    if _DNS_OK.match(profile):
+        return f"gpu-pool-{profile}"
+    digest = hashlib.sha256(profile.encode()).hexdigest()[:8]
+    safe = re.sub(r"[^a-z0-9-]+", "-", profile.lower()).strip("-")[:30].strip("-")
+    return f"gpu-pool-{safe}-{digest}" if safe else f"gpu-pool-{digest}"
+
+
 CONNECTION_FILE = "connection.json"  # the key of the kernel's Secret that holds its connection file

@@ -63,6 +63,8 @@ KERNEL_SCHEMA = {
                     "description": "The GPU granted: what the pod asked the cluster for, and where it runs.",
                     "properties": {"sharing": _STR,
                                    "resources": {"type": "object", "additionalProperties": _STR},
+                                   "claimTemplate": {**_STR, "description": "dra: the ResourceClaimTemplate the "
+                                                     "kernel's pod claims its devices from."},
                                    "devices": _NAMES},
                 },
                 "usage": {

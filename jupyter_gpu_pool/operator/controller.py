@@ -33,12 +33,14 @@ from ..pool import PoolError, QuotaExceeded
 from ..pool.policy import PolicyError, parse_policy
 from ..cluster import resources
 from ..cluster.quotas import read_quotas
+from ..cluster.resources import claim_template_name
 from ..cluster.watch import list_all, list_and_watch
 from . import admission
 from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
 from .diagnosis import diagnose
 from ..cluster.kernels import key, meta, spec, status
-from .manifests import new_key, render_network_policy, render_pod, render_secret
+from .manifests import (MANAGER, PROFILE_ANNOTATION, new_key, render_claim_templates, render_network_policy,
+                        render_pod, render_secret)
 from .metrics import OperatorMetrics
 from .settings import OperatorSettings
 
@@ -57,6 +59,7 @@ class Controller:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.net = client.NetworkingV1Api(api)
+        self.resource = client.ResourceV1Api(api)
         self.metrics = metrics or OperatorMetrics()
         self.clock = clock
         self.kernels: dict[tuple[str, str], dict] = {}
@@ -74,6 +77,7 @@ class Controller:
         self._pod_watches: dict[str, asyncio.Task] = {}  # namespace -> its kernel-pod watch
         self._stories: dict[str, tuple[float, list[dict]]] = {}  # pod uid -> (read at, its Events)
         self._nodes: dict[str, tuple[float, dict | None]] = {}  # node name -> (read at, the Node)
+        self._templates_ok: set[str] = set()  # dra: namespaces whose ResourceClaimTemplates are as rendered
 
     # -- intake (from the watches) ----------------------------------------------------------------
 
@@ -184,6 +188,7 @@ class Controller:
 
     async def sweep(self) -> None:
         """Reconcile every kernel (orphans, pods that vanished, grace periods that ran out)."""
+        self._templates_ok.clear()  # dra: look at the claim templates again (someone may have deleted one)
         for k in list(self.kernels):
             try:
                 await self.reconcile(k)
@@ -253,6 +258,8 @@ class Controller:
             st = status(kernel)
             if st.get("launch") == launch and st.get("phase") == STOPPED:
                 return  # this launch ran and ended; a new launch needs spec.launch + 1
+            if rendering.claim is not None:
+                await self.ensure_claim_templates(k[0])
             await self._create_pod(kernel, rendering, image, launch)
             await self._set_status(kernel, {"phase": STARTING, "reason": "", "launch": launch,
                                             "pod": wanted, "podIP": None, "node": None, "exitCode": None,
@@ -327,6 +334,8 @@ class Controller:
                 return None
             self.metrics.admissions.labels(result="admitted").inc()
             gpu = {"sharing": self.settings.sharing.backend, "resources": dict(rendering.limits)}
+            if rendering.claim is not None:
+                gpu["claimTemplate"] = claim_template_name(profile)
             kernel = await self._set_status(kernel, {"admitted": admitted, "phase": STARTING, "reason": "",
                                                      "message": f"Admitted: {rendering.description}.", "gpu": gpu,
                                                      "observedGeneration": meta(kernel).get("generation")})
@@ -376,6 +385,39 @@ class Controller:
         pod = self.core.api_client.sanitize_for_serialization(pod)
         self.pods[key(kernel)].setdefault(meta(pod)["name"], pod)
         log.info("kernel %s/%s: pod %s created (launch %d)", *key(kernel), meta(pod)["name"], launch)
+
+    async def ensure_claim_templates(self, namespace: str) -> None:
+        """dra: the namespace's ResourceClaimTemplates are those rendered from the profiles (a template's
+        spec cannot change: a changed one is deleted and made again; one of a removed profile goes)."""
+        if namespace in self._templates_ok:
+            return
+        wanted = {meta(t)["name"]: t for t in render_claim_templates(self.settings, namespace)}
+        existing, _ = await list_all(self.resource.list_namespaced_resource_claim_template, namespace,
+                                     label_selector=f"{resources.LABEL_MANAGED_BY}={MANAGER}")
+        have = {meta(t)["name"]: t for t in existing}
+        for name in set(have) - set(wanted):
+            await self._delete_template(namespace, name)
+        for name, template in wanted.items():
+            current = have.get(name)
+            if current is not None and current.get("spec") == template["spec"]:
+                continue
+            if current is not None:
+                await self._delete_template(namespace, name)
+            try:
+                await self.resource.create_namespaced_resource_claim_template(namespace, template)
+                log.info("ResourceClaimTemplate %s/%s written for profile %s", namespace, name,
+                         meta(template)["annotations"][PROFILE_ANNOTATION])
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        self._templates_ok.add(namespace)
+
+    async def _delete_template(self, namespace: str, name: str) -> None:
+        try:
+            await self.resource.delete_namespaced_resource_claim_template(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     def _check_again(self, k: tuple[str, str]) -> None:
         """Reconcile a starting kernel again in ``progress_interval`` (once at a time)."""

@@ -137,6 +137,12 @@ def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
             since = timestamp(scheduled.get("lastTransitionTime")) or now
             said = scheduled.get("message", "")
+            if now - since >= unschedulable_grace and "claim" in said:  # dra: the device claim cannot be met
+                return Verdict(FAILED, UNSCHEDULABLE,
+                               f"No GPU device for profile {profile!r} ({slice_text}) can be allocated right now: "
+                               "every device of that kind in the cluster is taken, or none has it (the scheduler "
+                               f"says: {said}) Try again in a few minutes, pick another profile, or shut down a "
+                               "kernel you no longer need.")
             if now - since >= unschedulable_grace:
                 return Verdict(FAILED, UNSCHEDULABLE,
                                f"No GPU slice is free for profile {profile!r} ({slice_text}): the cluster has no "

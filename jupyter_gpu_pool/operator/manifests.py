@@ -14,6 +14,7 @@ import secrets
 
 from ..cluster.resources import (
     API_VERSION,
+    CONNECTION_FILE,
     KERNEL_COMPONENT,
     KERNEL_KIND,
     LABEL_COMPONENT,
@@ -24,16 +25,19 @@ from ..cluster.resources import (
     LABEL_PART_OF,
     LABEL_SERVER,
     PART_OF,
+    claim_template_name,
     label_value,
     pod_name,
     policy_name,
     secret_name,
 )
 from ..cluster.kernels import meta, spec
-from .settings import CONNECTION_DIR, CONNECTION_FILE, OperatorSettings
-from .sharing import Rendering
+from .settings import CONNECTION_DIR, OperatorSettings
+from .sharing import CLAIM, Rendering
 
 MANAGER = "jupyter-gpu-pool-operator"
+PROFILE_ANNOTATION = f"{LABEL_KERNEL}-profile"
+GPU_ANNOTATION = f"{LABEL_KERNEL}-gpu"
 
 
 def new_key() -> str:
@@ -76,10 +80,31 @@ def render_secret(kernel: dict, settings: OperatorSettings, key: str) -> dict:
 def _resources(settings: OperatorSettings, rendering: Rendering) -> dict:
     requests = dict(settings.resources.get("requests") or {})
     limits = {**(settings.resources.get("limits") or {}), **rendering.limits}
-    out = {"limits": limits}
+    out: dict = {}
+    if limits:
+        out["limits"] = limits
     if requests:
         out["requests"] = requests
+    if rendering.claim is not None:
+        out["claims"] = [{"name": CLAIM}]
     return out
+
+
+def render_claim_templates(settings: OperatorSettings, namespace: str) -> list[dict]:
+    """The ``dra`` backend's ResourceClaimTemplates: one per profile, in a namespace of kernels.  Each
+    kernel pod gets a claim of its own from its profile's template (the resource claim controller makes
+    it, owned by the pod, and deletes it when the pod is done)."""
+    templates = []
+    for name, rendering in sorted(settings.renderings.items()):
+        if rendering.claim is None:
+            continue
+        templates.append({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": claim_template_name(name), "namespace": namespace,
+                         "labels": {LABEL_PART_OF: PART_OF, LABEL_MANAGED_BY: MANAGER},
+                         "annotations": {PROFILE_ANNOTATION: name, GPU_ANNOTATION: rendering.description}},
+            "spec": {"spec": rendering.claim}})
+    return templates
 
 
 def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, image: str, launch: int) -> dict:
@@ -90,8 +115,7 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
     env.append({"name": "JUPYTER_GPU_POOL_KERNEL", "value": name})
     pod_meta = _meta(kernel, pod_name(name, launch))
     pod_meta["labels"][LABEL_LAUNCH] = str(launch)
-    pod_meta["annotations"] = {f"{LABEL_KERNEL}-profile": spec(kernel)["profile"],
-                               f"{LABEL_KERNEL}-gpu": rendering.description}
+    pod_meta["annotations"] = {PROFILE_ANNOTATION: spec(kernel)["profile"], GPU_ANNOTATION: rendering.description}
     pod_spec: dict = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -123,6 +147,9 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
         pod_spec["runtimeClassName"] = settings.runtime_class_name
     if settings.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
+    if rendering.claim is not None:
+        pod_spec["resourceClaims"] = [{"name": CLAIM,
+                                       "resourceClaimTemplateName": claim_template_name(spec(kernel)["profile"])}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
 
 

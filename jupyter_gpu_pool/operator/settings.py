@@ -16,10 +16,10 @@ from traitlets.config import Configurable
 
 from ..config import ConfigError, Settings
 from ..pool import Profile, parse_size
-from .sharing import BACKENDS, HAMI, MigProfile, Rendering, Sharing, SharingError, render
+from .sharing import BACKENDS, DRA, DRA_MIG, DRA_SHARES, HAMI, MIG, TIME_SLICE_INTERVALS, MigProfile, Rendering, \
+    Sharing, SharingError, render
 
 CONNECTION_DIR = "/var/run/jupyter-gpu-pool"
-CONNECTION_FILE = "connection.json"
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
 
 
@@ -28,7 +28,26 @@ class GPUPoolOperator(Configurable):
 
     sharing = Enum(list(BACKENDS), default_value=HAMI, help="""The cluster's GPU sharing: 'hami' (HAMi:
         nvidia.com/gpumem and gpucores), 'mps' or 'time-slicing' (NVIDIA device plugin replicas), 'mig'
-        (nvidia.com/mig-<profile>), or 'whole' (a whole GPU per kernel).""").tag(config=True)
+        (nvidia.com/mig-<profile>), 'whole' (a whole GPU per kernel), or 'dra' (Dynamic Resource
+        Allocation with NVIDIA's DRA driver: one ResourceClaimTemplate per profile).""").tag(config=True)
+
+    dra_slices = Enum([DRA_MIG, DRA_SHARES], default_value=DRA_MIG, help="""'dra': how a slice (a profile that
+        is not whole GPUs) is held: 'mig', the smallest MIG device of mig_profiles that covers it (the
+        nodes' GPUs partitioned into MIG devices); or 'shares', its memory of a GPU shared through
+        consumable capacity (Kubernetes' DRAConsumableCapacity feature gate and the driver's ConsumableShares
+        gate with consumableShares=memory; both alpha, off by default).""").tag(config=True)
+
+    dra_device_class = Unicode("gpu.nvidia.com", help="'dra': the DeviceClass of whole GPUs.").tag(config=True)
+
+    dra_mig_device_class = Unicode("mig.nvidia.com", help="'dra': the DeviceClass of MIG devices.").tag(
+        config=True)
+
+    dra_driver = Unicode("gpu.nvidia.com", help="""'dra': the DRA driver's name (its device attributes' domain,
+        and the driver of its opaque configuration).""").tag(config=True)
+
+    dra_time_slice_interval = Enum(["", *TIME_SLICE_INTERVALS], default_value="", help="""'dra': the driver's
+        time-slice interval on GPU devices (GpuConfig sharing strategy TimeSlicing; needs the driver's
+        TimeSlicingSettings gate, alpha, off by default).  Empty: the driver's default.""").tag(config=True)
 
     gpu_memory = Unicode("", help="""Memory of one GPU, such as '80GiB'.  Needed by 'mps' and
         'time-slicing' (what one replica holds) and to count whole GPUs against memory quotas.""").tag(config=True)
@@ -42,8 +61,9 @@ class GPUPoolOperator(Configurable):
     whole_resource = Unicode("nvidia.com/gpu", help="The resource name of a whole GPU.").tag(config=True)
 
     mig_profiles = List(Unicode(), default_value=["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
-                        help="""'mig': the MIG profiles the nodes offer (nvidia.com/mig-<name>); a kernel
-        gets the smallest that covers its slice.""").tag(config=True)
+                        help="""'mig' (and 'dra' with MIG slices): the MIG profiles the nodes offer
+        (nvidia.com/mig-<name>, or MIG devices of that profile); a kernel gets the smallest that covers its
+        slice.""").tag(config=True)
 
     kernel_image = Unicode("quay.io/jupyter/pytorch-notebook:cuda12-latest", help="""The image kernels run in
         when the kernel does not name one.  It needs ipykernel.""").tag(config=True)
@@ -144,8 +164,11 @@ def operator_settings(op: GPUPoolOperator, pool: Settings) -> OperatorSettings:
     except ValueError as e:
         raise ConfigError(f"GPUPoolOperator.gpu_memory: {e}") from None
     try:
-        mig = tuple(MigProfile.parse(p) for p in op.mig_profiles) if op.sharing == "mig" else ()
-        sharing = Sharing(op.sharing, gpu_memory, op.replicas, op.shared_resource, op.whole_resource, mig)
+        uses_mig = op.sharing == MIG or (op.sharing == DRA and op.dra_slices == DRA_MIG)
+        mig = tuple(MigProfile.parse(p) for p in op.mig_profiles) if uses_mig else ()
+        sharing = Sharing(op.sharing, gpu_memory, op.replicas, op.shared_resource, op.whole_resource, mig,
+                          dra_slices=op.dra_slices, dra_driver=op.dra_driver, dra_gpu_class=op.dra_device_class,
+                          dra_mig_class=op.dra_mig_device_class, dra_time_slice_interval=op.dra_time_slice_interval)
         renderings = {name: render(p, sharing) for name, p in pool.profiles.items()}
     except SharingError as e:
         raise ConfigError(f"GPUPoolOperator.sharing={op.sharing!r}: {e}") from None

@@ -291,6 +291,10 @@ class Kube:
                 objects += listing["items"]
         return objects
 
+    async def get(self, path: str) -> dict:
+        """GET any API path (raw JSON)."""
+        return await self._get(path)
+
     async def _get(self, path: str) -> dict:
         import json as _json
 

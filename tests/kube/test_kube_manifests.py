@@ -16,13 +16,13 @@ from testcluster.store import Kind, prune, validate_custom
 from jupyter_gpu_pool.config import ConfigError, GPUPool, settings_from
 from jupyter_gpu_pool.operator.app import OperatorApp
 from jupyter_gpu_pool.cluster.schema import crd_manifests
-from jupyter_gpu_pool.operator.manifests import render_network_policy, render_pod, render_secret
+from jupyter_gpu_pool.operator.manifests import render_claim_templates, render_network_policy, render_pod, render_secret
 from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
 from jupyter_gpu_pool.operator.sharing import MigProfile, Sharing, SharingError, render
 from jupyter_gpu_pool.pool import parse_profile
 
 K8S = "1.34.0"
-OVERLAYS = ["hami", "mps", "time-slicing", "mig", "whole"]
+OVERLAYS = ["hami", "mps", "time-slicing", "mig", "whole", "dra"]
 H100_MIG = tuple(MigProfile.parse(p) for p in ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"))
 
 
@@ -63,6 +63,46 @@ def test_each_backend_renders_a_slice_as_its_resources_and_holds_what_it_grants(
     assert r.env["JUPYTER_GPU_POOL_SHARING"] == sharing.backend and r.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 
 
+DRA_MIG = Sharing("dra", 80 * GiB, mig_profiles=H100_MIG)
+DRA_SHARES = Sharing("dra", 80 * GiB, dra_slices="shares", dra_time_slice_interval="Short")
+
+
+def only_request(rendering) -> dict:
+    [request] = rendering.claim["devices"]["requests"]
+    assert request["name"] == "gpu" and rendering.limits == {}
+    return request["exactly"]
+
+
+@pytest.mark.parametrize("sharing, slice_text, exactly, memory, sm", [
+    (DRA_MIG, "2 x whole", {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2},
+     160 * GiB, 200),
+    (DRA_MIG, "10GiB", {"deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                        "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == "
+                                                             "'1g.10gb'"}}]}, 10 * GiB, 14),
+    (DRA_MIG, "20GiB,50%", {"deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                            "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == "
+                                                                 "'4g.40gb'"}}]}, 40 * GiB, 57),
+    (DRA_SHARES, "10GiB", {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                           "capacity": {"requests": {"memory": "10240Mi"}}}, 10 * GiB, 0),
+])
+def test_the_dra_backend_renders_a_profile_as_one_device_request(sharing, slice_text, exactly, memory, sm):
+    r = render(profile(slice_text), sharing)
+    assert only_request(r) == exactly
+    assert (r.memory, r.sm_percent) == (memory, sm)
+    config = r.claim["devices"].get("config")
+    if sharing is DRA_SHARES:  # the driver's time-slicing interval, on GPU devices
+        assert config == [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}}}}}]
+    else:
+        assert config is None
+
+
+def test_consumable_capacity_cannot_hold_an_sm_share():
+    with pytest.raises(SharingError, match="consumable capacity shares a GPU's memory, not its SMs"):
+        render(profile("20GiB,50%"), DRA_SHARES)
+
+
 def test_time_slicing_gives_frameworks_soft_caps_of_the_slice():
     r = render(profile("20GiB"), Sharing("time-slicing", 80 * GiB, replicas=4))
     assert r.env["CUPY_GPU_MEMORY_LIMIT"] == str(20 * GiB) and r.env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.2500"
@@ -88,6 +128,7 @@ def test_a_slice_the_backend_cannot_hold_is_refused_naming_the_profile(sharing, 
     ({"run_as_user": 0}, "never run as root"),
     ({"kernel_command": ["python", "-m", "ipykernel_launcher"]}, "must contain {connection_file}"),
     ({"port_base": 80}, "port_base"),
+    ({"sharing": "dra", "mig_profiles": []}, "the dra backend's MIG slices need the MIG devices"),
 ])
 def test_bad_operator_settings_are_refused_with_the_setting_named(settings, words):
     pool = settings_from(GPUPool(profiles=PROFILES))
@@ -114,6 +155,7 @@ BACKEND_SETTINGS = {
                      "shared_resource": "nvidia.com/gpu.shared"},
     "mig": {"sharing": "mig", "gpu_memory": "80GiB"},
     "whole": {"sharing": "whole", "gpu_memory": "80GiB"},
+    "dra": {"sharing": "dra", "gpu_memory": "80GiB", "dra_time_slice_interval": "Long"},
 }
 NO_SM = {"small": PROFILES["small"], "big": {"slice": "30GiB"}, "whole": PROFILES["whole"]}
 
@@ -126,11 +168,19 @@ def test_every_object_the_operator_renders_is_valid_for_every_backend(backend):
     k = kernel()
     objects = [render_secret(k, settings, "0" * 64), render_network_policy(k, settings),
                render_network_policy(kernel(server=False), settings)]
-    objects += [render_pod(k, settings, settings.renderings[p], settings.kernel_image, 1) for p in profiles]
-    for obj in objects:
-        kubernetes_validate.validate(obj, K8S, strict=True)
-    for pod in objects[3:]:
-        assert any(k.startswith("nvidia.com/") for k in pod["spec"]["containers"][0]["resources"]["limits"])
+    pods = [render_pod(k, settings, settings.renderings[p], settings.kernel_image, 1) for p in profiles]
+    templates = render_claim_templates(settings, "jhub-kernels")
+    for obj in objects + pods + templates:
+        kubernetes_validate.validate(obj, K8S, strict=True)  # resource.k8s.io/v1 included
+    for pod in pods:
+        resources = pod["spec"]["containers"][0]["resources"]
+        if backend == "dra":  # a claim from its profile's template, and no device-plugin limit
+            assert resources["claims"] == [{"name": "gpu"}] and "nvidia.com/gpu" not in resources["limits"]
+            [claim] = pod["spec"]["resourceClaims"]
+            assert claim["resourceClaimTemplateName"] in {t["metadata"]["name"] for t in templates}
+        else:
+            assert any(k.startswith("nvidia.com/") for k in resources["limits"]) and templates == []
+    assert len(templates) == (len(profiles) if backend == "dra" else 0)
 
 
 def test_the_key_is_rendered_into_the_secret_only():

@@ -19,6 +19,7 @@ from pathlib import Path
 from aiohttp import web
 
 from .apiserver import ApiServer
+from .dra import ClaimController, nvidia_device_classes, resource_slice
 from .kubelet import Kubelet
 from .scheduler import Scheduler
 from .store import Store, now_rfc3339
@@ -61,6 +62,12 @@ async def main(args) -> None:
     nodes = json.loads(Path(args.nodes).read_text()) if args.nodes else DEFAULT_NODES
     for spec in nodes:
         store.create(store.kind("", "v1", "nodes"), None, node_object(spec))
+    if any(spec.get("dra") for spec in nodes):  # what NVIDIA's DRA driver (chart and kubelet plugin) publishes
+        for device_class in nvidia_device_classes():
+            store.create(store.kind("resource.k8s.io", "v1", "deviceclasses"), None, device_class)
+        for spec in nodes:
+            if spec.get("dra"):
+                store.create(store.kind("resource.k8s.io", "v1", "resourceslices"), None, resource_slice(spec))
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     slow = {p: float(s) for p, _, s in (x.rpartition("=") for x in args.slow_image or [])}
@@ -79,7 +86,8 @@ async def main(args) -> None:
             store.collect_garbage()
             await asyncio.sleep(0.25)
 
-    tasks = [asyncio.create_task(t) for t in (Scheduler(store).run(), kubelet.run(), collect())]
+    tasks = [asyncio.create_task(t) for t in (Scheduler(store).run(), kubelet.run(), ClaimController(store).run(),
+                                              collect())]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

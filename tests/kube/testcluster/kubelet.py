@@ -467,6 +467,9 @@ class PodRunner:
         path = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
         proc_env = {"PATH": path, "HOME": str(home), "HOSTNAME": self.pod["metadata"]["name"], **env,
                     "TESTCLUSTER_POD_IP": ip}
+        devices = self._claimed_devices()
+        if devices:
+            proc_env["TESTCLUSTER_DRA_DEVICES"] = ",".join(devices)
         proc_env["PYTHONPATH"] = os.pathsep.join(p for p in (PODNET, self._local_paths(env.get("PYTHONPATH", ""),
                                                                                         mounts)) if p)
         proc_env = {k: self._local_paths(v, mounts) for k, v in proc_env.items()}
@@ -504,6 +507,21 @@ class PodRunner:
         if violation:
             return code, "ReadOnlyMountWritten", violation, started
         return code, "Completed" if code == 0 else "Error", "", started
+
+    def _claimed_devices(self) -> list[str]:
+        """The devices allocated to the pod's claims (``driver/pool/device``): what a DRA driver would
+        inject into the container (CDI devices), named instead."""
+        claims = self.store.kind("resource.k8s.io", "v1", "resourceclaims")
+        found = []
+        for s in (self.pod.get("status") or {}).get("resourceClaimStatuses") or []:
+            try:
+                claim = self.store.get(claims, self.pod["metadata"]["namespace"], s["resourceClaimName"])
+            except (ApiError, KeyError):
+                continue
+            for r in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+                    "results") or []:
+                found.append(f"{r['driver']}/{r['pool']}/{r['device']}")
+        return found
 
     def _readonly_violation(self) -> str | None:
         for path, before in self.readonly.items():
