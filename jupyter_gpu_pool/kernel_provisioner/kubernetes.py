@@ -12,7 +12,9 @@ server; the operator admits it against quotas and runs the pod (see
 on its pod's address, so there is no call-back socket; readiness is a
 ``kernel_info`` reply.  The connection key comes from the kernel's Secret,
 which the operator wrote: it is never in the GPUKernel, the pod spec, an
-environment variable, a command line or a log line.
+environment variable, a command line or a log line.  With the operator's
+transport encryption (the default) the Secret also holds the kernel's CurveZMQ
+key pair, and the server's channels to the kernel are encrypted.
 
 Lifecycle (jupyter_client calls these):
 
@@ -305,8 +307,11 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 st = _status(self.kernel)
                 why = st.get("message") or (str(ready.exception()) if ready in done and ready.exception() else
                                             "it stopped")
+                hint = (" Its connection is encrypted (CurveZMQ), which needs ipykernel 7.3 or newer in the kernel "
+                        "image: an older kernel cannot be reached. Ask your admin to update the image (or to set "
+                        "GPUPoolOperator.transport_encryption = False)." if info.get("curve_publickey") else "")
                 raise KernelStartRefused(500, f"The kernel's pod runs but the kernel did not answer within "
-                                         f"{time.monotonic() - started:.0f} s of the start: {why}",
+                                         f"{time.monotonic() - started:.0f} s of the start: {why}.{hint}",
                                          st.get("reason") or "not_ready")
         except BaseException:
             await self._delete()

@@ -39,8 +39,8 @@ from . import admission
 from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
 from .diagnosis import diagnose
 from ..cluster.kernels import key, meta, spec, status
-from .manifests import (MANAGER, PROFILE_ANNOTATION, new_key, render_claim_templates, render_network_policy,
-                        render_pod, render_secret)
+from .manifests import (MANAGER, PROFILE_ANNOTATION, new_curve_keys, new_key, render_claim_templates,
+                        render_network_policy, render_pod, render_secret)
 from .metrics import OperatorMetrics
 from .settings import OperatorSettings
 
@@ -235,8 +235,9 @@ class Controller:
             if kernel is None:
                 return
         if meta(kernel)["uid"] not in self._secrets:
+            curve = new_curve_keys() if self.settings.transport_encryption else None
             await self._create_once(self.core.create_namespaced_secret, kernel,
-                                    render_secret(kernel, self.settings, new_key()))
+                                    render_secret(kernel, self.settings, new_key(), curve))
             self._secrets.add(meta(kernel)["uid"])
         if self.settings.network_policy and meta(kernel)["uid"] not in self._policies_made:
             await self._create_once(self.net.create_namespaced_network_policy, kernel,

@@ -2,9 +2,10 @@
 
 Each is owned by the GPUKernel (``ownerReferences``), so deleting the kernel
 deletes them through the cluster's garbage collector, even when the operator
-is down.  The connection key lives only in the Secret: the pod mounts it as a
-read-only file and is given no service-account token; nothing else (the pod
-spec, env, command line, the GPUKernel, a log line) ever holds the key.
+is down.  The connection key (and, with transport encryption, the kernel's
+CurveZMQ key pair) lives only in the Secret: the pod mounts it as a read-only
+file and is given no service-account token; nothing else (the pod spec, env,
+command line, the GPUKernel, a log line) ever holds a key.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..cluster.resources import (
     secret_name,
 )
 from ..cluster.kernels import meta, spec
-from .settings import CONNECTION_DIR, OperatorSettings
+from .settings import CONNECTION_DIR, KERNEL_DIR, OperatorSettings
 from .sharing import CLAIM, Rendering
 
 MANAGER = "jupyter-gpu-pool-operator"
@@ -42,6 +43,14 @@ GPU_ANNOTATION = f"{LABEL_KERNEL}-gpu"
 
 def new_key() -> str:
     return secrets.token_hex(32)
+
+
+def new_curve_keys() -> tuple[str, str]:
+    """A CurveZMQ key pair (public, secret; Z85 text) for one kernel's sockets."""
+    import zmq
+
+    public, secret = zmq.curve_keypair()
+    return public.decode("ascii"), secret.decode("ascii")
 
 
 def owner_reference(kernel: dict) -> dict:
@@ -63,18 +72,23 @@ def _meta(kernel: dict, name: str) -> dict:
             "ownerReferences": [owner_reference(kernel)]}
 
 
-def connection_info(settings: OperatorSettings, key: str) -> dict:
-    """The kernel's connection file: it binds every address of its pod on the fixed ports."""
+def connection_info(settings: OperatorSettings, key: str, curve: tuple[str, str] | None = None) -> dict:
+    """The kernel's connection file: it binds every address of its pod on the fixed ports; with
+    ``curve`` (public, secret) its sockets are CurveZMQ servers (jupyter_client's and ipykernel's
+    ``curve_publickey`` / ``curve_secretkey``), so its traffic is encrypted."""
     ports = settings.ports
-    return {"ip": "0.0.0.0", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": key,
+    info = {"ip": "0.0.0.0", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": key,
             "shell_port": ports["shell"], "iopub_port": ports["iopub"], "stdin_port": ports["stdin"],
             "control_port": ports["control"], "hb_port": ports["hb"], "kernel_name": ""}
+    if curve is not None:
+        info["curve_publickey"], info["curve_secretkey"] = curve
+    return info
 
 
-def render_secret(kernel: dict, settings: OperatorSettings, key: str) -> dict:
+def render_secret(kernel: dict, settings: OperatorSettings, key: str, curve: tuple[str, str] | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": _meta(kernel, secret_name(meta(kernel)["name"])),
-            "stringData": {CONNECTION_FILE: json.dumps(connection_info(settings, key))}}
+            "stringData": {CONNECTION_FILE: json.dumps(connection_info(settings, key, curve))}}
 
 
 def _resources(settings: OperatorSettings, rendering: Rendering) -> dict:
@@ -107,10 +121,17 @@ def render_claim_templates(settings: OperatorSettings, namespace: str) -> list[d
     return templates
 
 
+# The kernel starts from a copy of its connection file that it may write: ipykernel (7.3 and newer) rewrites
+# the file at start when it holds CurveZMQ keys, and a Secret is mounted read-only.  $0: the Secret's file,
+# $1: the copy (mode 0600), then the kernel's own command.
+COPY_THEN_RUN = 'cp "$0" "$1" && chmod 600 "$1" && shift && exec "$@"'
+
+
 def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, image: str, launch: int) -> dict:
     name = meta(kernel)["name"]
-    connection_file = f"{CONNECTION_DIR}/{CONNECTION_FILE}"
-    command = [arg.replace("{connection_file}", connection_file) for arg in settings.kernel_command]
+    secret_file, connection_file = f"{CONNECTION_DIR}/{CONNECTION_FILE}", f"{KERNEL_DIR}/{CONNECTION_FILE}"
+    command = ["/bin/sh", "-c", COPY_THEN_RUN, secret_file, connection_file] + [
+        arg.replace("{connection_file}", connection_file) for arg in settings.kernel_command]
     env = [{"name": k, "value": v} for k, v in sorted(rendering.env.items())]
     env.append({"name": "JUPYTER_GPU_POOL_KERNEL", "value": name})
     pod_meta = _meta(kernel, pod_name(name, launch))
@@ -126,7 +147,8 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "volumes": [{"name": "connection", "secret": {
             "secretName": secret_name(name), "defaultMode": 0o440,
-            "items": [{"key": CONNECTION_FILE, "path": CONNECTION_FILE}]}}],
+            "items": [{"key": CONNECTION_FILE, "path": CONNECTION_FILE}]}},
+            {"name": "kernel", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}],
         "containers": [{
             "name": "kernel",
             "image": image,
@@ -136,7 +158,8 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
                       for port, number in settings.ports.items()],
             "resources": _resources(settings, rendering),
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            "volumeMounts": [{"name": "connection", "mountPath": CONNECTION_DIR, "readOnly": True}],
+            "volumeMounts": [{"name": "connection", "mountPath": CONNECTION_DIR, "readOnly": True},
+                             {"name": "kernel", "mountPath": KERNEL_DIR}],
         }],
     }
     if settings.node_selector:

@@ -19,7 +19,8 @@ from ..pool import Profile, parse_size
 from .sharing import BACKENDS, DRA, DRA_MIG, DRA_SHARES, HAMI, MIG, TIME_SLICE_INTERVALS, MigProfile, Rendering, \
     Sharing, SharingError, render
 
-CONNECTION_DIR = "/var/run/jupyter-gpu-pool"
+CONNECTION_DIR = "/var/run/jupyter-gpu-pool"  # the kernel's Secret, read-only
+KERNEL_DIR = "/var/run/jupyter-gpu-pool-kernel"  # a memory-backed emptyDir: the kernel's own copy
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
 
 
@@ -73,8 +74,10 @@ class GPUPoolOperator(Configurable):
 
     kernel_command = List(Unicode(), default_value=["python", "-m", "ipykernel_launcher", "-f",
                                                     "{connection_file}"],
-                          help="""The kernel's command; {connection_file} is the read-only connection file
-        mounted from the kernel's Secret.""").tag(config=True)
+                          help="""The kernel's command; {connection_file} is the kernel's connection file: a
+        copy, in a memory-backed emptyDir, of the one in its Secret (ipykernel rewrites its connection file at
+        start when it holds CurveZMQ keys, which a Secret's read-only mount refuses).  The copy is made by
+        /bin/sh and cp, which the kernel image needs.""").tag(config=True)
 
     port_base = Int(52700, help="""The kernel listens on five fixed ports from this one (shell, iopub, stdin,
         control, heartbeat), on its pod's address.""").tag(config=True)
@@ -100,6 +103,12 @@ class GPUPoolOperator(Configurable):
 
     network_policy = Bool(True, help="""Give each kernel a NetworkPolicy that lets only its owning server's
         pod reach it.  Needs a network plugin that enforces NetworkPolicies.""").tag(config=True)
+
+    transport_encryption = Bool(True, help="""Encrypt the traffic between a server and its kernel's pod
+        with CurveZMQ: the operator makes a key pair per kernel and writes it into the kernel's Secret
+        beside the HMAC key, the kernel serves its sockets as CurveZMQ servers, and only a client with
+        the kernel's keys can talk to it.  Needs ipykernel 7.3 or newer in the kernel image (older kernels
+        ignore the keys and cannot be reached: set this to False for them).""").tag(config=True)
 
     reconcile_interval = Float(30.0, help="""Seconds between sweeps over every kernel: orphans (no heartbeat
         from their server) are deleted within this much after heartbeat_timeout.""").tag(config=True)
@@ -148,6 +157,7 @@ class OperatorSettings:
     namespaces: tuple[str, ...]
     metrics_port: int
     progress_interval: float = 5.0
+    transport_encryption: bool = True
 
     @property
     def ports(self) -> dict[str, int]:
@@ -197,4 +207,5 @@ def operator_settings(op: GPUPoolOperator, pool: Settings) -> OperatorSettings:
         fs_group=op.fs_group, network_policy=op.network_policy, reconcile_interval=op.reconcile_interval,
         heartbeat_timeout=op.heartbeat_timeout, unschedulable_grace=op.unschedulable_grace,
         namespaces=tuple(op.namespaces), metrics_port=op.metrics_port, progress_interval=op.progress_interval,
+        transport_encryption=op.transport_encryption,
     )

@@ -53,9 +53,10 @@ async def test_the_connection_key_is_in_the_secret_and_nowhere_else(cluster, ope
 
         [secret] = [s for s in await kube.secrets() if s["metadata"]["name"] == secret_name(kernel_name(km.kernel_id))]
         blob = secret["data"]["connection.json"]
-        key = json.loads(base64.b64decode(blob))["key"]
-        assert len(key) == 64 and key.encode() == km.session.key
-        needles = {key, base64.b64encode(key.encode()).decode(), blob}
+        connection = json.loads(base64.b64decode(blob))
+        key, curve = connection["key"], connection["curve_secretkey"]  # the HMAC key, the CurveZMQ secret
+        assert len(key) == 64 and key.encode() == km.session.key and len(curve) == 40
+        needles = {key, base64.b64encode(key.encode()).decode(), blob, curve}
 
         everything = await kube.everything()
         assert {"GPUKernel", "Pod", "Secret", "Event", "NetworkPolicy"} <= {o["kind"] for o in everything}

@@ -192,7 +192,10 @@ def test_the_key_is_rendered_into_the_secret_only():
     assert key in json.loads(secret["stringData"]["connection.json"])["key"]
     assert key not in json.dumps(pod) and key not in json.dumps(render_network_policy(k, settings))
     container = pod["spec"]["containers"][0]
-    assert container["command"][-1] == "/var/run/jupyter-gpu-pool/connection.json"  # a path, not the key
+    assert container["command"][-1] == "/var/run/jupyter-gpu-pool-kernel/connection.json"  # a path, not the key
+    assert container["command"][3:5] == ["/var/run/jupyter-gpu-pool/connection.json",  # from the Secret
+                                         "/var/run/jupyter-gpu-pool-kernel/connection.json"]  # to a copy in memory
+    assert pod["spec"]["volumes"][1] == {"name": "kernel", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
     assert pod["spec"]["automountServiceAccountToken"] is False and pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["volumes"][0]["secret"]["defaultMode"] == 0o440
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
