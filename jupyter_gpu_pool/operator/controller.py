@@ -437,9 +437,9 @@ class Controller:
         self._rechecks[k] = asyncio.create_task(later())
 
     async def _start_story(self, pod: dict, now: float) -> tuple[list[dict], dict | None]:
-        """For a pod placed on a node that has not started it yet: its Events, and the Node when no
-        container has been reported.  Each read at most once per ``progress_interval``; a read that
-        fails only makes the story shorter."""
+        """For a pod placed on a node that has not started it yet: its Events, and its Node.  Each read
+        at most once per ``progress_interval`` (per pod, per node); a read that fails only makes the
+        story shorter."""
         spec_, st = pod.get("spec") or {}, pod.get("status") or {}
         if st.get("phase") != "Pending" or not spec_.get("nodeName"):
             return [], None
@@ -455,17 +455,15 @@ class Controller:
             except Exception as e:  # noqa: BLE001 (a courtesy: the story is shorter without them)
                 log.debug("could not read the events of pod %s: %s", meta(pod)["name"], e)
             self._stories[uid] = (now, events)
-        node = None
-        if not st.get("containerStatuses"):
-            name = spec_["nodeName"]
-            read_at, node = self._nodes.get(name, (0.0, None))
-            if now - read_at >= self.settings.progress_interval:
-                try:
-                    node = self.core.api_client.sanitize_for_serialization(await self.core.read_node(name))
-                except Exception as e:  # noqa: BLE001
-                    log.debug("could not read node %s: %s", name, e)
-                    node = None
-                self._nodes[name] = (now, node)
+        name = spec_["nodeName"]
+        read_at, node = self._nodes.get(name, (0.0, None))
+        if now - read_at >= self.settings.progress_interval:
+            try:
+                node = self.core.api_client.sanitize_for_serialization(await self.core.read_node(name))
+            except Exception as e:  # noqa: BLE001
+                log.debug("could not read node %s: %s", name, e)
+                node = None
+            self._nodes[name] = (now, node)
         return events, node
 
     async def _delete_pod(self, pod: dict, grace: int) -> None:

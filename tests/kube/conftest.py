@@ -12,11 +12,13 @@ import pytest
 from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, RealCluster, TestCluster, wait_until,
                           write_pool_config)
 
-from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, POLICIES, VERSION
+from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, POLICIES, QUOTAS, VERSION
 from jupyter_gpu_pool.cluster.schema import crd_manifests
 
 async def install(cluster: TestCluster | RealCluster) -> None:
-    """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them."""
+    """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them;
+    on a real cluster, also a quota of the tests' own for their own user, so that whatever quotas the
+    cluster has (such as deploy/examples' default) do not apply to them."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -31,6 +33,10 @@ async def install(cluster: TestCluster | RealCluster) -> None:
                     raise
         await client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": cluster.namespace}})
+        if not cluster.local:
+            await client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
+                "apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": cluster.quota},
+                "spec": {"scope": "user", "name": cluster.user, "kernels": 1000}})  # no memory or SM limit
 
 
 async def operator_ready(cluster: TestCluster | RealCluster) -> None:

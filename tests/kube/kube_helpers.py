@@ -152,6 +152,7 @@ class RealCluster:
         self.kubeconfig = kubeconfig or os.environ["KUBECONFIG"].split(os.pathsep)[0]
         self.namespace = f"gpu-pool-test-{uuid.uuid4().hex[:8]}"
         self.user = self.namespace  # quotas are cluster-wide: the tests touch only their own user's
+        self.quota = f"user-{self.user}"  # the tests' own quota for that user (made by conftest.install)
         self.url = ""
 
     @property
@@ -166,8 +167,9 @@ class RealCluster:
         return self
 
     def stop(self) -> None:
-        subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "delete", "namespace", self.namespace,
-                        "--wait=false"], capture_output=True, timeout=60)
+        for kind, name in (("namespace", self.namespace), ("gpuquotas.jupyter-gpu-pool.readthedocs.io", self.quota)):
+            subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "delete", kind, name, "--wait=false",
+                            "--ignore-not-found"], capture_output=True, timeout=60)
 
     async def api(self):
         from jupyter_gpu_pool.cluster.client import api_client
@@ -186,8 +188,9 @@ def write_pool_config(directory: Path, **settings) -> Path:
 class OperatorProcess:
     """``python -m jupyter_gpu_pool.operator`` against the test cluster, logging at DEBUG to a file."""
 
-    def __init__(self, cluster: TestCluster | RealCluster, root: Path, settings: dict):
+    def __init__(self, cluster: TestCluster | RealCluster, root: Path, settings: dict, kubeconfig: str | None = None):
         self.cluster = cluster
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.config_dir = root / "operator-config"
         self.log_path = root / "operator.log"
         write_pool_config(self.config_dir, **{"GPUPool.profiles": PROFILES, **FAST,
@@ -196,11 +199,11 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         env = {**os.environ, "JUPYTER_CONFIG_DIR": str(self.config_dir), "JUPYTER_CONFIG_PATH": "",
-               "KUBECONFIG": self.cluster.kubeconfig}
+               "KUBECONFIG": self.kubeconfig}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_gpu_pool.operator", "run", f"--kubeconfig={self.cluster.kubeconfig}",
+            [sys.executable, "-m", "jupyter_gpu_pool.operator", "run", f"--kubeconfig={self.kubeconfig}",
              "--log-level=DEBUG"], env=env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
@@ -247,8 +250,14 @@ class Kube:
     async def close(self) -> None:
         from jupyter_gpu_pool.cluster.resources import GROUP, QUOTAS, VERSION
 
+        from kubernetes_asyncio.client.exceptions import ApiException
+
         for name in self.quotas:
-            await self.custom.delete_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
+            try:
+                await self.custom.delete_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
         await self.api.close()
 
     async def kernels(self, namespace: str | None = None) -> list[dict]:
@@ -268,14 +277,24 @@ class Kube:
         return [self.api.sanitize_for_serialization(s) for s in listing.items]
 
     async def quota(self, scope: str, name: str = "", **limits) -> dict:
+        """Create (or, when it exists, such as a real cluster's run's own user quota, replace) a GPUQuota."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
         from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, QUOTAS, VERSION
 
         spec = {"scope": scope, **({"name": name} if name else {}), **limits}
         obj_name = f"{scope}-{name}" if name else scope
-        created = await self.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
-            "apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": obj_name}, "spec": spec})
+        body = {"apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": obj_name}, "spec": spec}
+        try:
+            made = await self.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            current = await self.custom.get_cluster_custom_object(GROUP, VERSION, QUOTAS, obj_name)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            made = await self.custom.replace_cluster_custom_object(GROUP, VERSION, QUOTAS, obj_name, body)
         self.quotas.append(obj_name)
-        return created
+        return made
 
     async def everything(self) -> list[dict]:
         """Every object of every kind the server serves, in every namespace (raw JSON)."""
@@ -328,7 +347,7 @@ class JupyterServer:
     """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
 
     def __init__(self, root: Path, cluster: TestCluster | RealCluster, server_id: str = "alice-server",
-                 extension: bool = False):
+                 extension: bool = False, kubeconfig: str | None = None):
         self.root = root
         self.extension = extension
         self.config = root / "server-config"
@@ -337,7 +356,8 @@ class JupyterServer:
         self.token = "test-token"
         write_pool_config(self.config, **{
             "GPUPool.profiles": PROFILES, "GPUPool.owner": cluster.user,
-            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig, "GPUPoolKubernetes.namespace": cluster.namespace,
+            "GPUPoolKubernetes.kubeconfig": kubeconfig or cluster.kubeconfig,
+            "GPUPoolKubernetes.namespace": cluster.namespace,
             "GPUPoolKubernetes.server_id": server_id, "GPUPoolKubernetes.heartbeat_interval": 0.5,
             "GPUPoolExtension.pool_backend": "kubernetes", "GPUPoolExtension.hibernator_class": None,
         })

@@ -289,6 +289,35 @@ async def test_a_slow_image_pull_is_reported_as_such(cluster_factory, operator_f
     assert 2 <= pulled <= said
 
 
+async def test_real_cluster_runs_bring_their_own_quota(cluster_factory, operator_factory, configure_server,
+                                                       kube_sessions, managers, tmp_path):
+    """`pytest -m k8s` against a cluster with the documented example quotas applied (a default of 40 GiB):
+    the run's own user gets a quota of its own, so a kernel holding 80 GiB (a whole GPU) starts."""
+    import yaml
+    from conftest import install
+    from kube_helpers import REPO, RealCluster
+
+    from jupyter_gpu_pool.cluster.resources import QUOTAS
+
+    admins = cluster_factory()
+    await install(admins)
+    kube = Kube(await admins.api(), admins.namespace)
+    try:
+        for quota in yaml.safe_load_all((REPO / "deploy" / "examples" / "quotas.yaml").read_text()):
+            await kube.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, quota)
+        real = RealCluster(tmp_path / "k8s-run", kubeconfig=admins.kubeconfig).start()  # what -m k8s uses
+        await install(real)
+        await operator_factory(real)  # whole GPUs of 80 GiB, serving the run's namespace
+        configure_server(real)
+        km = managers("gpu-pool-kubernetes-small")
+        await km.start_kernel()
+        assert "mine" in await run_code(km, "print('mine')")
+        [kernel] = await kube.kernels(real.namespace)
+        assert kernel["status"]["admitted"]["memory"] == 80 * GiB
+    finally:
+        await kube.close()
+
+
 def _kernelspec(data_dir, name: str, config: dict) -> None:
     import os
     import sys
