@@ -42,6 +42,7 @@ from ..cluster.kernels import key, meta, spec, status
 from .manifests import (MANAGER, PROFILE_ANNOTATION, new_curve_keys, new_key, render_claim_templates,
                         render_network_policy, render_pod, render_secret)
 from .metrics import OperatorMetrics
+from .sharing import DRA
 from .settings import OperatorSettings
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
@@ -104,6 +105,16 @@ class Controller:
         if recheck is not None and recheck is not asyncio.current_task():
             recheck.cancel()
         self._count_phases()
+
+    async def prepare_namespace(self, namespace: str) -> None:
+        """A namespace the operator serves, at start: its kernel-pod watch, and (dra) its claim templates,
+        there before the first kernel."""
+        self.ensure_pod_watch(namespace)
+        if self.settings.sharing.backend == DRA:
+            try:
+                await self.ensure_claim_templates(namespace)
+            except Exception as e:  # the first kernel of the namespace tries again
+                log.warning("could not write the ResourceClaimTemplates of namespace %s: %s", namespace, e)
 
     # -- the kernel pods' watch: only the kernels' namespaces, only kernel pods (a server-side selector) --
 

@@ -40,7 +40,7 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         sweeper.append(asyncio.create_task(_sweep_forever(controller)))
         for namespace in controller.settings.namespaces:
-            controller.ensure_pod_watch(namespace)
+            sweeper.append(asyncio.create_task(controller.prepare_namespace(namespace)))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):

@@ -414,17 +414,21 @@ class JupyterServer:
             "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
                         "allow_stdin": False, "stop_on_error": True}}))
         out = []
+        replied = idle = False  # output is complete once the reply came and iopub said idle (either order)
         try:
-            while True:
+            while not (replied and idle):
                 reply = json.loads(await asyncio.wait_for(ws.read_message(), timeout))
                 if reply.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 if reply["msg_type"] == "stream":
                     out.append(reply["content"]["text"])
+                elif reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+                    idle = True
                 elif reply["msg_type"] == "execute_reply":
                     if reply["content"]["status"] != "ok":
                         raise AssertionError(f"{code!r} failed: {reply['content']}")
-                    return "".join(out)
+                    replied = True
+            return "".join(out)
         finally:
             ws.close()
 
