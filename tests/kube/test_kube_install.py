@@ -20,7 +20,8 @@ def kubectl(cluster, *args: str) -> subprocess.CompletedProcess:
         pytest.skip("kubectl is not installed (the install is checked with the real kubectl)")
     # The test API server serves no OpenAPI documents, which kubectl's client-side validation downloads;
     # the server itself validates every object against the real 1.34 schemas, strictly.
-    return subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, *args, "--validate=false"],
+    validate = ["--validate=false"] if args[0] == "apply" else []
+    return subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, *args, *validate],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -39,6 +40,17 @@ def test_one_command_installs_on_a_fresh_cluster_and_a_second_apply_changes_noth
     assert changed == []  # GitOps tools see it in sync: nothing the API server drops or rewrites
     examples = kubectl(cluster, "apply", "-k", str(REPO / "deploy" / "examples"))
     assert examples.returncode == 0, examples.stderr
+
+
+def test_the_documented_uninstall_keeps_the_hubs_namespace(cluster_factory):
+    cluster = cluster_factory()
+    overlay = str(REPO / "deploy" / "overlays" / "hami")
+    assert kubectl(cluster, "apply", "-k", overlay).returncode == 0
+    gone = kubectl(cluster, "delete", "-k", overlay, "-l", "jupyter-gpu-pool.readthedocs.io/keep-on-uninstall!=true")
+    assert gone.returncode == 0, gone.stderr
+    assert "namespace \"jhub-kernels\" deleted" in gone.stdout and "namespace \"jhub\"" not in gone.stdout
+    left = kubectl(cluster, "get", "namespaces", "-o", "name")
+    assert "namespace/jhub\n" in left.stdout + "\n"  # the hub's namespace, and what is in it, stay
 
 
 def namespaces_used(docs: list[dict]) -> set[str]:
