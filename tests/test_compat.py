@@ -48,3 +48,27 @@ def test_a_verbatim_error_keeps_its_message_where_jupyter_server_and_tornado_rea
     e = compat.VerbatimHTTPError(403, "GPU quota exceeded: 50% SM of 100%", reason="quota_exceeded")
     assert e.log_message == e.get_message() == "GPU quota exceeded: 50% SM of 100%"
     assert "50% SM" in str(e) and e.status_code == 403 and e.reason == "quota_exceeded"
+
+
+async def test_a_running_kernel_can_be_registered_tracked_and_reached_on_its_control_channel(tmp_path):
+    """What re-adoption (server_extension/adoption.py) does with a kernel another server started: its
+    manager joins jupyter_server's map, its connections are counted, its control channel answers, and a
+    kernel that dies is taken out of the map as jupyter_server does for its own."""
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    km = AsyncKernelManager(kernel_name="python3")
+    await km.start_kernel()
+    mapping = AsyncMappingKernelManager(root_dir=str(tmp_path))
+    try:
+        compat.register_kernel(mapping, "adopted", km)
+        compat.track_connections(mapping, "adopted", km.ports)
+        assert "adopted" in mapping and mapping.get_kernel("adopted") is km
+        assert mapping._kernel_connections["adopted"] == 0 and mapping.ports_changed("adopted") is False
+        socket = compat.control_socket(km)
+        km.session.send(socket, km.session.msg("kernel_info_request"))
+        assert await socket.poll(30_000)  # the kernel answered on its control channel
+        compat.kernel_died_callback(mapping, "adopted")()
+        assert "adopted" not in mapping
+    finally:
+        await km.shutdown_kernel(now=True)

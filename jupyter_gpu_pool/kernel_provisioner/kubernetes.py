@@ -12,7 +12,9 @@ server; the operator admits it against quotas and runs the pod (see
 on its pod's address, so there is no call-back socket; readiness is a
 ``kernel_info`` reply.  The connection key comes from the kernel's Secret,
 which the operator wrote: it is never in the GPUKernel, the pod spec, an
-environment variable, a command line or a log line.
+environment variable, a command line or a log line.  With the operator's
+transport encryption (the default) the Secret also holds the kernel's CurveZMQ
+key pair, and the server's channels to the kernel are encrypted.
 
 Lifecycle (jupyter_client calls these):
 
@@ -28,7 +30,8 @@ Lifecycle (jupyter_client calls these):
   except on a restart, where the slice stays admitted for the next launch.
 - While the server lives it renews a heartbeat on its kernels; the operator
   deletes kernels whose server stopped (invariant 2).  A restarted server
-  re-adopts its kernels with :func:`adopt_kernels` (``load_provisioner_info``).
+  re-adopts its kernels (``load_provisioner_info``; see
+  ``jupyter_gpu_pool.server_extension.adoption``).
 """
 
 from __future__ import annotations
@@ -37,20 +40,16 @@ import asyncio
 import base64
 import json
 import logging
-import os
 import signal
-import socket
 import time
-import weakref
-from typing import Any, Callable
+from typing import Any
 
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.provisioning import KernelProvisionerBase
-from traitlets import Float, Unicode, default
-from traitlets.config import Config, Configurable
+from traitlets import Unicode
 
-from ..config import ConfigError, GPUPool, load_settings, read_config
-from ..operator.crds import (
+from .. import compat
+from ..cluster.resources import (
     ANNOTATION_HEARTBEAT,
     API_VERSION,
     FAILED,
@@ -69,12 +68,16 @@ from ..operator.crds import (
     STOPPED,
     UNSCHEDULABLE,
     VERSION,
+    CONNECTION_FILE,
     kernel_name,
     label_value,
     secret_name,
 )
-from ..operator.settings import CONNECTION_FILE
+from ..cluster.session import KernelSession
+from ..cluster.settings import GPUPoolKubernetes, kubernetes_settings
+from ..config import ConfigError, GPUPool, load_settings
 from ..pool import UnknownProfile
+from .base import PoolKernelProvisioner
 from .local import GPUPoolProvisioner, KernelStartRefused
 
 log = logging.getLogger("jupyter_gpu_pool.kubernetes")
@@ -85,226 +88,11 @@ _CONFIG_KEYS = {"profile", "image"}
 _STATUS_OF = {QUOTA_EXCEEDED: 403, "QuotaMisconfigured": 403, INVALID: 400, UNSCHEDULABLE: 503, IMAGE_PULL: 502}
 
 
-class GPUPoolKubernetes(Configurable):
-    """Where a server's kernels go in the cluster (``c.GPUPoolKubernetes.*``)."""
-
-    namespace = Unicode("", help="""Namespace of this server's kernels.  Empty: the namespace of this
-        server's pod, else the kubeconfig context's, else 'default'.""").tag(config=True)
-
-    kubeconfig = Unicode("", help="""A kubeconfig file.  Empty: in a pod, its service account; elsewhere
-        KUBECONFIG or ~/.kube/config.""").tag(config=True)
-
-    server_id = Unicode(help="""This server's identity: its kernels carry it, a restarted server with the same
-        id re-adopts them, and each kernel's NetworkPolicy admits only the pod labelled
-        jupyter-gpu-pool.readthedocs.io/server=<id>.  Default: JUPYTER_GPU_POOL_SERVER_ID, else the
-        JupyterHub user and server name, else the host name.""").tag(config=True)
-
-    @default("server_id")
-    def _default_server_id(self) -> str:
-        env = os.environ
-        if env.get("JUPYTER_GPU_POOL_SERVER_ID"):
-            return env["JUPYTER_GPU_POOL_SERVER_ID"]
-        if env.get("JUPYTERHUB_USER"):
-            return "--".join(p for p in (env["JUPYTERHUB_USER"], env.get("JUPYTERHUB_SERVER_NAME", "")) if p)
-        return socket.gethostname()
-
-    server_pod = Unicode(help="This server's pod (JUPYTER_GPU_POOL_SERVER_POD, from the downward API).").tag(
-        config=True)
-
-    @default("server_pod")
-    def _default_server_pod(self) -> str:
-        return os.environ.get("JUPYTER_GPU_POOL_SERVER_POD", "")
-
-    server_pod_uid = Unicode(help="""This server's pod uid (JUPYTER_GPU_POOL_SERVER_POD_UID, from the downward
-        API's metadata.uid).  When set and the kernels run in the server's own namespace, they are owned by the
-        pod and deleted with it (an owner must be in its dependents' namespace).""").tag(config=True)
-
-    server_namespace = Unicode(help="""The namespace of this server's pod, which each kernel's NetworkPolicy
-        admits (default: the pod's service-account namespace, else the kernels' namespace).""").tag(config=True)
-
-    @default("server_namespace")
-    def _default_server_namespace(self) -> str:
-        from ..operator.kube import namespace_of_this_pod
-
-        return namespace_of_this_pod("")
-
-    @default("server_pod_uid")
-    def _default_server_pod_uid(self) -> str:
-        return os.environ.get("JUPYTER_GPU_POOL_SERVER_POD_UID", "")
-
-    image = Unicode("", help="The kernel image to ask for (empty: the operator's kernel_image).").tag(config=True)
-
-    heartbeat_interval = Float(30.0, help="""Seconds between heartbeats on this server's kernels; keep it well
-        under the operator's heartbeat_timeout.""").tag(config=True)
-
-    refresh_interval = Float(10.0, help="""Seconds between two reads of the cluster's quotas, policy and GPU nodes
-        by the server extension (its kernels are watched, not re-read).""").tag(config=True)
-
-    launch_timeout = Float(300.0, help="""Seconds a kernel launch may take (an image pull on a fresh node can take
-        minutes).  Launches the cluster can never satisfy fail long before, with the reason.""").tag(config=True)
-
-
-def kubernetes_settings(parent_config: Config | None = None) -> GPUPoolKubernetes:
-    config, _ = read_config()
-    if parent_config is not None and "GPUPoolKubernetes" in parent_config:
-        config.merge(Config({"GPUPoolKubernetes": parent_config.GPUPoolKubernetes}))
-    return GPUPoolKubernetes(config=config)
-
-
 def _status(body: dict | None) -> dict:
     return (body or {}).get("status") or {}
 
 
-class KernelSession:
-    """One server's view of the GPUKernels of its namespace (a list + watch) and the heartbeat of its own.
-
-    One per (server, event loop), shared by the server's provisioners and its pool backend (which
-    shows the namespace's kernels: a user's own in ``me``, all of them to admins in ``pool``).
-    """
-
-    _sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def __init__(self, settings: GPUPoolKubernetes):
-        self.settings = settings
-        self.kernels: dict[str, dict] = {}
-        self.owned: set[str] = set()  # kernels this process manages and keeps alive
-        self.changed = asyncio.Condition()
-        self.listeners: list[Callable[[str, dict], None]] = []  # called with (event type, object)
-        self._synced = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
-        self.api = None
-        self.namespace = ""
-
-    @classmethod
-    async def get(cls, settings: GPUPoolKubernetes) -> KernelSession:
-        loop = asyncio.get_running_loop()
-        per_loop = cls._sessions.setdefault(loop, {})
-        key = (settings.kubeconfig, settings.namespace, settings.server_id)
-        session = per_loop.get(key)
-        if session is None:
-            session = per_loop[key] = cls(settings)
-            try:
-                await session._start()
-            except BaseException:
-                per_loop.pop(key, None)
-                raise
-        await session._synced.wait()
-        return session
-
-    @classmethod
-    async def close_all(cls) -> None:
-        """Stop every session of this loop (tests; a server that exits simply stops)."""
-        per_loop = cls._sessions.pop(asyncio.get_running_loop(), {})
-        for session in per_loop.values():
-            await session.close()
-
-    async def _start(self) -> None:
-        from kubernetes_asyncio import client, config as kube_config
-
-        from ..operator.kube import api_client, namespace_of_this_pod
-
-        self.api = await api_client(self.settings.kubeconfig)
-        self.custom = client.CustomObjectsApi(self.api)
-        self.core = client.CoreV1Api(self.api)
-        namespace = self.settings.namespace
-        if not namespace:
-            namespace = namespace_of_this_pod("")
-        if not namespace:
-            try:
-                _, active = kube_config.list_kube_config_contexts(self.settings.kubeconfig or None)
-                namespace = (active or {}).get("context", {}).get("namespace", "")
-            except Exception:  # no kubeconfig: in-cluster without a namespace file
-                namespace = ""
-        self.namespace = namespace or "default"
-        self._tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._heartbeat())]
-
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.api is not None:
-            await self.api.close()
-
-    def stop_heartbeat(self) -> None:
-        """Stop renewing heartbeats, as a server that died would (tests)."""
-        self._tasks[1].cancel()
-
-    async def _update(self, items: dict[str, dict] | None = None, event: dict | None = None) -> None:
-        async with self.changed:
-            if items is not None:
-                self.kernels = items
-            elif event is not None:
-                obj = event["raw_object"]
-                name = obj["metadata"]["name"]
-                if event["type"] == "DELETED":
-                    self.kernels.pop(name, None)
-                elif int(obj["metadata"]["resourceVersion"]) >= int(
-                        self.kernels.get(name, {}).get("metadata", {}).get("resourceVersion", 0)):
-                    self.kernels[name] = obj
-                for listener in self.listeners:
-                    listener(event["type"], obj)
-            self.changed.notify_all()
-
-    async def remember(self, obj: dict) -> None:
-        """What a write of ours answered (so a waiter never sees the object as it was before)."""
-        await self._update(event={"type": "MODIFIED", "raw_object": obj})
-
-    async def _watch(self) -> None:
-        from aiohttp import ClientError
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        while True:
-            try:
-                listing = await self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, KERNELS)
-                rv = listing["metadata"]["resourceVersion"]
-                await self._update(items={i["metadata"]["name"]: i for i in listing["items"]})
-                self._synced.set()
-                while True:
-                    async with watch.Watch() as w:
-                        async for event in w.stream(self.custom.list_namespaced_custom_object, GROUP, VERSION,
-                                                    self.namespace, KERNELS, resource_version=rv,
-                                                    allow_watch_bookmarks=True, timeout_seconds=240):
-                            rv = event["raw_object"]["metadata"]["resourceVersion"]
-                            if event["type"] != "BOOKMARK":
-                                await self._update(event=event)
-            except asyncio.CancelledError:
-                raise
-            except ApiException as e:
-                if e.status != 410:  # 410: our version is too old: list afresh
-                    log.warning("watching GPU kernels in %s failed (%s %s); retrying", self.namespace, e.status,
-                                e.reason)
-                    await asyncio.sleep(1.0)
-            except (ClientError, asyncio.TimeoutError, OSError) as e:
-                log.warning("watching GPU kernels in %s failed (%s); retrying", self.namespace, e)
-                await asyncio.sleep(1.0)
-
-    async def beat(self, name: str) -> None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        try:
-            await self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, KERNELS, name,
-                {"metadata": {"annotations": {ANNOTATION_HEARTBEAT: f"{time.time():.3f}"}}}, _content_type=MERGE)
-        except ApiException as e:
-            if e.status == 404:
-                self.owned.discard(name)
-            else:
-                log.warning("heartbeat on kernel %s failed: %s %s", name, e.status, e.reason)
-
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_interval)
-            await asyncio.gather(*(self.beat(name) for name in list(self.owned)), return_exceptions=True)
-
-    async def wait_for(self, name: str, predicate: Callable[[dict | None], bool],
-                       timeout: float | None) -> dict | None:
-        async with self.changed:
-            await asyncio.wait_for(self.changed.wait_for(lambda: predicate(self.kernels.get(name))), timeout)
-            return self.kernels.get(name)
-
-
-class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase):  # type: ignore[misc]
     """A kernel in its own pod on a GPU slice of the cluster."""
 
     profile = Unicode("", help="Profile this kernelspec starts on (empty: GPUPool.default_profile).").tag(config=True)
@@ -394,8 +182,8 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                     raise KernelStartRefused(e.status if e.status in (400, 403, 422) else 503,
                                              f"The cluster refused the kernel: {e.reason}: {_api_message(e)}",
                                              "cluster_refused") from e
-                existing = await session.custom.get_namespaced_custom_object(GROUP, VERSION, session.namespace,
-                                                                             KERNELS, self.name)
+                # It exists already (this server's watch had not shown it yet): wait for the watch.
+                existing = await session.wait_for(self.name, lambda b: b is not None, 30)
         self.launch = int(existing["spec"]["launch"]) + 1
         patched = await session.custom.patch_namespaced_custom_object(
             GROUP, VERSION, session.namespace, KERNELS, self.name,
@@ -446,9 +234,9 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return bool(self.pod)
 
     def _forget_failed_start(self) -> None:
-        """jupyter_client keeps a kernel whose start failed among its pending ones, and shutdown_all then
-        fails on it: a refusal is an everyday event, so the kernel is forgotten (as gpu-pool does)."""
-        getattr(getattr(self.parent, "parent", None), "_pending_kernels", {}).pop(self.kernel_id, None)
+        """A refusal is an everyday event: the kernel is forgotten (as gpu-pool does), or
+        jupyter_server's shutdown_all would fail on it."""
+        compat.forget_pending_start(self.parent, self.kernel_id)
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         try:
@@ -463,25 +251,44 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         kwargs.setdefault("cmd", [])
         return kwargs
 
+    async def _wait_for_pod(self, started: float) -> dict | None:
+        """Until this launch's pod runs, fails or is gone; every ``progress_interval`` the server's log
+        says what the pod is doing (the operator's status.message: pulling the image for N s, ...)."""
+        session, settings = self.session, self._settings
+        assert session is not None and settings is not None
+        while True:
+            left = settings.launch_timeout - (time.monotonic() - started)
+            if left <= 0:
+                raise KernelStartRefused(504, self._timeout_message(time.monotonic() - started), "launch_timeout")
+            try:
+                return await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",
+                                              min(left, settings.progress_interval))
+            except asyncio.TimeoutError:
+                said = _status(self.kernel).get("message") or "no word from the operator yet"
+                log.info("kernel %s: still starting after %.0f s: %s", self.kernel_id, time.monotonic() - started,
+                         said)
+
+    def _timeout_message(self, waited: float) -> str:
+        where = f"GPUKernel {self.session.namespace}/{self.name}" if self.session else f"GPUKernel {self.name}"
+        st = _status(self.kernel)
+        if not st:
+            return (f"The kernel did not start: in {waited:.0f} s the jupyter-gpu-pool operator did not take up "
+                    f"its {where}. Is the operator running, and serving this namespace? Ask your admin.")
+        return (f"The kernel did not start within {waited:.0f} s ({where}). The cluster's last word: "
+                f"{st.get('message') or st.get('phase')} Try again later, or ask your admin.")
+
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict:
         session = await self._session()
         settings = self._settings
         assert settings is not None
         env = kwargs.get("env") or {}
-        deadline = time.monotonic() + settings.launch_timeout
+        started = time.monotonic()
         self.timings = {"requested": time.time()}
         try:
             # The notebook as its user knows it, relative to the server's root, as gpu-pool names it.
             await self._request_launch(GPUPoolProvisioner._notebook(self, env.get("JPY_SESSION_NAME", "")))
             self.timings["created"] = time.time()
-            try:
-                body = await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",
-                                              settings.launch_timeout)
-            except asyncio.TimeoutError:
-                said = _status(self.kernel).get("message", "no word from the operator")
-                raise KernelStartRefused(504, f"The kernel did not start within {settings.launch_timeout:.0f}s "
-                                         f"({said}). Is the jupyter-gpu-pool operator running?",
-                                         "launch_timeout") from None
+            body = await self._wait_for_pod(started)
             state = self._launch_state(body)
             if state != "running":
                 st = _status(body)
@@ -490,9 +297,10 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 raise KernelStartRefused(_STATUS_OF.get(reason, 500), message, reason)
             self.timings["running"] = time.time()
             info = await self._connection_info(body)  # type: ignore[arg-type]
-            ready = asyncio.create_task(self._confirm_ready(info, max(deadline - time.monotonic(), 1.0)))
+            left = max(settings.launch_timeout - (time.monotonic() - started), 1.0)
+            ready = asyncio.create_task(self._confirm_ready(info, left))
             died = asyncio.create_task(session.wait_for(self.name, lambda b: self._launch_state(b) != "running",
-                                                        settings.launch_timeout))
+                                                        left))
             done, _ = await asyncio.wait([ready, died], return_when=asyncio.FIRST_COMPLETED)
             for task in (ready, died):
                 task.cancel()
@@ -500,7 +308,11 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 st = _status(self.kernel)
                 why = st.get("message") or (str(ready.exception()) if ready in done and ready.exception() else
                                             "it stopped")
-                raise KernelStartRefused(500, f"The kernel's pod runs but the kernel did not answer: {why}",
+                hint = (" Its connection is encrypted (CurveZMQ), which needs ipykernel 7.3 or newer in the kernel "
+                        "image: an older kernel cannot be reached. Ask your admin to update the image (or to set "
+                        "GPUPoolOperator.transport_encryption = False)." if info.get("curve_publickey") else "")
+                raise KernelStartRefused(500, f"The kernel's pod runs but the kernel did not answer within "
+                                         f"{time.monotonic() - started:.0f} s of the start: {why}.{hint}",
                                          st.get("reason") or "not_ready")
         except BaseException:
             await self._delete()
@@ -539,9 +351,7 @@ class GPUPoolKubernetesProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             return
         if signum == signal.SIGINT:
             km = self.parent
-            msg = km.session.msg("interrupt_request", content={})
-            km._connect_control_socket()
-            km.session.send(km._control_socket, msg)
+            km.session.send(compat.control_socket(km), km.session.msg("interrupt_request", content={}))
         elif signum == signal.SIGKILL:
             await self.kill()
         elif signum == signal.SIGTERM:
@@ -621,56 +431,3 @@ def _api_message(e) -> str:
         return json.loads(e.body).get("message", "")
     except (TypeError, ValueError, AttributeError):
         return ""
-
-
-async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = None) -> list[str]:
-    """Adopt this server's running kernels (same ``server_id``) into jupyter_server's ``MappingKernelManager``.
-
-    A server that was killed and started again (same ``server_id``) finds its
-    GPUKernels still running (within the operator's heartbeat timeout) and
-    serves them again, with their state (variables) intact.  Returns the ids.
-    """
-    from jupyter_client.provisioning import KernelProvisionerFactory as KPF
-    from jupyter_server._tz import utcnow
-
-    settings = settings or kubernetes_settings(kernel_manager.config)
-    session = await KernelSession.get(settings)
-    adopted = []
-    mine = label_value(settings.server_id)
-    for name, body in list(session.kernels.items()):
-        spec, st = body.get("spec") or {}, _status(body)
-        kernel_id = spec.get("kernelId")
-        if (body["metadata"].get("labels") or {}).get(LABEL_SERVER) != mine:
-            continue  # another server's kernel
-        if not kernel_id or kernel_id in kernel_manager or st.get("phase") != RUNNING:
-            continue
-        km = kernel_manager.kernel_manager_factory(parent=kernel_manager, log=kernel_manager.log,
-                                                   kernel_name=spec.get("kernelName") or "")
-        km.kernel_id = kernel_id
-        try:
-            km.provisioner = KPF.instance(parent=kernel_manager.parent).create_provisioner_instance(
-                kernel_id, km.kernel_spec, parent=km)
-            await km.provisioner.load_provisioner_info(
-                {"kernel_id": kernel_id, "connection_info": {},
-                 "gpu_pool_kubernetes": {"name": name, "profile": spec.get("profile", "")}})
-        except Exception as e:
-            kernel_manager.log.warning("could not adopt GPU kernel %s: %s", kernel_id, e)
-            continue
-        km.load_connection_info(km.provisioner.connection_info)
-        km.kernel_spec.interrupt_mode = "message"
-        km.ready.set_result(None)
-        km.last_activity = utcnow()
-        km.execution_state = "idle"
-        km.reason = ""
-        km.start_restarter()
-        km._connect_control_socket()
-        kernel_manager._kernels[kernel_id] = km
-        kernel_manager._kernel_connections[kernel_id] = 0
-        kernel_manager._kernel_ports[kernel_id] = km.ports
-        kernel_manager.start_watching_activity(kernel_id)
-        kernel_manager.add_restart_callback(kernel_id, lambda k=kernel_id: kernel_manager._handle_kernel_died(k),
-                                            "dead")
-        adopted.append(kernel_id)
-        kernel_manager.log.info("adopted GPU kernel %s (GPUKernel %s/%s, pod %s)", kernel_id, session.namespace,
-                                name, km.provisioner.pod)
-    return adopted

@@ -27,13 +27,14 @@ from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Unicode
 
 from ..local import processes
-from ..compat import VerbatimHTTPError, forget_failed_start
+from ..compat import VerbatimHTTPError, forget_pending_start
 from ..config import ConfigError
 from ..devices.mps import MPSUnavailable
 from ..local.pool import LocalPool, local_pool
 from ..local.waiting import Place, QueueTimeout, wait_for_slice
 from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
 from .base import PoolKernelProvisioner
+from .encryption import local_launch_kwargs
 from .environment import slice_environment
 
 _CONFIG_KEYS = {"profile"}
@@ -167,7 +168,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
         return session_name
 
     def _forget_failed_start(self) -> None:
-        forget_failed_start(getattr(self.parent, "parent", None), self.kernel_id)
+        forget_pending_start(self.parent, self.kernel_id)
 
     async def _release(self, reason: str) -> None:
         if not self.lease_id or self._pool is None:
@@ -189,7 +190,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
             raise
         self.lease_id, self._lease = lease.id, lease
         try:
-            kwargs = await super().pre_launch(**kwargs)
+            kwargs = await super().pre_launch(**local_launch_kwargs(self, kwargs))
             gpus = [g for g in (pool.gpu(u) for u in lease.gpus) if g is not None]
             mps_env = None
             if profile.isolation == MPS:

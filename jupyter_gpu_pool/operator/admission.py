@@ -1,94 +1,27 @@
 """Admission: does a new kernel fit under its user's quota and every quota of the user's groups?
 
-Quotas are ``GPUQuota`` objects, read into the pool core's :class:`QuotaBook`
-(the same limits, and the same refusal text, as on one machine).  A group's
-members come from its GPUQuota only: a kernel's own word about its owner's
-groups is not trusted.  A quota object that does not parse is reported on its
-status and, for the users it covers, refuses kernels (with a message naming
-the object): a typo must not turn a limit off.
+Quotas are ``GPUQuota`` objects, read by :func:`jupyter_gpu_pool.cluster.quotas.read_quotas` into
+the pool core's :class:`QuotaBook` (the same limits, and the same refusal text, as on one machine).
+A quota object that does not parse refuses the kernels of the users it covers, naming the object.
+The decision itself is the pool core's (:func:`jupyter_gpu_pool.pool.allocation.allocate`), the one
+the local ledger makes too, with placement left to the cluster's scheduler.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from ..pool import PoolError, Profile, Quota, QuotaBook, SliceSpec, Usage
+from ..cluster.kernels import as_lease, holds_quota, meta, spec
+from ..cluster.quotas import QuotaMisconfigured, Quotas
+from ..pool import PoolError, Profile, SliceSpec, Usage
 from ..pool.allocation import Ask, Holdings, allocate
-from ..pool.quotas import parse_quota
-from .kernels import as_lease, holds_quota, meta, spec
 from .sharing import Rendering
-
-
-class QuotaMisconfigured(PoolError):
-    reason = "quota_misconfigured"
-
-    def __init__(self, name: str, problem: str):
-        self.name = name
-        super().__init__(f"Your GPU quota cannot be read: GPUQuota {name!r} is invalid ({problem}). "
-                         "Kernels are refused until it is fixed; ask your admin.")
-
-
-@dataclass(frozen=True)
-class Quotas:
-    book: QuotaBook
-    problems: dict[str, str] = field(default_factory=dict)  # GPUQuota name -> what is wrong
-    subjects: dict[tuple[str, str], str] = field(default_factory=dict)  # (scope, name) -> GPUQuota name
-
-    def problem_for(self, user: str) -> tuple[str, str] | None:
-        """(object, problem) of a bad quota that covers this user, if any."""
-        candidates = [("user", user)] if ("user", user) in self.subjects else [("default", "")]
-        candidates += [("group", g) for g in self.book.groups_of(user)]
-        for subject in candidates:
-            name = self.subjects.get(subject)
-            if name in self.problems:
-                return name, self.problems[name]
-        return None
-
-
-def read_quotas(objects: list[dict]) -> Quotas:
-    """The QuotaBook from GPUQuota objects, each checked on its own (one bad object spoils only itself)."""
-    users: dict[str, Quota] = {}
-    groups: dict[str, Quota] = {}
-    members: dict[str, frozenset[str]] = {}
-    default = Quota()
-    problems: dict[str, str] = {}
-    subjects: dict[tuple[str, str], str] = {}
-    for obj in sorted(objects, key=lambda o: meta(o)["name"]):
-        name, s = meta(obj)["name"], spec(obj)
-        scope, subject = s.get("scope"), s.get("name", "")
-        if scope in ("user", "group") and not subject:
-            problems[name] = f"scope {scope!r} needs the {scope}'s name in spec.name"
-            continue
-        key = (scope, subject if scope != "default" else "")
-        if key in subjects:
-            problems[name] = f"{subjects[key]!r} already sets this {scope} quota; remove one of them"
-            continue
-        subjects[key] = name
-        if scope == "group":
-            members[subject] = frozenset(s.get("members") or ())
-        entry = {k: v for k, v in (("memory", s.get("memory")), ("sm_percent", s.get("smPercent")),
-                                   ("kernels", s.get("kernels"))) if v is not None}
-        try:
-            quota = parse_quota(entry, f"GPUQuota {name!r}")
-        except ValueError as e:
-            problems[name] = str(e)
-            continue
-        if scope == "user":
-            users[subject] = quota
-        elif scope == "group":
-            groups[subject] = quota
-        else:
-            default = quota
-    return Quotas(QuotaBook(users=users, groups=groups, default_user=default, members=members), problems, subjects)
 
 
 def admit(kernel: dict, profile_name: str, isolation: str, rendering: Rendering, quotas: Quotas,
           others: list[dict], now: float, profile: Profile | None = None) -> dict:
     """The kernel's ``status.admitted`` record, or raise :class:`QuotaExceeded` / :class:`QuotaMisconfigured`.
 
-    ``others`` are every kernel the operator knows; those that hold their slice count.  The decision
-    is the pool core's (:func:`jupyter_gpu_pool.pool.allocation.allocate`), as on one machine, with
-    placement left to the cluster's scheduler: what the kernel asks is what its pod will hold.
+    ``others`` are every kernel the operator knows; those that hold their slice count.  What the
+    kernel asks is what its pod will hold (the rendering: a MIG instance may be bigger than the slice).
     """
     owner = spec(kernel)["owner"]
     bad = quotas.problem_for(owner)

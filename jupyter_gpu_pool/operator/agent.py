@@ -24,10 +24,11 @@ import socket
 import time
 from dataclasses import dataclass
 
-from traitlets import Float, Int, Unicode, default
+from traitlets import Float, Int, List, Unicode, default
 from traitlets.config import Application
 
-from .crds import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF, VERSION
+from ..cluster.resources import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF, VERSION
+from ..cluster.watch import list_and_watch
 
 log = logging.getLogger("jupyter_gpu_pool.agent")
 
@@ -88,7 +89,7 @@ class Agent:
     """Watches the kernel pods on one node; every ``interval`` reads NVML and reports each pod's use."""
 
     def __init__(self, node: str, api, source, gpus: list[str], proc_root: str = "/proc", metrics=None,
-                 min_report: float = 60.0):
+                 min_report: float = 60.0, namespaces: tuple[str, ...] = ()):
         from kubernetes_asyncio import client
 
         self.node = node
@@ -99,34 +100,37 @@ class Agent:
         self.proc_root = proc_root
         self.metrics = metrics or AgentMetrics()
         self.min_report = min_report
+        self.namespaces = tuple(namespaces)
         self.pods: dict[str, dict] = {}  # uid -> pod
         self._reported: dict[str, tuple[dict, float]] = {}
 
     async def watch_pods(self) -> None:
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
-
+        """Keep ``pods`` current: the kernel pods of this node (a server-side label and field selector),
+        in the agent's namespaces (all namespaces when none are named)."""
         selector = f"{LABEL_COMPONENT}={KERNEL_COMPONENT},{LABEL_PART_OF}={PART_OF}"
         fields = f"spec.nodeName={self.node}"
-        while True:
-            try:
-                listing = await self.core.list_pod_for_all_namespaces(label_selector=selector, field_selector=fields)
-                self.pods = {p.metadata.uid: self.core.api_client.sanitize_for_serialization(p)
-                             for p in listing.items}
-                rv = listing.metadata.resource_version
-                async with watch.Watch() as w:
-                    async for event in w.stream(self.core.list_pod_for_all_namespaces, label_selector=selector,
-                                                field_selector=fields, resource_version=rv, timeout_seconds=240):
-                        pod = event["raw_object"]
-                        if event["type"] == "DELETED":
-                            self.pods.pop(pod["metadata"]["uid"], None)
-                        elif event["type"] != "BOOKMARK":
-                            self.pods[pod["metadata"]["uid"]] = pod
-            except asyncio.CancelledError:
-                raise
-            except (ApiException, OSError, asyncio.TimeoutError) as e:
-                log.warning("watching kernel pods on %s failed (%s); retrying", self.node, e)
-                await asyncio.sleep(2.0)
+        if not self.namespaces:
+            await list_and_watch(self.core.list_pod_for_all_namespaces, label_selector=selector,
+                                 field_selector=fields, replace=self._replacer(None), apply=self._apply,
+                                 what=f"kernel pods on {self.node}")
+            return
+        await asyncio.gather(*(list_and_watch(
+            self.core.list_namespaced_pod, ns, label_selector=selector, field_selector=fields,
+            replace=self._replacer(ns), apply=self._apply, what=f"kernel pods on {self.node} in {ns}")
+            for ns in self.namespaces))
+
+    def _replacer(self, namespace: str | None):
+        async def replace(items: list[dict]) -> None:
+            self.pods = {uid: p for uid, p in self.pods.items()
+                         if namespace is not None and p["metadata"].get("namespace") != namespace}
+            self.pods.update({p["metadata"]["uid"]: p for p in items})
+        return replace
+
+    async def _apply(self, event_type: str, pod: dict) -> None:
+        if event_type == "DELETED":
+            self.pods.pop(pod["metadata"]["uid"], None)
+        else:
+            self.pods[pod["metadata"]["uid"]] = pod
 
     async def sample_once(self) -> dict[str, PodUsage]:
         per_gpu = await asyncio.to_thread(self.source.read, self.gpus)
@@ -209,13 +213,16 @@ class AgentApp(Application):
     interval = Float(10.0, help="Seconds between two NVML readings.").tag(config=True)
     metrics_port = Int(9400, help="Port of /metrics (0: off).").tag(config=True)
     kubeconfig = Unicode("", help="A kubeconfig file (default: in-cluster).").tag(config=True)
+    namespaces = List(Unicode(), default_value=[], help="""The kernels' namespaces, whose pods this agent
+        watches (empty: every namespace, which needs a cluster-wide right to read pods).""").tag(config=True)
     proc_root = Unicode("/proc", help="Where the host's processes are (hostPID: /proc).").tag(config=True)
-    aliases = {"node": "AgentApp.node_name", "interval": "AgentApp.interval", "log-level": "Application.log_level"}
+    aliases = {"node": "AgentApp.node_name", "interval": "AgentApp.interval", "namespace": "AgentApp.namespaces",
+               "log-level": "Application.log_level"}
 
     def start(self) -> None:
         from ..devices.nvml import discover
         from ..devices.telemetry import NVMLSource
-        from .kube import api_client
+        from ..cluster.client import api_client
 
         logging.basicConfig(level=self.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
         source = NVMLSource()
@@ -233,6 +240,7 @@ class AgentApp(Application):
 
                 start_http_server(self.metrics_port, registry=metrics.registry)
             self.log.info("GPU agent on %s: %d GPU(s), every %gs", self.node_name, len(gpus), self.interval)
-            await Agent(self.node_name, api, source, gpus, self.proc_root, metrics).run(self.interval)
+            await Agent(self.node_name, api, source, gpus, self.proc_root, metrics,
+                        namespaces=tuple(self.namespaces)).run(self.interval)
 
         asyncio.run(run())

@@ -20,7 +20,7 @@ from traitlets import Unicode
 from traitlets.config import Application
 
 from ..config import GPUPool, load_settings, read_config
-from .crds import crd_manifests
+from ..cluster.schema import crd_manifests
 from .settings import GPUPoolOperator, operator_settings
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
@@ -54,7 +54,7 @@ class OperatorApp(Application):
     def start(self):
         from .controller import Controller
         from .handlers import build_registry
-        from .kube import api_client
+        from ..cluster.client import api_client
         from .metrics import OperatorMetrics
 
         settings = self.settings()
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv.pop(0) if argv and not argv[0].startswith("-") else "run"
     if command == "crds":
-        print("# The jupyter-gpu-pool CRDs: written by `python -m jupyter_gpu_pool.operator crds`; edit crds.py, not this.")
+        print("# The jupyter-gpu-pool CRDs: written by `python -m jupyter_gpu_pool.operator crds`; edit jupyter_gpu_pool/cluster/schema.py, not this.")
         print(yaml.safe_dump_all(crd_manifests(), sort_keys=False), end="")
     elif command == "agent":
         from .agent import AgentApp

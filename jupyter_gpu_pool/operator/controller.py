@@ -31,17 +31,25 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..pool import PoolError, QuotaExceeded
 from ..pool.policy import PolicyError, parse_policy
-from . import admission, crds
-from .crds import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
+from ..cluster import resources
+from ..cluster.quotas import read_quotas
+from ..cluster.resources import claim_template_name
+from ..cluster.watch import list_all, list_and_watch
+from . import admission
+from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
 from .diagnosis import diagnose
-from .kernels import key, meta, spec, status
-from .manifests import new_key, render_network_policy, render_pod, render_secret
+from ..cluster.kernels import key, meta, spec, status
+from .manifests import (MANAGER, PROFILE_ANNOTATION, new_curve_keys, new_key, render_claim_templates,
+                        render_network_policy, render_pod, render_secret)
 from .metrics import OperatorMetrics
+from .sharing import DRA
 from .settings import OperatorSettings
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
 
 MERGE = "application/merge-patch+json"
+KERNEL_POD_SELECTOR = (f"{resources.LABEL_COMPONENT}={resources.KERNEL_COMPONENT},"
+                       f"{resources.LABEL_PART_OF}={resources.PART_OF}")
 Announce = Callable[[dict, str, str, str], Awaitable[None]]
 
 
@@ -52,6 +60,7 @@ class Controller:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.net = client.NetworkingV1Api(api)
+        self.resource = client.ResourceV1Api(api)
         self.metrics = metrics or OperatorMetrics()
         self.clock = clock
         self.kernels: dict[tuple[str, str], dict] = {}
@@ -64,28 +73,82 @@ class Controller:
         self._secrets: set[str] = set()  # kernel uids whose Secret exists
         self._policies_made: set[str] = set()
         self._listed = False  # whether admission has read every kernel and quota once
+        self._gone: set[str] = set()  # uids of kernels this operator deleted (late events must not revive them)
+        self._rechecks: dict[tuple[str, str], asyncio.Task] = {}  # starting kernels, looked at again soon
+        self._pod_watches: dict[str, asyncio.Task] = {}  # namespace -> its kernel-pod watch
+        self._stories: dict[str, tuple[float, list[dict]]] = {}  # pod uid -> (read at, its Events)
+        self._nodes: dict[str, tuple[float, dict | None]] = {}  # node name -> (read at, the Node)
+        self._templates_ok: set[str] = set()  # dra: namespaces whose ResourceClaimTemplates are as rendered
 
     # -- intake (from the watches) ----------------------------------------------------------------
 
     async def kernel_event(self, event_type: str | None, body: dict) -> None:
         k = key(body)
         if event_type == "DELETED":
-            self.kernels.pop(k, None)
-            self.pods.pop(k, None)
-            self._heartbeats.pop(k, None)
-            self._locks.pop(k, None)
-            self._secrets.discard(meta(body).get("uid"))
-            self._policies_made.discard(meta(body).get("uid"))
-            self._count_phases()
+            self._forget(k, meta(body).get("uid"))
+            self._gone.discard(meta(body).get("uid"))
             return
+        if meta(body).get("uid") in self._gone:
+            return  # deleted by this operator; the watch has not said so yet
+        self.ensure_pod_watch(k[0])
         self._remember(body)
         await self.reconcile(k)
 
+    def _forget(self, k: tuple[str, str], uid: str | None) -> None:
+        self.kernels.pop(k, None)
+        self.pods.pop(k, None)
+        self._heartbeats.pop(k, None)
+        self._locks.pop(k, None)
+        self._secrets.discard(uid)
+        self._policies_made.discard(uid)
+        recheck = self._rechecks.pop(k, None)
+        if recheck is not None and recheck is not asyncio.current_task():
+            recheck.cancel()
+        self._count_phases()
+
+    async def prepare_namespace(self, namespace: str) -> None:
+        """A namespace the operator serves, at start: its kernel-pod watch, and (dra) its claim templates,
+        there before the first kernel."""
+        self.ensure_pod_watch(namespace)
+        if self.settings.sharing.backend == DRA:
+            try:
+                await self.ensure_claim_templates(namespace)
+            except Exception as e:  # the first kernel of the namespace tries again
+                log.warning("could not write the ResourceClaimTemplates of namespace %s: %s", namespace, e)
+
+    # -- the kernel pods' watch: only the kernels' namespaces, only kernel pods (a server-side selector) --
+
+    def ensure_pod_watch(self, namespace: str) -> None:
+        """Watch the kernel pods of a namespace that holds kernels (once)."""
+        if namespace and namespace not in self._pod_watches:
+            self._pod_watches[namespace] = asyncio.create_task(self.watch_pods(namespace))
+
+    async def watch_pods(self, namespace: str) -> None:
+        async def listed(items: list[dict]) -> None:
+            current = {meta(p)["name"] for p in items}
+            for k, pods in list(self.pods.items()):
+                for name, pod in list(pods.items()):
+                    if k[0] == namespace and name not in current:
+                        await self.pod_event("DELETED", pod)
+            for pod in items:
+                await self.pod_event("MODIFIED", pod)
+
+        await list_and_watch(self.core.list_namespaced_pod, namespace, label_selector=KERNEL_POD_SELECTOR,
+                             replace=listed, apply=self.pod_event, what=f"kernel pods in {namespace}")
+
+    async def stop(self) -> None:
+        tasks = [*self._pod_watches.values(), *self._rechecks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def pod_event(self, event_type: str | None, body: dict) -> None:
-        kernel_name = (meta(body).get("labels") or {}).get(crds.LABEL_KERNEL)
+        kernel_name = (meta(body).get("labels") or {}).get(resources.LABEL_KERNEL)
         if not kernel_name:
             return
         k = (meta(body)["namespace"], kernel_name)
+        if any(ref.get("uid") in self._gone for ref in meta(body).get("ownerReferences") or []):
+            return  # a deleted kernel's pod, on its way out
         if event_type == "DELETED":
             self.pods[k].pop(meta(body)["name"], None)
         else:
@@ -98,7 +161,7 @@ class Controller:
             self.quotas.pop(meta(body)["name"], None)
             return
         self.quotas[meta(body)["name"]] = body
-        quotas = admission.read_quotas(list(self.quotas.values()))
+        quotas = read_quotas(list(self.quotas.values()))
         for name, obj in list(self.quotas.items()):
             problem = quotas.problems.get(name)
             await self._object_status(QUOTAS, obj, {"valid": problem is None, "message": problem or ""})
@@ -127,6 +190,8 @@ class Controller:
                 raise
 
     def _remember(self, body: dict) -> None:
+        if meta(body).get("uid") in self._gone:
+            return
         k = key(body)
         old = self.kernels.get(k)
         if old is None or int(meta(body).get("resourceVersion", 0)) >= int(meta(old).get("resourceVersion", 0)):
@@ -134,6 +199,7 @@ class Controller:
 
     async def sweep(self) -> None:
         """Reconcile every kernel (orphans, pods that vanished, grace periods that ran out)."""
+        self._templates_ok.clear()  # dra: look at the claim templates again (someone may have deleted one)
         for k in list(self.kernels):
             try:
                 await self.reconcile(k)
@@ -156,7 +222,7 @@ class Controller:
     async def _reconcile(self, kernel: dict) -> None:
         k, s, now = key(kernel), spec(kernel), self.clock()
         if self._orphaned(kernel, now):
-            await self._delete_kernel(kernel, crds.SERVER_GONE,
+            await self._delete_kernel(kernel, resources.SERVER_GONE,
                                       f"Its server stopped renewing the heartbeat for over "
                                       f"{self.settings.heartbeat_timeout:.0f}s: the kernel was deleted.")
             return
@@ -166,12 +232,12 @@ class Controller:
         profile = self.settings.profile(s.get("profile", ""))
         if profile is None:
             known = ", ".join(sorted(self.settings.pool.profiles))
-            await self._fail(kernel, crds.INVALID, f"There is no GPU profile named {s.get('profile')!r}. "
+            await self._fail(kernel, resources.INVALID, f"There is no GPU profile named {s.get('profile')!r}. "
                              f"The profiles are: {known}. Pick one of these, or ask your admin to add it.")
             return
         image = s.get("image") or self.settings.kernel_image
         if not any(fnmatch.fnmatchcase(image, p) for p in self.settings.allowed_images):
-            await self._fail(kernel, crds.INVALID, f"The kernel image {image!r} is not one the admin allows "
+            await self._fail(kernel, resources.INVALID, f"The kernel image {image!r} is not one the admin allows "
                              f"({', '.join(self.settings.allowed_images)}).")
             return
         rendering = self.settings.renderings[profile.name]
@@ -180,15 +246,16 @@ class Controller:
             if kernel is None:
                 return
         if meta(kernel)["uid"] not in self._secrets:
+            curve = new_curve_keys() if self.settings.transport_encryption else None
             await self._create_once(self.core.create_namespaced_secret, kernel,
-                                    render_secret(kernel, self.settings, new_key()))
+                                    render_secret(kernel, self.settings, new_key(), curve))
             self._secrets.add(meta(kernel)["uid"])
         if self.settings.network_policy and meta(kernel)["uid"] not in self._policies_made:
             await self._create_once(self.net.create_namespaced_network_policy, kernel,
                                     render_network_policy(kernel, self.settings))
             self._policies_made.add(meta(kernel)["uid"])
         launch = int(s["launch"])
-        wanted = crds.pod_name(meta(kernel)["name"], launch)
+        wanted = resources.pod_name(meta(kernel)["name"], launch)
         stop_grace = int(s.get("stopGraceSeconds", 10))
         await self._delete_pods(kernel, keep=wanted, grace=stop_grace)
         pod = self.pods[k].get(wanted)
@@ -203,14 +270,18 @@ class Controller:
             st = status(kernel)
             if st.get("launch") == launch and st.get("phase") == STOPPED:
                 return  # this launch ran and ended; a new launch needs spec.launch + 1
-            pod = await self._create_pod(kernel, rendering, image, launch)
-            self.metrics.pods_created.inc()
+            if rendering.claim is not None:
+                await self.ensure_claim_templates(k[0])
+            await self._create_pod(kernel, rendering, image, launch)
             await self._set_status(kernel, {"phase": STARTING, "reason": "", "launch": launch,
-                                            "pod": meta(pod)["name"], "podIP": None, "node": None, "exitCode": None,
+                                            "pod": wanted, "podIP": None, "node": None, "exitCode": None,
                                             "message": f"Starting on {rendering.description}.",
                                             "startedAt": now, "runningAt": None})
+            self._check_again(k)
             return
-        verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace)
+        events, node = await self._start_story(pod, now)
+        verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace,
+                           events, node)
         pod_status = pod.get("status") or {}
         update = {"phase": verdict.phase, "reason": verdict.reason, "message": verdict.message, "launch": launch,
                   "pod": meta(pod)["name"], "podIP": pod_status.get("podIP"), "node": pod.get("spec", {}).get("nodeName"),
@@ -221,6 +292,8 @@ class Controller:
             if started:
                 self.metrics.start_seconds.observe(max(now - started, 0))
         await self._set_status(kernel, update)
+        if verdict.phase == STARTING:
+            self._check_again(k)  # its message says how long, and why: keep the numbers true
         if verdict.phase == FAILED:
             self.metrics.launch_failures.labels(reason=verdict.reason).inc()
             await self.announce(kernel, "Warning", verdict.reason, verdict.message)
@@ -231,7 +304,7 @@ class Controller:
     def _orphaned(self, kernel: dict, now: float) -> bool:
         """No heartbeat change seen for ``heartbeat_timeout`` (measured on this clock, so skew does not matter)."""
         k = key(kernel)
-        beat = (meta(kernel).get("annotations") or {}).get(crds.ANNOTATION_HEARTBEAT)
+        beat = (meta(kernel).get("annotations") or {}).get(resources.ANNOTATION_HEARTBEAT)
         seen = self._heartbeats.get(k)
         if seen is None or seen[0] != beat:
             self._heartbeats[k] = (beat, now)
@@ -262,17 +335,19 @@ class Controller:
             kernel = self.kernels.get(key(kernel), kernel)
             if status(kernel).get("admitted"):
                 return kernel
-            quotas = admission.read_quotas(list(self.quotas.values()))
+            quotas = read_quotas(list(self.quotas.values()))
             try:
                 admitted = admission.admit(kernel, profile, self.settings.sharing.backend, rendering, quotas,
                                            list(self.kernels.values()), now)
             except PoolError as e:
-                reason = crds.QUOTA_EXCEEDED if isinstance(e, QuotaExceeded) else "QuotaMisconfigured"
+                reason = resources.QUOTA_EXCEEDED if isinstance(e, QuotaExceeded) else "QuotaMisconfigured"
                 self.metrics.admissions.labels(result=e.reason).inc()
                 await self._fail(kernel, reason, str(e))
                 return None
             self.metrics.admissions.labels(result="admitted").inc()
             gpu = {"sharing": self.settings.sharing.backend, "resources": dict(rendering.limits)}
+            if rendering.claim is not None:
+                gpu["claimTemplate"] = claim_template_name(profile)
             kernel = await self._set_status(kernel, {"admitted": admitted, "phase": STARTING, "reason": "",
                                                      "message": f"Admitted: {rendering.description}.", "gpu": gpu,
                                                      "observedGeneration": meta(kernel).get("generation")})
@@ -310,19 +385,97 @@ class Controller:
                 raise
             return None
 
-    async def _create_pod(self, kernel: dict, rendering, image: str, launch: int) -> dict:
+    async def _create_pod(self, kernel: dict, rendering, image: str, launch: int) -> None:
         body = render_pod(kernel, self.settings, rendering, image, launch)
         try:
             pod = await self.core.create_namespaced_pod(meta(kernel)["namespace"], body)
-            pod = self.core.api_client.sanitize_for_serialization(pod)
         except ApiException as e:
             if e.status != 409:
                 raise
-            pod = self.core.api_client.sanitize_for_serialization(
-                await self.core.read_namespaced_pod(meta(body)["name"], meta(kernel)["namespace"]))
+            return  # created before a restart of the operator: the pod watch delivers it
+        self.metrics.pods_created.inc()
+        pod = self.core.api_client.sanitize_for_serialization(pod)
         self.pods[key(kernel)].setdefault(meta(pod)["name"], pod)
         log.info("kernel %s/%s: pod %s created (launch %d)", *key(kernel), meta(pod)["name"], launch)
-        return pod
+
+    async def ensure_claim_templates(self, namespace: str) -> None:
+        """dra: the namespace's ResourceClaimTemplates are those rendered from the profiles (a template's
+        spec cannot change: a changed one is deleted and made again; one of a removed profile goes)."""
+        if namespace in self._templates_ok:
+            return
+        wanted = {meta(t)["name"]: t for t in render_claim_templates(self.settings, namespace)}
+        existing, _ = await list_all(self.resource.list_namespaced_resource_claim_template, namespace,
+                                     label_selector=f"{resources.LABEL_MANAGED_BY}={MANAGER}")
+        have = {meta(t)["name"]: t for t in existing}
+        for name in set(have) - set(wanted):
+            await self._delete_template(namespace, name)
+        for name, template in wanted.items():
+            current = have.get(name)
+            if current is not None and current.get("spec") == template["spec"]:
+                continue
+            if current is not None:
+                await self._delete_template(namespace, name)
+            try:
+                await self.resource.create_namespaced_resource_claim_template(namespace, template)
+                log.info("ResourceClaimTemplate %s/%s written for profile %s", namespace, name,
+                         meta(template)["annotations"][PROFILE_ANNOTATION])
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        self._templates_ok.add(namespace)
+
+    async def _delete_template(self, namespace: str, name: str) -> None:
+        try:
+            await self.resource.delete_namespaced_resource_claim_template(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _check_again(self, k: tuple[str, str]) -> None:
+        """Reconcile a starting kernel again in ``progress_interval`` (once at a time)."""
+        if k in self._rechecks:
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(self.settings.progress_interval)
+            self._rechecks.pop(k, None)
+            try:
+                await self.reconcile(k)
+            except Exception:
+                self.metrics.errors.inc()
+                log.exception("reconciling kernel %s/%s failed", *k)
+
+        self._rechecks[k] = asyncio.create_task(later())
+
+    async def _start_story(self, pod: dict, now: float) -> tuple[list[dict], dict | None]:
+        """For a pod placed on a node that has not started it yet: its Events, and its Node.  Each read
+        at most once per ``progress_interval`` (per pod, per node); a read that fails only makes the
+        story shorter."""
+        spec_, st = pod.get("spec") or {}, pod.get("status") or {}
+        if st.get("phase") != "Pending" or not spec_.get("nodeName"):
+            return [], None
+        events: list[dict] = []
+        uid = meta(pod)["uid"]
+        read_at, cached = self._stories.get(uid, (0.0, []))
+        if now - read_at < self.settings.progress_interval:
+            events = cached
+        else:
+            try:
+                events, _ = await list_all(self.core.list_namespaced_event, meta(pod)["namespace"],
+                                           field_selector=f"involvedObject.uid={uid}")
+            except Exception as e:  # noqa: BLE001 (a courtesy: the story is shorter without them)
+                log.debug("could not read the events of pod %s: %s", meta(pod)["name"], e)
+            self._stories[uid] = (now, events)
+        name = spec_["nodeName"]
+        read_at, node = self._nodes.get(name, (0.0, None))
+        if now - read_at >= self.settings.progress_interval:
+            try:
+                node = self.core.api_client.sanitize_for_serialization(await self.core.read_node(name))
+            except Exception as e:  # noqa: BLE001
+                log.debug("could not read node %s: %s", name, e)
+                node = None
+            self._nodes[name] = (now, node)
+        return events, node
 
     async def _delete_pod(self, pod: dict, grace: int) -> None:
         try:
@@ -338,6 +491,8 @@ class Controller:
                 await self._delete_pod(pod, grace)
 
     async def _delete_kernel(self, kernel: dict, reason: str, message: str) -> None:
+        """Delete a kernel once: what arrives about it afterwards (its pods going, a late watch event)
+        finds it forgotten, so no second delete and no second Event."""
         ns, name = key(kernel)
         log.info("kernel %s/%s deleted: %s", ns, name, reason)
         self.metrics.orphans.inc()
@@ -349,13 +504,15 @@ class Controller:
         except ApiException as e:
             if e.status != 404:
                 raise
+        self._gone.add(meta(kernel)["uid"])
+        self._forget(key(kernel), meta(kernel)["uid"])
 
     async def announce(self, kernel: dict, type_: str, reason: str, message: str) -> None:
         """An Event on the GPUKernel (``kubectl describe gpukernel`` shows it)."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         event = {"apiVersion": "v1", "kind": "Event",
                  "metadata": {"generateName": f"{meta(kernel)['name']}.", "namespace": meta(kernel)["namespace"]},
-                 "involvedObject": {"apiVersion": crds.API_VERSION, "kind": crds.KERNEL_KIND,
+                 "involvedObject": {"apiVersion": resources.API_VERSION, "kind": resources.KERNEL_KIND,
                                     "name": meta(kernel)["name"], "namespace": meta(kernel)["namespace"],
                                     "uid": meta(kernel)["uid"]},
                  "type": type_, "reason": reason, "message": message[:1000],
@@ -370,6 +527,6 @@ class Controller:
     def _count_phases(self) -> None:
         counts = defaultdict(int)
         for kernel in self.kernels.values():
-            counts[status(kernel).get("phase") or crds.PENDING] += 1
-        for phase in crds.PHASES:
+            counts[status(kernel).get("phase") or resources.PENDING] += 1
+        for phase in resources.PHASES:
             self.metrics.kernels.labels(phase=phase).set(counts.get(phase, 0))

@@ -6,7 +6,10 @@ The scheduler, the kubelet and the container runtime speak of
 your admin".  A pod that can never start (no slice free past the admin's
 grace, an image that cannot be pulled, a container that cannot be created)
 makes the kernel ``Failed`` at once, so the launch fails in seconds rather than
-at a timeout; a ``Failed`` kernel holds no quota.  A container that exited
+at a timeout; a ``Failed`` kernel holds no quota.  A start that takes long says
+why, from the pod's conditions and container status, its Events and its node
+(pulling the image for N s, volumes not mounted, the node not ready), with
+seconds measured from the cluster's own timestamps.  A container that exited
 (cleanly or not) leaves the kernel ``Stopped`` with its exit code: it keeps its
 slice for a restart until its server deletes it.
 """
@@ -15,11 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .crds import CRASHED, EXITED, FAILED, IMAGE_PULL, PREEMPTED, RUNNING, STARTING, STOPPED, UNSCHEDULABLE
-from .kernels import timestamp
+from ..cluster.kernels import timestamp
+from ..cluster.resources import CRASHED, EXITED, FAILED, IMAGE_PULL, PREEMPTED, RUNNING, STARTING, STOPPED, UNSCHEDULABLE
 
 _PULL = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable")
 _CREATE = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff")
+
+# Reasons of a start under way (status.reason while the phase is Starting).
+NODE_NOT_READY, PULLING, MOUNTING, CREATING = "NodeNotReady", "PullingImage", "MountingVolumes", "ContainerCreating"
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,6 @@ class Verdict:
     reason: str = ""
     message: str = ""
     exit_code: int | None = None
-
 
 
 def _condition(pod: dict, type_: str) -> dict:
@@ -40,7 +45,86 @@ def _container(pod: dict) -> dict:
     return statuses[0] if statuses else {}
 
 
-def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable_grace: float) -> Verdict:
+def _since(text: str | None, now: float) -> int:
+    """Whole seconds from an RFC 3339 time to now (0 when unknown)."""
+    at = timestamp(text)
+    return max(int(now - at), 0) if at else 0
+
+
+def _event_time(event: dict) -> str | None:
+    return event.get("eventTime") or event.get("firstTimestamp") or (event.get("metadata") or {}).get(
+        "creationTimestamp")
+
+
+def _last_time(event: dict) -> str | None:
+    series = event.get("series") or {}
+    return series.get("lastObservedTime") or event.get("lastTimestamp") or _event_time(event)
+
+
+def _key(event: dict) -> float:
+    return timestamp(_last_time(event))
+
+
+def _latest(events: list[dict], *reasons: str) -> dict | None:
+    """The most recent of the events with these reasons (by when it was last seen)."""
+    found = [e for e in events if e.get("reason") in reasons]
+    return max(found, key=_key) if found else None
+
+
+def _node_not_ready(node: dict | None) -> dict | None:
+    """The node's Ready condition when it is not True (the node is down, or not yet up)."""
+    if not node:
+        return None
+    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    return ready if ready is not None and ready.get("status") != "True" else None
+
+
+def _starting(pod: dict, container: dict, now: float, events: list[dict], node: dict | None) -> Verdict:
+    """A pod the scheduler placed that does not run yet: what its node, its container and its Events say,
+    with true numbers (seconds measured from the cluster's own timestamps)."""
+    status = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    where = spec.get("nodeName", "")
+    placed = _since(_condition(pod, "PodScheduled").get("lastTransitionTime") or status.get("startTime")
+                    or pod["metadata"].get("creationTimestamp"), now)
+    not_ready = _node_not_ready(node)
+    if not_ready is not None and not container:
+        said = " ".join(x for x in (not_ready.get("reason", ""), not_ready.get("message", "")) if x)
+        return Verdict(STARTING, NODE_NOT_READY,
+                       f"The kernel's pod was placed on node {where!r} {placed} s ago, but that node is not ready "
+                       f"({said or 'Ready: ' + str(not_ready.get('status'))}), so nothing starts there until it "
+                       "recovers. If it does not, Kubernetes evicts the pod after its not-ready toleration "
+                       "(300 s by default); ask your admin about the node.")
+    pulling, pulled = _latest(events, "Pulling"), _latest(events, "Pulled", "Failed", "BackOff")
+    mount = _latest(events, "FailedMount", "FailedAttachVolume")
+    sandbox = _latest(events, "FailedCreatePodSandBox")
+    later = _latest(events, "Pulling", "Pulled", "Created", "Started")
+    if pulling is not None and (pulled is None or _key(pulled) < _key(pulling)):
+        image = container.get("image") or (spec.get("containers") or [{}])[0].get("image", "")
+        return Verdict(STARTING, PULLING,
+                       f"Node {where!r} is pulling the kernel image {image!r}: {_since(_event_time(pulling), now)} s "
+                       "so far (a large image can take minutes the first time on a node).")
+    if mount is not None and (later is None or _key(later) < _key(mount)):
+        return Verdict(STARTING, MOUNTING,
+                       f"Node {where!r} cannot mount the kernel's volumes yet ({_since(_event_time(mount), now)} s "
+                       f"so far): {mount.get('message', '')}")
+    if sandbox is not None and (later is None or _key(later) < _key(sandbox)):
+        return Verdict(STARTING, CREATING,
+                       f"Node {where!r} cannot create the kernel's pod sandbox yet ({placed} s so far): "
+                       f"{sandbox.get('message', '')}")
+    waiting = (container.get("state") or {}).get("waiting") or {}
+    if container or where:
+        what = f"node {where!r}" if where else "its node"
+        detail = f" ({waiting['message']})" if waiting.get("message") else ""
+        return Verdict(STARTING, waiting.get("reason") or CREATING,
+                       f"The kernel's pod is starting: {what} is creating its container{detail}, {placed} s so far.")
+    return Verdict(STARTING, "", f"The kernel's pod is starting: waiting for the scheduler, {placed} s so far.")
+
+
+def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable_grace: float,
+             events: list[dict] | None = None, node: dict | None = None) -> Verdict:
+    """The kernel's phase, reason and message from its pod; ``events`` (the pod's Events) and ``node``
+    (the Node it is placed on) tell the story of a start that takes long."""
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
     name = pod["metadata"]["name"]
@@ -53,12 +137,19 @@ def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
             since = timestamp(scheduled.get("lastTransitionTime")) or now
             said = scheduled.get("message", "")
+            if now - since >= unschedulable_grace and "claim" in said:  # dra: the device claim cannot be met
+                return Verdict(FAILED, UNSCHEDULABLE,
+                               f"No GPU device for profile {profile!r} ({slice_text}) can be allocated right now: "
+                               "every device of that kind in the cluster is taken, or none has it (the scheduler "
+                               f"says: {said}) Try again in a few minutes, pick another profile, or shut down a "
+                               "kernel you no longer need.")
             if now - since >= unschedulable_grace:
                 return Verdict(FAILED, UNSCHEDULABLE,
                                f"No GPU slice is free for profile {profile!r} ({slice_text}): the cluster has no "
                                f"node with room for it right now (the scheduler says: {said}) Try again in a few "
                                "minutes, pick a smaller profile, or shut down a kernel you no longer need.")
-            return Verdict(STARTING, UNSCHEDULABLE, f"Waiting for a GPU slice ({slice_text}) to be free: {said}")
+            return Verdict(STARTING, UNSCHEDULABLE, f"Waiting for a GPU slice ({slice_text}) to be free, "
+                           f"{int(now - since)} s so far: {said}")
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in _PULL:
             image = container.get("image", "")
@@ -70,7 +161,7 @@ def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable
             return Verdict(FAILED, CRASHED,
                            f"The kernel's container cannot start ({waiting['reason']}: "
                            f"{waiting.get('message', 'no detail')}). Ask your admin; pod {name!r} has the details.")
-        return Verdict(STARTING, waiting.get("reason", "") or "", "The kernel's pod is starting.")
+        return _starting(pod, container, now, events or [], node)
     if phase == "Running":
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in _CREATE:

@@ -1,9 +1,13 @@
-"""The operator's kopf wiring: watches feed the controller; one sweep task runs beside them.
+"""The operator's kopf wiring: kopf's watches of the custom resources feed the controller; the
+controller's own watch of kernel pods and one sweep task run beside them.
 
 Only kopf's event handlers are used (``on.event``): they add no finalizers and
 store no handler progress on the objects, so deleting a GPUKernel never waits
 for the operator (its pod, Secret and NetworkPolicy are owned by it and go with
 it through the garbage collector), and the reconcile stays level-triggered.
+Kernel pods are not watched through kopf, which filters labels only after the
+whole cluster's pods arrive: the controller watches each kernels' namespace
+with a server-side label selector (``Controller.watch_pods``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import kopf
 
 from .controller import Controller
-from .crds import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_PART_OF, PART_OF, POLICIES, QUOTAS, VERSION
+from ..cluster.resources import GROUP, KERNELS, POLICIES, QUOTAS, VERSION
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
 
@@ -35,20 +39,18 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
         settings.batching.batch_window = 0.02  # a kernel start should not wait for more events
         settings.watching.server_timeout = 300
         sweeper.append(asyncio.create_task(_sweep_forever(controller)))
+        for namespace in controller.settings.namespaces:
+            sweeper.append(asyncio.create_task(controller.prepare_namespace(namespace)))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
         for task in sweeper:
             task.cancel()
+        await controller.stop()
 
     @kopf.on.event(GROUP, VERSION, KERNELS, registry=registry)
     async def kernel(event, **_):
         await controller.kernel_event(event.get("type"), dict(event["object"]))
-
-    @kopf.on.event("", "v1", "pods", labels={LABEL_COMPONENT: KERNEL_COMPONENT, LABEL_PART_OF: PART_OF},
-                   registry=registry)
-    async def pod(event, **_):
-        await controller.pod_event(event.get("type"), dict(event["object"]))
 
     @kopf.on.event(GROUP, VERSION, QUOTAS, registry=registry)
     async def quota(event, **_):

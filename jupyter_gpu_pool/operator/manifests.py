@@ -2,9 +2,10 @@
 
 Each is owned by the GPUKernel (``ownerReferences``), so deleting the kernel
 deletes them through the cluster's garbage collector, even when the operator
-is down.  The connection key lives only in the Secret: the pod mounts it as a
-read-only file and is given no service-account token; nothing else (the pod
-spec, env, command line, the GPUKernel, a log line) ever holds the key.
+is down.  The connection key (and, with transport encryption, the kernel's
+CurveZMQ key pair) lives only in the Secret: the pod mounts it as a read-only
+file and is given no service-account token; nothing else (the pod spec, env,
+command line, the GPUKernel, a log line) ever holds a key.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import json
 import secrets
 
-from .crds import (
+from ..cluster.resources import (
     API_VERSION,
+    CONNECTION_FILE,
     KERNEL_COMPONENT,
     KERNEL_KIND,
     LABEL_COMPONENT,
@@ -24,20 +26,31 @@ from .crds import (
     LABEL_PART_OF,
     LABEL_SERVER,
     PART_OF,
+    claim_template_name,
     label_value,
     pod_name,
     policy_name,
     secret_name,
 )
-from .kernels import meta, spec
-from .settings import CONNECTION_DIR, CONNECTION_FILE, OperatorSettings
-from .sharing import Rendering
+from ..cluster.kernels import meta, spec
+from .settings import CONNECTION_DIR, KERNEL_DIR, OperatorSettings
+from .sharing import CLAIM, Rendering
 
 MANAGER = "jupyter-gpu-pool-operator"
+PROFILE_ANNOTATION = f"{LABEL_KERNEL}-profile"
+GPU_ANNOTATION = f"{LABEL_KERNEL}-gpu"
 
 
 def new_key() -> str:
     return secrets.token_hex(32)
+
+
+def new_curve_keys() -> tuple[str, str]:
+    """A CurveZMQ key pair (public, secret; Z85 text) for one kernel's sockets."""
+    import zmq
+
+    public, secret = zmq.curve_keypair()
+    return public.decode("ascii"), secret.decode("ascii")
 
 
 def owner_reference(kernel: dict) -> dict:
@@ -59,39 +72,71 @@ def _meta(kernel: dict, name: str) -> dict:
             "ownerReferences": [owner_reference(kernel)]}
 
 
-def connection_info(settings: OperatorSettings, key: str) -> dict:
-    """The kernel's connection file: it binds every address of its pod on the fixed ports."""
+def connection_info(settings: OperatorSettings, key: str, curve: tuple[str, str] | None = None) -> dict:
+    """The kernel's connection file: it binds every address of its pod on the fixed ports; with
+    ``curve`` (public, secret) its sockets are CurveZMQ servers (jupyter_client's and ipykernel's
+    ``curve_publickey`` / ``curve_secretkey``), so its traffic is encrypted."""
     ports = settings.ports
-    return {"ip": "0.0.0.0", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": key,
+    info = {"ip": "0.0.0.0", "transport": "tcp", "signature_scheme": "hmac-sha256", "key": key,
             "shell_port": ports["shell"], "iopub_port": ports["iopub"], "stdin_port": ports["stdin"],
             "control_port": ports["control"], "hb_port": ports["hb"], "kernel_name": ""}
+    if curve is not None:
+        info["curve_publickey"], info["curve_secretkey"] = curve
+    return info
 
 
-def render_secret(kernel: dict, settings: OperatorSettings, key: str) -> dict:
+def render_secret(kernel: dict, settings: OperatorSettings, key: str, curve: tuple[str, str] | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": _meta(kernel, secret_name(meta(kernel)["name"])),
-            "stringData": {CONNECTION_FILE: json.dumps(connection_info(settings, key))}}
+            "stringData": {CONNECTION_FILE: json.dumps(connection_info(settings, key, curve))}}
 
 
 def _resources(settings: OperatorSettings, rendering: Rendering) -> dict:
     requests = dict(settings.resources.get("requests") or {})
     limits = {**(settings.resources.get("limits") or {}), **rendering.limits}
-    out = {"limits": limits}
+    out: dict = {}
+    if limits:
+        out["limits"] = limits
     if requests:
         out["requests"] = requests
+    if rendering.claim is not None:
+        out["claims"] = [{"name": CLAIM}]
     return out
+
+
+def render_claim_templates(settings: OperatorSettings, namespace: str) -> list[dict]:
+    """The ``dra`` backend's ResourceClaimTemplates: one per profile, in a namespace of kernels.  Each
+    kernel pod gets a claim of its own from its profile's template (the resource claim controller makes
+    it, owned by the pod, and deletes it when the pod is done)."""
+    templates = []
+    for name, rendering in sorted(settings.renderings.items()):
+        if rendering.claim is None:
+            continue
+        templates.append({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": claim_template_name(name), "namespace": namespace,
+                         "labels": {LABEL_PART_OF: PART_OF, LABEL_MANAGED_BY: MANAGER},
+                         "annotations": {PROFILE_ANNOTATION: name, GPU_ANNOTATION: rendering.description}},
+            "spec": {"spec": rendering.claim}})
+    return templates
+
+
+# The kernel starts from a copy of its connection file that it may write: ipykernel (7.3 and newer) rewrites
+# the file at start when it holds CurveZMQ keys, and a Secret is mounted read-only.  $0: the Secret's file,
+# $1: the copy (mode 0600), then the kernel's own command.
+COPY_THEN_RUN = 'cp "$0" "$1" && chmod 600 "$1" && shift && exec "$@"'
 
 
 def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, image: str, launch: int) -> dict:
     name = meta(kernel)["name"]
-    connection_file = f"{CONNECTION_DIR}/{CONNECTION_FILE}"
-    command = [arg.replace("{connection_file}", connection_file) for arg in settings.kernel_command]
+    secret_file, connection_file = f"{CONNECTION_DIR}/{CONNECTION_FILE}", f"{KERNEL_DIR}/{CONNECTION_FILE}"
+    command = ["/bin/sh", "-c", COPY_THEN_RUN, secret_file, connection_file] + [
+        arg.replace("{connection_file}", connection_file) for arg in settings.kernel_command]
     env = [{"name": k, "value": v} for k, v in sorted(rendering.env.items())]
     env.append({"name": "JUPYTER_GPU_POOL_KERNEL", "value": name})
     pod_meta = _meta(kernel, pod_name(name, launch))
     pod_meta["labels"][LABEL_LAUNCH] = str(launch)
-    pod_meta["annotations"] = {f"{LABEL_KERNEL}-profile": spec(kernel)["profile"],
-                               f"{LABEL_KERNEL}-gpu": rendering.description}
+    pod_meta["annotations"] = {PROFILE_ANNOTATION: spec(kernel)["profile"], GPU_ANNOTATION: rendering.description}
     pod_spec: dict = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -102,7 +147,8 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "volumes": [{"name": "connection", "secret": {
             "secretName": secret_name(name), "defaultMode": 0o440,
-            "items": [{"key": CONNECTION_FILE, "path": CONNECTION_FILE}]}}],
+            "items": [{"key": CONNECTION_FILE, "path": CONNECTION_FILE}]}},
+            {"name": "kernel", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}],
         "containers": [{
             "name": "kernel",
             "image": image,
@@ -112,7 +158,8 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
                       for port, number in settings.ports.items()],
             "resources": _resources(settings, rendering),
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            "volumeMounts": [{"name": "connection", "mountPath": CONNECTION_DIR, "readOnly": True}],
+            "volumeMounts": [{"name": "connection", "mountPath": CONNECTION_DIR, "readOnly": True},
+                             {"name": "kernel", "mountPath": KERNEL_DIR}],
         }],
     }
     if settings.node_selector:
@@ -123,6 +170,9 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
         pod_spec["runtimeClassName"] = settings.runtime_class_name
     if settings.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
+    if rendering.claim is not None:
+        pod_spec["resourceClaims"] = [{"name": CLAIM,
+                                       "resourceClaimTemplateName": claim_template_name(spec(kernel)["profile"])}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": pod_spec}
 
 
@@ -143,6 +193,8 @@ def render_network_policy(kernel: dict, settings: OperatorSettings) -> dict:
                           "kubernetes.io/metadata.name": server.get("namespace") or meta(kernel)["namespace"]}}}],
             "ports": [{"protocol": "TCP", "port": number} for number in settings.ports.values()],
         })
+    policy = {"podSelector": {"matchLabels": {LABEL_KERNEL: name}}, "policyTypes": ["Ingress"]}
+    if ingress:  # no rule at all admits nobody (an empty list is what the API server would drop anyway)
+        policy["ingress"] = ingress
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(kernel, policy_name(name)),
-            "spec": {"podSelector": {"matchLabels": {LABEL_KERNEL: name}}, "policyTypes": ["Ingress"],
-                     "ingress": ingress}}
+            "spec": policy}

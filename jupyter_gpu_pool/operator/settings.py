@@ -16,10 +16,11 @@ from traitlets.config import Configurable
 
 from ..config import ConfigError, GPUPool
 from ..pool import Profile, parse_size
-from .sharing import BACKENDS, HAMI, MigProfile, Rendering, Sharing, SharingError, render
+from .sharing import BACKENDS, DRA, DRA_MIG, DRA_SHARES, HAMI, MIG, TIME_SLICE_INTERVALS, MigProfile, Rendering, \
+    Sharing, SharingError, render
 
-CONNECTION_DIR = "/var/run/jupyter-gpu-pool"
-CONNECTION_FILE = "connection.json"
+CONNECTION_DIR = "/var/run/jupyter-gpu-pool"  # the kernel's Secret, read-only
+KERNEL_DIR = "/var/run/jupyter-gpu-pool-kernel"  # a memory-backed emptyDir: the kernel's own copy
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
 
 
@@ -28,7 +29,26 @@ class GPUPoolOperator(Configurable):
 
     sharing = Enum(list(BACKENDS), default_value=HAMI, help="""The cluster's GPU sharing: 'hami' (HAMi:
         nvidia.com/gpumem and gpucores), 'mps' or 'time-slicing' (NVIDIA device plugin replicas), 'mig'
-        (nvidia.com/mig-<profile>), or 'whole' (a whole GPU per kernel).""").tag(config=True)
+        (nvidia.com/mig-<profile>), 'whole' (a whole GPU per kernel), or 'dra' (Dynamic Resource
+        Allocation with NVIDIA's DRA driver: one ResourceClaimTemplate per profile).""").tag(config=True)
+
+    dra_slices = Enum([DRA_MIG, DRA_SHARES], default_value=DRA_MIG, help="""'dra': how a slice (a profile that
+        is not whole GPUs) is held: 'mig', the smallest MIG device of mig_profiles that covers it (the
+        nodes' GPUs partitioned into MIG devices); or 'shares', its memory of a GPU shared through
+        consumable capacity (Kubernetes' DRAConsumableCapacity feature gate and the driver's ConsumableShares
+        gate with consumableShares=memory; both alpha, off by default).""").tag(config=True)
+
+    dra_device_class = Unicode("gpu.nvidia.com", help="'dra': the DeviceClass of whole GPUs.").tag(config=True)
+
+    dra_mig_device_class = Unicode("mig.nvidia.com", help="'dra': the DeviceClass of MIG devices.").tag(
+        config=True)
+
+    dra_driver = Unicode("gpu.nvidia.com", help="""'dra': the DRA driver's name (its device attributes' domain,
+        and the driver of its opaque configuration).""").tag(config=True)
+
+    dra_time_slice_interval = Enum(["", *TIME_SLICE_INTERVALS], default_value="", help="""'dra': the driver's
+        time-slice interval on GPU devices (GpuConfig sharing strategy TimeSlicing; needs the driver's
+        TimeSlicingSettings gate, alpha, off by default).  Empty: the driver's default.""").tag(config=True)
 
     gpu_memory = Unicode("", help="""Memory of one GPU, such as '80GiB'.  Needed by 'mps' and
         'time-slicing' (what one replica holds) and to count whole GPUs against memory quotas.""").tag(config=True)
@@ -42,8 +62,9 @@ class GPUPoolOperator(Configurable):
     whole_resource = Unicode("nvidia.com/gpu", help="The resource name of a whole GPU.").tag(config=True)
 
     mig_profiles = List(Unicode(), default_value=["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
-                        help="""'mig': the MIG profiles the nodes offer (nvidia.com/mig-<name>); a kernel
-        gets the smallest that covers its slice.""").tag(config=True)
+                        help="""'mig' (and 'dra' with MIG slices): the MIG profiles the nodes offer
+        (nvidia.com/mig-<name>, or MIG devices of that profile); a kernel gets the smallest that covers its
+        slice.""").tag(config=True)
 
     kernel_image = Unicode("quay.io/jupyter/pytorch-notebook:cuda12-latest", help="""The image kernels run in
         when the kernel does not name one.  It needs ipykernel.""").tag(config=True)
@@ -53,8 +74,10 @@ class GPUPoolOperator(Configurable):
 
     kernel_command = List(Unicode(), default_value=["python", "-m", "ipykernel_launcher", "-f",
                                                     "{connection_file}"],
-                          help="""The kernel's command; {connection_file} is the read-only connection file
-        mounted from the kernel's Secret.""").tag(config=True)
+                          help="""The kernel's command; {connection_file} is the kernel's connection file: a
+        copy, in a memory-backed emptyDir, of the one in its Secret (ipykernel rewrites its connection file at
+        start when it holds CurveZMQ keys, which a Secret's read-only mount refuses).  The copy is made by
+        /bin/sh and cp, which the kernel image needs.""").tag(config=True)
 
     port_base = Int(52700, help="""The kernel listens on five fixed ports from this one (shell, iopub, stdin,
         control, heartbeat), on its pod's address.""").tag(config=True)
@@ -81,6 +104,12 @@ class GPUPoolOperator(Configurable):
     network_policy = Bool(True, help="""Give each kernel a NetworkPolicy that lets only its owning server's
         pod reach it.  Needs a network plugin that enforces NetworkPolicies.""").tag(config=True)
 
+    transport_encryption = Bool(True, help="""Encrypt the traffic between a server and its kernel's pod
+        with CurveZMQ: the operator makes a key pair per kernel and writes it into the kernel's Secret
+        beside the HMAC key, the kernel serves its sockets as CurveZMQ servers, and only a client with
+        the kernel's keys can talk to it.  Needs ipykernel 7.3 or newer in the kernel image (older kernels
+        ignore the keys and cannot be reached: set this to False for them).""").tag(config=True)
+
     reconcile_interval = Float(30.0, help="""Seconds between sweeps over every kernel: orphans (no heartbeat
         from their server) are deleted within this much after heartbeat_timeout.""").tag(config=True)
 
@@ -91,8 +120,13 @@ class GPUPoolOperator(Configurable):
         fails.  0: fail at once with the scheduler's reason (set it higher where a cluster autoscaler adds
         GPU nodes).""").tag(config=True)
 
-    namespaces = List(Unicode(), default_value=[], help="Namespaces to serve; empty: the whole cluster.").tag(
-        config=True)
+    namespaces = List(Unicode(), default_value=[], help="""Namespaces whose kernels to serve (the kernels'
+        namespaces; the deployment names its kernels' namespace here).  Empty: GPUKernels anywhere in the
+        cluster, each namespace's kernel pods watched from its first kernel on.""").tag(config=True)
+
+    progress_interval = Float(5.0, help="""While a kernel starts, seconds between two looks at its pod: its
+        status.message says what the pod is waiting for (the image pull, its volumes, its node) and for
+        how long.""").tag(config=True)
 
     metrics_port = Int(9090, help="Port of the operator's Prometheus /metrics (0: off).").tag(config=True)
 
@@ -122,6 +156,8 @@ class OperatorSettings:
     unschedulable_grace: float
     namespaces: tuple[str, ...]
     metrics_port: int
+    progress_interval: float = 5.0
+    transport_encryption: bool = True
 
     @property
     def ports(self) -> dict[str, int]:
@@ -138,8 +174,11 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
     except ValueError as e:
         raise ConfigError(f"GPUPoolOperator.gpu_memory: {e}") from None
     try:
-        mig = tuple(MigProfile.parse(p) for p in op.mig_profiles) if op.sharing == "mig" else ()
-        sharing = Sharing(op.sharing, gpu_memory, op.replicas, op.shared_resource, op.whole_resource, mig)
+        uses_mig = op.sharing == MIG or (op.sharing == DRA and op.dra_slices == DRA_MIG)
+        mig = tuple(MigProfile.parse(p) for p in op.mig_profiles) if uses_mig else ()
+        sharing = Sharing(op.sharing, gpu_memory, op.replicas, op.shared_resource, op.whole_resource, mig,
+                          dra_slices=op.dra_slices, dra_driver=op.dra_driver, dra_gpu_class=op.dra_device_class,
+                          dra_mig_class=op.dra_mig_device_class, dra_time_slice_interval=op.dra_time_slice_interval)
         renderings = {name: render(p, sharing) for name, p in pool.profiles.items()}
     except SharingError as e:
         raise ConfigError(f"GPUPoolOperator.sharing={op.sharing!r}: {e}") from None
@@ -154,7 +193,7 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
     for key in op.resources:
         if key not in ("requests", "limits"):
             raise ConfigError(f"GPUPoolOperator.resources has an unknown key {key!r}; the keys are requests, limits")
-    for name in ("reconcile_interval", "heartbeat_timeout"):
+    for name in ("reconcile_interval", "heartbeat_timeout", "progress_interval"):
         if getattr(op, name) <= 0:
             raise ConfigError(f"GPUPoolOperator.{name} must be more than 0, not {getattr(op, name)}")
     if op.unschedulable_grace < 0:
@@ -167,5 +206,6 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
         image_pull_secrets=tuple(op.image_pull_secrets), run_as_user=op.run_as_user, run_as_group=op.run_as_group,
         fs_group=op.fs_group, network_policy=op.network_policy, reconcile_interval=op.reconcile_interval,
         heartbeat_timeout=op.heartbeat_timeout, unschedulable_grace=op.unschedulable_grace,
-        namespaces=tuple(op.namespaces), metrics_port=op.metrics_port,
+        namespaces=tuple(op.namespaces), metrics_port=op.metrics_port, progress_interval=op.progress_interval,
+        transport_encryption=op.transport_encryption,
     )

@@ -15,6 +15,17 @@ The admin picks the backend the cluster runs (``GPUPoolOperator.sharing``):
 - ``mig``: Multi-Instance GPU (mixed strategy): the smallest
   ``nvidia.com/mig-<profile>`` of the admin's list that covers the slice.
 - ``whole``: every kernel gets whole GPUs (``nvidia.com/gpu: N``).
+- ``dra``: Dynamic Resource Allocation (``resource.k8s.io/v1``, GA since
+  Kubernetes 1.34) with NVIDIA's DRA driver: no limits, but one
+  ResourceClaimTemplate per profile (:class:`Claim`), from which each kernel's
+  pod gets a claim of its own.  Whole GPUs are ``gpu.nvidia.com`` devices; a
+  slice is either the smallest MIG device of ``mig_profiles``
+  (``mig.nvidia.com``, ``dra_slices = 'mig'``), or its memory of a GPU shared
+  through consumable capacity (``dra_slices = 'shares'``: Kubernetes'
+  DRAConsumableCapacity gate and the driver's ConsumableShares gate, both
+  alpha and off by default).  The driver's time-slicing interval
+  (``dra_time_slice_interval``, its TimeSlicingSettings gate, alpha) can be
+  set on GPU devices.
 
 A slice a backend cannot hold is an error naming the profile and what to
 change, raised when the operator starts, never a pod that cannot fit.
@@ -28,8 +39,12 @@ from dataclasses import dataclass
 
 from ..pool import Profile, format_size
 
-HAMI, MPS, TIME_SLICING, MIG, WHOLE = "hami", "mps", "time-slicing", "mig", "whole"
-BACKENDS = (HAMI, MPS, TIME_SLICING, MIG, WHOLE)
+HAMI, MPS, TIME_SLICING, MIG, WHOLE, DRA = "hami", "mps", "time-slicing", "mig", "whole", "dra"
+BACKENDS = (HAMI, MPS, TIME_SLICING, MIG, WHOLE, DRA)
+DRA_MIG, DRA_SHARES = "mig", "shares"
+TIME_SLICE_INTERVALS = ("Default", "Short", "Medium", "Long")  # the NVIDIA DRA driver's GpuConfig intervals
+NVIDIA_CONFIG_API = "resource.nvidia.com/v1beta1"
+CLAIM = "gpu"  # the name of the pod's claim, and of the claim's one device request
 
 GPU = "nvidia.com/gpu"
 HAMI_MEMORY = "nvidia.com/gpumem"
@@ -74,6 +89,11 @@ class Sharing:
     shared_resource: str = GPU  # mps / time-slicing: the replicas' resource (nvidia.com/gpu.shared if renamed)
     whole_resource: str = GPU
     mig_profiles: tuple[MigProfile, ...] = ()
+    dra_slices: str = DRA_MIG  # dra: how a slice is held (a MIG device, or a share of a GPU's memory)
+    dra_driver: str = "gpu.nvidia.com"
+    dra_gpu_class: str = "gpu.nvidia.com"  # dra: the DeviceClass of whole GPUs
+    dra_mig_class: str = "mig.nvidia.com"  # dra: the DeviceClass of MIG devices
+    dra_time_slice_interval: str = ""  # dra: the driver's time-slice interval on GPU devices ("": its default)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -87,6 +107,15 @@ class Sharing:
         if self.backend == MIG and not self.mig_profiles:
             raise SharingError("the mig backend needs the MIG profiles the nodes offer (mig_profiles, such as "
                                "['1g.10gb', '2g.20gb', '3g.40gb', '7g.80gb'])")
+        if self.backend == DRA:
+            if self.dra_slices not in (DRA_MIG, DRA_SHARES):
+                raise SharingError(f"dra_slices must be {DRA_MIG!r} or {DRA_SHARES!r}, not {self.dra_slices!r}")
+            if self.dra_slices == DRA_MIG and not self.mig_profiles:
+                raise SharingError("the dra backend's MIG slices need the MIG devices the nodes offer (mig_profiles, "
+                                   "such as ['1g.10gb', '2g.20gb', '3g.40gb', '7g.80gb'])")
+            if self.dra_time_slice_interval not in ("", *TIME_SLICE_INTERVALS):
+                raise SharingError(f"dra_time_slice_interval must be one of {', '.join(TIME_SLICE_INTERVALS)} "
+                                   f"(or empty), not {self.dra_time_slice_interval!r}")
 
     @property
     def replica_memory(self) -> int:
@@ -108,6 +137,7 @@ class Rendering:
     description: str  # for people: "10 GiB of GPU memory and 25% of SMs (HAMi)"
     whole: bool = False  # holds whole GPUs
     gpu_count: int = 1
+    claim: dict | None = None  # dra: the ResourceClaimTemplate's spec.spec (the devices a kernel claims)
 
 
 def _mib(n: int) -> int:
@@ -129,10 +159,63 @@ def _base_env(profile: Profile, sharing: Sharing, memory: int) -> dict[str, str]
     return env
 
 
+def _smallest_mig(where: str, memory: int, sm: int | None, offered: tuple[MigProfile, ...]) -> MigProfile:
+    """The smallest MIG profile offered that covers both the memory and the SM share."""
+    need_compute = math.ceil((sm or 0) * MIG_COMPUTE_SLICES / 100)
+    fitting = [p for p in offered if p.memory >= memory and p.compute >= need_compute]
+    if not fitting:
+        names = ", ".join(p.name for p in offered)
+        raise SharingError(f"{where}: no MIG profile the nodes offer covers it (offered: {names}). "
+                           "Make the profile smaller or offer a bigger MIG profile.")
+    return min(fitting, key=lambda p: (p.memory, p.compute))
+
+
+def _render_dra(profile: Profile, sharing: Sharing, where: str) -> Rendering:
+    """One device request (``exactly``) of the driver's classes; the pod holds no limits."""
+    spec = profile.slice
+    request: dict = {"deviceClassName": sharing.dra_gpu_class, "allocationMode": "ExactCount", "count": 1}
+    gpu_class = True
+    if spec.whole:
+        count = spec.gpu_count
+        request["count"] = count
+        memory = count * (sharing.gpu_memory or 0)
+        held = (memory, 100 * count, f"{count} whole GPU(s) ({sharing.dra_gpu_class}, DRA)", True, count)
+        env = _base_env(profile, sharing, memory)
+    elif sharing.dra_slices == DRA_MIG:
+        chosen = _smallest_mig(where, int(spec.memory), spec.sm_percent, sharing.mig_profiles)  # type: ignore[arg-type]
+        request["deviceClassName"] = sharing.dra_mig_class
+        request["selectors"] = [{"cel": {"expression":
+                                         f"device.attributes['{sharing.dra_driver}'].profile == '{chosen.name}'"}}]
+        gpu_class = False
+        held = (chosen.memory, chosen.sm_percent, f"a MIG {chosen.name} device ({format_size(chosen.memory)}, "
+                f"{chosen.compute}/7 of the SMs; {sharing.dra_mig_class}, DRA)", False, 1)
+        env = _base_env(profile, sharing, chosen.memory)
+        env["JUPYTER_GPU_POOL_MIG_PROFILE"] = chosen.name
+    else:
+        if spec.sm_percent is not None:
+            raise SharingError(f"{where}: consumable capacity shares a GPU's memory, not its SMs, so an SM share "
+                               "cannot be held; use dra_slices 'mig', or drop the percentage from the profile.")
+        memory = int(spec.memory)  # type: ignore[arg-type]
+        request["capacity"] = {"requests": {"memory": f"{_mib(memory)}Mi"}}
+        held = (_mib(memory) * 2**20, 0, f"{format_size(memory)} of a shared GPU's memory ({sharing.dra_gpu_class}, "
+                "DRA consumable capacity)", False, 1)
+        env = _base_env(profile, sharing, memory)
+    claim: dict = {"devices": {"requests": [{"name": CLAIM, "exactly": request}]}}
+    if gpu_class and sharing.dra_time_slice_interval:
+        claim["devices"]["config"] = [{"requests": [CLAIM], "opaque": {"driver": sharing.dra_driver, "parameters": {
+            "apiVersion": NVIDIA_CONFIG_API, "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing",
+                        "timeSlicingConfig": {"interval": sharing.dra_time_slice_interval}}}}}]
+    memory, sm, what, whole, count = held
+    return Rendering({}, env, memory, sm, what, whole, count, claim)
+
+
 def render(profile: Profile, sharing: Sharing) -> Rendering:
     """The resources for ``profile`` under ``sharing``; :class:`SharingError` if it cannot hold it."""
     spec = profile.slice
     where = f"profile {profile.name!r} ({spec})"
+    if sharing.backend == DRA:
+        return _render_dra(profile, sharing, where)
     if spec.whole or sharing.backend == WHOLE:
         count = spec.gpu_count if spec.whole else 1
         if sharing.backend in (MPS, TIME_SLICING) and sharing.whole_resource == sharing.shared_resource:
@@ -177,13 +260,7 @@ def render(profile: Profile, sharing: Sharing) -> Rendering:
                 f"({format_size(held_memory)}" + (f", {held_sm}% of SMs)" if held_sm else ")"))
         return Rendering({sharing.shared_resource: "1"}, env, held_memory, held_sm, what)
     # MIG: the smallest instance that covers both the memory and the SM share.
-    need_compute = math.ceil((sm or 0) * MIG_COMPUTE_SLICES / 100)
-    fitting = [p for p in sharing.mig_profiles if p.memory >= memory and p.compute >= need_compute]
-    if not fitting:
-        offered = ", ".join(p.name for p in sharing.mig_profiles)
-        raise SharingError(f"{where}: no MIG profile the nodes offer covers it (offered: {offered}). "
-                           "Make the profile smaller or offer a bigger MIG profile.")
-    chosen = min(fitting, key=lambda p: (p.memory, p.compute))
+    chosen = _smallest_mig(where, memory, sm, sharing.mig_profiles)
     env = _base_env(profile, sharing, chosen.memory)
     env["JUPYTER_GPU_POOL_MIG_PROFILE"] = chosen.name
     return Rendering({f"nvidia.com/mig-{chosen.name}": "1"}, env, chosen.memory, chosen.sm_percent,

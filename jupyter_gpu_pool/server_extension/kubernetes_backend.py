@@ -25,12 +25,14 @@ import time
 
 from ..config import load_settings
 from ..devices.telemetry import Reading, Sampler
-from ..kernel_provisioner.kubernetes import KernelSession, adopt_kernels, kubernetes_settings
-from ..operator import admission
-from ..operator.crds import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
-from ..operator.kernels import as_lease, holds_quota, spec, status
+from ..cluster.kernels import as_lease, holds_quota, spec, status
+from ..cluster.quotas import read_quotas
+from ..cluster.resources import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
+from ..cluster.session import KernelSession
+from ..cluster.settings import kubernetes_settings
 from ..pool import DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
 from ..pool.policy import Policy, PolicyError, parse_policy
+from .adoption import adopt_kernels
 from .backend import PoolBackend
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class KubernetesBackend(PoolBackend):
         self.kube = kubernetes_settings(parent_config)
         self.refresh = self.kube.refresh_interval
         self.session: KernelSession | None = None
-        self._quotas = admission.read_quotas([])
+        self._quotas = read_quotas([])
         self._policy = self.settings.idle_policy
         self._nodes: list[GPU] = []
         self._journal: list[JournalEntry] = []
@@ -100,7 +102,7 @@ class KubernetesBackend(PoolBackend):
         session = self.session
         assert session is not None
         quotas = await session.custom.list_cluster_custom_object(GROUP, VERSION, QUOTAS)
-        self._quotas = admission.read_quotas(quotas["items"])
+        self._quotas = read_quotas(quotas["items"])
         try:
             obj = await session.custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, POLICY_NAME)
             rules, dry_run = spec(obj).get("rules") or [], bool(spec(obj).get("dryRun", False))

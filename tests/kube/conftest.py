@@ -12,10 +12,13 @@ import pytest
 from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, RealCluster, TestCluster, wait_until,
                           write_pool_config)
 
-from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, POLICIES, VERSION, crd_manifests
+from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, POLICIES, QUOTAS, VERSION
+from jupyter_gpu_pool.cluster.schema import crd_manifests
 
 async def install(cluster: TestCluster | RealCluster) -> None:
-    """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them."""
+    """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them;
+    on a real cluster, also a quota of the tests' own for their own user, so that whatever quotas the
+    cluster has (such as deploy/examples' default) do not apply to them."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -30,6 +33,10 @@ async def install(cluster: TestCluster | RealCluster) -> None:
                     raise
         await client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
                                                       "metadata": {"name": cluster.namespace}})
+        if not cluster.local:
+            await client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
+                "apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": cluster.quota},
+                "spec": {"scope": "user", "name": cluster.user, "kernels": 1000}})  # no memory or SM limit
 
 
 async def operator_ready(cluster: TestCluster | RealCluster) -> None:
@@ -114,26 +121,37 @@ async def operator(cluster, operator_factory) -> OperatorProcess:
 
 
 @pytest.fixture
-def server_config(jp_environ, jp_config_dir, cluster):
-    """The Jupyter side: the pool's config (profiles, owner, where kernels go) and kernelspecs."""
+def configure_server(jp_environ, jp_config_dir):
+    """Write the Jupyter side for a cluster: the pool's config (profiles, owner, where kernels go) and
+    the gpu-pool-kubernetes kernelspecs; ``settings`` override (``GPUPoolKubernetes.launch_timeout=5``)."""
     from pathlib import Path
 
     from jupyter_gpu_pool.config import load_settings
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
 
-    settings = {
-        "GPUPool.profiles": PROFILES,
-        "GPUPool.owner": cluster.user,
-        "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig,
-        "GPUPoolKubernetes.namespace": cluster.namespace,
-        "GPUPoolKubernetes.server_id": "alice-server",
-        "GPUPoolKubernetes.heartbeat_interval": 0.5,
-        "GPUPoolKubernetes.launch_timeout": 60.0,
-    }
-    write_pool_config(Path(jp_config_dir), **settings)
-    kernelspecs.install(list(load_settings().profiles.values()), prefix_name="gpu-pool-kubernetes", user=True,
-                        provisioner="gpu-pool-kubernetes")
-    return settings
+    def configure(cluster, **extra) -> dict:
+        settings = {
+            "GPUPool.profiles": PROFILES,
+            "GPUPool.owner": cluster.user,
+            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig,
+            "GPUPoolKubernetes.namespace": cluster.namespace,
+            "GPUPoolKubernetes.server_id": "alice-server",
+            "GPUPoolKubernetes.heartbeat_interval": 0.5,
+            "GPUPoolKubernetes.launch_timeout": 60.0,
+            **extra,
+        }
+        write_pool_config(Path(jp_config_dir), **settings)
+        kernelspecs.install(list(load_settings().profiles.values()), prefix_name="gpu-pool-kubernetes", user=True,
+                            provisioner="gpu-pool-kubernetes")
+        return settings
+
+    return configure
+
+
+@pytest.fixture
+def server_config(configure_server, cluster):
+    """The Jupyter side, on the test's cluster."""
+    return configure_server(cluster)
 
 
 @pytest.fixture
@@ -142,7 +160,7 @@ async def kube_sessions():
     yield
     from jupyter_server.serverapp import ServerApp
 
-    from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession
+    from jupyter_gpu_pool.cluster.session import KernelSession
 
     if ServerApp.initialized() and hasattr(ServerApp.instance(), "kernel_manager"):
         await ServerApp.instance().kernel_manager.shutdown_all()  # while the watches still run

@@ -49,14 +49,17 @@ class TestCluster:
     """``python -m testcluster`` in a subprocess: an API server, scheduler and kubelet."""
 
     local = True  # its pods are processes of this machine
-    namespace = NS
     user = "alice"  # the owner of the tests' kernels
 
-    def __init__(self, root: Path, nodes: list[dict] | None = None, images: list[str] | None = None):
+    def __init__(self, root: Path, nodes: list[dict] | None = None, images: list[str] | None = None,
+                 namespace: str = NS, port: int = 0, slow_images: dict[str, float] | None = None):
         self.root = root
         self.state = root / "cluster"
         self.nodes = nodes or [HAMI_NODE]
         self.images = images or ["quay.io/jupyter/*"]
+        self.slow_images = slow_images or {}
+        self.namespace = namespace
+        self.port = port
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -64,22 +67,52 @@ class TestCluster:
     def kubeconfig(self) -> str:
         return str(self.state / "kubeconfig")
 
+    def kubeconfig_for(self, identity: str) -> str:
+        """A kubeconfig whose bearer token is ``identity``: the audit log says who asked what."""
+        path = self.state / f"kubeconfig-{identity}"
+        config = json.loads(Path(self.kubeconfig).read_text())
+        config["users"] = [{"name": identity, "user": {"token": identity}}]
+        config["contexts"][0]["context"]["user"] = identity
+        path.write_text(json.dumps(config))
+        return str(path)
+
+    async def audit(self) -> list[dict]:
+        """Every resource request the API server served: user (bearer token), verb, resource, namespace."""
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{self.url}/testcluster/audit") as r:
+                return await r.json()
+
     def start(self) -> TestCluster:
         self.state.mkdir(parents=True, exist_ok=True)
         nodes = self.state / "nodes.json"
         nodes.write_text(json.dumps(self.nodes))
-        args = [sys.executable, "-m", "testcluster", "--state-dir", str(self.state), "--nodes", str(nodes)]
+        args = [sys.executable, "-m", "testcluster", "--state-dir", str(self.state), "--nodes", str(nodes),
+                "--port", str(self.port)]
         for image in self.images:
             args += ["--image", image]
+        for image, seconds in self.slow_images.items():
+            args += ["--slow-image", f"{image}={seconds}"]
         env = {**os.environ, "PYTHONPATH": str(HERE)}
-        self.log = open(self.state / "cluster.log", "wb")
+        self.log = open(self.state / "cluster.log", "ab")
         self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=self.log, cwd=str(self.root))
         line = self.proc.stdout.readline().decode()  # type: ignore[union-attr]
         if not line.startswith("testcluster ready"):
             self.stop()
             raise RuntimeError(f"the test cluster did not start: {line!r}; see {self.state / 'cluster.log'}")
         self.url = line.split()[-1]
+        self.port = int(self.url.rsplit(":", 1)[1])  # a restart comes back on the same address
         return self
+
+    def crash(self) -> None:
+        """SIGKILL: the API server dies mid-response, its watch streams cut off (and its state lost,
+        as a real API server's is not: a test puts back what it needs)."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()  # type: ignore[union-attr]
+        self.log.close()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -95,7 +128,7 @@ class TestCluster:
             self.log.close()
 
     async def api(self):
-        from jupyter_gpu_pool.operator.kube import api_client
+        from jupyter_gpu_pool.cluster.client import api_client
 
         return await api_client(self.kubeconfig)
 
@@ -111,14 +144,15 @@ class RealCluster:
 
     local = False
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, kubeconfig: str | None = None):
         import uuid
 
         self.root = root
         self.state = root / "cluster"
-        self.kubeconfig = os.environ["KUBECONFIG"].split(os.pathsep)[0]
+        self.kubeconfig = kubeconfig or os.environ["KUBECONFIG"].split(os.pathsep)[0]
         self.namespace = f"gpu-pool-test-{uuid.uuid4().hex[:8]}"
         self.user = self.namespace  # quotas are cluster-wide: the tests touch only their own user's
+        self.quota = f"user-{self.user}"  # the tests' own quota for that user (made by conftest.install)
         self.url = ""
 
     @property
@@ -133,11 +167,12 @@ class RealCluster:
         return self
 
     def stop(self) -> None:
-        subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "delete", "namespace", self.namespace,
-                        "--wait=false"], capture_output=True, timeout=60)
+        for kind, name in (("namespace", self.namespace), ("gpuquotas.jupyter-gpu-pool.readthedocs.io", self.quota)):
+            subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "delete", kind, name, "--wait=false",
+                            "--ignore-not-found"], capture_output=True, timeout=60)
 
     async def api(self):
-        from jupyter_gpu_pool.operator.kube import api_client
+        from jupyter_gpu_pool.cluster.client import api_client
 
         return await api_client(self.kubeconfig)
 
@@ -153,8 +188,9 @@ def write_pool_config(directory: Path, **settings) -> Path:
 class OperatorProcess:
     """``python -m jupyter_gpu_pool.operator`` against the test cluster, logging at DEBUG to a file."""
 
-    def __init__(self, cluster: TestCluster | RealCluster, root: Path, settings: dict):
+    def __init__(self, cluster: TestCluster | RealCluster, root: Path, settings: dict, kubeconfig: str | None = None):
         self.cluster = cluster
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.config_dir = root / "operator-config"
         self.log_path = root / "operator.log"
         write_pool_config(self.config_dir, **{"GPUPool.profiles": PROFILES, **FAST,
@@ -163,11 +199,11 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         env = {**os.environ, "JUPYTER_CONFIG_DIR": str(self.config_dir), "JUPYTER_CONFIG_PATH": "",
-               "KUBECONFIG": self.cluster.kubeconfig}
+               "KUBECONFIG": self.kubeconfig}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_gpu_pool.operator", "run", f"--kubeconfig={self.cluster.kubeconfig}",
+            [sys.executable, "-m", "jupyter_gpu_pool.operator", "run", f"--kubeconfig={self.kubeconfig}",
              "--log-level=DEBUG"], env=env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
@@ -212,14 +248,20 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
 
     async def close(self) -> None:
-        from jupyter_gpu_pool.operator.crds import GROUP, QUOTAS, VERSION
+        from jupyter_gpu_pool.cluster.resources import GROUP, QUOTAS, VERSION
+
+        from kubernetes_asyncio.client.exceptions import ApiException
 
         for name in self.quotas:
-            await self.custom.delete_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
+            try:
+                await self.custom.delete_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
         await self.api.close()
 
     async def kernels(self, namespace: str | None = None) -> list[dict]:
-        from jupyter_gpu_pool.operator.crds import GROUP, KERNELS, VERSION
+        from jupyter_gpu_pool.cluster.resources import GROUP, KERNELS, VERSION
 
         namespace = namespace or self.namespace
         return (await self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, KERNELS))["items"]
@@ -235,14 +277,24 @@ class Kube:
         return [self.api.sanitize_for_serialization(s) for s in listing.items]
 
     async def quota(self, scope: str, name: str = "", **limits) -> dict:
-        from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, QUOTAS, VERSION
+        """Create (or, when it exists, such as a real cluster's run's own user quota, replace) a GPUQuota."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, QUOTAS, VERSION
 
         spec = {"scope": scope, **({"name": name} if name else {}), **limits}
         obj_name = f"{scope}-{name}" if name else scope
-        created = await self.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
-            "apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": obj_name}, "spec": spec})
+        body = {"apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": obj_name}, "spec": spec}
+        try:
+            made = await self.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            current = await self.custom.get_cluster_custom_object(GROUP, VERSION, QUOTAS, obj_name)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            made = await self.custom.replace_cluster_custom_object(GROUP, VERSION, QUOTAS, obj_name, body)
         self.quotas.append(obj_name)
-        return created
+        return made
 
     async def everything(self) -> list[dict]:
         """Every object of every kind the server serves, in every namespace (raw JSON)."""
@@ -257,6 +309,10 @@ class Kube:
                     item.setdefault("kind", listing["kind"].removesuffix("List"))
                 objects += listing["items"]
         return objects
+
+    async def get(self, path: str) -> dict:
+        """GET any API path (raw JSON)."""
+        return await self._get(path)
 
     async def _get(self, path: str) -> dict:
         import json as _json
@@ -291,7 +347,7 @@ class JupyterServer:
     """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
 
     def __init__(self, root: Path, cluster: TestCluster | RealCluster, server_id: str = "alice-server",
-                 extension: bool = False):
+                 extension: bool = False, kubeconfig: str | None = None):
         self.root = root
         self.extension = extension
         self.config = root / "server-config"
@@ -300,7 +356,8 @@ class JupyterServer:
         self.token = "test-token"
         write_pool_config(self.config, **{
             "GPUPool.profiles": PROFILES, "GPUPool.owner": cluster.user,
-            "GPUPoolKubernetes.kubeconfig": cluster.kubeconfig, "GPUPoolKubernetes.namespace": cluster.namespace,
+            "GPUPoolKubernetes.kubeconfig": kubeconfig or cluster.kubeconfig,
+            "GPUPoolKubernetes.namespace": cluster.namespace,
             "GPUPoolKubernetes.server_id": server_id, "GPUPoolKubernetes.heartbeat_interval": 0.5,
             "GPUPoolExtension.pool_backend": "kubernetes", "GPUPoolExtension.hibernator_class": None,
         })
@@ -357,17 +414,21 @@ class JupyterServer:
             "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
                         "allow_stdin": False, "stop_on_error": True}}))
         out = []
+        replied = idle = False  # output is complete once the reply came and iopub said idle (either order)
         try:
-            while True:
+            while not (replied and idle):
                 reply = json.loads(await asyncio.wait_for(ws.read_message(), timeout))
                 if reply.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 if reply["msg_type"] == "stream":
                     out.append(reply["content"]["text"])
+                elif reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+                    idle = True
                 elif reply["msg_type"] == "execute_reply":
                     if reply["content"]["status"] != "ok":
                         raise AssertionError(f"{code!r} failed: {reply['content']}")
-                    return "".join(out)
+                    replied = True
+            return "".join(out)
         finally:
             ws.close()
 

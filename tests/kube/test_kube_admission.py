@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from kube_helpers import GiB
 
-from jupyter_gpu_pool.operator.admission import QuotaMisconfigured, admit, read_quotas
+from jupyter_gpu_pool.cluster.quotas import QuotaMisconfigured, read_quotas
+from jupyter_gpu_pool.operator.admission import admit
 from jupyter_gpu_pool.operator.diagnosis import diagnose
-from jupyter_gpu_pool.operator.kernels import as_lease
+from jupyter_gpu_pool.cluster.kernels import as_lease
 from jupyter_gpu_pool.operator.sharing import Sharing, render
 from jupyter_gpu_pool.pool import QuotaExceeded, parse_profile
 
@@ -127,4 +128,43 @@ T0 = 1714564800.0
 def test_a_pods_state_in_the_users_words(p, now, grace, phase, reason, words):
     v = diagnose(p, "small", SMALL.description, now, grace)
     assert (v.phase, v.reason) == (phase, reason)
+    assert words in v.message
+
+
+def placed(conditions=(), state=None, node: str = "gpu-node-1") -> dict:
+    p = pod(conditions=[{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2024-05-01T12:00:00Z"},
+                        *conditions], state=state)
+    p["spec"] = {"nodeName": node, "containers": [{"name": "kernel", "image": "img:1"}]}
+    return p
+
+
+def event(reason: str, at: float, message: str = "") -> dict:
+    from testcluster.store import now_rfc3339
+
+    return {"reason": reason, "message": message, "firstTimestamp": now_rfc3339(at), "lastTimestamp": now_rfc3339(at)}
+
+
+NOT_READY = {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                        "message": "Kubelet stopped posting node status."}]}}
+READY = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+CREATING = {"waiting": {"reason": "ContainerCreating"}}
+
+
+@pytest.mark.parametrize("p, events, node, reason, words", [
+    (placed(), [], NOT_READY, "NodeNotReady",
+     "placed on node 'gpu-node-1' 42 s ago, but that node is not ready (NodeStatusUnknown Kubelet stopped posting"),
+    (placed(), [], READY, "ContainerCreating", "node 'gpu-node-1' is creating its container, 42 s so far"),
+    (placed(state=CREATING), [event("Scheduled", T0), event("Pulling", T0 + 2)], READY, "PullingImage",
+     "Node 'gpu-node-1' is pulling the kernel image 'img:1': 40 s so far"),
+    (placed(state=CREATING), [event("Pulling", T0 + 2), event("Pulled", T0 + 2)], READY, "ContainerCreating",
+     "is creating its container"),  # a pull that ended in the second it began is over
+    (placed(state=CREATING), [event("FailedMount", T0 + 12, 'MountVolume.SetUp failed for volume "connection" : '
+                                    'secret "k-1-connection" not found')], READY, "MountingVolumes",
+     "cannot mount the kernel's volumes yet (30 s so far): MountVolume.SetUp failed"),
+    (placed(state=CREATING), [event("FailedMount", T0 + 1), event("Pulled", T0 + 20)], READY, "ContainerCreating",
+     "is creating its container"),  # mounted since
+])
+def test_a_slow_start_says_why_with_the_clusters_own_numbers(p, events, node, reason, words):
+    v = diagnose(p, "small", SMALL.description, T0 + 42, 0, events, node)
+    assert (v.phase, v.reason) == ("Starting", reason)
     assert words in v.message

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyter_gpu_pool.devices.telemetry import ProcessReading
 from jupyter_gpu_pool.operator.agent import Agent, AgentMetrics, pod_uid_from_cgroup, usage_by_pod
-from jupyter_gpu_pool.operator.crds import kernel_name
+from jupyter_gpu_pool.cluster.resources import kernel_name
 
 UID = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 

@@ -16,8 +16,9 @@ from kernel_helpers import run_code
 from kube_helpers import Kube, pod_processes, wait_until
 
 from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
-from jupyter_gpu_pool.kernel_provisioner.kubernetes import KernelSession, adopt_kernels
-from jupyter_gpu_pool.operator.crds import LABEL_KERNEL, kernel_name, secret_name
+from jupyter_gpu_pool.cluster.session import KernelSession
+from jupyter_gpu_pool.server_extension.adoption import adopt_kernels
+from jupyter_gpu_pool.cluster.resources import LABEL_KERNEL, kernel_name, secret_name
 
 REAL_CLUSTER_TOO = True  # also run, marked k8s, on the cluster KUBECONFIG names
 
@@ -52,9 +53,10 @@ async def test_the_connection_key_is_in_the_secret_and_nowhere_else(cluster, ope
 
         [secret] = [s for s in await kube.secrets() if s["metadata"]["name"] == secret_name(kernel_name(km.kernel_id))]
         blob = secret["data"]["connection.json"]
-        key = json.loads(base64.b64decode(blob))["key"]
-        assert len(key) == 64 and key.encode() == km.session.key
-        needles = {key, base64.b64encode(key.encode()).decode(), blob}
+        connection = json.loads(base64.b64decode(blob))
+        key, curve = connection["key"], connection["curve_secretkey"]  # the HMAC key, the CurveZMQ secret
+        assert len(key) == 64 and key.encode() == km.session.key and len(curve) == 40
+        needles = {key, base64.b64encode(key.encode()).decode(), blob, curve}
 
         everything = await kube.everything()
         assert {"GPUKernel", "Pod", "Secret", "Event", "NetworkPolicy"} <= {o["kind"] for o in everything}
@@ -101,7 +103,9 @@ async def test_a_killed_server_leaves_no_kernel_behind_once_the_reconcile_interv
     assert timeout - beat - 0.2 <= took <= timeout + interval + 3
     if cluster.local:
         await wait_until(lambda: not pod_processes(pod["metadata"]["name"]), timeout=10, what="the kernel process")
-    assert "ServerGone" in {e.reason for e in (await kube.core.list_namespaced_event(cluster.namespace)).items}
+    gone = [e for e in (await kube.core.list_namespaced_event(cluster.namespace)).items if e.reason == "ServerGone"]
+    assert len(gone) == 1, [e.message for e in gone]  # deleted once: one Event, no second delete
+    assert operator.logs().count("deleted: ServerGone") == 1
 
 
 async def _none(coro) -> bool:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import time
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 from kernel_helpers import run_code
-from kube_helpers import GiB, Kube, wait_until
+from kube_helpers import HAMI_NODE, KERNEL_IMAGE, GiB, Kube, wait_until
 
 from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
 from jupyter_gpu_pool.kernel_provisioner.kubernetes import GPUPoolKubernetesProvisioner
-from jupyter_gpu_pool.operator.crds import GROUP, KERNELS, LABEL_KERNEL, VERSION, kernel_name
+from jupyter_gpu_pool.cluster.resources import GROUP, KERNELS, LABEL_KERNEL, VERSION, kernel_name
 
 REAL_CLUSTER_TOO = True  # also run, marked k8s, on the cluster KUBECONFIG names
 
@@ -151,7 +153,7 @@ async def test_a_quota_refusal_reaches_the_user_within_seconds(cluster, operator
 
 
 async def _quota_valid(kube: Kube, name: str) -> bool:
-    from jupyter_gpu_pool.operator.crds import QUOTAS
+    from jupyter_gpu_pool.cluster.resources import QUOTAS
 
     obj = await kube.custom.get_cluster_custom_object(GROUP, VERSION, QUOTAS, name)
     return (obj.get("status") or {}).get("valid") is True
@@ -238,6 +240,82 @@ async def test_a_kernel_goes_with_its_server_pod(cluster, operator, kube, server
     assert kernel["metadata"]["ownerReferences"][0]["uid"] == server_pod.metadata.uid
     await kube.core.delete_namespaced_pod("jupyter-alice", cluster.namespace, grace_period_seconds=0)
     await wait_until(lambda: gone(kube, kernel_id), timeout=20, what="the kernel to go with its server's pod")
+
+
+async def test_a_pod_on_a_node_that_never_starts_is_explained_with_true_numbers(
+        cluster_factory, operator_factory, configure_server, kube_sessions, managers, caplog):
+    """The scheduler places the pod on a node whose kubelet is gone: the user reads where it is and why
+    nothing happens, how long they really waited, and the server's log said so while they waited."""
+    from conftest import install
+
+    caplog.set_level(logging.INFO, "jupyter_gpu_pool")
+    cluster = cluster_factory(nodes=[{**HAMI_NODE, "name": "gpu-node-gone", "kubelet": False}])
+    await install(cluster)
+    await operator_factory(cluster, **{"GPUPoolOperator.progress_interval": 0.5})
+    configure_server(cluster, **{"GPUPoolKubernetes.launch_timeout": 5.0,
+                                 "GPUPoolKubernetes.progress_interval": 1.0})
+    km = managers("gpu-pool-kubernetes-small")
+    t0 = time.monotonic()
+    with pytest.raises(KernelStartRefused) as refusal:
+        await km.start_kernel()
+    waited = time.monotonic() - t0
+    message = str(refusal.value)
+    assert refusal.value.pool_reason == "launch_timeout" and refusal.value.status_code == 504
+    said = int(re.search(r"did not start within (\d+) s", message).group(1))
+    assert abs(said - waited) <= 1.0  # the number the user reads is the wait they had
+    assert "placed on node 'gpu-node-gone'" in message and "not ready" in message
+    assert "Kubelet stopped posting node status." in message
+    placed = int(re.search(r"placed on node 'gpu-node-gone' (\d+) s ago", message).group(1))
+    assert 2 <= placed <= said  # the operator's number is true too, and fresh
+    assert "Is the operator running" not in message
+    progress = [r.getMessage() for r in caplog.records if "still starting after" in r.getMessage()]
+    assert len(progress) >= 3 and any("not ready" in line for line in progress)  # while the user waited
+
+
+async def test_a_slow_image_pull_is_reported_as_such(cluster_factory, operator_factory, configure_server,
+                                                     kube_sessions, managers):
+    from conftest import install
+
+    cluster = cluster_factory(slow_images={KERNEL_IMAGE: 60})
+    await install(cluster)
+    await operator_factory(cluster, **{"GPUPoolOperator.progress_interval": 0.5})
+    configure_server(cluster, **{"GPUPoolKubernetes.launch_timeout": 4.0})
+    with pytest.raises(KernelStartRefused) as refusal:
+        await managers("gpu-pool-kubernetes-small").start_kernel()
+    message = str(refusal.value)
+    assert f"is pulling the kernel image {KERNEL_IMAGE!r}" in message
+    pulled = int(re.search(r"pulling the kernel image '[^']+': (\d+) s so far", message).group(1))
+    said = int(re.search(r"did not start within (\d+) s", message).group(1))
+    assert 2 <= pulled <= said
+
+
+async def test_real_cluster_runs_bring_their_own_quota(cluster_factory, operator_factory, configure_server,
+                                                       kube_sessions, managers, tmp_path):
+    """`pytest -m k8s` against a cluster with the documented example quotas applied (a default of 40 GiB):
+    the run's own user gets a quota of its own, so a kernel holding 80 GiB (a whole GPU) starts."""
+    import yaml
+    from conftest import install
+    from kube_helpers import REPO, RealCluster
+
+    from jupyter_gpu_pool.cluster.resources import QUOTAS
+
+    admins = cluster_factory()
+    await install(admins)
+    kube = Kube(await admins.api(), admins.namespace)
+    try:
+        for quota in yaml.safe_load_all((REPO / "deploy" / "examples" / "quotas.yaml").read_text()):
+            await kube.custom.create_cluster_custom_object(GROUP, VERSION, QUOTAS, quota)
+        real = RealCluster(tmp_path / "k8s-run", kubeconfig=admins.kubeconfig).start()  # what -m k8s uses
+        await install(real)
+        await operator_factory(real)  # whole GPUs of 80 GiB, serving the run's namespace
+        configure_server(real)
+        km = managers("gpu-pool-kubernetes-small")
+        await km.start_kernel()
+        assert "mine" in await run_code(km, "print('mine')")
+        [kernel] = await kube.kernels(real.namespace)
+        assert kernel["status"]["admitted"]["memory"] == 80 * GiB
+    finally:
+        await kube.close()
 
 
 def _kernelspec(data_dir, name: str, config: dict) -> None:

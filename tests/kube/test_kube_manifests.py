@@ -15,14 +15,14 @@ from testcluster.store import Kind, prune, validate_custom
 
 from jupyter_gpu_pool.config import ConfigError, GPUPool
 from jupyter_gpu_pool.operator.app import OperatorApp
-from jupyter_gpu_pool.operator.crds import crd_manifests
-from jupyter_gpu_pool.operator.manifests import render_network_policy, render_pod, render_secret
+from jupyter_gpu_pool.cluster.schema import crd_manifests
+from jupyter_gpu_pool.operator.manifests import render_claim_templates, render_network_policy, render_pod, render_secret
 from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
 from jupyter_gpu_pool.operator.sharing import MigProfile, Sharing, SharingError, render
 from jupyter_gpu_pool.pool import parse_profile
 
 K8S = "1.34.0"
-OVERLAYS = ["hami", "mps", "time-slicing", "mig", "whole"]
+OVERLAYS = ["hami", "mps", "time-slicing", "mig", "whole", "dra"]
 H100_MIG = tuple(MigProfile.parse(p) for p in ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"))
 
 
@@ -63,6 +63,46 @@ def test_each_backend_renders_a_slice_as_its_resources_and_holds_what_it_grants(
     assert r.env["JUPYTER_GPU_POOL_SHARING"] == sharing.backend and r.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 
 
+DRA_MIG = Sharing("dra", 80 * GiB, mig_profiles=H100_MIG)
+DRA_SHARES = Sharing("dra", 80 * GiB, dra_slices="shares", dra_time_slice_interval="Short")
+
+
+def only_request(rendering) -> dict:
+    [request] = rendering.claim["devices"]["requests"]
+    assert request["name"] == "gpu" and rendering.limits == {}
+    return request["exactly"]
+
+
+@pytest.mark.parametrize("sharing, slice_text, exactly, memory, sm", [
+    (DRA_MIG, "2 x whole", {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2},
+     160 * GiB, 200),
+    (DRA_MIG, "10GiB", {"deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                        "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == "
+                                                             "'1g.10gb'"}}]}, 10 * GiB, 14),
+    (DRA_MIG, "20GiB,50%", {"deviceClassName": "mig.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                            "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == "
+                                                                 "'4g.40gb'"}}]}, 40 * GiB, 57),
+    (DRA_SHARES, "10GiB", {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                           "capacity": {"requests": {"memory": "10240Mi"}}}, 10 * GiB, 0),
+])
+def test_the_dra_backend_renders_a_profile_as_one_device_request(sharing, slice_text, exactly, memory, sm):
+    r = render(profile(slice_text), sharing)
+    assert only_request(r) == exactly
+    assert (r.memory, r.sm_percent) == (memory, sm)
+    config = r.claim["devices"].get("config")
+    if sharing is DRA_SHARES:  # the driver's time-slicing interval, on GPU devices
+        assert config == [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}}}}}]
+    else:
+        assert config is None
+
+
+def test_consumable_capacity_cannot_hold_an_sm_share():
+    with pytest.raises(SharingError, match="consumable capacity shares a GPU's memory, not its SMs"):
+        render(profile("20GiB,50%"), DRA_SHARES)
+
+
 def test_time_slicing_gives_frameworks_soft_caps_of_the_slice():
     r = render(profile("20GiB"), Sharing("time-slicing", 80 * GiB, replicas=4))
     assert r.env["CUPY_GPU_MEMORY_LIMIT"] == str(20 * GiB) and r.env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.2500"
@@ -88,6 +128,7 @@ def test_a_slice_the_backend_cannot_hold_is_refused_naming_the_profile(sharing, 
     ({"run_as_user": 0}, "never run as root"),
     ({"kernel_command": ["python", "-m", "ipykernel_launcher"]}, "must contain {connection_file}"),
     ({"port_base": 80}, "port_base"),
+    ({"sharing": "dra", "mig_profiles": []}, "the dra backend's MIG slices need the MIG devices"),
 ])
 def test_bad_operator_settings_are_refused_with_the_setting_named(settings, words):
     pool = GPUPool(profiles=PROFILES).check()
@@ -114,6 +155,7 @@ BACKEND_SETTINGS = {
                      "shared_resource": "nvidia.com/gpu.shared"},
     "mig": {"sharing": "mig", "gpu_memory": "80GiB"},
     "whole": {"sharing": "whole", "gpu_memory": "80GiB"},
+    "dra": {"sharing": "dra", "gpu_memory": "80GiB", "dra_time_slice_interval": "Long"},
 }
 NO_SM = {"small": PROFILES["small"], "big": {"slice": "30GiB"}, "whole": PROFILES["whole"]}
 
@@ -126,11 +168,19 @@ def test_every_object_the_operator_renders_is_valid_for_every_backend(backend):
     k = kernel()
     objects = [render_secret(k, settings, "0" * 64), render_network_policy(k, settings),
                render_network_policy(kernel(server=False), settings)]
-    objects += [render_pod(k, settings, settings.renderings[p], settings.kernel_image, 1) for p in profiles]
-    for obj in objects:
-        kubernetes_validate.validate(obj, K8S, strict=True)
-    for pod in objects[3:]:
-        assert any(k.startswith("nvidia.com/") for k in pod["spec"]["containers"][0]["resources"]["limits"])
+    pods = [render_pod(k, settings, settings.renderings[p], settings.kernel_image, 1) for p in profiles]
+    templates = render_claim_templates(settings, "jhub-kernels")
+    for obj in objects + pods + templates:
+        kubernetes_validate.validate(obj, K8S, strict=True)  # resource.k8s.io/v1 included
+    for pod in pods:
+        resources = pod["spec"]["containers"][0]["resources"]
+        if backend == "dra":  # a claim from its profile's template, and no device-plugin limit
+            assert resources["claims"] == [{"name": "gpu"}] and "nvidia.com/gpu" not in resources["limits"]
+            [claim] = pod["spec"]["resourceClaims"]
+            assert claim["resourceClaimTemplateName"] in {t["metadata"]["name"] for t in templates}
+        else:
+            assert any(k.startswith("nvidia.com/") for k in resources["limits"]) and templates == []
+    assert len(templates) == (len(profiles) if backend == "dra" else 0)
 
 
 def test_the_key_is_rendered_into_the_secret_only():
@@ -142,7 +192,10 @@ def test_the_key_is_rendered_into_the_secret_only():
     assert key in json.loads(secret["stringData"]["connection.json"])["key"]
     assert key not in json.dumps(pod) and key not in json.dumps(render_network_policy(k, settings))
     container = pod["spec"]["containers"][0]
-    assert container["command"][-1] == "/var/run/jupyter-gpu-pool/connection.json"  # a path, not the key
+    assert container["command"][-1] == "/var/run/jupyter-gpu-pool-kernel/connection.json"  # a path, not the key
+    assert container["command"][3:5] == ["/var/run/jupyter-gpu-pool/connection.json",  # from the Secret
+                                         "/var/run/jupyter-gpu-pool-kernel/connection.json"]  # to a copy in memory
+    assert pod["spec"]["volumes"][1] == {"name": "kernel", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
     assert pod["spec"]["automountServiceAccountToken"] is False and pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["volumes"][0]["secret"]["defaultMode"] == 0o440
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -159,7 +212,8 @@ def test_a_kernels_network_policy_admits_only_its_servers_pod():
     # the server's namespace (jhub), not the kernel's (jhub-kernels)
     assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "jhub"}}
     assert sorted(p["port"] for p in rule["ports"]) == list(range(52700, 52705))
-    assert render_network_policy(kernel(server=False), settings)["spec"]["ingress"] == []  # no server: nobody
+    nobody = render_network_policy(kernel(server=False), settings)["spec"]  # no server: nobody
+    assert "ingress" not in nobody and nobody["policyTypes"] == ["Ingress"]
 
 
 # -- CRDs and the deployment ------------------------------------------------------------------------
@@ -238,21 +292,26 @@ def test_rbac_gives_each_part_only_what_it_needs():
     docs = kustomize(REPO / "deploy" / "base")
     server = rules_of(docs, "gpu-pool-server") + rules_of(docs, "gpu-pool-server-reader")
     assert grants(server, "pods") == set()  # users' servers never create (or touch) pods
-    assert grants(server, "gpukernels") == {"create", "get", "list", "watch", "patch", "delete"}
+    assert grants(server, "gpukernels") == {"create", "list", "watch", "patch", "delete"}
     assert grants(server, "secrets") == {"get"} and grants(server, "gpukernels/status") == set()
-    operator = rules_of(docs, "gpu-pool-operator")
+    assert grants(server, "nodes") == {"list"}
+    operator = rules_of(docs, "gpu-pool-operator") + rules_of(docs, "gpu-pool-operator-kernels")
     assert grants(operator, "secrets") == {"create"}  # writes the key, never reads a Secret back
-    assert "create" not in grants(operator, "gpukernels")
+    assert "create" not in grants(operator, "gpukernels") and "get" not in grants(operator, "gpukernels")
+    assert grants(operator, "events") == {"create", "list"}
     agent = rules_of(docs, "gpu-pool-agent")
     assert grants(agent, "secrets") == set() and grants(agent, "gpukernels/status") == {"patch"}
-    assert all(v in ("get", "list", "watch") for r in agent if r["resources"] != ["gpukernels/status"]
-               for v in r["verbs"])
+    assert grants(agent, "gpukernels") == set() and grants(agent, "pods") == {"list", "watch"}
     every = [v for d in docs if d["kind"] == "ClusterRole" for r in d["rules"] for v in r["verbs"]]
     assert "*" not in every and "escalate" not in every and "bind" not in every
     # the Secret right is granted where kernels run, apart from the servers' (and the hub's) namespace
     [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "gpu-pool-server"]
     assert binding["roleRef"]["name"] == "gpu-pool-server" and binding["metadata"]["namespace"] == "jhub-kernels"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-pool-server", "namespace": "jhub"}]
+    # pods, Secrets and events only in the kernels' namespace, for the operator and the agent too
+    namespaced = {d["roleRef"]["name"]: d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"}
+    assert namespaced == {"gpu-pool-server": "jhub-kernels", "gpu-pool-operator-kernels": "jhub-kernels",
+                          "gpu-pool-agent": "jhub-kernels"}
     [deny] = [d for d in docs if d["kind"] == "NetworkPolicy"]
     assert deny["metadata"]["namespace"] == "jhub-kernels"
-    assert deny["spec"]["ingress"] == [] and deny["spec"]["policyTypes"] == ["Ingress"]
+    assert "ingress" not in deny["spec"] and deny["spec"]["policyTypes"] == ["Ingress"]  # no rule: nothing in

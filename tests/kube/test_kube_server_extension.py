@@ -15,7 +15,7 @@ from traitlets.config import Config
 
 from jupyter_gpu_pool.devices.telemetry import ProcessReading
 from jupyter_gpu_pool.operator.agent import Agent
-from jupyter_gpu_pool.operator.crds import GROUP, KERNELS, LABEL_KERNEL, POLICIES, VERSION, kernel_name
+from jupyter_gpu_pool.cluster.resources import GROUP, KERNELS, LABEL_KERNEL, POLICIES, VERSION, kernel_name
 
 NS = "jhub"
 ME = ("gpu-pool", "api", "v1", "me")

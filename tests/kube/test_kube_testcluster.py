@@ -15,7 +15,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from testcluster.errors import ApiError
 from testcluster.store import Store
 
-from jupyter_gpu_pool.operator.crds import API_VERSION, GROUP, KERNELS, VERSION, crd_manifests
+from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, KERNELS, VERSION
+from jupyter_gpu_pool.cluster.schema import crd_manifests
 
 NS = "jhub"
 

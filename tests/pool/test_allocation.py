@@ -11,6 +11,7 @@ import pytest
 from ledger_helpers import GiB, NO_QUOTA, gpus, request
 from jupyter_gpu_pool.local import Ledger
 from jupyter_gpu_pool.local import ledger as local_ledger
+from jupyter_gpu_pool.cluster.quotas import read_quotas
 from jupyter_gpu_pool.operator import admission
 from jupyter_gpu_pool.operator.sharing import Rendering
 from jupyter_gpu_pool.pool import (
@@ -156,7 +157,7 @@ def test_the_ledger_and_the_operator_admission_give_the_same_answer(tmp_path, cl
     members = ["ann", "bea"]
     quotas = build_quota_book({}, {"students": {"memory": "60GiB"}}, {"memory": "40GiB", "kernels": 3},
                               {"students": members})
-    book = admission.read_quotas(quota_objects("40GiB", "60GiB", members))
+    book = read_quotas(quota_objects("40GiB", "60GiB", members))
     assert book.book == quotas
     held = [("ann", 20), ("bea", 30), ("cid", 35)]
     kernels = []

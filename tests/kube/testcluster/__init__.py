@@ -36,7 +36,15 @@ What it does as a real API server does:
   create and on main-resource writes, and only status is written through
   ``/status``).
 - Built-in objects are validated against the real Kubernetes schemas
-  (``kubernetes-validate``, strict: an unknown field is refused).
+  (``kubernetes-validate``, strict: an unknown field is refused), and stored as
+  a real server's encoding stores them: without empty lists (``omitempty``).
+- Lists are paged (``limit``, ``continue``, ``remainingItemCount``).
+- Enough kinds (Deployments, DaemonSets, Services, RBAC) and discovery for the
+  real ``kubectl apply -k`` of the deployment.
+- Dynamic Resource Allocation (``resource.k8s.io/v1``): see ``dra.py``.
+- An audit log of every resource request, by bearer token
+  (``GET /testcluster/audit``), to compare what each client does with the
+  RBAC it is granted.
 - Deletion: finalizers and ``deletionTimestamp``; graceful deletion of running
   pods (the kubelet stops them); propagation ``Background`` / ``Foreground`` /
   ``Orphan`` through owner references by a garbage collector; terminating
@@ -46,19 +54,22 @@ Where it differs (and so what these tests cannot show):
 
 - No authentication and no authorization: RBAC is not enforced.  The RBAC
   manifests are checked against the real schemas, and what they grant is
-  checked by reading them, not by this server.
+  compared with the audit log of what each client asked.
 - Validation is the OpenAPI schema only: none of the server's hand-written
   validation (immutability of pod specs, name formats beyond the schema, CEL
   ``x-kubernetes-validations``), no admission plugins, no defaulting beyond a
   pod's ``restartPolicy``, ``terminationGracePeriodSeconds``, ``schedulerName``,
   ``dnsPolicy``, and a custom object's pruning.
 - A strategic merge patch is applied as a JSON merge patch (lists replaced,
-  not merged by key); server-side apply and ``dryRun`` are refused.
-- ``limit`` / ``continue`` are ignored: a list returns everything at once.
+  not merged by key); server-side apply and ``dryRun`` are refused; no
+  OpenAPI documents are served (``kubectl`` runs with ``--validate=false``).
+- A ``continue`` token lists the current state from an offset, not the
+  snapshot of the first page.
 - The history kept for watch resumption is the last 100,000 writes, not a time window.
 - The garbage collector sweeps every 0.25 s; the real one reacts to events.
-- Scheduling and the kubelet are simplified; see ``scheduler.py`` and
-  ``kubelet.py`` for exactly how.  The scheduler and kubelet read and write the
+- Scheduling, the kubelet and DRA are simplified; see ``scheduler.py``,
+  ``kubelet.py`` and ``dra.py`` for exactly how.  Killed, the server keeps no
+  state: started again on its address (``--port``), it is a fresh cluster.  The scheduler and kubelet read and write the
   store in-process, not over HTTP (their writes still bump resource versions
   and reach every watch).
 """

@@ -19,9 +19,10 @@ from pathlib import Path
 from aiohttp import web
 
 from .apiserver import ApiServer
+from .dra import ClaimController, nvidia_device_classes, resource_slice
 from .kubelet import Kubelet
 from .scheduler import Scheduler
-from .store import Store
+from .store import Store, now_rfc3339
 
 DEFAULT_NODES = [{
     "name": "gpu-node-1",
@@ -33,11 +34,14 @@ DEFAULT_NODES = [{
 
 def node_object(spec: dict) -> dict:
     labels = {"kubernetes.io/hostname": spec["name"], "kubernetes.io/os": "linux", **spec.get("labels", {})}
+    ready = ({"type": "Ready", "status": "True", "reason": "KubeletReady",
+              "message": "test kubelet is posting ready status"} if spec.get("kubelet", True) else
+             {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+              "message": "Kubelet stopped posting node status.", "lastTransitionTime": now_rfc3339()})
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": spec["name"], "labels": labels},
             "spec": {}, "status": {
                 "capacity": spec["allocatable"], "allocatable": spec["allocatable"],
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                "message": "test kubelet is posting ready status"}],
+                "conditions": [ready],
                 "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
                               {"type": "Hostname", "address": spec["name"]}]}}
     if spec.get("taints"):
@@ -58,9 +62,17 @@ async def main(args) -> None:
     nodes = json.loads(Path(args.nodes).read_text()) if args.nodes else DEFAULT_NODES
     for spec in nodes:
         store.create(store.kind("", "v1", "nodes"), None, node_object(spec))
+    if any(spec.get("dra") for spec in nodes):  # what NVIDIA's DRA driver (chart and kubelet plugin) publishes
+        for device_class in nvidia_device_classes():
+            store.create(store.kind("resource.k8s.io", "v1", "deviceclasses"), None, device_class)
+        for spec in nodes:
+            if spec.get("dra"):
+                store.create(store.kind("resource.k8s.io", "v1", "resourceslices"), None, resource_slice(spec))
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
-    kubelet = Kubelet(store, state, args.image or ["*"])
+    slow = {p: float(s) for p, _, s in (x.rpartition("=") for x in args.slow_image or [])}
+    dead = {n["name"] for n in nodes if not n.get("kubelet", True)}
+    kubelet = Kubelet(store, state, args.image or ["*"], slow_images=slow, dead_nodes=dead)
     runner = web.AppRunner(ApiServer(store).app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", args.port, shutdown_timeout=2.0)
@@ -74,7 +86,8 @@ async def main(args) -> None:
             store.collect_garbage()
             await asyncio.sleep(0.25)
 
-    tasks = [asyncio.create_task(t) for t in (Scheduler(store).run(), kubelet.run(), collect())]
+    tasks = [asyncio.create_task(t) for t in (Scheduler(store).run(), kubelet.run(), ClaimController(store).run(),
+                                              collect())]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -95,8 +108,9 @@ async def main(args) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="testcluster", description=__doc__)
     parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--nodes", help="a JSON file: a list of {name, labels, allocatable, taints}")
+    parser.add_argument("--nodes", help="a JSON file: a list of {name, labels, allocatable, taints, kubelet, dra}")
     parser.add_argument("--image", action="append", help="image patterns that pull (default: all)")
+    parser.add_argument("--slow-image", action="append", help="PATTERN=SECONDS: images whose pull takes that long")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log-level", default="WARNING")
     a = parser.parse_args()

@@ -41,11 +41,36 @@ def _error(e: ApiError) -> web.Response:
     return web.json_response(e.status(), status=e.code)
 
 
+def verb_of(method: str, name: str | None, watch: bool) -> str:
+    """The authorization verb of a request, as the real server derives it."""
+    if method == "GET":
+        return "get" if name else ("watch" if watch else "list")
+    return {"POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())
+
+
 class ApiServer:
     def __init__(self, store: Store):
         self.store = store
+        self.audit: list[dict] = []  # every resource request: who (bearer token), verb, resource, namespace
         self.app = web.Application(client_max_size=16 * 2**20)
+        self.app.router.add_get("/testcluster/audit", self.serve_audit)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
+
+    async def serve_audit(self, request: web.Request) -> web.Response:
+        """The audit log (tests only): what each client asked, to compare with the RBAC it is granted."""
+        return web.json_response(self.audit)
+
+    def record(self, request: web.Request, kind: Kind, namespace, name, sub) -> None:
+        auth = request.headers.get("Authorization", "")
+        q = request.query
+        watch = q.get("watch") in _TRUE
+        self.audit.append({
+            "user": auth[len("Bearer "):] if auth.startswith("Bearer ") else "anonymous",
+            "verb": verb_of(request.method, name, watch), "group": kind.group, "version": kind.version,
+            "resource": kind.plural + (f"/{sub}" if sub else ""), "namespace": namespace, "name": name,
+            "labelSelector": q.get("labelSelector"), "fieldSelector": q.get("fieldSelector"),
+            "limit": q.get("limit")})
 
     # -- discovery ------------------------------------------------------------------------------
 
@@ -133,6 +158,7 @@ class ApiServer:
                 if found is not None:
                     return web.json_response(found)
             kind, namespace, name, sub = self.route(parts)
+            self.record(request, kind, namespace, name, sub)
             if "dryRun" in request.query:
                 raise ApiError(400, "BadRequest", "dryRun is not supported by this test server")
             return await self.serve(request, kind, namespace, name, sub)
@@ -152,13 +178,21 @@ class ApiServer:
             if name is None:
                 if parse_bool(q.get("watch"), "watch"):
                     return await self.stream(request, kind, namespace)
-                items, rv = store.list(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))
+                try:
+                    limit = int(q.get("limit") or 0)
+                except ValueError:
+                    raise ApiError(400, "BadRequest", f"invalid limit {q.get('limit')!r}") from None
+                items, rv, following, rest = store.page(kind, namespace, q.get("labelSelector"),
+                                                        q.get("fieldSelector"), limit, q.get("continue"))
                 if not kind.custom:  # a real server leaves kind/apiVersion out of built-in list items
                     for item in items:
                         item.pop("kind", None)
                         item.pop("apiVersion", None)
+                metadata = {"resourceVersion": str(rv)}
+                if following:
+                    metadata.update({"continue": following, "remainingItemCount": rest})
                 return web.json_response({"kind": f"{kind.kind}List", "apiVersion": kind.api_version,
-                                          "metadata": {"resourceVersion": str(rv)}, "items": items})
+                                          "metadata": metadata, "items": items})
             obj = store.get(kind, namespace, name)
             if sub == "log":
                 text = store.log_reader(obj, q) if store.log_reader else ""

@@ -15,8 +15,13 @@ container's output as the pod's log.
 Where it differs from a real node (each difference is on purpose, and small):
 
 - No container runtime: the image is never pulled.  An image matching one of
-  the cluster's ``images`` patterns "pulls"; any other fails with
-  ``ErrImagePull`` then ``ImagePullBackOff``, as a missing image does.  The
+  the cluster's ``images`` patterns "pulls" (at once, or, for ``slow_images``,
+  after the given seconds with the ``Pulling`` / ``Pulled`` events a real
+  pull posts); any other fails with ``ErrImagePull`` then ``ImagePullBackOff``,
+  as a missing image does.
+- A node listed with ``"kubelet": false`` has a kubelet that never runs:
+  its Node says ``Ready: Unknown`` and pods bound to it stay as the scheduler
+  left them (a node that died after a pod was placed on it).  The
   command runs from this machine's Python environment: ``PATH`` starts with the
   directory of the Python running the cluster, so ``python`` is that Python.
 - One host network: every pod gets its own loopback address ``127.A.B.n`` (A, B
@@ -86,10 +91,13 @@ class ContainerConfigError(Exception):
 
 
 class Kubelet:
-    def __init__(self, store: Store, state_dir: Path, images: list[str], node_ip: str = "127.0.0.1"):
+    def __init__(self, store: Store, state_dir: Path, images: list[str], node_ip: str = "127.0.0.1",
+                 slow_images: dict[str, float] | None = None, dead_nodes: set[str] | None = None):
         self.store = store
         self.state_dir = state_dir
         self.images = images
+        self.slow_images = slow_images or {}  # image pattern -> seconds a pull takes
+        self.dead_nodes = dead_nodes or set()  # nodes whose kubelet never runs anything
         self.node_ip = node_ip
         self.pods_kind = store.kind("", "v1", "pods")
         self.runners: dict[str, PodRunner] = {}
@@ -107,6 +115,9 @@ class Kubelet:
 
     def pullable(self, image: str) -> bool:
         return any(fnmatch.fnmatchcase(image, pattern) for pattern in self.images)
+
+    def pull_seconds(self, image: str) -> float:
+        return next((s for pattern, s in self.slow_images.items() if fnmatch.fnmatchcase(image, pattern)), 0.0)
 
     def read_log(self, pod: dict, query) -> str:
         path = self.state_dir / "pods" / pod["metadata"]["uid"] / "container.log"
@@ -130,7 +141,7 @@ class Kubelet:
                     if runner:
                         runner.removed()
                     continue
-                if not pod["spec"].get("nodeName"):
+                if not pod["spec"].get("nodeName") or pod["spec"]["nodeName"] in self.dead_nodes:
                     continue
                 if runner is None:
                     runner = self.runners[uid] = PodRunner(self, pod)
@@ -343,7 +354,16 @@ class PodRunner:
     async def _pull(self) -> bool:
         image = self.container.get("image", "")
         if self.kubelet.pullable(image):
-            self.event("Normal", "Pulled", f'Container image "{image}" already present on machine')
+            seconds = self.kubelet.pull_seconds(image)
+            if not seconds:
+                self.event("Normal", "Pulled", f'Container image "{image}" already present on machine')
+                return True
+            self.event("Normal", "Pulling", f'Pulling image "{image}"')
+            done = asyncio.get_running_loop().time() + seconds
+            while (left := done - asyncio.get_running_loop().time()) > 0:
+                if await self.pause(left):
+                    return False
+            self.event("Normal", "Pulled", f'Successfully pulled image "{image}" in {seconds:g}s')
             return True
         message = (f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and unpack '
                    f'image "{image}": failed to resolve reference "{image}": not found')
@@ -447,6 +467,9 @@ class PodRunner:
         path = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"])
         proc_env = {"PATH": path, "HOME": str(home), "HOSTNAME": self.pod["metadata"]["name"], **env,
                     "TESTCLUSTER_POD_IP": ip}
+        devices = self._claimed_devices()
+        if devices:
+            proc_env["TESTCLUSTER_DRA_DEVICES"] = ",".join(devices)
         proc_env["PYTHONPATH"] = os.pathsep.join(p for p in (PODNET, self._local_paths(env.get("PYTHONPATH", ""),
                                                                                         mounts)) if p)
         proc_env = {k: self._local_paths(v, mounts) for k, v in proc_env.items()}
@@ -484,6 +507,21 @@ class PodRunner:
         if violation:
             return code, "ReadOnlyMountWritten", violation, started
         return code, "Completed" if code == 0 else "Error", "", started
+
+    def _claimed_devices(self) -> list[str]:
+        """The devices allocated to the pod's claims (``driver/pool/device``): what a DRA driver would
+        inject into the container (CDI devices), named instead."""
+        claims = self.store.kind("resource.k8s.io", "v1", "resourceclaims")
+        found = []
+        for s in (self.pod.get("status") or {}).get("resourceClaimStatuses") or []:
+            try:
+                claim = self.store.get(claims, self.pod["metadata"]["namespace"], s["resourceClaimName"])
+            except (ApiError, KeyError):
+                continue
+            for r in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+                    "results") or []:
+                found.append(f"{r['driver']}/{r['pool']}/{r['device']}")
+        return found
 
     def _readonly_violation(self) -> str | None:
         for path, before in self.readonly.items():

@@ -7,7 +7,9 @@ otherwise writes ``PodScheduled=False, reason=Unschedulable`` with a message in
 the real scheduler's words (``0/2 nodes are available: 2 Insufficient
 nvidia.com/gpumem. ...``) plus a ``FailedScheduling`` event.  Device plugins'
 finer rules (HAMi's per-GPU memory, MIG placement) are not modelled: a node's
-extended resources are one pool each.
+extended resources are one pool each.  Pods that claim devices (Dynamic Resource
+Allocation) wait until their claims exist, and bind only where every claim can be
+allocated (``dra.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 from collections import Counter
 from fractions import Fraction
 
+from .dra import Allocator, Unsatisfiable
 from .errors import ApiError
 from .events import record_event
 from .quantities import parse_quantity
@@ -54,6 +57,7 @@ class Scheduler:
         self.store = store
         self.pods = store.kind("", "v1", "pods")
         self.nodes = store.kind("", "v1", "nodes")
+        self.allocator = Allocator(store)
         self._reported: dict[str, str] = {}  # pod uid -> last Unschedulable message
 
     def _free(self, node: dict, pods: list[dict]) -> dict[str, Fraction]:
@@ -89,16 +93,27 @@ class Scheduler:
             if pod["spec"].get("nodeName") or meta.get("deletionTimestamp") or \
                     pod.get("status", {}).get("phase") in TERMINAL:
                 continue
+            claims = None
+            if pod["spec"].get("resourceClaims"):
+                claims = self.allocator.claims_of(pod)
+                if claims is None:
+                    continue  # not schedulable before its claims exist (as the real scheduler gates it)
             reasons: Counter = Counter()
-            chosen = None
+            chosen, allocations = None, []
             for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
                 why = self._why_not(pod, node, self._free(node, pods))
+                if not why and claims is not None:
+                    try:
+                        allocations = self.allocator.allocate(pod, claims, node["metadata"]["name"])
+                    except Unsatisfiable as e:
+                        why = [str(e)]
                 if not why:
                     chosen = node
                     break
                 reasons.update(why)
             try:
                 if chosen is not None:
+                    self.allocator.commit(allocations)
                     self._bind(pod, chosen)
                     pod["spec"]["nodeName"] = chosen["metadata"]["name"]  # counts against the node for the next pod
                 else:

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import copy
 import datetime
+import json
 import secrets
 import time
 import uuid
@@ -70,11 +71,35 @@ BUILTIN = [
          "customresourcedefinition", ("crd", "crds"), ("status",)),
     Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, "networkpolicy", ("netpol",)),
     Kind("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
+    Kind("", "v1", "services", "Service", True, "service", ("svc",), ("status",)),
+    Kind("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), ("status",)),
+    Kind("apps", "v1", "daemonsets", "DaemonSet", True, "daemonset", ("ds",), ("status",)),
+    Kind("rbac.authorization.k8s.io", "v1", "roles", "Role", True, "role"),
+    Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, "rolebinding"),
+    Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, "clusterrole"),
+    Kind("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False,
+         "clusterrolebinding"),
+    # Dynamic Resource Allocation (GA in 1.34): see dra.py for the claim controller and allocation.
+    Kind("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, "deviceclass"),
+    Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False, "resourceslice"),
+    Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, "resourceclaim", (), ("status",)),
+    Kind("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True,
+         "resourceclaimtemplate"),
 ]
 
 
 def _meta(obj: dict) -> dict:
     return obj.setdefault("metadata", {})
+
+
+def drop_empty_lists(value):
+    """What a real API server stores of a built-in object: Go's JSON encoding leaves out empty lists
+    (``omitempty``), so ``ingress: []`` is stored, and read back, as no ``ingress`` at all."""
+    if isinstance(value, dict):
+        return {k: drop_empty_lists(v) for k, v in value.items() if not (isinstance(v, list) and not v)}
+    if isinstance(value, list):
+        return [drop_empty_lists(v) for v in value]
+    return value
 
 
 # -- custom resource schemas ----------------------------------------------------------------------
@@ -231,6 +256,28 @@ class Store:
             raise not_found(kind.plural if not kind.group else f"{kind.plural}.{kind.group}", name)
         return copy.deepcopy(obj)
 
+    def page(self, kind: Kind, namespace: str | None, label_selector: str | None, field_selector: str | None,
+             limit: int, token: str | None) -> tuple[list[dict], int, str | None, int]:
+        """One page of a list (``limit`` items from the ``continue`` token on): items, resourceVersion,
+        the next token (None at the end), and how many items remain after this page."""
+        items, rv = self.list(kind, namespace, label_selector, field_selector)
+        offset, at = 0, rv
+        if token:
+            try:
+                at, offset = json.loads(base64.urlsafe_b64decode(token.encode()))
+            except (ValueError, TypeError):
+                raise ApiError(400, "BadRequest", f"invalid continue token {token!r}") from None
+            oldest = self.history[0].rv if self.history else self.rv + 1
+            if at < oldest - 1:
+                raise ApiError(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                               "list result. You can start a new list without the continue parameter.")
+        if limit <= 0:
+            return items[offset:], at, None, 0
+        chunk = items[offset:offset + limit]
+        rest = len(items) - offset - len(chunk)
+        following = base64.urlsafe_b64encode(json.dumps([at, offset + limit]).encode()).decode() if rest > 0 else None
+        return chunk, at, following, rest
+
     def list(self, kind: Kind, namespace: str | None, label_selector: str | None = None,
              field_selector: str | None = None) -> tuple[list[dict], int]:
         labels = label_matcher(label_selector)
@@ -271,7 +318,7 @@ class Store:
         if kind.custom:
             return validate_custom(kind, obj)
         validate_builtin(obj)
-        return obj
+        return drop_empty_lists(obj)
 
     def create(self, kind: Kind, namespace: str | None, body: dict) -> dict:
         if not isinstance(body, dict):

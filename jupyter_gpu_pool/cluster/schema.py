@@ -1,86 +1,13 @@
-"""The custom resources, as data: names, labels, and the CustomResourceDefinitions.
+"""The CustomResourceDefinitions, as data.
 
-``deploy/base/crds.yaml`` is this module's :func:`crd_manifests` written out
+``deploy/base/crds.yaml`` is :func:`crd_manifests` written out
 (``python -m jupyter_gpu_pool.operator crds``); a test keeps the two equal.
-
-- ``GPUKernel`` (namespaced): one notebook kernel on a GPU slice.  A user's
-  server creates it (spec), the operator admits it and runs its pod (status).
-- ``GPUQuota`` (cluster): the default user quota, one user's, or one group's
-  (with its members).  Same fields as ``GPUPool.user_quotas``.
-- ``GPUPoolPolicy`` (cluster): the idle-culling policy, the same rules as
-  ``GPUPool.policy``.  The one named ``default`` is used.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-
-GROUP = "jupyter-gpu-pool.readthedocs.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-KERNEL_KIND, KERNELS = "GPUKernel", "gpukernels"
-QUOTA_KIND, QUOTAS = "GPUQuota", "gpuquotas"
-POLICY_KIND, POLICIES = "GPUPoolPolicy", "gpupoolpolicies"
-POLICY_NAME = "default"
-
-# Labels and annotations (keys under the project's group).
-LABEL_KERNEL = f"{GROUP}/kernel"  # on the kernel's pod, secret and network policy: the GPUKernel's name
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_PART_OF = "app.kubernetes.io/part-of"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_OWNER = f"{GROUP}/owner"  # label-safe form of the owner's name
-LABEL_SERVER = f"{GROUP}/server"  # label-safe server id; also the label a server's pod carries
-LABEL_LAUNCH = f"{GROUP}/launch"
-ANNOTATION_HEARTBEAT = f"{GROUP}/heartbeat"  # Unix seconds, renewed by the owning server
-ANNOTATION_PROVISIONER = f"{GROUP}/provisioner-info"  # JSON for re-adoption (never holds the key)
-PART_OF = "jupyter-gpu-pool"
-KERNEL_COMPONENT = "kernel"
-
-# Kernel phases (status.phase) and reasons (status.reason).
-PENDING, STARTING, RUNNING, STOPPED, FAILED = "Pending", "Starting", "Running", "Stopped", "Failed"
-PHASES = (PENDING, STARTING, RUNNING, STOPPED, FAILED)
-QUOTA_EXCEEDED = "QuotaExceeded"
-UNSCHEDULABLE = "Unschedulable"
-IMAGE_PULL = "ImagePullFailed"
-CRASHED = "ContainerCrashed"
-EXITED = "Exited"
-INVALID = "InvalidSpec"
-SERVER_GONE = "ServerGone"
-PREEMPTED = "PodDeleted"
-
-_LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-
-
-def label_value(text: str) -> str:
-    """A label-safe form of any text: itself when valid, else a readable prefix and a hash."""
-    if _LABEL_OK.match(text):
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")[:50].strip("-._")
-    return f"{safe}-{digest}" if safe else digest
-
-
-def kernel_name(kernel_id: str) -> str:
-    """The GPUKernel for a Jupyter kernel id (a uuid): ``k-<id>``."""
-    return f"k-{kernel_id}"
-
-
-def pod_name(kernel: str, launch: int) -> str:
-    """One pod name per launch, so a restarted kernel never meets its predecessor's pod."""
-    return f"{kernel}-{launch}"
-
-
-def secret_name(kernel: str) -> str:
-    return f"{kernel}-connection"
-
-
-def policy_name(kernel: str) -> str:
-    return f"{kernel}-ingress"
-
-
-# -- CustomResourceDefinitions -------------------------------------------------------------------
+from .resources import (GROUP, KERNEL_KIND, KERNELS, LABEL_PART_OF, PART_OF, PHASES, POLICIES, POLICY_KIND, QUOTA_KIND,
+                        QUOTAS, VERSION)
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -136,6 +63,8 @@ KERNEL_SCHEMA = {
                     "description": "The GPU granted: what the pod asked the cluster for, and where it runs.",
                     "properties": {"sharing": _STR,
                                    "resources": {"type": "object", "additionalProperties": _STR},
+                                   "claimTemplate": {**_STR, "description": "dra: the ResourceClaimTemplate the "
+                                                     "kernel's pod claims its devices from."},
                                    "devices": _NAMES},
                 },
                 "usage": {

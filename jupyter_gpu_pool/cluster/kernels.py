@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 
 from ..pool import ACTIVE, RELEASED, Lease, Usage
-from .crds import FAILED, STOPPED
+from .resources import FAILED, STOPPED
 
 
 def spec(kernel: dict) -> dict:

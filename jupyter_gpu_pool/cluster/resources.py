@@ -1,0 +1,95 @@
+"""Names of the contract: the API group, kinds, labels, annotations, phases, reasons, object names.
+
+- ``GPUKernel`` (namespaced): one notebook kernel on a GPU slice.  A user's
+  server creates it (spec), the operator admits it and runs its pod (status).
+- ``GPUQuota`` (cluster): the default user quota, one user's, or one group's
+  (with its members).  Same fields as ``GPUPool.user_quotas``.
+- ``GPUPoolPolicy`` (cluster): the idle-culling policy, the same rules as
+  ``GPUPool.policy``.  The one named ``default`` is used.
+- The kernel's ``Secret`` (``<kernel>-connection``, written by the operator,
+  read by the server) holds ``connection.json``: the kernel's connection file,
+  with its HMAC key and, when transport encryption is on, its CurveZMQ keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+GROUP = "jupyter-gpu-pool.readthedocs.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+KERNEL_KIND, KERNELS = "GPUKernel", "gpukernels"
+QUOTA_KIND, QUOTAS = "GPUQuota", "gpuquotas"
+POLICY_KIND, POLICIES = "GPUPoolPolicy", "gpupoolpolicies"
+POLICY_NAME = "default"
+
+# Labels and annotations (keys under the project's group).
+LABEL_KERNEL = f"{GROUP}/kernel"  # on the kernel's pod, secret and network policy: the GPUKernel's name
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_OWNER = f"{GROUP}/owner"  # label-safe form of the owner's name
+LABEL_SERVER = f"{GROUP}/server"  # label-safe server id; also the label a server's pod carries
+LABEL_LAUNCH = f"{GROUP}/launch"
+ANNOTATION_HEARTBEAT = f"{GROUP}/heartbeat"  # Unix seconds, renewed by the owning server
+PART_OF = "jupyter-gpu-pool"
+KERNEL_COMPONENT = "kernel"
+
+# Kernel phases (status.phase) and reasons (status.reason).
+PENDING, STARTING, RUNNING, STOPPED, FAILED = "Pending", "Starting", "Running", "Stopped", "Failed"
+PHASES = (PENDING, STARTING, RUNNING, STOPPED, FAILED)
+QUOTA_EXCEEDED = "QuotaExceeded"
+UNSCHEDULABLE = "Unschedulable"
+IMAGE_PULL = "ImagePullFailed"
+CRASHED = "ContainerCrashed"
+EXITED = "Exited"
+INVALID = "InvalidSpec"
+SERVER_GONE = "ServerGone"
+PREEMPTED = "PodDeleted"
+
+_LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+
+
+def label_value(text: str) -> str:
+    """A label-safe form of any text: itself when valid, else a readable prefix and a hash."""
+    if _LABEL_OK.match(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")[:50].strip("-._")
+    return f"{safe}-{digest}" if safe else digest
+
+
+def kernel_name(kernel_id: str) -> str:
+    """The GPUKernel for a Jupyter kernel id (a uuid): ``k-<id>``."""
+    return f"k-{kernel_id}"
+
+
+def pod_name(kernel: str, launch: int) -> str:
+    """One pod name per launch, so a restarted kernel never meets its predecessor's pod."""
+    return f"{kernel}-{launch}"
+
+
+def secret_name(kernel: str) -> str:
+    return f"{kernel}-connection"
+
+
+def policy_name(kernel: str) -> str:
+    return f"{kernel}-ingress"
+
+
+_DNS_OK = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+
+
+def claim_template_name(profile: str) -> str:
+    """The ResourceClaimTemplate of a profile (the ``dra`` backend): ``gpu-pool-<profile>``, made a valid
+    object name (lower case, a hash where characters had to change)."""
+    if _DNS_OK.match(profile):
+        return f"gpu-pool-{profile}"
+    digest = hashlib.sha256(profile.encode()).hexdigest()[:8]
+    safe = re.sub(r"[^a-z0-9-]+", "-", profile.lower()).strip("-")[:30].strip("-")
+    return f"gpu-pool-{safe}-{digest}" if safe else f"gpu-pool-{digest}"
+
+
+CONNECTION_FILE = "connection.json"  # the key of the kernel's Secret that holds its connection file
