@@ -20,11 +20,13 @@ reads the files and checks what spans several settings.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import getpass
 import grp
 import os
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyter_core.paths import jupyter_config_path, jupyter_data_dir, jupyter_runtime_dir
 from traitlets import Bool, Enum, TraitError, Undefined, Unicode, default
@@ -43,6 +45,7 @@ from .pool import (
     parse_inventory,
     parse_profiles,
 )
+from .pool.budgets import Budget, BudgetBook, parse_budgets
 from .pool.hibernation import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory
 from .pool.policy import Policy, PolicyError, Rule, check_profile_names, parse_policy
 from .pool.quotas import parse_members, parse_quota, parse_quotas
@@ -76,6 +79,18 @@ def _ledger_path(path) -> str:
     if not isinstance(path, str):
         raise ValueError(f"must be a file path, not {path!r}")
     return os.path.expanduser(check_path(path))
+
+
+def _timezone(name) -> str:
+    if not isinstance(name, str):
+        raise ValueError(f"must be a time zone name such as 'Europe/Paris', not {name!r}")
+    if name:
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{name!r} is not a time zone this machine knows (write an IANA name such as "
+                             "'Europe/Paris', or leave it empty for local time)") from None
+    return name
 
 
 def _owner(name) -> str:
@@ -256,6 +271,22 @@ class GPUPool(Configurable):
         silent execute): the checkpoint moves what a process has reserved, not only what it uses.""",
     ).tag(config=True)
 
+    budgets = Parsed(
+        parse_budgets, {}, is_parsed=lambda v: _all_of(v, Budget, empty=True),
+        help="""GPU-hour budgets, by user or group name: {"students": {"gpu_hours": 10, "period": "week"}}.
+        A slice costs its share of its GPU per hour while it is active (the larger of its memory and SM
+        share; hibernated time is free).  A group's budget applies to each member on their own unless it
+        has "shared": true; a user's own entry replaces their groups' member budgets.  Periods: "day",
+        "week" (from Monday) or "month", in budget_timezone.  A start or resume past the budget is refused
+        with the reset time; running kernels are warned at 90% and acted on at 100% under the policy's
+        action.""",
+    ).tag(config=True)
+
+    budget_timezone = Parsed(
+        _timezone, "",
+        help="""The time zone budget periods are counted in (an IANA name such as "Europe/Paris"); empty:
+        this machine's local time.""",
+    ).tag(config=True)
 
     # -- the settings as the pool uses them ----------------------------------------------------
 
@@ -270,6 +301,11 @@ class GPUPool(Configurable):
     def quotas(self) -> QuotaBook:
         return QuotaBook(users=self.user_quotas, groups=self.group_quotas, default_user=self.default_user_quota,
                          members=self.group_members)
+
+    @functools.cached_property
+    def budget_book(self) -> BudgetBook:
+        zone = ZoneInfo(self.budget_timezone) if self.budget_timezone else dt.datetime.now().astimezone().tzinfo
+        return BudgetBook(self.budgets, zone)
 
     @functools.cached_property
     def idle_policy(self) -> Policy:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from ..devices import checkpoint as cp
 from ..local.waiting import Place, wait_for_slice
 from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, LeaseNotFound, QuotaExceeded, format_size
+from ..pool.budgets import BudgetExceeded
 from ..pool.units import format_age
 from ..pool.phases import (
     EVICTING,
@@ -571,7 +572,7 @@ class Hibernator:
             new, waited = await wait_for_slice(
                 self.ledger, lambda waiter_id: self.pool.resume(lease, same_gpu, waiter_id, record_refusal=False),
                 place, poll=self.settings.queue_poll, on_position=queued)
-        except QuotaExceeded as e:
+        except (QuotaExceeded, BudgetExceeded) as e:
             raise HibernationRefused(e.reason, f"Cannot resume this kernel: {e}", status=403) from None
         except LeaseNotFound:
             raise HibernationRefused("no_lease", "This kernel's GPU lease ended while it waited to resume.",

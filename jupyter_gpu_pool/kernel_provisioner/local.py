@@ -33,6 +33,8 @@ from ..devices.mps import MPSUnavailable
 from ..local.pool import LocalPool, local_pool
 from ..local.waiting import Place, QueueTimeout, wait_for_slice
 from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
+from ..pool.budgets import BudgetExceeded
+from ..pool.errors import MPSUserBusy
 from .base import PoolKernelProvisioner
 from .encryption import local_launch_kwargs
 from .environment import slice_environment
@@ -54,9 +56,9 @@ class KernelStartRefused(VerbatimHTTPError, RuntimeError):
 
 
 def _refusal(err: Exception) -> KernelStartRefused:
-    if isinstance(err, QuotaExceeded):
+    if isinstance(err, (QuotaExceeded, BudgetExceeded)):
         return KernelStartRefused(403, str(err), err.reason)
-    if isinstance(err, PoolExhausted):
+    if isinstance(err, (PoolExhausted, MPSUserBusy)):
         return KernelStartRefused(503, str(err), err.reason)
     if isinstance(err, UnknownProfile):
         return KernelStartRefused(400, str(err), err.reason)
@@ -148,7 +150,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
             await asyncio.to_thread(pool.ledger.record_refusal, request.kernel_id, request.owner,
                                     request.profile.name, e.refusal)
             raise KernelStartRefused(503, str(e), "queue_timeout") from None
-        except (QuotaExceeded, PoolExhausted) as e:
+        except (QuotaExceeded, PoolExhausted, BudgetExceeded, MPSUserBusy) as e:
             await asyncio.to_thread(pool.ledger.record_refusal, request.kernel_id, request.owner,
                                     request.profile.name, e)
             raise _refusal(e) from e

@@ -57,6 +57,13 @@ SCHEMA = [
     ALTER TABLE leases ADD COLUMN phase TEXT NOT NULL DEFAULT '';
     ALTER TABLE leases ADD COLUMN phase_deadline REAL;
     """,
+    # version 3: GPU time spent, for budgets: one row per active interval of a lease (share of its GPU)
+    """
+    CREATE TABLE usage(
+        lease_id TEXT NOT NULL, owner TEXT NOT NULL, share REAL NOT NULL, start REAL NOT NULL, stop REAL);
+    CREATE INDEX usage_owner ON usage(owner, start);
+    CREATE INDEX usage_lease ON usage(lease_id, stop);
+    """,
 ]
 
 

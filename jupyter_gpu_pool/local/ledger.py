@@ -32,6 +32,7 @@ from ..pool import (
     HIBERNATED,
     RELEASED,
     GPUUsage,
+    MPS,
     Holder,
     JournalEntry,
     Lease,
@@ -48,11 +49,17 @@ from ..pool import (
     Waiter,
 )
 from ..pool.allocation import Ask, Grant, Holdings, allocate, resume_candidates
+from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, share_of
+from ..pool.errors import MPSUserBusy
 from ..pool.liveness import Graces, IsAlive, dead_reason
 from ..pool.phases import STOPPING, PhaseConflict, check_move
-from . import journal, queue, rows
+from . import journal, queue, rows, usage
 from .database import Database
 from .rows import LEASE_SELECT
+
+
+REFUSALS = (QuotaExceeded, PoolExhausted, BudgetExceeded, MPSUserBusy)  # the answers a reconcile may change
+USAGE_KEPT = 40 * 86400  # GPU-time intervals are kept past the longest budget period (a month)
 
 
 class Ledger:
@@ -172,15 +179,39 @@ class Ledger:
 
     # -- allocation ----------------------------------------------------------------------------
 
-    def _holdings(self, db: sqlite3.Connection, ask: Ask, quotas: QuotaBook, now: float,
-                  usage: list[GPUUsage] | None = None) -> Holdings:
+    def _holdings(self, db: sqlite3.Connection, ask: Ask, quotas: QuotaBook, budgets: BudgetBook, now: float,
+                  gpu_usage: list[GPUUsage] | None = None) -> Holdings:
         return Holdings(leases=self._quota_leases(db, ask.owner, quotas.limited_groups(ask.groups)),
-                        gpus=tuple(usage if usage is not None else self._usage(db)),
-                        waiters=tuple(queue.live(db, now, self.waiter_ttl)))
+                        gpus=tuple(gpu_usage if gpu_usage is not None else self._usage(db)),
+                        waiters=tuple(queue.live(db, now, self.waiter_ttl)),
+                        mps_users=self._mps_users(db) if ask.profile.isolation == MPS else {},
+                        budget=self._standing(db, budgets, ask.owner, ask.groups, now))
+
+    @staticmethod
+    def _mps_users(db: sqlite3.Connection) -> dict[str, frozenset[str]]:
+        found: dict[str, set[str]] = {}
+        for uuid, owner in db.execute(
+                "SELECT a.gpu_uuid, l.owner FROM allocations a JOIN leases l ON l.id = a.lease_id "
+                "WHERE l.isolation = ? AND l.state = ?", (MPS, ACTIVE)):
+            found.setdefault(uuid, set()).add(owner)
+        return {uuid: frozenset(owners) for uuid, owners in found.items()}
+
+    @staticmethod
+    def _standing(db: sqlite3.Connection, budgets: BudgetBook, owner: str, groups: tuple[str, ...],
+                  now: float) -> Standing | None:
+        if not budgets.budgets:
+            return None
+        return budgets.standing(owner, groups, lambda scope, start: usage.spent_hours(db, scope, owner, start, now),
+                                lambda scope: usage.rate(db, scope, owner), now)
+
+    def budget_standing(self, owner: str, groups: tuple[str, ...], budgets: BudgetBook) -> Standing | None:
+        """Where ``owner`` stands against their tightest GPU-hour budget now (None: no budget applies)."""
+        with self.db.read() as db:
+            return self._standing(db, budgets, owner, groups, self.clock())
 
     def allocate(self, request: LeaseRequest, quotas: QuotaBook, *, placement: str = BINPACK,
                  is_alive: IsAlive | None = None, host: str = "", waiter_id: str | None = None,
-                 record_refusal: bool = True) -> Lease:
+                 record_refusal: bool = True, budgets: BudgetBook = NO_BUDGETS) -> Lease:
         """Take a slice for a kernel, atomically across processes, or raise the refusal
         (:class:`QuotaExceeded`, checked first, or :class:`PoolExhausted`); on a refusal nothing is
         held.  Earlier waiters in the queue that fit are served first (``waiter_id`` is this
@@ -188,19 +219,19 @@ class Ledger:
         reclaims leases whose holders are gone and tries once more.  A refusal is journaled unless
         ``record_refusal`` is False (a request that waits in the queue is not refused yet)."""
         return self._with_reconcile(request, is_alive, host, record_refusal,
-                                    lambda: self._allocate(request, quotas, placement, host, waiter_id))
+                                    lambda: self._allocate(request, quotas, budgets, placement, host, waiter_id))
 
     def _with_reconcile(self, ask: Ask, is_alive: IsAlive | None, host: str, record_refusal: bool,
                         attempt: Callable[[], Lease]) -> Lease:
         try:
             return attempt()
-        except (QuotaExceeded, PoolExhausted) as refusal:
+        except REFUSALS as refusal:
             err: PoolError = refusal
         if is_alive is not None and time.monotonic() - self._reconciled_at >= self.reconcile_on_refusal:
             if self.reconcile(is_alive, host):
                 try:
                     return attempt()
-                except (QuotaExceeded, PoolExhausted) as refusal:
+                except REFUSALS as refusal:
                     err = refusal
         if record_refusal:
             self.record_refusal(ask.kernel_id, ask.owner, ask.profile.name, err)
@@ -210,12 +241,12 @@ class Ledger:
         self.record("refused", kernel_id=kernel_id, owner=owner, reason=err.reason,
                     detail={"profile": profile, "message": str(err)})
 
-    def _allocate(self, request: LeaseRequest, quotas: QuotaBook, placement: str, host: str,
+    def _allocate(self, request: LeaseRequest, quotas: QuotaBook, budgets: BudgetBook, placement: str, host: str,
                   waiter_id: str | None) -> Lease:
         now = self.clock()
         with self.db.write() as db:
-            result = allocate(self._holdings(db, request, quotas, now), request, quotas, now=now, placement=placement,
-                              waiter_id=waiter_id)
+            result = allocate(self._holdings(db, request, quotas, budgets, now), request, quotas, now=now,
+                              placement=placement, waiter_id=waiter_id)
             if isinstance(result, PoolError):
                 raise result
             spec = request.profile.slice
@@ -239,7 +270,9 @@ class Ledger:
                 queue.remove(db, waiter_id)
             journal.write(db, now, "allocated", lease_id, request.kernel_id, request.owner, "",
                           {"profile": request.profile.name, "gpus": [g.uuid for g in result.gpus]})
-            return self._get(db, lease_id)  # type: ignore[return-value]
+            lease = self._get(db, lease_id)
+            usage.open_interval(db, lease_id, request.owner, share_of(lease, result.gpus[0].memory), now)
+            return lease  # type: ignore[return-value]
 
     @staticmethod
     def _insert_allocations(db: sqlite3.Connection, lease_id: str, spec: SliceSpec, grant: Grant) -> None:
@@ -250,7 +283,8 @@ class Ledger:
 
     def resume(self, lease_id: str, quotas: QuotaBook, *, placement: str = BINPACK, same_model: bool = True,
                waiter_id: str | None = None, profile: Profile | None = None, same_gpu: bool = False,
-               is_alive: IsAlive | None = None, host: str = "", record_refusal: bool = True) -> Lease:
+               is_alive: IsAlive | None = None, host: str = "", record_refusal: bool = True,
+               budgets: BudgetBook = NO_BUDGETS) -> Lease:
         """Take a slice again for a hibernated lease: its last GPU if it fits, else another GPU of
         the same model (when ``same_model``), else raise the refusal.  ``same_gpu`` allows its
         last GPUs only (a driver that cannot restore elsewhere).  The lease's phase is kept (the
@@ -263,20 +297,20 @@ class Ledger:
         ask = Ask(owner=lease.owner, kernel_id=lease.kernel_id, profile=dataclasses.replace(named, slice=lease.slice),
                   groups=lease.groups, new_kernel=False, prefer=lease.last_gpus)
         return self._with_reconcile(ask, is_alive, host, record_refusal,
-                                    lambda: self._resume(lease_id, ask, quotas, placement, same_model, same_gpu,
-                                                         waiter_id))
+                                    lambda: self._resume(lease_id, ask, quotas, budgets, placement, same_model,
+                                                         same_gpu, waiter_id))
 
-    def _resume(self, lease_id: str, ask: Ask, quotas: QuotaBook, placement: str, same_model: bool, same_gpu: bool,
-                waiter_id: str | None) -> Lease:
+    def _resume(self, lease_id: str, ask: Ask, quotas: QuotaBook, budgets: BudgetBook, placement: str,
+                same_model: bool, same_gpu: bool, waiter_id: str | None) -> Lease:
         now = self.clock()
         with self.db.write() as db:
             lease = self._get(db, lease_id)
             if lease is None or lease.state != HIBERNATED:  # changed since the caller looked
                 raise LeaseNotFound(lease_id)
-            usage = self._usage(db)
-            ask = dataclasses.replace(ask, only=resume_candidates(usage, lease.last_gpus, same_gpu=same_gpu,
+            gpu_usage = self._usage(db)
+            ask = dataclasses.replace(ask, only=resume_candidates(gpu_usage, lease.last_gpus, same_gpu=same_gpu,
                                                                   same_model=same_model))
-            result = allocate(self._holdings(db, ask, quotas, now, usage), ask, quotas, now=now,
+            result = allocate(self._holdings(db, ask, quotas, budgets, now, gpu_usage), ask, quotas, now=now,
                               placement=placement, waiter_id=waiter_id)
             if isinstance(result, PoolError):
                 raise result
@@ -289,6 +323,7 @@ class Ledger:
                 queue.remove(db, waiter_id)
             journal.write(db, now, "resumed", lease_id, lease.kernel_id, lease.owner, "",
                           {"gpus": [g.uuid for g in result.gpus], "hibernated_for": now - lease.state_since})
+            usage.open_interval(db, lease_id, lease.owner, share_of(lease, result.gpus[0].memory), now)
             return self._get(db, lease_id)  # type: ignore[return-value]
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -363,6 +398,7 @@ class Ledger:
         if lease is None or lease.state == RELEASED:
             return None
         db.execute("DELETE FROM allocations WHERE lease_id=?", (lease.id,))
+        usage.close_intervals(db, lease.id, now)
         queue.remove_for_lease(db, lease.id)
         db.execute(
             "UPDATE leases SET state=?, reason=?, updated=?, state_since=?, ended=?, phase='', phase_deadline=NULL "
@@ -385,6 +421,7 @@ class Ledger:
             if lease is None or lease.state != ACTIVE:
                 raise LeaseNotFound(lease_id)
             db.execute("DELETE FROM allocations WHERE lease_id=?", (lease_id,))
+            usage.close_intervals(db, lease_id, now)
             db.execute(
                 """UPDATE leases SET state=?, last_gpus=?, host_bytes=?, reason=?, updated=?, state_since=?,
                    phase=?, phase_deadline=NULL WHERE id=?""",
@@ -449,6 +486,7 @@ class Ledger:
         with self.db.write() as db:
             queue.prune(db, now, self.waiter_ttl)
             journal.prune(db, now - self.history_seconds)
+            usage.prune(db, now - max(self.history_seconds, USAGE_KEPT))
             old = [(r[0],) for r in db.execute("SELECT id FROM leases WHERE state=? AND ended < ?",
                                                (RELEASED, now - self.history_seconds))]
             db.executemany("DELETE FROM lease_groups WHERE lease_id=?", old)

@@ -81,7 +81,7 @@ class LocalPool:
     def allocate(self, request: LeaseRequest, waiter_id: str | None = None, record_refusal: bool = True) -> Lease:
         return self.ledger.allocate(request, self.settings.quotas, placement=self.settings.placement,
                                     is_alive=processes.is_alive, host=self.host, waiter_id=waiter_id,
-                                    record_refusal=record_refusal)
+                                    record_refusal=record_refusal, budgets=self.settings.budget_book)
 
     def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
                record_refusal: bool = True) -> Lease:
@@ -89,7 +89,8 @@ class LocalPool:
         ``same_gpu``: its last GPU only)."""
         return self.ledger.resume(lease.id, self.settings.quotas, placement=self.settings.placement, same_model=True,
                                   same_gpu=same_gpu, waiter_id=waiter_id, profile=self.settings.profiles.get(lease.profile),
-                                  is_alive=processes.is_alive, host=self.host, record_refusal=record_refusal)
+                                  is_alive=processes.is_alive, host=self.host, record_refusal=record_refusal,
+                                  budgets=self.settings.budget_book)
 
     def reconcile(self) -> list[Lease]:
         return self.ledger.reconcile(processes.is_alive, host=self.host)

@@ -8,21 +8,27 @@ The rules, in the order they apply:
 1. Placement (where a store places slices: ``Holdings.gpus`` is not None): the GPUs left after
    every earlier waiter of the queue that fits took its slice, restricted to ``Ask.only``, chosen
    by the placement rule (``binpack`` / ``spread``), ``Ask.prefer`` first.
-2. Quota, checked before room (it is what a user can act on): the user's own limit, then each of
+   An MPS slice goes only on a GPU whose MPS kernels are all its owner's: an MPS server serves one
+   Unix user at a time on a GPU.
+2. Budget: a user whose GPU-hours for the period are spent starts and resumes nothing.
+3. Quota, checked before room (it is what a user can act on): the user's own limit, then each of
    their groups' limits, against what they hold now.  Memory and SM share count active leases;
    the kernel count counts every held lease, and a resume adds no kernel.
-3. Room: no GPU fits the slice, so the pool is full for it.
+4. Room: no GPU fits the slice, so the pool is full for it (or every GPU with room serves another
+   user's MPS kernels).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from .errors import PoolError, PoolExhausted, QuotaExceeded
+from .budgets import BudgetExceeded, Standing
+from .errors import MPSUserBusy, PoolError, PoolExhausted, QuotaExceeded
 from .gpus import GPU
 from .leases import ACTIVE, HELD, Holder, Lease
 from .placement import BINPACK, GPUUsage, choose, largest_free
-from .profiles import Profile
+from .profiles import MPS, Profile
 from .queue import Waiter, ahead_of, reserve_for_waiters
 from .quotas import QuotaBook, Usage, first_excess, usage_of
 from .slices import format_size
@@ -61,13 +67,16 @@ class Holdings:
     leases: tuple[Lease, ...] = ()
     gpus: tuple[GPUUsage, ...] | None = None
     waiters: tuple[Waiter, ...] = ()
+    mps_users: Mapping[str, frozenset[str]] = field(default_factory=dict)  # GPU uuid -> owners of MPS slices on it
+    budget: Standing | None = None  # the asker's tightest GPU-hour budget, where budgets apply
 
     @classmethod
-    def of(cls, gpus: list[GPU] | None, leases: list[Lease], waiters: list[Waiter] = ()) -> Holdings:
+    def of(cls, gpus: list[GPU] | None, leases: list[Lease], waiters: list[Waiter] = (),
+           budget: Standing | None = None) -> Holdings:
         """From every held lease (a store that keeps no per-GPU totals of its own)."""
         held = tuple(lease for lease in leases if lease.state in HELD)
         usage = tuple(gpu_usage(gpus, held)) if gpus is not None else None
-        return cls(leases=held, gpus=usage, waiters=tuple(waiters))
+        return cls(leases=held, gpus=usage, waiters=tuple(waiters), mps_users=mps_users(held), budget=budget)
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,16 @@ def gpu_usage(gpus: list[GPU], leases: tuple[Lease, ...] | list[Lease]) -> list[
                                     u.sm_percent + (100 if lease.whole else lease.sm_percent or 0),
                                     u.exclusive or lease.whole, u.leases + 1)
     return [totals[g.uuid] for g in gpus]
+
+
+def mps_users(leases) -> dict[str, frozenset[str]]:
+    """The owners of the active MPS slices on each GPU."""
+    found: dict[str, set[str]] = {}
+    for lease in leases:
+        if lease.state == ACTIVE and lease.isolation == MPS:
+            for uuid in lease.gpus:
+                found.setdefault(uuid, set()).add(lease.owner)
+    return {uuid: frozenset(owners) for uuid, owners in found.items()}
 
 
 def resume_candidates(usage: list[GPUUsage] | tuple[GPUUsage, ...], last_gpus: tuple[str, ...], *,
@@ -158,10 +177,19 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
     spec = ask.profile.slice
     chosen: list[GPU] | None = None
     usage: list[GPUUsage] = []
+    mps_blocked = False
     if holdings.gpus is not None:
         usage = [u for u in holdings.gpus if ask.only is None or u.gpu.uuid in ask.only]
         ahead = reserve_for_waiters(usage, ahead_of(holdings.waiters, waiter_id), placement)
+        if ask.profile.isolation == MPS:  # one Unix user per GPU's MPS server
+            served = [u for u in ahead if not holdings.mps_users.get(u.gpu.uuid, frozenset()) - {ask.owner}]
+            mps_blocked = len(served) < len(ahead) and choose(ahead, spec, placement) is not None
+            ahead = served
         chosen = choose(ahead, spec, placement, prefer=ask.prefer)
+    if holdings.budget is not None and holdings.budget.exhausted:
+        mine = [lease for lease in holdings.leases if lease.owner == ask.owner and lease.state in HELD]
+        return BudgetExceeded(owner=ask.owner, profile=ask.profile.name, standing=holdings.budget, holdings=mine,
+                              now=now)
     asked = _asked(ask, usage, chosen)
     refusal = check_quota(holdings.leases, ask, quotas, asked, now)
     if refusal is not None:
@@ -169,5 +197,8 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
     if holdings.gpus is None:
         return Grant(gpus=(), memory=asked.memory, asked=asked)
     if chosen is None:
+        if mps_blocked:
+            return MPSUserBusy(profile=ask.profile.name, users=sorted(
+                {o for owners in holdings.mps_users.values() for o in owners} - {ask.owner}))
         return pool_full(ask, usage, holdings, now)
     return Grant(gpus=tuple(chosen), memory=spec.memory_on(chosen[0].memory), asked=asked)

@@ -93,6 +93,20 @@ class PoolExhausted(PoolError):
                 "queued": self.queued, "holdings": [h.id for h in self.holdings]}
 
 
+class MPSUserBusy(PoolError):
+    """Every GPU with room for an MPS slice serves another user's MPS kernels: an MPS server serves one
+    Unix user at a time on a GPU."""
+
+    reason = "mps_user_busy"
+
+    def __init__(self, *, profile: str, users: list[str]):
+        self.profile, self.users = profile, users
+        super().__init__(
+            f"No GPU can take profile {profile!r} now: it runs under NVIDIA MPS, which serves one user at a time "
+            f"on a GPU, and every GPU with room is serving another user's MPS kernels. Pick a profile without an "
+            "SM share (it shares the GPU without MPS), or try again when those kernels end.")
+
+
 class LeaseNotFound(PoolError, KeyError):
     reason = "lease_not_found"
 

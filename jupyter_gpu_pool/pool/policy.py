@@ -40,7 +40,8 @@ MAX_BUSY = "max_busy"
 MAX_AGE = "max_age"
 MAX_HIBERNATED = "max_hibernated"
 OVER_MEMORY = "over_memory"
-REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY)
+BUDGET = "budget"  # the owner's GPU-hour budget: warned at 90%, acted on at 100%
+REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY, BUDGET)
 
 # Decision verbs.
 NONE = "none"
@@ -284,6 +285,13 @@ class Facts:
     gpu_idle_since: float | None = None  # holding GPU memory under the rule's threshold since (None: not so)
     can_hibernate: bool = False
     hibernate_unavailable: str | None = None  # why not, in words
+    # The owner's tightest GPU-hour budget (None: no budget applies): when the spending of their active
+    # slices reaches 90% and 100% of it at the current rate (None: not within the period), and where it is.
+    budget_warn_at: float | None = None
+    budget_due: float | None = None
+    budget_used: float | None = None
+    budget_limit: float | None = None
+    budget_period: str = "week"
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,26 +337,30 @@ def release_action(rule: Rule, can_hibernate: bool, why_not: str | None) -> tupl
     return SHUTDOWN, None
 
 
-def _conditions(facts: Facts, rule: Rule, pressure: bool) -> list[tuple[float, str, bool]]:
-    """(when due, reason, snoozable) for every limit that applies to the kernel now."""
-    found: list[tuple[float, str, bool]] = []
+def _conditions(facts: Facts, rule: Rule, pressure: bool) -> list[tuple[float, str, bool, float]]:
+    """(when due, reason, snoozable, warning lead) for every limit that applies to the kernel now."""
+    found: list[tuple[float, str, bool, float]] = []
     if rule.max_age is not None:
-        found.append((facts.started + rule.max_age, MAX_AGE, True))
+        found.append((facts.started + rule.max_age, MAX_AGE, True, rule.warn))
     if facts.state == HIBERNATED:
         if rule.max_hibernated is not None:
-            found.append((facts.state_since + rule.max_hibernated, MAX_HIBERNATED, True))
+            found.append((facts.state_since + rule.max_hibernated, MAX_HIBERNATED, True, rule.warn))
         return found
     factor = rule.pressure_factor if pressure else 1.0
     if (facts.isolation == SOFT and facts.memory_used is not None and facts.memory_limit is not None
             and facts.memory_used > facts.memory_limit):
-        found.append((float("-inf"), OVER_MEMORY, False))
+        found.append((float("-inf"), OVER_MEMORY, False, rule.over_memory_grace))
     # Anything but busy counts: a kernel no client ever talked to stays "starting" for jupyter_server.
     if rule.idle_timeout is not None and facts.execution_state != "busy":
-        found.append((facts.last_activity + rule.idle_timeout * factor, IDLE, True))
+        found.append((facts.last_activity + rule.idle_timeout * factor, IDLE, True, rule.warn))
     if rule.gpu_idle_timeout is not None and facts.gpu_idle_since is not None:
-        found.append((facts.gpu_idle_since + rule.gpu_idle_timeout * factor, GPU_IDLE, True))
+        found.append((facts.gpu_idle_since + rule.gpu_idle_timeout * factor, GPU_IDLE, True, rule.warn))
     if rule.max_busy is not None and facts.execution_state == "busy" and facts.busy_since is not None:
-        found.append((facts.busy_since + rule.max_busy, MAX_BUSY, True))
+        found.append((facts.busy_since + rule.max_busy, MAX_BUSY, True, rule.warn))
+    if facts.budget_due is not None:  # warned from 90% of the budget on, acted on at 100%; no snooze adds time
+        warn_at = facts.budget_warn_at if facts.budget_warn_at is not None else facts.budget_due
+        lead = facts.budget_due - warn_at if facts.budget_due > warn_at else rule.warn  # spent already: the rule's lead
+        found.append((facts.budget_due, BUDGET, False, lead))
     return found
 
 
@@ -358,8 +370,7 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
     conditions = _conditions(facts, rule, pressure)
     best: tuple[float, str, float] | None = None  # (effective due, reason, lead)
     in_use = True  # nothing is even close to due, snoozes aside
-    for due, reason, snoozable in conditions:
-        lead = rule.over_memory_grace if reason == OVER_MEMORY else rule.warn
+    for due, reason, snoozable, lead in conditions:
         if due - lead <= now:
             in_use = False
         effective = max(due, state.snoozed_until) if snoozable else due
@@ -421,6 +432,9 @@ def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = N
         raise SnoozeRefused(409, "over_memory", "A kernel over its slice's GPU memory cannot be snoozed: "
                                                 "free GPU memory in the kernel (del tensors, empty the cache) "
                                                 "or restart it on a larger profile.")
+    if state.warning is not None and state.warning.reason == BUDGET:
+        raise SnoozeRefused(409, "budget", "A snooze cannot add GPU time: this kernel gives its GPU back when your "
+                                           "GPU-hour budget runs out. Save your work.")
     if not rule.snoozable:
         raise SnoozeRefused(409, "snooze_not_allowed", f"The pool's rule {rule.name!r} allows no snoozes.")
     if snoozes_left(state, rule) == 0:
@@ -444,6 +458,7 @@ _WHAT = {
     MAX_AGE: "Running for {age}, longer than the {max_age} the pool allows",
     MAX_HIBERNATED: "Hibernated for {hibernated}, longer than the {max_hibernated} the pool allows",
     OVER_MEMORY: "Using {used} of GPU memory, more than its slice's {limit}",
+    BUDGET: "GPU time this {period}: {spent} of {budget} h used",
 }
 _DOING = {HIBERNATE: "hibernated (its variables are kept; the GPU slice is given back)",
           SHUTDOWN: "shut down to give its GPU slice back"}
@@ -463,11 +478,15 @@ def _what(reason: str, facts: Facts, rule: Rule, now: float) -> str:
         max_hibernated=format_duration(rule.max_hibernated),
         used=format_size(facts.memory_used),
         limit=format_size(facts.memory_limit),
+        period=facts.budget_period,
+        spent=f"{facts.budget_used or 0:.1f}",
+        budget=f"{facts.budget_limit or 0:g}",
     )
 
 
 def _warning_message(reason: str, action: str, facts: Facts, rule: Rule, now: float, deadline: float) -> str:
-    tail = ", unless it frees GPU memory first." if reason == OVER_MEMORY else ", unless it is used again or snoozed."
+    tail = {OVER_MEMORY: ", unless it frees GPU memory first.",
+            BUDGET: " when the GPU time runs out; save your work."}.get(reason, ", unless it is used again or snoozed.")
     return f"{_what(reason, facts, rule, now)}: this kernel will be {_DOING[action]} in " \
            f"{format_duration(max(deadline - now, 0))}{tail}"
 

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from ..devices.telemetry import ProcessSource, Sampler
 from ..local.pool import LocalPool
 from ..pool import GPU, JournalEntry, Lease, LeaseNotFound, Profile, Quota, Snapshot
+from ..pool.budgets import Standing
 from ..pool.phases import PhaseConflict
 from ..pool.policy import Policy
 
@@ -79,6 +80,10 @@ class PoolBackend(ABC):
         """Release leases whose holders are gone; return them (a cluster's operator does it itself)."""
         return []
 
+    async def budget(self, user: str, groups: tuple[str, ...]) -> Standing | None:
+        """Where ``user`` stands against their tightest GPU-hour budget (None: no budget applies)."""
+        return None
+
     async def claim_stop(self, lease: Lease) -> bool:
         """The server is about to shut this lease's kernel down (a cull, its user's release).  Mark it
         so that nothing else moves it meanwhile and a reconcile does not take the shutdown for a
@@ -138,6 +143,12 @@ class LocalBackend(PoolBackend):
 
     async def reconcile(self) -> list[Lease]:
         return await self.pool.areconcile()
+
+    async def budget(self, user: str, groups: tuple[str, ...]) -> Standing | None:
+        book = self.pool.settings.budget_book
+        if not book.scopes(user, groups):
+            return None
+        return await asyncio.to_thread(self.pool.ledger.budget_standing, user, groups, book)
 
     async def claim_stop(self, lease: Lease) -> bool:
         try:  # from the phase the culler saw: a hibernation that started since wins

@@ -25,7 +25,8 @@ from typing import Any
 from ..hibernation import HibernationFailed, HibernationRefused
 from ..kernel_provisioner.base import shut_down
 from ..periodic import every
-from ..pool import HIBERNATED, Lease, Snapshot
+from ..pool import ACTIVE, HIBERNATED, Lease, Snapshot
+from ..pool.budgets import WARN_AT, Standing
 from ..pool import policy as P
 from ..pool.profiles import MPS
 from ..pool.units import format_clock
@@ -112,7 +113,8 @@ class Culler:
         """An action of this server on the kernel is under way."""
         return kernel_id in self.acting
 
-    def facts(self, kernel_id: str, kernel, lease: Lease, rule: P.Rule, now: float) -> P.Facts:
+    def facts(self, kernel_id: str, kernel, lease: Lease, rule: P.Rule, now: float,
+              budget: Standing | None = None) -> P.Facts:
         execution_state = getattr(kernel, "execution_state", "unknown") or "unknown"
         if execution_state == "busy":
             self.busy_since.setdefault(kernel_id, min(now, _ts(getattr(kernel, "last_activity", None)) or now))
@@ -139,6 +141,7 @@ class Culler:
                             if lease.state != HIBERNATED else None),
             can_hibernate=can,
             hibernate_unavailable=why,
+            **(budget_facts(budget) if budget is not None and lease.state == ACTIVE else {}),
         )
 
     # -- one pass -----------------------------------------------------------------------------
@@ -154,6 +157,7 @@ class Culler:
         pressure = bool(snapshot.waiters)
         dry_run = self.policy.dry_run
         gpu_active = False
+        budgets: dict[str, Standing | None] = {}  # per owner, once a pass
         for i, (kid, (kernel, lease)) in enumerate(kernels.items()):
             if i % 500 == 499:
                 await asyncio.sleep(0)  # thousands of kernels: let requests in between
@@ -161,7 +165,9 @@ class Culler:
             if lease.phase or self.busy(kid):
                 continue  # a move or a shutdown is under way: the ledger's phase says which
             rule = self.rule_for(kernel, lease)
-            facts = self.facts(kid, kernel, lease, rule, now)
+            if lease.owner not in budgets:
+                budgets[lease.owner] = await self.backend.budget(lease.owner, lease.groups)
+            facts = self.facts(kid, kernel, lease, rule, now, budgets[lease.owner])
             reading = self.sampler.reading(kid)
             if reading and reading.utilization is not None and reading.utilization >= rule.gpu_idle_threshold:
                 gpu_active = True
@@ -340,6 +346,13 @@ class Culler:
                 await asyncio.wait_for(asyncio.shield(task), timeout=30)
             except Exception:
                 task.cancel()
+
+
+def budget_facts(standing: Standing) -> dict:
+    """The policy's facts of an owner's tightest budget: when their active slices reach 90% and 100%."""
+    return {"budget_warn_at": standing.reaches(WARN_AT), "budget_due": standing.reaches(1.0),
+            "budget_used": standing.spent, "budget_limit": standing.limit,
+            "budget_period": standing.scope.budget.period}
 
 
 def _ts(value) -> float | None:

@@ -109,7 +109,7 @@ class PoolHibernation(HibernationHook):
         except asyncio.CancelledError:
             return  # the kernel was shut down while it waited
         except HibernationRefused as e:
-            if e.reason in ("quota_exceeded", "pool_exhausted"):
+            if e.reason in ("quota_exceeded", "budget_exceeded", "pool_exhausted"):
                 lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)
                 if lease is not None:
                     await self.recorder.record("refused", lease, reason=e.reason, message=e.message, action="resume")

@@ -158,10 +158,12 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
                             "state": "queued", "queue_position": w.position, "warning": None, "actions": []})
     recent = [journal_item(e) for e in await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100)
               if _ours(e) and not e.detail.get("dry_run")][:30]
+    budget = await backend.budget(user, backend.groups_of(user))
     return {
         "now": now,
         "user": user,
         "admin": admin,
+        "budget": budget.to_dict() if budget is not None else None,
         "pool": pool_summary(backend, snapshot),
         "quota": backend.user_quota(user).to_dict(),
         "usage": usage_of(mine).to_dict(),

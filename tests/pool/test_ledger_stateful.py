@@ -9,6 +9,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from ledger_helpers import GiB, gpus, request
 from jupyter_gpu_pool.local import Ledger
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, Holder, PoolExhausted, QuotaExceeded, build_quota_book
+from jupyter_gpu_pool.pool.errors import MPSUserBusy
 
 SLICES = ["4GiB", "10GiB", "10GiB,25%", "20GiB,50%", "24GiB", "whole"]
 OWNERS = ["ann", "ben", "cat"]
@@ -62,10 +63,17 @@ class LedgerMachine(RuleBasedStateMachine):
                 count[g] += 1
         return mem, sm, whole, count
 
-    def _fits_somewhere(self, spec):
+    def _mps_others(self, owner):
+        """GPUs that serve another owner's MPS slices (an SM share means MPS in these profiles)."""
+        return {g for m in self.model.values() if m["state"] == ACTIVE and m["owner"] != owner
+                and m["spec"].sm_percent is not None for g in m["gpus"]}
+
+    def _fits_somewhere(self, spec, owner=None):
+        """Room for the slice on some GPU; with ``owner``, an MPS slice only where no other owner's MPS runs."""
         mem, sm, whole, count = self._used()
+        busy = self._mps_others(owner) if owner is not None and spec.sm_percent is not None else set()
         for g, cap in self.capacity.items():
-            if whole[g]:
+            if whole[g] or g in busy:
                 continue
             if spec.whole and count[g] == 0:
                 return True
@@ -97,16 +105,20 @@ class LedgerMachine(RuleBasedStateMachine):
         req = request(owner=owner, slice_text=slice_text, manager=Holder(1, 1.0))
         spec = req.profile.slice
         quota_ok = self._quota_allows(owner, spec, new_kernel=True)
-        fits = self._fits_somewhere(spec)
+        room, fits = self._fits_somewhere(spec), self._fits_somewhere(spec, owner)
         try:
             lease = self.ledger.allocate(req, QUOTAS)
         except QuotaExceeded:
             assert not quota_ok
             return None
         except PoolExhausted:
-            assert quota_ok and not fits
+            assert quota_ok and not room
+            return None
+        except MPSUserBusy:
+            assert quota_ok and room and not fits  # room only where another user's MPS server runs
             return None
         assert quota_ok and fits, "granted a slice the model says cannot be had"
+        assert not set(lease.gpus) & (self._mps_others(owner) if spec.sm_percent is not None else set())
         pid = self.next_pid = self.next_pid + 1
         self.alive.add(pid)
         self.ledger.set_holder(lease.id, Holder(pid, float(pid)))
@@ -147,14 +159,17 @@ class LedgerMachine(RuleBasedStateMachine):
         if not m or m["state"] != HIBERNATED:
             return
         quota_ok = self._quota_allows(m["owner"], m["spec"], new_kernel=False)
-        fits = self._fits_somewhere(m["spec"])
+        room, fits = self._fits_somewhere(m["spec"]), self._fits_somewhere(m["spec"], m["owner"])
         try:
             lease = self.ledger.resume(lease_id, QUOTAS, same_model=False)
         except QuotaExceeded:
             assert not quota_ok
             return
         except PoolExhausted:
-            assert quota_ok and not fits
+            assert quota_ok and not room
+            return
+        except MPSUserBusy:
+            assert quota_ok and room and not fits
             return
         assert quota_ok and fits
         m["state"], m["gpus"] = ACTIVE, lease.gpus

@@ -339,3 +339,35 @@ async def test_quota_refusals_and_queueing_are_events(jp_fetch, jp_ws_fetch, ext
     assert "position 1" in queued["message"]
     pool_home.ledger().dequeue(waiter.id)
     events.close()
+
+
+# A 10 GiB slice of a 40 GiB GPU costs 0.25 GPU-hours an hour: this budget lasts about 5 s of it.
+TINY_BUDGET = {"alice": {"gpu_hours": 0.25 * 5 / 3600, "period": "day"}}
+
+
+@pytest.mark.policy(rules=[{"name": "lab", "idle_timeout": None, "gpu_idle_timeout": None, "warn": 1,
+                            "action": "shutdown"}])
+@pytest.mark.pool_settings(budgets=TINY_BUDGET)
+async def test_a_kernel_is_warned_at_90_percent_of_the_budget_and_acted_on_at_100(jp_fetch, jp_ws_fetch, pool_home):
+    events = await subscribe(jp_ws_fetch)
+    kid = await start_kernel(jp_fetch)
+    me = body(await jp_fetch(*ME))
+    assert me["budget"]["gpu_hours"] == pytest.approx(0.25 * 5 / 3600) and me["budget"]["period"] == "day"
+    warned = await events.pool_action("warned", kid, timeout=30)
+    assert warned["reason"] == "budget" and "GPU time this day" in warned["message"]
+    assert "save your work" in warned["message"]
+    busy = await execute(jp_ws_fetch, kid, "import time; time.sleep(30)")  # a busy kernel is no exception
+    culled = await events.pool_action("culled", kid, timeout=30)
+    assert culled["reason"] == "budget"
+    lease = await wait_until(lambda: (lease := lease_of(pool_home, kid)).state == RELEASED and lease)
+    assert lease.reason == "culled: budget (rule 'lab')"
+    spent = body(await jp_fetch(*ME))["budget"]
+    assert spent["used_hours"] >= spent["gpu_hours"] * 0.99
+    from tornado.httpclient import HTTPClientError
+
+    with pytest.raises(HTTPClientError) as refused:  # nothing starts until the budget resets
+        await start_kernel(jp_fetch)
+    reply = json.loads(refused.value.response.body)
+    assert refused.value.code == 403 and reply["message"].startswith("GPU time used up") and "resets on" in reply["message"]
+    busy.close()
+    events.close()

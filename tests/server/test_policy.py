@@ -14,10 +14,12 @@ from jupyter_gpu_pool.pool.policy import (
     Facts,
     KernelState,
     Rule,
+    SnoozeRefused,
     Warning,
     decide,
     parse_duration,
     parse_policy,
+    snooze,
 )
 
 NOW = 10_000.0
@@ -127,6 +129,23 @@ CASES = [
      {"dry_run": True}, ACT, "idle", "shutdown", NOW),
     ("dry run reports once", facts(last_activity=NOW - 700), rule(idle_timeout=600),
      KernelState(reported="idle"), {"dry_run": True}, NONE, "idle", "shutdown", None),
+    # the owner's GPU-hour budget: warned from 90% on, acted on at 100%, busy or not
+    ("budget below 90%", facts(budget_warn_at=NOW + 100, budget_due=NOW + 1000), rule(), FRESH, {},
+     NONE, None, None, None),
+    ("budget at 90% warns until 100%", facts(execution_state="busy", budget_warn_at=NOW, budget_due=NOW + 900),
+     rule(), FRESH, {}, WARN, "budget", "shutdown", NOW + 900),
+    ("budget warned, not yet spent", facts(budget_warn_at=NOW - 800, budget_due=NOW + 100), rule(),
+     warned("budget", NOW + 100), {}, NONE, "budget", "shutdown", NOW + 100),
+    ("budget spent: acted on", facts(budget_warn_at=NOW - 900, budget_due=NOW), rule(),
+     warned("budget", NOW), {}, ACT, "budget", "shutdown", NOW),
+    ("budget spent before the kernel was seen: still warned first", facts(budget_warn_at=NOW, budget_due=NOW),
+     rule(), FRESH, {}, WARN, "budget", "shutdown", NOW + 60),
+    ("budget spent: hibernates where the rule and kernel can", facts(budget_warn_at=NOW - 900, budget_due=NOW,
+     can_hibernate=True), rule(action="hibernate"), warned("budget", NOW, "hibernate"), {}, ACT, "budget",
+     "hibernate", NOW),
+    ("budget: a snooze does not postpone it", facts(budget_warn_at=NOW - 900, budget_due=NOW), rule(),
+     KernelState(warning=Warning("budget", "shutdown", NOW - 30, NOW, "..."), snoozed_until=NOW + 999), {},
+     ACT, "budget", "shutdown", NOW),
 ]
 
 
@@ -162,6 +181,15 @@ def test_a_warning_always_precedes_the_action():
             if d.verb == ACT:
                 break
     assert verbs == {90: WARN, 120: ACT}
+
+
+def test_a_budget_warning_cannot_be_snoozed():
+    state = decide(facts(budget_warn_at=NOW, budget_due=NOW + 900, budget_used=9.0, budget_limit=10.0),
+                   rule(max_snoozes=2, snooze=600), NOW).state
+    assert "GPU time this week: 9.0 of 10 h used" in state.warning.message
+    with pytest.raises(SnoozeRefused) as refused:
+        snooze(state, rule(max_snoozes=2, snooze=600), NOW)
+    assert refused.value.reason == "budget" and "cannot add GPU time" in refused.value.message
 
 
 def test_snoozes_are_limited_and_given_back_once_used_again():
