@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import socket
 import time
 
 from jupyter_client.manager import AsyncKernelManager
@@ -64,3 +65,10 @@ def write_kernelspec(data_dir, name: str, argv=None, provisioner_config=None, en
         spec["env"] = env
     with open(os.path.join(path, "kernel.json"), "w") as f:
         json.dump(spec, f)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import urllib.request
 import pytest
 
 from jupyter_gpu_pool.pool import Holder
+from kernel_helpers import free_port
 
 CLI = [sys.executable, "-m", "jupyter_gpu_pool.cli"]
 
@@ -84,6 +84,7 @@ def test_kernelspec_install_writes_one_kernelspec_per_profile(pool_home, tmp_pat
     assert spec["display_name"] == "Python 3 · GPU 20 GiB · 50%"
     assert spec["metadata"]["kernel_provisioner"] == {"provisioner_name": "gpu-pool", "config": {"profile": "half"}}
     assert "installed kernelspec lab-small" in out
+    assert (kernels / "lab-half").stat().st_mode & 0o755 == 0o755  # a system-wide kernelspec every user can read
 
 
 def test_kernelspec_install_for_the_user(pool_home, jp_data_dir):
@@ -108,15 +109,9 @@ def test_init_writes_a_demo_inventory_where_no_gpu_is_found(jp_environ, tmp_path
     assert again.returncode == 2 and "exists" in again.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_lab_sets_up_a_demo_pool_and_starts_jupyterlab(jp_environ, jp_config_dir, tmp_path):
     """The README's first command, minus the venv: no config and no GPU -> a declared demo pool."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [*CLI, "lab", f"--pool-config-dir={jp_config_dir}", "--user-kernelspecs", "--no-browser",
          f"--port={port}", "--ServerApp.token=t0k", f"--ServerApp.root_dir={tmp_path}",

@@ -17,7 +17,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from kernel_helpers import free_port
 
 pytestmark = [pytest.mark.binder, pytest.mark.timeout(2400)]
 
@@ -52,12 +52,6 @@ def clone_like_copy(dest: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, target)
     return dest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

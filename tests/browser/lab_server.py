@@ -14,25 +14,19 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from kernel_helpers import free_port
 
 DEMO_INVENTORY = [{"name": "Demo GPU", "memory": "40GiB", "sm_count": 108, "count": 2}]
 DEMO_PROFILES = {
     "gpu-10g": {"slice": "10GiB", "isolation": "soft", "display_name": "GPU 10 GiB"},
     "gpu-20g": {"slice": "20GiB", "isolation": "soft", "display_name": "GPU 20 GiB"},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LabServer:

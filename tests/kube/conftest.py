@@ -9,59 +9,8 @@ cluster ``KUBECONFIG`` names (skipped where it is not set): see ``RealCluster``.
 from __future__ import annotations
 
 import pytest
-from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, RealCluster, TestCluster, wait_until,
-                          write_pool_config)
-
-from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, POLICIES, QUOTAS, VERSION
-from jupyter_gpu_pool.cluster.schema import crd_manifests
-
-async def install(cluster: TestCluster | RealCluster) -> None:
-    """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them;
-    on a real cluster, also a quota of the tests' own for their own user, so that whatever quotas the
-    cluster has (such as deploy/examples' default) do not apply to them."""
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    api = await cluster.api()
-    async with api:
-        ext = client.ApiextensionsV1Api(api)
-        for crd in crd_manifests():
-            try:
-                await ext.create_custom_resource_definition(crd)
-            except ApiException as e:
-                if e.status != 409 or cluster.local:
-                    raise
-        await client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": cluster.namespace}})
-        if not cluster.local:
-            await client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
-                "apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": cluster.quota},
-                "spec": {"scope": "user", "name": cluster.user, "kernels": 1000}})  # no memory or SM limit
-
-
-async def operator_ready(cluster: TestCluster | RealCluster) -> None:
-    """Wait until the operator's watches are live: it marks a policy object valid."""
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    api = await cluster.api()
-    async with api:
-        custom = client.CustomObjectsApi(api)
-        try:
-            await custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
-                "apiVersion": API_VERSION, "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
-                "spec": {"rules": []}})
-        except ApiException as e:
-            if e.status != 409 or cluster.local:  # a real cluster may have its policy already
-                raise
-            return
-
-        async def valid():
-            obj = await custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, "default")
-            return (obj.get("status") or {}).get("valid")
-
-        await wait_until(valid, timeout=60, what="the operator to mark the policy valid")
-
+from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, RealCluster, TestCluster, install,
+                          operator_ready, write_pool_config)
 
 @pytest.fixture
 def cluster_kind() -> str:

@@ -6,14 +6,16 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import psutil
-from kernel_helpers import wait_until  # noqa: F401  (re-exported for the tests)
+from kernel_helpers import free_port, wait_until  # noqa: F401  (wait_until re-exported for the tests)
 import yaml
+
+from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, POLICIES, QUOTAS, VERSION
+from jupyter_gpu_pool.cluster.schema import crd_manifests
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
@@ -337,12 +339,6 @@ def pod_processes(pod: str) -> list[psutil.Process]:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class JupyterServer:
     """``jupyter server`` in its own process, on the test cluster, with the kubernetes kernelspecs."""
 
@@ -465,3 +461,51 @@ def fake_proc(root: Path, pods: dict[int, str | None]) -> str:
                 "cri-containerd-ab12.scope" if uid else "0::/system.slice/sshd.service")
         (root / str(pid) / "cgroup").write_text(line + "\n")
     return str(root)
+
+
+async def install(cluster: TestCluster | RealCluster) -> None:
+    """The CRDs (unless a real cluster has them) and the kernels' namespace, as an admin would apply them;
+    on a real cluster, also a quota of the tests' own for their own user, so that whatever quotas the
+    cluster has (such as deploy/examples' default) do not apply to them."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    api = await cluster.api()
+    async with api:
+        ext = client.ApiextensionsV1Api(api)
+        for crd in crd_manifests():
+            try:
+                await ext.create_custom_resource_definition(crd)
+            except ApiException as e:
+                if e.status != 409 or cluster.local:
+                    raise
+        await client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": cluster.namespace}})
+        if not cluster.local:
+            await client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, QUOTAS, {
+                "apiVersion": API_VERSION, "kind": "GPUQuota", "metadata": {"name": cluster.quota},
+                "spec": {"scope": "user", "name": cluster.user, "kernels": 1000}})  # no memory or SM limit
+
+
+async def operator_ready(cluster: TestCluster | RealCluster) -> None:
+    """Wait until the operator's watches are live: it marks a policy object valid."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    api = await cluster.api()
+    async with api:
+        custom = client.CustomObjectsApi(api)
+        try:
+            await custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
+                "apiVersion": API_VERSION, "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
+                "spec": {"rules": []}})
+        except ApiException as e:
+            if e.status != 409 or cluster.local:  # a real cluster may have its policy already
+                raise
+            return
+
+        async def valid():
+            obj = await custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, "default")
+            return (obj.get("status") or {}).get("valid")
+
+        await wait_until(valid, timeout=60, what="the operator to mark the policy valid")

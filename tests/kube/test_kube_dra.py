@@ -45,7 +45,7 @@ DRA_MIG = {"GPUPoolOperator.sharing": "dra", "GPUPoolOperator.gpu_memory": "80Gi
 
 
 async def dra_cluster(cluster_factory, operator_factory, configure_server, node: dict, **operator):
-    from conftest import install
+    from kube_helpers import install
 
     cluster = cluster_factory(nodes=[node])
     await install(cluster)

@@ -246,7 +246,7 @@ async def test_a_pod_on_a_node_that_never_starts_is_explained_with_true_numbers(
         cluster_factory, operator_factory, configure_server, kube_sessions, managers, caplog):
     """The scheduler places the pod on a node whose kubelet is gone: the user reads where it is and why
     nothing happens, how long they really waited, and the server's log said so while they waited."""
-    from conftest import install
+    from kube_helpers import install
 
     caplog.set_level(logging.INFO, "jupyter_gpu_pool")
     cluster = cluster_factory(nodes=[{**HAMI_NODE, "name": "gpu-node-gone", "kubelet": False}])
@@ -274,7 +274,7 @@ async def test_a_pod_on_a_node_that_never_starts_is_explained_with_true_numbers(
 
 async def test_a_slow_image_pull_is_reported_as_such(cluster_factory, operator_factory, configure_server,
                                                      kube_sessions, managers):
-    from conftest import install
+    from kube_helpers import install
 
     cluster = cluster_factory(slow_images={KERNEL_IMAGE: 60})
     await install(cluster)
@@ -294,7 +294,7 @@ async def test_real_cluster_runs_bring_their_own_quota(cluster_factory, operator
     """`pytest -m k8s` against a cluster with the documented example quotas applied (a default of 40 GiB):
     the run's own user gets a quota of its own, so a kernel holding 80 GiB (a whole GPU) starts."""
     import yaml
-    from conftest import install
+    from kube_helpers import install
     from kube_helpers import REPO, RealCluster
 
     from jupyter_gpu_pool.cluster.resources import QUOTAS

@@ -53,7 +53,7 @@ def allows(scope: str | None, rule: dict, call: dict) -> bool:
 
 async def scenario(cluster, kube: Kube, tmp_path) -> None:
     """What each part does in a cluster, each with its own token."""
-    from conftest import operator_ready
+    from kube_helpers import operator_ready
 
     await kube.api.call_api(  # a claim template of a profile since removed: the operator deletes it
         f"/apis/resource.k8s.io/v1/namespaces/{KERNELS_NS}/resourceclaimtemplates", "POST", response_types_map={},
@@ -121,7 +121,7 @@ async def _no_kernels(kube: Kube) -> bool:
 async def test_the_roles_grant_exactly_the_calls_the_code_makes(cluster_factory, tmp_path):
     rules = bound_rules(kustomize(REPO / "deploy" / "overlays" / "dra"))
     cluster = cluster_factory(nodes=[MIG_NODE], namespace=KERNELS_NS)
-    from conftest import install
+    from kube_helpers import install
 
     await install(cluster)
     kube = Kube(await cluster.api(), KERNELS_NS)

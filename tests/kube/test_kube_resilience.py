@@ -37,7 +37,7 @@ def test_backoff_doubles_to_its_cap_with_jitter_and_resets():
 
 async def test_every_watch_survives_the_api_server_dying_mid_stream(cluster_factory, operator_factory,
                                                                     server_config, kube_sessions, caplog):
-    from conftest import install
+    from kube_helpers import install
 
     caplog.set_level(logging.WARNING, "jupyter_gpu_pool")
     cluster = cluster_factory()
