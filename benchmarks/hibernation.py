@@ -125,9 +125,9 @@ async def main(sizes: list[int], out: str | None) -> None:
     from jupyter_gpu_pool.devices import checkpoint as cp
     from jupyter_gpu_pool.hibernation import Hibernator, Kernels
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-    from jupyter_gpu_pool.local.pool import local_pool
+    from jupyter_gpu_pool.local.pool import pool_for
 
-    pool = local_pool()
+    pool = pool_for()
     if not pool.gpus or pool.inventory.declared:
         sys.exit(f"needs a GPU: {pool.inventory.note}")
     info = cp.driver().info()

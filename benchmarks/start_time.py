@@ -51,10 +51,10 @@ async def main(starts: int) -> None:
     isolate()
     from jupyter_gpu_pool.config import load_settings
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-    from jupyter_gpu_pool.local.pool import local_pool
+    from jupyter_gpu_pool.local.pool import pool_for
 
     kernelspecs.install(list(load_settings().profiles.values()), user=True)
-    pool = local_pool()
+    pool = pool_for()
     print(f"pool: {pool.inventory.note}", file=sys.stderr)
     await start_to_ready("python3"), await start_to_ready("gpu-pool-bench")  # warm caches
     times: dict[str, list[float]] = {"python3": [], "gpu-pool-bench": []}

@@ -14,8 +14,8 @@ from traitlets import Bool, Unicode
 from . import __version__
 from .config import CONFIG_FILE, DEMO_INVENTORY, ConfigError, GPUPool, config_files, load_settings
 from .devices.nvml import discover
-from .local.pool import LocalPool, build_inventory
-from .pool import Snapshot, format_size
+from .local.pool import LocalPool, Pool, build_inventory
+from .pool import PoolError, Snapshot, format_size
 from .pool.units import format_age
 
 
@@ -40,23 +40,30 @@ class _PoolApp(JupyterApp):
         except ConfigError as e:
             self.exit_error(f"Bad GPU pool configuration: {e}")
 
-    def pool(self) -> LocalPool:
+    def pool(self) -> Pool:
+        """The pool: through the pool service where one is configured, else this machine's ledger."""
         settings = self.settings()
         try:
+            if settings.service_socket:
+                from .service.client import ServiceClient, ServicePool
+
+                return ServicePool(ServiceClient(settings.service_socket))
             return LocalPool(settings)
         except ConfigError as e:
             self.exit_error(f"Bad GPU pool configuration: {e}")
+        except PoolError as e:  # the service is not answering, or refused
+            self.exit_error(str(e))
 
     def exit_error(self, message: str):
         print(message, file=sys.stderr)
         self.exit(2)
 
 
-def render_status(pool: LocalPool, snap: Snapshot) -> str:
+def render_status(pool: Pool, snap: Snapshot) -> str:
     s = pool.settings
     out = [
         f"GPU pool · {pool.inventory.note}",
-        f"ledger {s.ledger_path} · placement {s.placement} · {len(snap.leases)} lease(s) held",
+        f"{pool.ledger.where} · placement {s.placement} · {len(snap.leases)} lease(s) held",
         "",
     ]
     if not snap.gpus:
@@ -115,7 +122,7 @@ class StatusApp(_PoolApp):
         if self.as_json:
             print(json.dumps({
                 "note": pool.inventory.note,
-                "ledger": pool.settings.ledger_path,
+                "ledger": pool.ledger.path,
                 "placement": pool.settings.placement,
                 "gpus": [{**u.gpu.to_dict(), "used_memory": u.memory, "used_sm_percent": u.sm_percent,
                           "exclusive": u.exclusive, "slices": u.leases} for u in snap.gpus],
@@ -298,24 +305,59 @@ class ReconcileApp(_PoolApp):
 
 class MPSApp(_PoolApp):
     name = "jupyter-gpu-pool-mps"
-    description = "The pool's MPS control daemon: jupyter gpu-pool mps [status|start|stop]."
+    description = "The pool's MPS control daemons, one per GPU: jupyter gpu-pool mps [status|start|stop]."
 
     def start(self):
         from .devices.mps import MPSUnavailable
 
         action = self.extra_args[0] if self.extra_args else "status"
-        daemon = self.pool().mps
+        if action not in ("status", "start", "stop"):
+            self.exit_error(f"unknown action {action!r}: use status, start or stop")
+        pool = self.pool()
         try:
-            if action == "start":
-                print("started" if daemon.start() else "already running", "on", daemon.pipe_directory)
-            elif action == "stop":
-                print("stopped" if daemon.stop() else "not running")
-            elif action == "status":
-                print(("running" if daemon.running() else "not running") + f" ({daemon.pipe_directory})")
-            else:
-                self.exit_error(f"unknown action {action!r}: use status, start or stop")
+            for gpu in pool.gpus:
+                daemon = pool.mps_daemon(gpu.uuid)
+                if action == "start":
+                    done = "started" if daemon.start() else "already running"
+                elif action == "stop":
+                    done = "stopped" if daemon.stop() else "not running"
+                else:
+                    done = "running" if daemon.running() else "not running"
+                print(f"{gpu.label}: {done} ({daemon.pipe_directory})")
         except MPSUnavailable as e:
             self.exit_error(str(e))
+
+
+class ReleaseApp(_PoolApp):
+    name = "jupyter-gpu-pool-release"
+    description = """Give a kernel's GPU slice back now: jupyter gpu-pool release KERNEL_ID (the id, or its first
+    characters as status shows them).  Your own kernels only; admins: any.  The kernel process itself keeps
+    running until its server shuts it down."""
+
+    def start(self):
+        if len(self.extra_args) != 1:
+            self.exit_error("Usage: jupyter gpu-pool release KERNEL_ID")
+        wanted = self.extra_args[0].strip()
+        pool = self.pool()
+        try:
+            mine = [lease for lease in pool.ledger.leases() if lease.kernel_id.startswith(wanted) and wanted]
+            if len(mine) > 1:
+                self.exit_error(f"{wanted!r} names {len(mine)} kernels; give more of the kernel id")
+            if not mine:
+                self.exit_error(f"No GPU kernel {wanted!r} holds a slice that you may release (it ended, it is not a "
+                                "GPU pool kernel, or it is not yours).")
+            [lease] = mine
+            if lease.owner != pool.settings.owner and not pool.admin:
+                self.exit_error(f"Kernel {lease.kernel_id} is {lease.owner}'s, not yours: you can release your own "
+                                "kernels only (admins: any).")
+            released = pool.ledger.release(lease.id, "released from the command line")
+        except PoolError as e:
+            self.exit_error(str(e))
+        if released is None:
+            print(f"kernel {lease.kernel_id[:8]}'s slice was released already")
+        else:
+            print(f"released the {lease.profile} slice of kernel {lease.kernel_id[:8]} ({lease.owner}); its process "
+                  "keeps running until its server shuts it down")
 
 
 class GPUPoolApp(JupyterApp):
@@ -330,6 +372,8 @@ class GPUPoolApp(JupyterApp):
         "lab": (PoolLabApp, PoolLabApp.description),
         "reconcile": (ReconcileApp, ReconcileApp.description),
         "mps": (MPSApp, MPSApp.description),
+        "release": (ReleaseApp, ReleaseApp.description.split(":")[0] + "."),
+        "serve": ("jupyter_gpu_pool.service.app.ServeApp", "Run the GPU pool service (a machine several users share)."),
     }
 
     def start(self):

@@ -52,6 +52,7 @@ from .pool.quotas import parse_members, parse_quota, parse_quotas
 from .traits import Parsed, Seconds
 
 CONFIG_FILE = "jupyter_gpu_pool_config"
+LOCAL_ONLY = ("ledger_path", "owner", "mps_pipe_directory", "mps_log_directory", "service_socket")
 
 DEFAULT_PROFILES = {
     "gpu-10g": {"slice": "10GiB", "isolation": "soft", "description": "10 GiB of GPU memory, shared SMs"},
@@ -288,9 +289,32 @@ class GPUPool(Configurable):
         this machine's local time.""",
     ).tag(config=True)
 
+    service_socket = Unicode(
+        help="""The pool service's socket (jupyter gpu-pool serve): when set, this server's kernels take their
+        slices through the service, which alone keeps the ledger and reads the admin's settings, and knows
+        each caller from the kernel (docs/teaching-lab.md).  Default: JUPYTER_GPU_POOL_SOCKET; empty: this
+        process keeps the ledger itself (one user's machine).""",
+    ).tag(config=True)
+
+    @default("service_socket")
+    def _default_service_socket(self) -> str:
+        return os.environ.get("JUPYTER_GPU_POOL_SOCKET", "")
+
     # -- the settings as the pool uses them ----------------------------------------------------
 
     config_files: tuple[str, ...] = ()  # the files read, lowest priority first (set by load_settings)
+
+    @property
+    def raw_config(self) -> dict:
+        """The admin's settings as written, for a client of the pool service to build the same settings
+        from (what is this machine's own, the ledger's path, the owner, the service, stays here)."""
+        out = {}
+        for name in self.class_trait_names(config=True):
+            if name in LOCAL_ONLY:
+                continue
+            value = getattr(self, name)  # a default is parsed (and its written form kept) on first read
+            out[name] = self.__dict__.get("written", {}).get(name, value)
+        return out
 
     @property
     def declared(self) -> list[GPU]:

@@ -8,6 +8,7 @@ A bad value is refused when it is set, by a :class:`TraitError` whose message na
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,9 @@ class Parsed(TraitType):
     """A setting kept as the domain value ``parse`` makes of what the admin wrote.
 
     ``parse`` raises ValueError with a message that names the entry and field; it is shown after
-    the setting's name.  A value that is already parsed (``is_parsed(value)``) is kept as it is."""
+    the setting's name.  A value that is already parsed (``is_parsed(value)``) is kept as it is.  What
+    the admin wrote is kept too, in the object's ``written`` dict, so that the settings can be passed
+    on as written (the pool service sends them to its clients)."""
 
     info_text = "a value as the setting's help describes"
 
@@ -37,7 +40,9 @@ class Parsed(TraitType):
         if self.is_parsed(value):
             return value
         try:
-            return self.parse(value)
+            parsed = self.parse(value)
+            obj.__dict__.setdefault("written", {})[self.name] = value
+            return parsed
         except ValueError as e:
             text = str(e)
             raise TraitError(f"{_where(obj, self)}{'' if text.startswith(('[', '.')) else ': '}{text}") from None
@@ -52,6 +57,13 @@ class Seconds(TraitType):
     def __init__(self, default_value: float, *, zero_allowed: bool = False, **kwargs):
         self.zero_allowed = zero_allowed
         super().__init__(default_value=default_value, **kwargs)
+
+    def from_string(self, s: str):
+        """From the command line: a number, or text such as 30s."""
+        try:
+            return float(s)
+        except ValueError:
+            return s
 
     def validate(self, obj, value) -> float:
         try:
@@ -69,6 +81,14 @@ class Names(TraitType):
     def __init__(self, default_value=(), **kwargs):
         super().__init__(default_value=list(default_value), **kwargs)
 
+    def from_string(self, s: str):
+        """From the command line: a Python list, or one name."""
+        try:
+            value = ast.literal_eval(s)
+        except (ValueError, SyntaxError):
+            return [s]
+        return value if isinstance(value, (list, tuple)) else [s]
+
     def validate(self, obj, value) -> list[str]:
         if not isinstance(value, (list, tuple, set, frozenset)) or not all(isinstance(v, str) and v for v in value):
             raise TraitError(f"{_where(obj, self)} must be a list of names such as ['alice', 'bob'], not {value!r}")
@@ -83,6 +103,12 @@ class Count(TraitType):
     def __init__(self, default_value: int, *, minimum: int = 0, **kwargs):
         self.minimum = minimum
         super().__init__(default_value=default_value, **kwargs)
+
+    def from_string(self, s: str):
+        try:
+            return int(s)
+        except ValueError:
+            return s
 
     def validate(self, obj, value) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:

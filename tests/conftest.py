@@ -95,9 +95,9 @@ class PoolHome:
         return [name for name, _ in installed]
 
     def pool(self):
-        from jupyter_gpu_pool.local.pool import local_pool
+        from jupyter_gpu_pool.local.pool import pool_for
 
-        return local_pool()
+        return pool_for()
 
     def ledger(self):
         from jupyter_gpu_pool.local import Ledger

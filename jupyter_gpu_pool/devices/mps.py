@@ -2,10 +2,11 @@
 
 MPS caps a client's device memory (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) and SM
 share (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) in hardware.  The pool runs its
-own daemon with its own pipe and log directories, so it never disturbs another
-MPS setup on the machine.  An MPS daemon serves one Unix user at a time: on a
-multi-user machine the admin runs it as a service and points
-``GPUPool.mps_pipe_directory`` at its pipe directory.
+own daemons, one per GPU (``devices``: the GPU's uuid), each with its own pipe
+and log directories, so it never disturbs another MPS setup on the machine.  An
+MPS server serves one Unix user at a time: one daemon per GPU lets different
+users' MPS kernels share the machine on different GPUs, and the pool places an
+MPS slice only on a GPU whose MPS kernels are its owner's.
 
 Every call here runs a short subprocess: async callers use a thread.
 """
@@ -29,10 +30,17 @@ class MPSUnavailable(RuntimeError):
 class MPSDaemon:
     pipe_directory: str
     log_directory: str
+    devices: str = ""  # the GPU(s) this daemon serves (CUDA_VISIBLE_DEVICES); empty: every GPU
     control: str = CONTROL
 
     def env(self) -> dict[str, str]:
         return {"CUDA_MPS_PIPE_DIRECTORY": self.pipe_directory, "CUDA_MPS_LOG_DIRECTORY": self.log_directory}
+
+    def _daemon_env(self) -> dict[str, str]:
+        env = {**os.environ, **self.env()}
+        if self.devices:
+            env["CUDA_VISIBLE_DEVICES"] = self.devices
+        return env
 
     def binary(self) -> str:
         path = shutil.which(self.control)
@@ -65,7 +73,7 @@ class MPSDaemon:
         binary = self.binary()
         os.makedirs(self.pipe_directory, exist_ok=True)
         os.makedirs(self.log_directory, exist_ok=True)
-        result = subprocess.run([binary, "-d"], env={**os.environ, **self.env()},
+        result = subprocess.run([binary, "-d"], env=self._daemon_env(),
                                 capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
             raise MPSUnavailable(

@@ -49,6 +49,7 @@ def install(profiles: list[Profile], *, prefix_name: str = "gpu-pool", user: boo
     for profile in profiles:
         name = kernelspec_name(prefix_name, profile)
         with tempfile.TemporaryDirectory() as tmp:
+            os.chmod(tmp, 0o755)  # copied with its mode: a system-wide kernelspec must be readable by every user
             with open(os.path.join(tmp, "kernel.json"), "w") as f:
                 json.dump(kernel_json(profile, python, provisioner), f, indent=1, ensure_ascii=False)
             for logo in _logo_files():

@@ -30,7 +30,7 @@ from ..local import processes
 from ..compat import VerbatimHTTPError, forget_pending_start
 from ..config import ConfigError
 from ..devices.mps import MPSUnavailable
-from ..local.pool import LocalPool, local_pool
+from ..local.pool import Pool, pool_for
 from ..local.waiting import Place, QueueTimeout, wait_for_slice
 from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
 from ..pool.budgets import BudgetExceeded
@@ -66,7 +66,7 @@ def _refusal(err: Exception) -> KernelStartRefused:
         return KernelStartRefused(503, f"This GPU profile needs NVIDIA MPS, which is unavailable: {err}", "mps")
     if isinstance(err, ConfigError):
         return KernelStartRefused(500, f"The GPU pool is misconfigured, tell your admin: {err}", "config")
-    return KernelStartRefused(500, str(err), getattr(err, "reason", "error"))
+    return KernelStartRefused(getattr(err, "status", 500), str(err), getattr(err, "reason", "error"))
 
 
 class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
@@ -95,17 +95,17 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
                 400, f"The kernelspec's gpu-pool profile must be a name, not {kwargs['profile']!r}.",
                 "bad_kernelspec")
         super().__init__(**kwargs)
-        self._pool: LocalPool | None = None
+        self._pool: Pool | None = None
         self._lease: Lease | None = None
 
     # -- the pool ---------------------------------------------------------------------------
 
-    async def pool(self) -> LocalPool:
+    async def pool(self) -> Pool:
         if self._pool is None:
             parent_config = self.parent.config if self.parent is not None else None
             try:
-                self._pool = await asyncio.to_thread(local_pool, parent_config)
-            except ConfigError as e:
+                self._pool = await asyncio.to_thread(pool_for, parent_config)
+            except (ConfigError, PoolError) as e:  # a bad configuration, or the pool service not answering
                 raise _refusal(e) from e
         return self._pool
 
@@ -113,7 +113,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
     def lease(self) -> Lease | None:
         return self._lease if self.lease_id else None
 
-    async def _take_lease(self, pool: LocalPool, label: str) -> tuple[Lease, Profile]:
+    async def _take_lease(self, pool: Pool, label: str) -> tuple[Lease, Profile]:
         try:
             profile = pool.settings.profile(self.profile or None)
         except UnknownProfile as e:
@@ -133,7 +133,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
         except PoolError as e:
             raise _refusal(e) from e
 
-    async def _wait_in_queue(self, pool: LocalPool, request) -> Lease:
+    async def _wait_in_queue(self, pool: Pool, request) -> Lease:
         timeout = pool.settings.start_queue_timeout
         place = Place(request.owner, request.kernel_id, request.profile.name, request.profile.slice,
                       label=request.label)
@@ -194,11 +194,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
         try:
             kwargs = await super().pre_launch(**local_launch_kwargs(self, kwargs))
             gpus = [g for g in (pool.gpu(u) for u in lease.gpus) if g is not None]
-            mps_env = None
-            if profile.isolation == MPS:
-                mps_env = pool.mps.env()
-                if any(not g.declared for g in gpus):
-                    await asyncio.to_thread(pool.mps.start)
+            mps_env = await asyncio.to_thread(pool.mps_env, lease) if profile.isolation == MPS else None
             kwargs["env"].update(
                 slice_environment(lease, profile, gpus, mps_env, kwargs["env"].get("PYTHONPATH", ""))
             )

@@ -87,6 +87,11 @@ class Ledger:
         self.reconcile_on_refusal = reconcile_on_refusal  # seconds between two refusal-driven reconciles
         self._reconciled_at = float("-inf")  # time.monotonic() of this process's last reconcile
 
+    @property
+    def where(self) -> str:
+        """Where the leases are kept, for people."""
+        return f"ledger {self.path}"
+
     def close(self) -> None:
         self.db.close()
 

@@ -53,15 +53,16 @@ def build_inventory(settings: GPUPool, discovery: Discovery | None = None) -> In
     return Inventory([], found, f"{found.summary} and no GPU declared in GPUPool.inventory: the pool is empty")
 
 
-class LocalPool:
-    def __init__(self, settings: GPUPool, inventory: Inventory | None = None):
-        self.settings = settings
-        self.inventory = inventory or build_inventory(settings)
-        check_profiles_fit(settings, self.inventory.gpus)
-        self.ledger = Ledger(settings.ledger_path, holder_grace=settings.holder_grace)
-        self.ledger.sync_gpus(self.inventory.gpus)
-        self.mps = MPSDaemon(settings.mps_pipe_directory, settings.mps_log_directory)
-        self.host = processes.hostname()
+class Pool:
+    """What the provisioner, the server extension and the CLI use of "the pool on this machine", alike
+    whether this process keeps the ledger itself (:class:`LocalPool`) or asks the pool service
+    (``service.client.ServicePool``): ``settings``, ``inventory``, ``ledger``, ``host``."""
+
+    settings: GPUPool
+    inventory: Inventory
+    ledger: Ledger  # or the service's proxy of one, with the same methods
+    host: str
+    admin: bool = False  # the caller administers the pool (the service says so of its callers)
 
     @property
     def gpus(self) -> list[GPU]:
@@ -70,8 +71,6 @@ class LocalPool:
     def gpu(self, uuid: str) -> GPU | None:
         return next((g for g in self.inventory.gpus if g.uuid == uuid), None)
 
-    # -- leases (blocking; see the async twins below) ---------------------------------------
-
     def request(self, kernel_id: str, profile: Profile, label: str = "", manager: Holder | None = None) -> LeaseRequest:
         owner = self.settings.owner
         return LeaseRequest(owner=owner, kernel_id=kernel_id, profile=profile,
@@ -79,21 +78,20 @@ class LocalPool:
                             manager=manager or processes.identify())
 
     def allocate(self, request: LeaseRequest, waiter_id: str | None = None, record_refusal: bool = True) -> Lease:
-        return self.ledger.allocate(request, self.settings.quotas, placement=self.settings.placement,
-                                    is_alive=processes.is_alive, host=self.host, waiter_id=waiter_id,
-                                    record_refusal=record_refusal, budgets=self.settings.budget_book)
+        raise NotImplementedError
 
     def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
                record_refusal: bool = True) -> Lease:
         """Take a slice again for a hibernated lease (its last GPU, else one of the same model;
         ``same_gpu``: its last GPU only)."""
-        return self.ledger.resume(lease.id, self.settings.quotas, placement=self.settings.placement, same_model=True,
-                                  same_gpu=same_gpu, waiter_id=waiter_id, profile=self.settings.profiles.get(lease.profile),
-                                  is_alive=processes.is_alive, host=self.host, record_refusal=record_refusal,
-                                  budgets=self.settings.budget_book)
+        raise NotImplementedError
 
     def reconcile(self) -> list[Lease]:
-        return self.ledger.reconcile(processes.is_alive, host=self.host)
+        raise NotImplementedError
+
+    def mps_env(self, lease: Lease) -> dict[str, str]:
+        """The MPS environment of a kernel on ``lease`` (its GPU's control daemon started if it is real)."""
+        raise NotImplementedError
 
     async def aallocate(self, request: LeaseRequest, waiter_id: str | None = None) -> Lease:
         return await asyncio.to_thread(self.allocate, request, waiter_id)
@@ -105,7 +103,52 @@ class LocalPool:
         return await asyncio.to_thread(self.reconcile)
 
 
-_cache: dict[str, LocalPool] = {}
+class LocalPool(Pool):
+    """The pool kept by this process: the ledger file, this machine's processes, its MPS daemons."""
+
+    def __init__(self, settings: GPUPool, inventory: Inventory | None = None, *, ledger_mode: int | None = None):
+        self.settings = settings
+        self.inventory = inventory or build_inventory(settings)
+        check_profiles_fit(settings, self.inventory.gpus)
+        self.ledger = Ledger(settings.ledger_path, holder_grace=settings.holder_grace, mode=ledger_mode)
+        self.ledger.sync_gpus(self.inventory.gpus)
+        self.host = processes.hostname()
+
+    def allocate(self, request: LeaseRequest, waiter_id: str | None = None, record_refusal: bool = True) -> Lease:
+        return self.ledger.allocate(request, self.settings.quotas, placement=self.settings.placement,
+                                    is_alive=processes.is_alive, host=self.host, waiter_id=waiter_id,
+                                    record_refusal=record_refusal, budgets=self.settings.budget_book)
+
+    def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
+               record_refusal: bool = True) -> Lease:
+        return self.ledger.resume(lease.id, self.settings.quotas, placement=self.settings.placement, same_model=True,
+                                  same_gpu=same_gpu, waiter_id=waiter_id, profile=self.settings.profiles.get(lease.profile),
+                                  is_alive=processes.is_alive, host=self.host, record_refusal=record_refusal,
+                                  budgets=self.settings.budget_book)
+
+    def reconcile(self) -> list[Lease]:
+        return self.ledger.reconcile(processes.is_alive, host=self.host)
+
+    def mps_daemon(self, gpu_uuid: str) -> MPSDaemon:
+        """The MPS control daemon of one GPU (one per GPU: an MPS server serves one user at a time)."""
+        s = self.settings
+        return MPSDaemon(os.path.join(s.mps_pipe_directory, gpu_uuid), os.path.join(s.mps_log_directory, gpu_uuid),
+                         devices=gpu_uuid)
+
+    def mps_env(self, lease: Lease) -> dict[str, str]:
+        [uuid] = lease.gpus[:1] or lease.last_gpus[:1]
+        daemon = self.mps_daemon(uuid)
+        gpu = self.gpu(uuid)
+        if gpu is not None and not gpu.declared:
+            daemon.start()
+        return daemon.env()
+
+    def stop_mps(self) -> list[str]:
+        """Stop every GPU's MPS daemon that runs; return the GPUs whose daemon was stopped."""
+        return [g.uuid for g in self.gpus if self.mps_daemon(g.uuid).stop()]
+
+
+_cache: dict[str, Pool] = {}
 _cache_lock = threading.Lock()
 
 
@@ -115,18 +158,25 @@ def _cache_key(parent_config: Config | None) -> str:
     files = [(str(p), p.stat().st_mtime) for p in config_files()]
     section = parent_config.get("GPUPool", {}) if parent_config is not None else {}
     env = {k: os.environ.get(k) for k in ("JUPYTER_CONFIG_DIR", "JUPYTER_CONFIG_PATH", "JUPYTERHUB_USER",
-                                          "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR")}
+                                          "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_GPU_POOL_SOCKET")}
     return json.dumps([files, repr(section), env], sort_keys=True, default=str)
 
 
-def local_pool(parent_config: Config | None = None) -> LocalPool:
-    """The pool for this process's configuration, built once (NVML discovery is not free)
+def pool_for(parent_config: Config | None = None) -> Pool:
+    """The pool for this process's configuration: through the pool service where one is configured
+    (``GPUPool.service_socket``), else kept by this process.  Built once (NVML discovery is not free)
     and rebuilt when a config file changes."""
     key = _cache_key(parent_config)
     with _cache_lock:
         pool = _cache.get(key)
         if pool is None:
-            pool = LocalPool(load_settings(parent_config))
+            settings = load_settings(parent_config)
+            if settings.service_socket:
+                from ..service.client import ServiceClient, ServicePool
+
+                pool = ServicePool(ServiceClient(settings.service_socket))
+            else:
+                pool = LocalPool(settings)
             _cache.clear()
             _cache[key] = pool
         return pool

@@ -17,7 +17,7 @@ from traitlets import Bool, Enum, Instance, TraitError, Type, default
 from ..compat import start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
-from ..local.pool import local_pool
+from ..local.pool import pool_for
 from ..traits import Count, Names, Seconds
 from . import events
 from .backend import LocalBackend, NoPool, PoolBackend
@@ -156,7 +156,7 @@ class GPUPoolExtension(ExtensionApp):
                 from .kubernetes_backend import KubernetesBackend
 
                 return KubernetesBackend(self.serverapp.config)
-            return LocalBackend(local_pool(self.serverapp.config))
+            return LocalBackend(pool_for(self.serverapp.config))
         except ConfigError as e:
             self._refuse(e, self.exit_on_config_error)
             return NoPool(f"The GPU pool is misconfigured, tell your admin: {e}")

@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 
 from ..devices.telemetry import ProcessSource, Sampler
-from ..local.pool import LocalPool
+from ..local.pool import Pool
 from ..pool import GPU, JournalEntry, Lease, LeaseNotFound, Profile, Quota, Snapshot
 from ..pool.budgets import Standing
 from ..pool.phases import PhaseConflict
@@ -96,11 +96,12 @@ class PoolBackend(ABC):
 
 
 class LocalBackend(PoolBackend):
-    """The pool on this machine: a :class:`LocalPool` (settings, inventory, SQLite ledger)."""
+    """The pool on this machine: kept by this process (a ``LocalPool``) or by the pool service (a
+    ``ServicePool``); the same settings, inventory and ledger either way."""
 
     hibernation = True
 
-    def __init__(self, pool: LocalPool):
+    def __init__(self, pool: Pool):
         self.pool = pool
         self.note = pool.inventory.note
 

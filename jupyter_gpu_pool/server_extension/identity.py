@@ -23,8 +23,10 @@ class Caller:
 
 
 def is_personal_server(identity_provider) -> bool:
-    """jupyter_server's own identity providers outside JupyterHub: one owner holds the token."""
-    if os.environ.get("JUPYTERHUB_API_TOKEN") or os.environ.get("JUPYTERHUB_USER"):
+    """jupyter_server's own identity providers outside JupyterHub: one owner holds the token.  (Under
+    JupyterHub the single-user server has the hub's identity provider and an API token; a JUPYTERHUB_USER
+    variable alone is a name anyone can set and says nothing.)"""
+    if os.environ.get("JUPYTERHUB_API_TOKEN"):
         return False
     return type(identity_provider) in (IdentityProvider, PasswordIdentityProvider)
 

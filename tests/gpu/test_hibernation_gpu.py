@@ -47,7 +47,7 @@ def gpu_pool(pool_home):
     )
     pool_home.install_kernelspecs()
     yield pool_home
-    pool_home.pool().mps.stop()  # the pool's own daemon: leave the card as we found it
+    pool_home.pool().stop_mps()  # the pool's own daemon: leave the card as we found it
 
 
 @pytest.fixture
@@ -60,9 +60,9 @@ async def kernels(gpu_pool):
 @pytest.fixture
 def hibernator(kernels):
     from jupyter_gpu_pool.hibernation import Hibernator, Kernels
-    from jupyter_gpu_pool.local.pool import local_pool
+    from jupyter_gpu_pool.local.pool import pool_for
 
-    return Hibernator(local_pool(), Kernels(kernels))
+    return Hibernator(pool_for(), Kernels(kernels))
 
 
 async def start(kernels, profile: str) -> tuple[str, int]:

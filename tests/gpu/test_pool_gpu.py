@@ -31,7 +31,7 @@ def gpu_pool(pool_home):
     )
     pool_home.install_kernelspecs()
     yield pool_home
-    pool_home.pool().mps.stop()  # the pool's own daemon; leave the card as we found it
+    pool_home.pool().stop_mps()  # the pool's own daemon; leave the card as we found it
 
 
 def test_nvml_discovery_finds_the_machines_gpus_by_uuid():

@@ -25,7 +25,7 @@ from jupyter_gpu_pool.hibernation import (
     Hibernator,
     Kernels,
 )
-from jupyter_gpu_pool.local.pool import local_pool
+from jupyter_gpu_pool.local.pool import pool_for
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, RELEASED, LeaseRequest
 
 GiB = 2**30
@@ -38,7 +38,7 @@ class Rig:
 
     def __init__(self, manager, standin, **settings):
         self.manager, self.standin = manager, standin
-        self.pool = local_pool()
+        self.pool = pool_for()
         self.settings = HibernationSettings(**{"lock_timeout": 5.0, "queue_poll": 0.2, **settings})
         self.hibernator = Hibernator(self.pool, Kernels(manager), self.settings, driver=standin,
                                      memory_of=standin.memory_of)

@@ -1,0 +1,250 @@
+"""The clients' side of the pool service: a blocking client, the ledger as the service serves it, and
+:class:`ServicePool`, which the provisioner, the server extension and the CLI use exactly as they use
+a :class:`~jupyter_gpu_pool.local.pool.LocalPool`.
+
+Calls run in threads (``asyncio.to_thread``), each thread with its own connection.  A connection
+the service dropped (it restarted) is opened again once; a service that is not there refuses at once
+(or within ``connect_timeout``), saying who to ask.  The refusals the service answers come back as
+the pool's own exceptions (``QuotaExceeded``, ``PoolExhausted``, ``LeaseNotFound``...), so callers
+handle them as they do the local ledger's.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from traitlets.config import Config
+
+from ..config import GPUPool
+from ..devices.nvml import Discovery
+from ..local.pool import Inventory, Pool
+from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, PoolExhausted, QuotaExceeded
+from ..pool.budgets import BudgetExceeded
+from ..pool.errors import MPSUserBusy, UnknownProfile
+from ..pool.phases import PhaseConflict, PhaseError
+from . import protocol
+
+
+class ServiceUnavailable(PoolError):
+    """The pool service cannot be reached: nothing can start or change until it is back."""
+
+    reason = "service_unavailable"
+    status = 503
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"The GPU pool service is not answering on {path} ({why}), so no GPU kernel can start "
+                         f"right now: {protocol.HELP}.")
+
+
+class ServiceError(PoolError):
+    """The service refused a request for a reason that is not a pool refusal (not yours, a bad request)."""
+
+    def __init__(self, reason: str, status: int, message: str):
+        super().__init__(message)
+        self.reason, self.status = reason, status
+
+
+_REFUSALS = {cls.reason: cls for cls in (QuotaExceeded, PoolExhausted, BudgetExceeded, MPSUserBusy, UnknownProfile,
+                                         LeaseNotFound)}
+
+
+def _rebuild(error: dict) -> Exception:
+    """The pool's own exception for an error reply (its message as the service wrote it)."""
+    reason, message, detail = error.get("reason"), error.get("message", ""), error.get("detail") or {}
+    if reason == "phase_conflict":
+        return PhaseConflict(detail.get("lease_id", ""), detail.get("expected", ""), detail.get("found", ""),
+                             detail.get("state", ""))
+    if reason == "phase_error":
+        return PhaseError(message)
+    cls = _REFUSALS.get(reason)
+    if cls is None:
+        return ServiceError(reason or "error", error.get("status", 500), message)
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    for key, value in detail.items():
+        if key not in ("reason", "message"):
+            setattr(err, key, value)
+    return err
+
+
+class ServiceClient:
+    """Requests to the pool service on ``path``, one connection per thread."""
+
+    def __init__(self, path: str, *, timeout: float = 60.0, connect_timeout: float = 1.0):
+        self.path, self.timeout, self.connect_timeout = path, timeout, connect_timeout
+        self._local = threading.local()
+        self._ids = 0
+
+    def _connection(self) -> tuple[socket.socket, object]:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.connect_timeout)
+            try:
+                sock.connect(self.path)
+            except OSError as e:
+                sock.close()
+                raise ServiceUnavailable(self.path, e.strerror or str(e)) from None
+            sock.settimeout(self.timeout)
+            conn = self._local.conn = (sock, sock.makefile("rb"))
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn[1].close()
+            conn[0].close()
+            self._local.conn = None
+
+    def call(self, op: str, **args):
+        """One request; the decoded result, or the error reply raised as the pool's exception."""
+        self._ids += 1
+        request = protocol.dumps({"id": self._ids, "op": op, "args": args})
+        for attempt in (1, 2):
+            sock, reader = self._connection()
+            try:
+                sock.sendall(request)
+                line = reader.readline(protocol.MAX_FRAME + 1)
+            except OSError as e:
+                line, why = b"", e.strerror or str(e)
+            else:
+                why = "the service closed the connection"
+            if line.endswith(b"\n"):
+                break
+            self.close()  # dropped (the service restarted): one new connection
+            if attempt == 2:
+                raise ServiceUnavailable(self.path, why)
+        reply = protocol.decode(protocol.loads(line))
+        if reply.get("ok"):
+            return reply.get("result")
+        raise _rebuild(reply.get("error") or {})
+
+
+class ServiceLedger:
+    """The ledger as the service serves it: the local ``Ledger``'s methods, over the socket.  Who is
+    asking is the service's to know: owners, managers and quotas given here are not sent."""
+
+    def __init__(self, client: ServiceClient):
+        self.client = client
+        self.path = client.path
+        self.where = f"pool service at {client.path}"
+
+    def get(self, lease_id: str) -> Lease | None:
+        return self.client.call("get", lease_id=lease_id)
+
+    def by_kernel(self, kernel_id: str) -> Lease | None:
+        return self.client.call("by_kernel", kernel_id=kernel_id)
+
+    def leases(self, owner: str | None = None, states: tuple[str, ...] = HELD) -> list[Lease]:
+        return [lease for lease in self.client.call("leases", owner=owner) if lease.state in states]
+
+    def snapshot(self):
+        return self.client.call("snapshot")
+
+    def waiters(self):
+        return self.client.call("waiters")
+
+    def allocate(self, request: LeaseRequest, quotas=None, *, waiter_id: str | None = None, record_refusal: bool = True,
+                 **_store_args) -> Lease:
+        return self.client.call("allocate", kernel_id=request.kernel_id, profile=request.profile.name,
+                                label=request.label, waiter_id=waiter_id, record_refusal=record_refusal)
+
+    def resume(self, lease_id: str, quotas=None, *, same_gpu: bool = False, waiter_id: str | None = None,
+               record_refusal: bool = True, **_store_args) -> Lease:
+        return self.client.call("resume", lease_id=lease_id, same_gpu=same_gpu, waiter_id=waiter_id,
+                                record_refusal=record_refusal)
+
+    def release(self, lease_id: str, reason: str = "shutdown") -> Lease | None:
+        return self.client.call("release", lease_id=lease_id, reason=reason)
+
+    def set_holder(self, lease_id: str, holder: Holder | None, phase: str | None = None) -> None:
+        self.client.call("set_holder", lease_id=lease_id, pid=holder.pid if holder else None, phase=phase)
+
+    def stop(self, lease_id: str, *, expect: str | None = None) -> Lease:
+        return self.client.call("stop", lease_id=lease_id, expect=expect)
+
+    def set_phase(self, lease_id: str, to: str, *, expect: str | None = None, deadline: float | None = None) -> Lease:
+        return self.client.call("set_phase", lease_id=lease_id, to=to, expect=expect, deadline=deadline)
+
+    def adopt(self, lease_id: str, manager: Holder) -> Lease:
+        return self.client.call("adopt", lease_id=lease_id)
+
+    def hibernate(self, lease_id: str, host_bytes: int, reason: str = "idle",
+                  last_gpus: tuple[str, ...] | None = None, phase: str = "") -> Lease:
+        return self.client.call("hibernate", lease_id=lease_id, host_bytes=host_bytes, reason=reason,
+                                last_gpus=list(last_gpus or ()), phase=phase)
+
+    def reserve_host_bytes(self, lease_id: str, host_bytes: int, cap: int | None, host: str = "") -> tuple[bool, int]:
+        granted, others = self.client.call("reserve_host_bytes", lease_id=lease_id, host_bytes=host_bytes)
+        return granted, others
+
+    def host_bytes_on(self, host: str = "") -> int:
+        return self.client.call("host_bytes_on", host=host)
+
+    def reconcile(self, is_alive=None, host: str = "") -> list[Lease]:
+        return self.client.call("reconcile")
+
+    def enqueue(self, owner: str, kernel_id: str, profile: str, spec, *, lease_id: str | None = None,
+                label: str = ""):
+        return self.client.call("enqueue", kernel_id=kernel_id, profile=profile, slice=spec.to_text(),
+                                lease_id=lease_id, label=label)
+
+    def heartbeat(self, waiter_id: str):
+        return self.client.call("heartbeat", waiter_id=waiter_id)
+
+    def dequeue(self, waiter_id: str) -> None:
+        self.client.call("dequeue", waiter_id=waiter_id)
+
+    def record(self, kind: str, *, lease_id: str | None = None, kernel_id: str | None = None,
+               owner: str | None = None, reason: str = "", detail: dict | None = None) -> None:
+        self.client.call("record", kind=kind, lease_id=lease_id, kernel_id=kernel_id, reason=reason,
+                         detail=detail or {})
+
+    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError) -> None:
+        self.client.call("record_refusal", kernel_id=kernel_id, profile=profile, reason=err.reason, message=str(err))
+
+    def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
+                limit: int = 200, after_seq: int = 0):
+        return [e for e in self.client.call("journal", since=since, kinds=list(kinds), owner=owner, limit=limit)
+                if e.seq > after_seq]
+
+    def budget_standing(self, owner: str, groups: tuple[str, ...] = (), budgets=None):
+        return self.client.call("budget_standing", owner=owner)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class ServicePool(Pool):
+    """The pool of a machine whose ledger the pool service keeps: its settings, inventory and leases
+    come from the service, and every change goes through it."""
+
+    def __init__(self, client: ServiceClient):
+        self.client = client
+        reply = client.call("settings")
+        # The admin's settings as the service read them: nothing of this user's own configuration.
+        self.settings = GPUPool(config=Config({"GPUPool": {**reply["config"], "owner": reply["user"]}})).check()
+        self.groups, self.admin = tuple(reply["groups"]), reply["admin"]
+        gpus = reply["gpus"]
+        self.inventory = Inventory(gpus, Discovery(gpus=gpus, driver_version=reply.get("driver_version")),
+                                   reply["note"])
+        self.ledger = ServiceLedger(client)
+        self.host = reply["host"]
+
+    def request(self, kernel_id: str, profile, label: str = "", manager: Holder | None = None) -> LeaseRequest:
+        return LeaseRequest(owner=self.settings.owner, kernel_id=kernel_id, profile=profile, groups=self.groups,
+                            label=label, manager=manager)
+
+    def allocate(self, request: LeaseRequest, waiter_id: str | None = None, record_refusal: bool = True) -> Lease:
+        return self.ledger.allocate(request, waiter_id=waiter_id, record_refusal=record_refusal)
+
+    def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
+               record_refusal: bool = True) -> Lease:
+        return self.ledger.resume(lease.id, same_gpu=same_gpu, waiter_id=waiter_id, record_refusal=record_refusal)
+
+    def reconcile(self) -> list[Lease]:
+        return self.ledger.reconcile()
+
+    def mps_env(self, lease: Lease) -> dict[str, str]:
+        return self.client.call("mps_env", lease_id=lease.id)

@@ -1,0 +1,457 @@
+"""The pool service: the one process that owns the ledger on a shared machine.
+
+Users' Jupyter servers (their provisioners, server extensions) and the CLI talk to it over a Unix
+socket; it learns who each caller is from the kernel (``identity.py``), reads the admin's settings
+from system locations only, keeps the ledger in a file no user can read or write, runs the MPS
+control daemons (one per GPU: an MPS server serves one Unix user at a time), and lets every caller
+act on their own leases only (admins on any).  The decisions are the pool core's, through the local
+:class:`~jupyter_gpu_pool.local.Ledger`: the service is an adapter, not a second allocator.
+
+Each connection is served by its own task; the ledger runs in threads, so a slow or stuck client
+holds up nobody but itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import stat
+import time
+from collections.abc import Callable
+
+import psutil
+
+from ..local import processes
+from ..local.pool import LocalPool
+from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, SliceSpec
+from ..pool.phases import PHASES, PhaseConflict, PhaseError
+from . import protocol
+from .identity import Caller, Identities, NoSuchUser, Peer, peer_of
+
+log = logging.getLogger(__name__)
+
+
+class Denied(PermissionError):
+    reason, status = "not_yours", 403
+
+
+class Missing(LookupError):
+    reason, status = "no_such_lease", 404
+
+
+class Args:
+    """A request's arguments, each checked for its type: a bad one is a :class:`ProtocolError`."""
+
+    def __init__(self, raw):
+        if not isinstance(raw, dict):
+            raise protocol.ProtocolError(f"'args' must be an object, not {type(raw).__name__}")
+        self.raw = raw
+
+    def _get(self, name, kinds, default, required):
+        if name not in self.raw or self.raw[name] is None:
+            if required:
+                raise protocol.ProtocolError(f"'{name}' is required")
+            return default
+        value = self.raw[name]
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            raise protocol.ProtocolError(f"'{name}' must be {' or '.join(k.__name__ for k in kinds)}, not {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise protocol.ProtocolError(f"'{name}' must be a finite number, not {value!r}")
+        if isinstance(value, str) and len(value) > 4096:
+            raise protocol.ProtocolError(f"'{name}' is too long ({len(value)} characters)")
+        return value
+
+    def text(self, name: str, default: str | None = None, required: bool = True) -> str:
+        return self._get(name, (str,), default, required and default is None)
+
+    def number(self, name: str, default: float | None = None, required: bool = False) -> float | None:
+        value = self._get(name, (int, float), default, required)
+        return float(value) if value is not None else None
+
+    def integer(self, name: str, default: int | None = None, required: bool = False) -> int | None:
+        return self._get(name, (int,), default, required)
+
+    def flag(self, name: str, default: bool = False) -> bool:
+        return self._get(name, (bool,), default, False)
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        value = self._get(name, (list,), [], False)
+        if not all(isinstance(v, str) for v in value) or len(value) > 64:
+            raise protocol.ProtocolError(f"'{name}' must be a list of at most 64 names")
+        return tuple(value)
+
+    def phase(self, name: str, required: bool = True) -> str | None:
+        value = self._get(name, (str,), None, required)
+        if value is not None and value not in ("", *PHASES):
+            raise protocol.ProtocolError(f"'{name}': {value!r} is not a phase ({', '.join(PHASES)} or '')")
+        return value
+
+
+class PoolService:
+    """Serves the pool's operations to the machine's users over one Unix socket."""
+
+    def __init__(self, pool: LocalPool, identities: Identities, *, reconcile_interval: float = 15.0,
+                 frame_timeout: float = 30.0, idle_timeout: float = 3600.0,
+                 memory_of: Callable[[list[int]], dict[int, int] | None] | None = None):
+        self.pool = pool
+        self.ledger = pool.ledger
+        self.identities = identities
+        self.reconcile_interval = reconcile_interval
+        self.frame_timeout, self.idle_timeout = frame_timeout, idle_timeout
+        self._memory_of = memory_of
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task] = set()
+        self.served = 0
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    async def start(self, path: str, *, group: str | None = None) -> None:
+        """Listen on ``path``: a socket every user may connect to (``group``: only its members)."""
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+            os.chmod(directory, 0o755)
+        if os.path.exists(path):
+            os.unlink(path)  # a socket left by a service that was killed
+        self._server = await asyncio.start_unix_server(self._serve, path=path, limit=protocol.MAX_FRAME)
+        if group:
+            import grp
+
+            os.chown(path, -1, grp.getgrnam(group).gr_gid)
+            os.chmod(path, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP)
+        else:
+            os.chmod(path, 0o666)  # who may act on what is decided per request, from the peer's uid
+        log.info("GPU pool service: listening on %s; ledger %s", path, self.ledger.path)
+
+    async def reconcile_forever(self, stop: asyncio.Event) -> None:
+        from ..periodic import every
+
+        await every(self.reconcile_interval, self.pool.areconcile, stop, what="the service's reconcile")
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        try:
+            peer = peer_of(writer.get_extra_info("socket"))
+            try:
+                caller = await asyncio.to_thread(self.identities.caller, peer)
+            except NoSuchUser as e:
+                await self._reply(writer, {"id": None, "ok": False,
+                                           "error": {"reason": "no_such_user", "status": 403, "message": str(e)}})
+                return
+            while True:
+                try:
+                    line = await asyncio.wait_for(reader.readline(), self.idle_timeout)
+                except ValueError:  # longer than a frame: the rest of it cannot be told from the next request
+                    await self._reply(writer, _error(None, "too_large", 413,
+                                                     f"a message may be at most {protocol.MAX_FRAME} bytes"))
+                    return
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                    return
+                if not line or not line.endswith(b"\n"):
+                    return  # closed, or closed in the middle of a message: nothing to answer
+                reply = await self.handle(caller, peer, line)
+                if not await self._reply(writer, reply):
+                    return
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _reply(self, writer: asyncio.StreamWriter, reply: dict) -> bool:
+        try:
+            writer.write(protocol.dumps(reply))
+            await asyncio.wait_for(writer.drain(), self.frame_timeout)  # a client that never reads stalls itself
+            return True
+        except (TimeoutError, ConnectionError):
+            return False
+
+    async def handle(self, caller: Caller, peer: Peer, line: bytes) -> dict:
+        """One request line → one reply; nothing changes on an error."""
+        request_id = None
+        try:
+            message = protocol.loads(line)
+            request_id = message.get("id")
+            if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool):
+                request_id = None
+                raise protocol.ProtocolError("'id' must be a number or text")
+            op = message.get("op")
+            handler = getattr(self, f"op_{op}", None) if isinstance(op, str) and op.isidentifier() else None
+            if handler is None:
+                raise protocol.ProtocolError(f"unknown operation {op!r}")
+            result = await handler(caller, peer, Args(message.get("args", {})))
+            self.served += 1
+            return {"id": request_id, "ok": True, "result": result}
+        except protocol.ProtocolError as e:
+            return _error(request_id, e.reason, e.status, str(e))
+        except PhaseConflict as e:
+            return _error(request_id, "phase_conflict", 409, str(e),
+                          {"lease_id": e.lease_id, "expected": e.expected, "found": e.found, "state": e.state})
+        except PhaseError as e:
+            return _error(request_id, "phase_error", 409, str(e))
+        except PoolError as e:
+            return _error(request_id, e.reason, getattr(e, "status", 409), str(e), e.to_dict())
+        except (Denied, Missing) as e:
+            return _error(request_id, e.reason, e.status, str(e))
+        except Exception as e:  # a bug must not take the service down: the request fails, others go on
+            log.exception("GPU pool service: %s failed", line[:200])
+            return _error(request_id, "internal", 500, f"the pool service failed on this request ({e})")
+
+    # -- whose is it -----------------------------------------------------------------------------
+
+    async def _lease(self, caller: Caller, lease_id: str, *, held: bool = True) -> Lease:
+        lease = await asyncio.to_thread(self.ledger.get, lease_id)
+        if lease is None or (held and lease.state not in HELD):
+            raise LeaseNotFound(lease_id)
+        if lease.owner != caller.user and not caller.admin:
+            raise Denied(f"GPU lease {lease_id[:8]} is not yours; you can act on your own kernels only.")
+        return lease
+
+    def _visible(self, caller: Caller, owner: str) -> bool:
+        return caller.admin or owner == caller.user
+
+    @staticmethod
+    def _holder(caller: Caller, pid: int) -> Holder:
+        """A kernel process of the caller's own uid (a lease's holder may be no one else's process)."""
+        try:
+            proc = psutil.Process(pid)
+            uid, start = proc.uids().real, proc.create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            raise Denied(f"process {pid} is not running") from None
+        if uid != caller.uid and caller.uid != 0:
+            raise Denied(f"process {pid} is not yours: a lease's kernel must be a process of your own user")
+        return Holder(pid, start, processes.hostname())
+
+    # -- operations: who am I, what is the pool -------------------------------------------------------
+
+    async def op_whoami(self, caller: Caller, peer: Peer, args: Args) -> dict:
+        return {"user": caller.user, "groups": list(caller.groups), "admin": caller.admin, "uid": caller.uid}
+
+    async def op_settings(self, caller: Caller, peer: Peer, args: Args) -> dict:
+        """What a client needs to work like the pool: the admin's settings, the inventory, this host."""
+        inventory = self.pool.inventory
+        return {"config": self.pool.settings.raw_config, "gpus": inventory.gpus, "note": inventory.note,
+                "driver_version": inventory.discovery.driver_version, "host": self.pool.host,
+                "user": caller.user, "groups": list(caller.groups), "admin": caller.admin}
+
+    async def op_mps_env(self, caller: Caller, peer: Peer, args: Args) -> dict:
+        """The MPS environment for a kernel of the caller's lease on its GPU (the daemon started if needed)."""
+        lease = await self._lease(caller, args.text("lease_id"))
+        return await asyncio.to_thread(self.pool.mps_env, lease)
+
+    # -- operations: leases ---------------------------------------------------------------------------
+
+    async def op_allocate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
+        kernel_id = args.text("kernel_id")
+        existing = await asyncio.to_thread(self.ledger.by_kernel, kernel_id)
+        if existing is not None and existing.owner == caller.user:
+            return existing  # a retry after a lost reply: the same lease, not a second one
+        profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
+        manager = Holder(peer.pid, await asyncio.to_thread(_start_of, peer.pid), processes.hostname())
+        request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
+                               label=args.text("label", default=""), manager=manager)
+        waiter_id = args.text("waiter_id", required=False)
+        if waiter_id is not None:
+            await self._own_waiter(caller, waiter_id)
+        return await asyncio.to_thread(self.pool.allocate, request, waiter_id, args.flag("record_refusal", True))
+
+    async def op_resume(self, caller: Caller, peer: Peer, args: Args) -> Lease:
+        lease = await self._lease(caller, args.text("lease_id"))
+        waiter_id = args.text("waiter_id", required=False)
+        if waiter_id is not None:
+            await self._own_waiter(caller, waiter_id)
+        return await asyncio.to_thread(self.pool.resume, lease, args.flag("same_gpu"), waiter_id,
+                                       args.flag("record_refusal", True))
+
+    async def op_release(self, caller: Caller, peer: Peer, args: Args) -> Lease | None:
+        lease_id = args.text("lease_id")
+        lease = await asyncio.to_thread(self.ledger.get, lease_id)
+        if lease is None or lease.state not in HELD:
+            return None  # releasing is idempotent
+        await self._lease(caller, lease_id)
+        return await asyncio.to_thread(self.ledger.release, lease_id, args.text("reason", default="shutdown"))
+
+    async def op_set_holder(self, caller: Caller, peer: Peer, args: Args) -> None:
+        lease = await self._lease(caller, args.text("lease_id"))
+        pid = args.integer("pid")
+        holder = await asyncio.to_thread(self._holder, caller, pid) if pid is not None else None
+        await asyncio.to_thread(self.ledger.set_holder, lease.id, holder, args.phase("phase", required=False))
+
+    async def op_stop(self, caller: Caller, peer: Peer, args: Args) -> Lease:
+        lease = await self._lease(caller, args.text("lease_id"))
+        return await asyncio.to_thread(self.ledger.stop, lease.id, expect=args.phase("expect", required=False))
+
+    async def op_set_phase(self, caller: Caller, peer: Peer, args: Args) -> Lease:
+        lease = await self._lease(caller, args.text("lease_id"))
+        return await asyncio.to_thread(self.ledger.set_phase, lease.id, args.phase("to"),
+                                       expect=args.phase("expect", required=False), deadline=args.number("deadline"))
+
+    async def op_adopt(self, caller: Caller, peer: Peer, args: Args) -> Lease:
+        lease = await self._lease(caller, args.text("lease_id"))
+        manager = Holder(peer.pid, await asyncio.to_thread(_start_of, peer.pid), processes.hostname())
+        return await asyncio.to_thread(self.ledger.adopt, lease.id, manager)
+
+    async def op_hibernate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
+        """The caller's server checkpointed its kernel: the slice goes back, but on a real GPU only once
+        NVML shows the kernel's processes hold no GPU memory (a client cannot just say so)."""
+        lease = await self._lease(caller, args.text("lease_id"))
+        host_bytes = args.integer("host_bytes", default=0)
+        if host_bytes < 0:
+            raise protocol.ProtocolError("'host_bytes' must be 0 or more")
+        if any(not g.declared for g in (self.pool.gpu(u) for u in lease.gpus) if g is not None):
+            held = await asyncio.to_thread(self._gpu_memory, lease)
+            if held:
+                raise Denied(f"the kernel's processes still hold {held // 2**20} MiB on the GPU: a hibernated "
+                             "kernel holds none, so its slice stays held")
+        return await asyncio.to_thread(self.ledger.hibernate, lease.id, host_bytes,
+                                       args.text("reason", default="idle"),
+                                       tuple(args.texts("last_gpus")) or None, args.phase("phase", required=False) or "")
+
+    def _gpu_memory(self, lease: Lease) -> int:
+        tree = processes.process_tree(lease.holder_pid) if lease.holder_pid else []
+        if not tree:
+            return 0
+        from ..devices import checkpoint
+
+        found = (self._memory_of or checkpoint.gpu_memory_of)(tree)
+        return sum((found or {}).values())
+
+    async def op_reserve_host_bytes(self, caller: Caller, peer: Peer, args: Args) -> list:
+        lease = await self._lease(caller, args.text("lease_id"))
+        host_bytes = args.integer("host_bytes", default=0)
+        if host_bytes < 0:
+            raise protocol.ProtocolError("'host_bytes' must be 0 or more")
+        cap = self.pool.settings.hibernation.cap_bytes(psutil.virtual_memory().total)  # the admin's, not the caller's
+        granted, others = await asyncio.to_thread(self.ledger.reserve_host_bytes, lease.id, host_bytes,
+                                                  cap if host_bytes else None, lease.host)
+        return [granted, others]
+
+    # -- operations: reading ----------------------------------------------------------------------------
+
+    async def op_get(self, caller: Caller, peer: Peer, args: Args) -> Lease | None:
+        lease = await asyncio.to_thread(self.ledger.get, args.text("lease_id"))
+        return lease if lease is not None and self._visible(caller, lease.owner) else None
+
+    async def op_by_kernel(self, caller: Caller, peer: Peer, args: Args) -> Lease | None:
+        lease = await asyncio.to_thread(self.ledger.by_kernel, args.text("kernel_id"))
+        return lease if lease is not None and self._visible(caller, lease.owner) else None
+
+    async def op_leases(self, caller: Caller, peer: Peer, args: Args) -> list[Lease]:
+        owner = args.text("owner", required=False)
+        found = await asyncio.to_thread(self.ledger.leases, owner)
+        return [lease for lease in found if self._visible(caller, lease.owner)]
+
+    async def op_snapshot(self, caller: Caller, peer: Peer, args: Args):
+        """Every GPU's usage (not who holds it) and the caller's own leases and waiters (admins: all)."""
+        snap = await asyncio.to_thread(self.ledger.snapshot)
+        if caller.admin:
+            return snap
+        from dataclasses import replace
+
+        return replace(snap, leases=[x for x in snap.leases if x.owner == caller.user],
+                       waiters=[w for w in snap.waiters if w.owner == caller.user])
+
+    async def op_waiters(self, caller: Caller, peer: Peer, args: Args) -> list:
+        return [w for w in await asyncio.to_thread(self.ledger.waiters) if self._visible(caller, w.owner)]
+
+    async def op_journal(self, caller: Caller, peer: Peer, args: Args) -> list:
+        owner = args.text("owner", required=False)
+        if not caller.admin:
+            owner = caller.user
+        limit = args.integer("limit", default=200)
+        return await asyncio.to_thread(self.ledger.journal, since=args.number("since", default=0.0),
+                                       kinds=args.texts("kinds"), owner=owner, limit=max(1, min(limit, 10_000)))
+
+    async def op_budget_standing(self, caller: Caller, peer: Peer, args: Args):
+        user = args.text("owner", default=caller.user)
+        if not self._visible(caller, user):
+            raise Denied("another user's GPU time is theirs to see (and the admins')")
+        groups = caller.groups if user == caller.user else self.pool.settings.groups_of(user)
+        book = self.pool.settings.budget_book
+        if not book.scopes(user, groups):
+            return None
+        return await asyncio.to_thread(self.ledger.budget_standing, user, groups, book)
+
+    async def op_host_bytes_on(self, caller: Caller, peer: Peer, args: Args) -> int:
+        return await asyncio.to_thread(self.ledger.host_bytes_on, args.text("host", default=""))
+
+    # -- operations: the queue and the journal -------------------------------------------------------------
+
+    async def _own_waiter(self, caller: Caller, waiter_id: str) -> None:
+        for w in await asyncio.to_thread(self.ledger.waiters):
+            if w.id == waiter_id and not self._visible(caller, w.owner):
+                raise Denied("that place in the queue is not yours")
+
+    async def op_enqueue(self, caller: Caller, peer: Peer, args: Args):
+        lease_id = args.text("lease_id", required=False)
+        if lease_id is not None:
+            await self._lease(caller, lease_id)
+        try:
+            spec = SliceSpec.parse(args.text("slice"))
+        except ValueError as e:
+            raise protocol.ProtocolError(str(e)) from None
+        return await asyncio.to_thread(self.ledger.enqueue, caller.user, args.text("kernel_id"),
+                                       args.text("profile"), spec, lease_id=lease_id, label=args.text("label", default=""))
+
+    async def op_heartbeat(self, caller: Caller, peer: Peer, args: Args):
+        waiter_id = args.text("waiter_id")
+        await self._own_waiter(caller, waiter_id)
+        return await asyncio.to_thread(self.ledger.heartbeat, waiter_id)
+
+    async def op_dequeue(self, caller: Caller, peer: Peer, args: Args) -> None:
+        waiter_id = args.text("waiter_id")
+        await self._own_waiter(caller, waiter_id)
+        await asyncio.to_thread(self.ledger.dequeue, waiter_id)
+
+    async def op_record(self, caller: Caller, peer: Peer, args: Args) -> None:
+        """An entry on the journal about one of the caller's kernels (its owner is the caller)."""
+        lease_id = args.text("lease_id", required=False)
+        owner = caller.user
+        if lease_id is not None:
+            owner = (await self._lease(caller, lease_id, held=False)).owner
+        detail = args.raw.get("detail") or {}
+        if not isinstance(detail, dict) or len(protocol.dumps(detail)) > 64 * 1024:
+            raise protocol.ProtocolError("'detail' must be an object of at most 64 KiB")
+        await asyncio.to_thread(self.ledger.record, args.text("kind"), lease_id=lease_id,
+                                kernel_id=args.text("kernel_id", required=False), owner=owner,
+                                reason=args.text("reason", default=""), detail=detail)
+
+    async def op_record_refusal(self, caller: Caller, peer: Peer, args: Args) -> None:
+        from ..pool.errors import PoolError as _PoolError
+
+        refusal = _PoolError(args.text("message"))
+        refusal.reason = args.text("reason")
+        await asyncio.to_thread(self.ledger.record_refusal, args.text("kernel_id"), caller.user,
+                                args.text("profile"), refusal)
+
+    async def op_reconcile(self, caller: Caller, peer: Peer, args: Args) -> list:
+        """The service reconciles on its own interval; a caller's ask runs one now (each caller's at most
+        once a second, as a refused allocation does)."""
+        if time.monotonic() - self.ledger._reconciled_at < 1.0:
+            return []
+        return await self.pool.areconcile()
+
+
+def _error(request_id, reason: str, status: int, message: str, detail: dict | None = None) -> dict:
+    error = {"reason": reason, "status": status, "message": message}
+    if detail:
+        error["detail"] = detail
+    return {"id": request_id, "ok": False, "error": error}
+
+
+def _start_of(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0

@@ -1,0 +1,140 @@
+"""Fixtures for the pool service: real Unix users (created when the tests run as root, as CI does),
+a real service process run by root, and real Jupyter servers run as each user against it.
+
+The users are named as The Littlest JupyterHub names its users (``jupyter-alice``); the service
+strips the prefix, so their pool names are ``alice`` and ``bob``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from service_helpers import USERS, JupyterServer, PoolServiceProcess, as_user
+
+GiB = 2**30
+
+
+def _interpreter_reachable(name: str) -> bool:
+    from service_helpers import identity
+
+    try:
+        return subprocess.run([sys.executable, "-c", "import jupyter_gpu_pool"], **identity(name), capture_output=True,
+                              cwd="/").returncode == 0
+    except PermissionError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def unix_users():
+    """``jupyter-alice`` and ``jupyter-bob``: real users, created for the session and removed after."""
+    if os.geteuid() != 0:
+        pytest.skip("real Unix users are created only when the tests run as root (CI does)")
+    created, opened = [], []
+    # The project's Python may live under root's home (pyenv): let other users reach it (traverse only).
+    home = Path(sys.executable).resolve()
+    for parent in home.parents:
+        mode = parent.stat().st_mode
+        if str(parent) != "/" and not mode & 0o001:
+            opened.append((parent, mode))
+            os.chmod(parent, mode | 0o001)
+    for name, user in USERS.items():
+        try:
+            pwd.getpwnam(user)
+        except KeyError:  # a home of their own, as a spawner expects (emptied for each test)
+            subprocess.run(["useradd", "--home-dir", f"/tmp/gpupool-home-{name}", "--shell", "/usr/sbin/nologin",
+                            user], check=True)
+            created.append(user)
+    try:
+        if not _interpreter_reachable("alice"):
+            pytest.skip(f"{sys.executable} cannot be run by another user here")
+        yield USERS
+    finally:
+        for user in created:
+            home = pwd.getpwnam(user).pw_dir
+            subprocess.run(["userdel", user], check=False)
+            shutil.rmtree(home, ignore_errors=True)
+        for parent, mode in reversed(opened):
+            os.chmod(parent, mode)
+
+
+@pytest.fixture
+def lab(unix_users, tmp_path_factory):
+    """A shared machine: a world-readable area, the users' homes, the pool's kernelspecs, the admin's config."""
+    root = Path(tempfile.mkdtemp(prefix="gpupool-lab-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    conf, share = root / "etc", root / "share" / "jupyter"
+    conf.mkdir()
+    share.mkdir(parents=True)
+    for name, user in unix_users.items():
+        entry = pwd.getpwnam(user)
+        home = Path(entry.pw_dir)
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        os.chown(home, entry.pw_uid, entry.pw_gid)
+        os.chmod(home, 0o700)
+    lab = Lab(root, conf, share)
+    lab.configure()
+    yield lab
+    for proc in lab.processes:
+        proc.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+class Lab:
+    def __init__(self, root: Path, conf: Path, share: Path):
+        self.root, self.conf, self.share = root, conf, share
+        self.socket = str(root / "run" / "pool.sock")
+        self.ledger = str(root / "state" / "ledger.sqlite")
+        self.processes: list = []
+
+    def configure(self, **settings) -> None:
+        """The admin's config (root-owned, read by the service only), and the kernelspecs for everyone."""
+        base = {
+            "gpu_discovery": "declared",
+            "inventory": [{"name": "Lab GPU", "memory": "40GiB", "count": 2}],
+            "profiles": {"small": {"slice": "10GiB", "isolation": "soft"},
+                         "half": {"slice": "20GiB,50%", "isolation": "mps"}},
+            "ledger_path": self.ledger,
+            "default_user_quota": {"kernels": 2},
+            "unix_groups": True,
+            **settings,
+        }
+        lines = [f"c.GPUPool.{k} = {v!r}" for k, v in base.items()]
+        lines += [f"c.PoolService.socket = {self.socket!r}", "c.PoolService.user_prefix = 'jupyter-'",
+                  "c.PoolService.reconcile_interval = 1"]
+        (self.conf / "jupyter_gpu_pool_config.py").write_text("\n".join(lines) + "\n")
+        os.chmod(self.conf / "jupyter_gpu_pool_config.py", 0o600)
+        from jupyter_gpu_pool.kernel_provisioner import kernelspecs
+        from jupyter_gpu_pool.pool import parse_profiles
+
+        kernelspecs.install(list(parse_profiles(base["profiles"]).values()), prefix=str(self.root))
+        os.chmod(self.root / "share", 0o755)
+
+    def service(self, **kwargs) -> PoolServiceProcess:
+        proc = PoolServiceProcess(self, **kwargs)
+        self.processes.append(proc)
+        return proc.start()
+
+    def server(self, name: str, **env) -> JupyterServer:
+        proc = JupyterServer(self, name, **env)
+        self.processes.append(proc)
+        return proc.start()
+
+    def home(self, name: str) -> Path:
+        return Path(pwd.getpwnam(USERS[name]).pw_dir)
+
+    def run_as(self, name: str, args: list[str], **env) -> subprocess.CompletedProcess:
+        """A command run as the user, in their home, with the pool service's socket in their environment."""
+        return as_user(self, name, args, **env)
+
+
+__all__ = ["GiB", "time"]

@@ -1,0 +1,174 @@
+"""Processes of the service tests: the pool service (run by root), users' Jupyter servers (run as each
+user), commands run as a user, and the socket spoken to directly as a user."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+from kernel_helpers import free_port
+
+USERS = {"alice": "jupyter-alice", "bob": "jupyter-bob"}
+
+
+def identity(name: str) -> dict:
+    """subprocess arguments that make a child the user, wholly: uid, gid and no supplementary groups of
+    root's (a child left in group root could read what only root's group may)."""
+    entry = pwd.getpwnam(USERS[name])
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def user_env(lab, name: str, **extra) -> dict:
+    home = str(lab.home(name))
+    env = {
+        "PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin",
+        "HOME": home,
+        "USER": USERS[name],
+        "JUPYTER_CONFIG_DIR": f"{home}/.jupyter",
+        "JUPYTER_DATA_DIR": f"{home}/.local/share/jupyter",
+        "JUPYTER_RUNTIME_DIR": f"{home}/.local/share/jupyter/runtime",
+        "JUPYTER_PATH": str(lab.share),
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "JUPYTER_GPU_POOL_SOCKET": lab.socket,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def as_user(lab, name: str, args: list[str], **extra) -> subprocess.CompletedProcess:
+    return subprocess.run(args, **identity(name), env=user_env(lab, name, **extra), cwd=str(lab.home(name)),
+                          capture_output=True, text=True, timeout=120)
+
+
+def raw(lab, name: str, lines: list[bytes], timeout: float = 10.0) -> list[dict]:
+    """Send ``lines`` on the service's socket as the user (a process of their uid); the replies."""
+    code = ("import socket, sys, json\n"
+            "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(float(sys.argv[2]))\n"
+            "data = sys.stdin.buffer.read(); s.sendall(data); s.shutdown(socket.SHUT_WR)\n"
+            "buf = b''\n"
+            "while True:\n"
+            "    chunk = s.recv(65536)\n"
+            "    if not chunk: break\n"
+            "    buf += chunk\n"
+            "sys.stdout.write(buf.decode())\n")
+    done = subprocess.run([sys.executable, "-c", code, lab.socket, str(timeout)], input=b"".join(lines),
+                          **identity(name), env=user_env(lab, name), capture_output=True, timeout=timeout + 30)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
+
+
+def request(op: str, **args) -> bytes:
+    return json.dumps({"id": uuid.uuid4().hex[:6], "op": op, "args": args}).encode() + b"\n"
+
+
+class PoolServiceProcess:
+    """``jupyter gpu-pool serve`` as the admin runs it (root), on the lab's config."""
+
+    def __init__(self, lab, env: dict | None = None):
+        self.lab, self.env = lab, env or {}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30.0) -> PoolServiceProcess:
+        log = open(self.lab.root / "service.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "jupyter_gpu_pool.cli", "serve",
+                                      f"--config-dir={self.lab.conf}"], stdout=log, stderr=log,
+                                     env={**os.environ, **self.env})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the service exited: {(self.lab.root / 'service.log').read_text()[-3000:]}")
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(self.lab.socket)
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("the service did not listen in time")
+
+    def kill(self) -> None:
+        """kill -9: no cleanup at all."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class JupyterServer:
+    """A real ``jupyter server`` with the pool's extension, run as the user, talking to the service."""
+
+    def __init__(self, lab, name: str, **env):
+        self.lab, self.name, self.env = lab, name, env
+        self.token = uuid.uuid4().hex
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> JupyterServer:
+        self.port = free_port()
+        home = self.lab.home(self.name)
+        log = open(self.lab.root / f"{self.name}-server.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={self.port}",
+             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={home}",
+             "--ServerApp.jpserver_extensions={'jupyter_gpu_pool': True}", "--GPUPoolExtension.cull_interval=1"],
+            **identity(self.name), env=user_env(self.lab, self.name, **self.env), cwd=str(home), stdout=log,
+            stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}'s server exited: {self.log()[-3000:]}")
+            try:
+                self.request("GET", "api/status")
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"{self.name}'s server did not start: {self.log()[-3000:]}")
+
+    def log(self) -> str:
+        return (self.lab.root / f"{self.name}-server.log").read_text(errors="replace")
+
+    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/{path}", data=data, method=method,
+                                     headers={"Authorization": f"token {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as reply:
+                text = reply.read()
+                return reply.status, json.loads(text) if text else {}
+        except urllib.error.HTTPError as e:
+            text = e.read()
+            return e.code, json.loads(text) if text else {}
+
+    def start_kernel(self, profile: str = "small") -> tuple[int, dict]:
+        return self.request("POST", "api/kernels", {"name": f"gpu-pool-{profile}"})
+
+    def me(self) -> dict:
+        return self.request("GET", "gpu-pool/api/v1/me")[1]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def uid_of(name: str) -> int:
+    return pwd.getpwnam(USERS[name]).pw_uid

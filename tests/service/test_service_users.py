@@ -1,0 +1,96 @@
+"""A teaching lab on one box: alice and bob, real Unix users, each run a Jupyter server as their own uid
+against one pool service run by root.  What one student must not be able to do to another, or to the
+pool, and that the service says who is who from the kernel, not from a name the student can set."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from service_helpers import raw, request, uid_of
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def shared(lab):
+    """The service, and alice with a kernel on a slice."""
+    lab.service()
+    alice = lab.server("alice")
+    code, kernel = alice.start_kernel()
+    assert code == 201, (kernel, alice.log()[-4000:])
+    lease = next(k for k in alice.me()["kernels"] if k["kernel_id"] == kernel["id"])
+    return lab, alice, kernel["id"], lease["lease_id"]
+
+
+def test_the_service_knows_each_user_from_the_socket_and_keeps_the_ledger_to_itself(shared):
+    lab, alice, kid, lease_id = shared
+    assert alice.me()["user"] == "alice"  # jupyter-alice, less the TLJH prefix
+    [who] = raw(lab, "bob", [request("whoami")])
+    assert who["result"]["user"] == "bob" and who["result"]["uid"] == uid_of("bob") and not who["result"]["admin"]
+    for name in ("bob", "alice"):  # nobody but the service reads or writes the ledger
+        done = lab.run_as(name, [sys.executable, "-c", f"open({lab.ledger!r}, 'rb').read(1)"])
+        assert done.returncode != 0 and "Permission denied" in done.stderr
+        done = lab.run_as(name, [sys.executable, "-c", f"open({lab.ledger!r}, 'ab')"])
+        assert done.returncode != 0 and "Permission denied" in done.stderr
+
+
+def test_bob_cannot_release_or_snooze_alices_kernel_by_rest_cli_or_socket(shared):
+    lab, alice, kid, lease_id = shared
+    bob = lab.server("bob")
+    for action in ("release", "snooze"):  # REST: not in bob's server, and not his to see
+        code, reply = bob.request("POST", f"gpu-pool/api/v1/kernels/{kid}/{action}", {})
+        assert code in (403, 404) and reply["reason"] in ("not_yours", "no_such_kernel")
+    assert all(k["kernel_id"] != kid for k in bob.me()["kernels"])
+    done = lab.run_as("bob", [sys.executable, "-m", "jupyter_gpu_pool.cli", "release", kid])
+    assert done.returncode == 2 and "may release" in done.stderr  # CLI: alice's kernel is not his
+    replies = raw(lab, "bob", [request("release", lease_id=lease_id, reason="bob was here"),
+                               request("stop", lease_id=lease_id),
+                               request("set_phase", lease_id=lease_id, to="hibernating", expect=""),
+                               request("hibernate", lease_id=lease_id, host_bytes=0),
+                               request("get", lease_id=lease_id),
+                               request("journal", owner="alice")])
+    assert [r["error"]["reason"] for r in replies[:4]] == ["not_yours"] * 4
+    assert replies[4]["result"] is None  # he cannot even see it
+    assert all(e["owner"] == "bob" for e in replies[5]["result"])  # the journal he reads is his own
+    lease = next(k for k in alice.me()["kernels"] if k["kernel_id"] == kid)
+    assert lease["state"] == "active" and lease["lease_id"] == lease_id  # nothing changed for alice
+    done = lab.run_as("alice", [sys.executable, "-m", "jupyter_gpu_pool.cli", "status", "--json"])
+    assert [x["kernel_id"] for x in json.loads(done.stdout)["leases"]] == [kid]
+    done = lab.run_as("bob", [sys.executable, "-m", "jupyter_gpu_pool.cli", "status", "--json"])
+    assert json.loads(done.stdout)["leases"] == []  # users see their own leases
+
+
+def test_bob_gains_no_quota_from_his_own_config_a_borrowed_owner_or_jupyterhub_user(lab):
+    lab.service()
+    jupyter_dir = lab.home("bob") / ".jupyter"
+    lab.run_as("bob", [sys.executable, "-c", f"import os; os.makedirs({str(jupyter_dir)!r})"])
+    lab.run_as("bob", [sys.executable, "-c", f"open({str(jupyter_dir / 'jupyter_gpu_pool_config.py')!r}, 'w')"
+                      ".write(\"c.GPUPool.default_user_quota = {'kernels': 99}\\n"
+                      "c.GPUPool.user_quotas = {'bob': {'kernels': 99}}\\nc.GPUPool.owner = 'alice'\\n\")"])
+    bob = lab.server("bob", JUPYTERHUB_USER="alice")  # a name he could set: not who he is
+    assert [bob.start_kernel()[0] for _ in range(2)] == [201, 201]
+    code, refused = bob.start_kernel()
+    assert code == 403 and "GPU quota exceeded" in refused["message"] and "2 of 2" in refused["message"]
+    me = bob.me()
+    assert me["user"] == "bob" and {k["kernel_id"] for k in me["kernels"]} and me["quota"]["kernels"] == 2
+    [leases] = raw(lab, "bob", [request("leases")])
+    assert {x["owner"] for x in leases["result"]} == {"bob"}  # held under his own name
+
+
+def test_bob_cannot_register_a_process_of_another_uid_as_his_kernel(shared):
+    lab, alice, kid, lease_id = shared
+    alices_kernel = next(k for k in alice.me()["kernels"] if k["kernel_id"] == kid)
+    bob = lab.server("bob")
+    code, mine = bob.start_kernel()
+    assert code == 201
+    [own] = [k for k in bob.me()["kernels"] if k["kernel_id"] == mine["id"]]
+    [held] = raw(lab, "alice", [request("get", lease_id=lease_id)])
+    alice_pid = held["result"]["holder_pid"]
+    replies = raw(lab, "bob", [request("set_holder", lease_id=own["lease_id"], pid=alice_pid),
+                               request("set_holder", lease_id=own["lease_id"], pid=1)])
+    assert [r["error"]["reason"] for r in replies] == ["not_yours", "not_yours"]
+    assert "not yours" in replies[0]["error"]["message"]
+    [still] = raw(lab, "bob", [request("get", lease_id=own["lease_id"])])
+    assert still["result"]["holder_pid"] != alice_pid and alices_kernel["state"] == "active"
