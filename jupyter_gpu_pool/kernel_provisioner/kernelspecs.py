@@ -22,7 +22,7 @@ def kernelspec_name(prefix: str, profile: Profile) -> str:
 def kernel_json(profile: Profile, python: str = sys.executable, provisioner: str = PROVISIONER) -> dict:
     return {
         "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"Python 3 · {profile.display_name}",
+        "display_name": profile.launcher_name,
         "language": "python",
         "metadata": {
             "debugger": True,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from typing import Any
 
 from jupyter_client.provisioning import LocalProvisioner
@@ -125,7 +126,9 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
             if lease is not None:
                 await pool.arelease(lease.id, "restarted while hibernated")
             self.lease_id = None
-        request = pool.request(self.kernel_id, profile, label=label)
+        # The other profiles, so that a refusal can say which of them would start now.
+        request = replace(pool.request(self.kernel_id, profile, label=label),
+                          alternatives=tuple(pool.settings.profiles.values()))
         if pool.settings.start_queue_timeout > 0:
             return await self._wait_in_queue(pool, request), profile
         try:

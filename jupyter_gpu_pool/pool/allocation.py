@@ -16,12 +16,15 @@ The rules, in the order they apply:
    the kernel count counts every held lease, and a resume adds no kernel.
 4. Room: no GPU fits the slice, so the pool is full for it (or every GPU with room serves another
    user's MPS kernels).
+
+A refusal names what would start instead (``Ask.alternatives``, judged by this same decision): a
+smaller profile that fits the quota or the room left, never one for a kernel-count limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .budgets import BudgetExceeded, Standing
 from .errors import MPSUserBusy, PoolError, PoolExhausted, QuotaExceeded
@@ -46,6 +49,9 @@ class Ask:
     prefer: tuple[str, ...] = ()  # GPU uuids to take first when they fit (where a resume's memory was)
     only: tuple[str, ...] | None = None  # GPU uuids it may take (None: any)
     asked: Usage | None = None  # what the slice holds where a cluster scheduler places it (no ``gpus``)
+    # Profiles a refusal may suggest instead ("'Python 3 · GPU 10 GiB' would start now"), each judged by
+    # this same decision; empty: suggest none.
+    alternatives: tuple[Profile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,7 +148,7 @@ def _asked(ask: Ask, usage: list[GPUUsage], chosen: list[GPU] | None) -> Usage:
 
 
 def check_quota(leases: tuple[Lease, ...], ask: Ask, quotas: QuotaBook, asked: Usage,
-                now: float) -> QuotaExceeded | None:
+                now: float, starts_now: tuple[str, ...] = ()) -> QuotaExceeded | None:
     """The first quota (the user's, then each limited group's) the ask would pass, as a refusal."""
     mine = [lease for lease in leases if lease.owner == ask.owner and lease.state in HELD]
     scopes = [("user", usage_of(mine), quotas.user_quota(ask.owner))]
@@ -154,19 +160,32 @@ def check_quota(leases: tuple[Lease, ...], ask: Ask, quotas: QuotaBook, asked: U
         if excess:
             resource, limit, used_text, asked_text = excess
             return QuotaExceeded(owner=ask.owner, profile=ask.profile.name, scope=scope, resource=resource,
-                                 limit=limit, used=used_text, asked=asked_text, holdings=mine, now=now)
+                                 limit=limit, used=used_text, asked=asked_text, holdings=mine, now=now,
+                                 launcher_name=ask.profile.launcher_name, starts_now=starts_now)
     return None
 
 
-def pool_full(ask: Ask, usage: list[GPUUsage], holdings: Holdings, now: float) -> PoolExhausted:
+def pool_full(ask: Ask, usage: list[GPUUsage], holdings: Holdings, now: float,
+              starts_now: tuple[str, ...] = ()) -> PoolExhausted:
     best = largest_free(usage)
     largest = None
     if best and best.free_memory > 0:
-        largest = f"{format_size(best.free_memory)} and {best.free_sm}% SM on {best.gpu.label}"
+        sm = f" and {best.free_sm}% of its SMs" if ask.profile.slice.sm_percent else ""
+        largest = f"{format_size(best.free_memory)}{sm} on {best.gpu.label}"
     waiting = len([w for w in holdings.waiters if w.kernel_id != ask.kernel_id])
     mine = [lease for lease in holdings.leases if lease.owner == ask.owner and lease.state in HELD]
     return PoolExhausted(profile=ask.profile.name, slice_text=str(ask.profile.slice), gpu_count=len(usage),
-                         largest=largest, holdings=mine, queued=waiting, now=now)
+                         largest=largest, holdings=mine, queued=waiting, now=now,
+                         launcher_name=ask.profile.launcher_name, starts_now=starts_now)
+
+
+def starts_now(holdings: Holdings, ask: Ask, quotas: QuotaBook, profiles, *, now: float, placement: str = BINPACK,
+               waiter_id: str | None = None) -> tuple[str, ...]:
+    """The launcher names of ``profiles`` (other than the ask's) that the same decision would grant the
+    asker now."""
+    return tuple(p.launcher_name for p in profiles if p.name != ask.profile.name and isinstance(
+        allocate(holdings, replace(ask, profile=p, alternatives=()), quotas, now=now, placement=placement,
+                 waiter_id=waiter_id), Grant))
 
 
 def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, placement: str = BINPACK,
@@ -191,8 +210,14 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
         return BudgetExceeded(owner=ask.owner, profile=ask.profile.name, standing=holdings.budget, holdings=mine,
                               now=now)
     asked = _asked(ask, usage, chosen)
+
+    def suggestions() -> tuple[str, ...]:
+        return starts_now(holdings, ask, quotas, ask.alternatives, now=now, placement=placement, waiter_id=waiter_id)
+
     refusal = check_quota(holdings.leases, ask, quotas, asked, now)
     if refusal is not None:
+        if refusal.resource != "kernels" and ask.alternatives:  # another kernel would not fit a kernel count
+            return check_quota(holdings.leases, ask, quotas, asked, now, suggestions())
         return refusal
     if holdings.gpus is None:
         return Grant(gpus=(), memory=asked.memory, asked=asked)
@@ -200,5 +225,5 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
         if mps_blocked:
             return MPSUserBusy(profile=ask.profile.name, users=sorted(
                 {o for owners in holdings.mps_users.values() for o in owners} - {ask.owner}))
-        return pool_full(ask, usage, holdings, now)
+        return pool_full(ask, usage, holdings, now, suggestions() if usage else ())
     return Grant(gpus=tuple(chosen), memory=spec.memory_on(chosen[0].memory), asked=asked)

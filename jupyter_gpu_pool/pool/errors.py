@@ -1,5 +1,6 @@
-"""Refusals a notebook user reads.  Each message says what went wrong, what is
-held by whom (only the user's own kernels, by name), and what to do next."""
+"""Refusals a notebook user reads.  Each message says which limit was hit, what is held by whom
+(only the user's own kernels, by name), and what to do next, in advice that fits that limit.
+Profiles are named as the launcher shows them ("Python 3 · GPU 10 GiB"), never by their id."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def describe_lease(lease: Lease, now: float) -> str:
     size = f"{lease.gpu_count} whole GPU(s)" if lease.whole else format_size(lease.memory)
     if lease.sm_percent:
         size += f" · {lease.sm_percent}%"
-    return f"{name} ({lease.profile}, {size}, {lease.state} for {format_age(now - lease.state_since)})"
+    return f"{name} ({size}, {lease.state} for {format_age(now - lease.state_since)})"
 
 
 def describe_holdings(holdings: list[Lease], now: float) -> str:
@@ -20,6 +21,19 @@ def describe_holdings(holdings: list[Lease], now: float) -> str:
         return "You hold no GPU slice right now."
     lines = "; ".join(describe_lease(lease, now) for lease in holdings)
     return f"Your kernels holding the pool: {lines}."
+
+
+def either(names: tuple[str, ...] | list[str]) -> str:
+    """'A', 'A' or 'B', 'A', 'B' or 'C': launcher names, quoted as the launcher shows them."""
+    quoted = [f"'{n}'" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def would_start(names: tuple[str, ...] | list[str]) -> str:
+    """What the user could start instead, right now: "'Python 3 · GPU 10 GiB' would start now." """
+    if not names:
+        return ""
+    return f"{either(names)} would start now."
 
 
 class PoolError(Exception):
@@ -43,54 +57,77 @@ class UnknownProfile(PoolError, ValueError):
 
 
 class QuotaExceeded(PoolError):
-    """The request would pass the user's quota or one of their groups'."""
+    """The request would pass the user's quota or one of their groups'.
+
+    The advice fits the limit: a kernel-count limit is helped only by shutting a kernel down; a memory
+    or SM-share limit also by a smaller profile, named as the launcher shows it where one would start now."""
 
     reason = "quota_exceeded"
 
     def __init__(self, *, owner: str, profile: str, scope: str, resource: str, limit: str, used: str,
-                 asked: str, holdings: list[Lease], now: float):
+                 asked: str, holdings: list[Lease], now: float, launcher_name: str = "",
+                 starts_now: tuple[str, ...] = ()):
         self.owner, self.profile, self.scope, self.resource = owner, profile, scope, resource
         self.limit, self.used, self.asked = limit, used, asked
         self.holdings = holdings
-        whose = "you hold" if scope == "user" else f"group {scope!r} holds (all its members together)"
-        quota = "your GPU quota" if scope == "user" else f"the GPU quota of group {scope!r}"
-        super().__init__(
-            f"GPU quota exceeded: a kernel on profile {profile!r} would pass {quota}. "
-            f"{resource[0].upper() + resource[1:]}: {whose} {used} of {limit}, and this kernel needs {asked}. "
-            f"{describe_holdings(holdings, now)} "
-            "Shut down a kernel you no longer need (Kernel > Shut Down Kernel), or pick a smaller profile."
-        )
+        self.launcher_name = launcher_name or profile
+        self.starts_now = tuple(starts_now)
+        what = f"'{self.launcher_name}'"
+        if resource == "kernels":
+            held = (f"you hold {used} of your {limit} GPU kernels" if scope == "user" else
+                    f"group {scope!r} holds {used} of its {limit} GPU kernels (all its members together)")
+            headline = f"GPU quota exceeded: {held}, so {what} cannot start."
+            advice = ("Shut one down (Kernel > Shut Down Kernel, or Shut down in the GPU panel), "
+                      "then start this one.")
+        else:
+            held = (f"you hold {used} of your {limit}" if scope == "user" else
+                    f"group {scope!r} holds {used} of its {limit} (all its members together)")
+            needs = f"{asked} of GPU memory" if resource == "GPU memory" else f"a {asked} {resource} (of a GPU's compute)"
+            headline = f"GPU quota exceeded: {what} needs {needs}, and {held}."
+            advice = (f"{would_start(self.starts_now)} Or shut down a kernel you no longer need." if self.starts_now
+                      else "Shut down a kernel you no longer need to make room in your quota.")
+        super().__init__(f"{headline} {describe_holdings(holdings, now)} {advice}")
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "scope": self.scope, "resource": self.resource, "limit": self.limit,
-                "used": self.used, "asked": self.asked, "holdings": [h.id for h in self.holdings]}
+                "used": self.used, "asked": self.asked, "holdings": [h.id for h in self.holdings],
+                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now)}
 
 
 class PoolExhausted(PoolError):
-    """No GPU in the pool has room for the slice right now."""
+    """No GPU in the pool has room for the slice right now.
+
+    Says how much is free (a pool with free memory is not "full" for a smaller slice), what would
+    start now, and never "try again" where the pool has no GPUs at all."""
 
     reason = "pool_exhausted"
 
     def __init__(self, *, profile: str, slice_text: str, gpu_count: int, largest: str | None,
-                 holdings: list[Lease], queued: int, now: float):
+                 holdings: list[Lease], queued: int, now: float, launcher_name: str = "",
+                 starts_now: tuple[str, ...] = ()):
         self.profile, self.slice_text, self.largest, self.holdings, self.queued = (
             profile, slice_text, largest, holdings, queued)
+        self.launcher_name = launcher_name or profile
+        self.starts_now = tuple(starts_now)
+        what = f"'{self.launcher_name}' ({slice_text})"
         if gpu_count == 0:
-            where = "the pool has no GPUs (none detected, none declared). Ask your admin to check the inventory."
-        elif largest:
-            where = f"all {gpu_count} GPU(s) of the pool are taken; the largest free slice is {largest}."
-        else:
-            where = f"all {gpu_count} GPU(s) of the pool are fully taken."
+            super().__init__(f"{what} cannot start: the pool has no GPUs (none detected, none declared). "
+                             "Tell your admin: the pool's GPU inventory is empty.")
+            return
         waiting = f" {queued} other request(s) are waiting in the queue." if queued else ""
-        super().__init__(
-            f"The GPU pool is full: no GPU has room for profile {profile!r} ({slice_text}); {where}{waiting} "
-            f"{describe_holdings(holdings, now)} "
-            "Try again in a few minutes, pick a smaller profile, or shut down a kernel you no longer need."
-        )
+        if largest:
+            headline = f"The GPU pool is full for {what}: the most free on one GPU is {largest}.{waiting}"
+        else:
+            headline = f"The GPU pool is full: every GPU slice is taken, so {what} cannot start now.{waiting}"
+        advice = "Or try again when an idle kernel gives its slice back." if self.starts_now else (
+            "Try again when an idle kernel gives its slice back, or shut down a kernel you no longer need.")
+        super().__init__(" ".join(filter(None, (headline, describe_holdings(holdings, now),
+                                                would_start(self.starts_now), advice))))
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "profile": self.profile, "slice": self.slice_text, "largest_free": self.largest,
-                "queued": self.queued, "holdings": [h.id for h in self.holdings]}
+                "queued": self.queued, "holdings": [h.id for h in self.holdings],
+                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now)}
 
 
 class MPSUserBusy(PoolError):

@@ -36,6 +36,11 @@ class Profile:
     description: str = ""
 
     @property
+    def launcher_name(self) -> str:
+        """The name users click in JupyterLab's launcher: the display name of this profile's kernelspec."""
+        return f"Python 3 · {self.display_name}"
+
+    @property
     def hibernation_possible(self) -> bool:
         """Whether this isolation mode allows a checkpoint at all (MPS clients refuse: 801)."""
         return self.isolation != MPS
@@ -51,6 +56,7 @@ class Profile:
             "whole": self.slice.whole,
             "isolation": self.isolation,
             "display_name": self.display_name,
+            "launcher_name": self.launcher_name,
             "description": self.description,
         }
 

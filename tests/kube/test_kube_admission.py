@@ -69,8 +69,8 @@ def test_admission_counts_the_users_held_kernels_and_refuses_with_the_pool_messa
     with pytest.raises(QuotaExceeded) as e:
         admit(kernel("alice", "new"), "small", "hami", SMALL, q, others, now=200.0)
     message = str(e.value)
-    assert message.startswith("GPU quota exceeded: a kernel on profile 'small' would pass your GPU quota.")
-    assert "memory: you hold 20 GiB of 25 GiB, and this kernel needs 10 GiB" in message
+    assert message.startswith("GPU quota exceeded: 'Python 3 · small' needs 10 GiB of GPU memory, and you hold "
+                              "20 GiB of your 25 GiB.")
     assert "first.ipynb" in message and "second.ipynb" in message
     assert admit(kernel("bob", "new"), "small", "hami", SMALL, q, others, now=200.0)["memory"] == 10 * GiB
 
@@ -82,7 +82,7 @@ def test_a_group_quota_counts_every_member_together():
     assert admitted["groups"] == []  # dave is in no group
     with pytest.raises(QuotaExceeded) as e:
         admit(kernel("carol", "c1"), "half", "hami", HALF, q, others, now=200.0)
-    assert e.value.scope == "students" and "group 'students' holds (all its members together) 50%" in str(e.value)
+    assert e.value.scope == "students" and "group 'students' holds 50% of its 80% (all its members together)" in str(e.value)
 
 
 def test_an_admitted_kernel_is_a_lease_of_the_pool_core():

@@ -71,7 +71,9 @@ def test_pool_refusal_says_what_is_free_and_what_the_user_holds(ledger):
     with pytest.raises(PoolExhausted) as err:
         ledger.allocate(request(owner="alice", slice_text="20GiB"), NO_QUOTA)
     text = str(err.value)
-    assert "pool is full" in text and "largest free slice is 10 GiB" in text
+    assert text.startswith("The GPU pool is full for 'Python 3 · GPU 20 GiB' (20 GiB): the most free on one GPU "
+                           "is 10 GiB on GPU 0")
+    assert "every GPU slice is taken" not in text  # 10 GiB is free: the pool is full for this slice only
     assert "big.ipynb" in text and "secret-bob" not in text  # only the user's own kernels by name
     assert [lease.id for lease in ledger.leases()] == [mine.id, ledger.leases()[1].id]
     assert len(ledger.leases()) == 2  # the refusal took nothing
@@ -86,7 +88,8 @@ def test_user_memory_quota_refuses_and_lists_the_users_kernels(ledger):
     with pytest.raises(QuotaExceeded) as err:
         ledger.allocate(request(owner="alice", slice_text="10GiB"), quotas)
     text = str(err.value)
-    assert "GPU quota exceeded" in text and "GPU memory: you hold 20 GiB of 25 GiB" in text and "needs 10 GiB" in text
+    assert text.startswith("GPU quota exceeded: 'Python 3 · GPU 10 GiB' needs 10 GiB of GPU memory, and you hold "
+                           "20 GiB of your 25 GiB.")
     assert "a.ipynb" in text and "b.ipynb" in text
     assert err.value.scope == "user" and len(ledger.leases()) == 2
     # bob has no quota of his own and no default: not limited
@@ -97,7 +100,7 @@ def test_kernel_count_quota_counts_hibernated_kernels(ledger):
     quotas = build_quota_book({}, {}, {"kernels": 1}, {})
     lease = ledger.allocate(request(owner="alice"), quotas)
     ledger.hibernate(lease.id, host_bytes=GiB)
-    with pytest.raises(QuotaExceeded, match="Kernels: you hold 1 of 1"):
+    with pytest.raises(QuotaExceeded, match="you hold 1 of your 1 GPU kernels"):
         ledger.allocate(request(owner="alice"), quotas)
 
 
@@ -119,7 +122,7 @@ def test_quota_refusal_comes_before_pool_refusal(ledger):
 def test_sm_quota(ledger):
     quotas = build_quota_book({}, {}, {"sm_percent": 60}, {})
     ledger.allocate(request(slice_text="1GiB,50%"), quotas)
-    with pytest.raises(QuotaExceeded, match="SM share: you hold 50% of 60%"):
+    with pytest.raises(QuotaExceeded, match="needs a 20% SM share \\(of a GPU's compute\\), and you hold 50% of your 60%"):
         ledger.allocate(request(slice_text="1GiB,20%"), quotas)
 
 

@@ -46,3 +46,14 @@ async def test_a_full_pool_reaches_the_frontend_with_the_message(pool_home, jp_f
     code, reply = await refusal(start_session(jp_fetch, "gpu-pool-small", "late.ipynb"))
     assert "The GPU pool is full" in reply["message"]
     assert len(pool_home.ledger().leases()) == 2
+
+
+async def test_a_refusal_names_what_would_start_now_by_its_launcher_name(pool_home, jp_fetch):
+    assert (await start_kernel(jp_fetch, "gpu-pool-whole")).code == 201
+    assert (await start_kernel(jp_fetch, "gpu-pool-small")).code == 201  # 30 GiB stay free on the other GPU
+    code, reply = await refusal(start_kernel(jp_fetch, "gpu-pool-whole"))
+    message = reply["message"]
+    assert code == 503 and message.startswith("The GPU pool is full for 'Python 3 · whole GPU' (whole GPU): the "
+                                              "most free on one GPU is 30 GiB on GPU")
+    assert "'Python 3 · GPU 10 GiB' or 'Python 3 · GPU 20 GiB · 50%' would start now." in message
+    assert len(pool_home.ledger().leases()) == 2

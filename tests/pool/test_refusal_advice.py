@@ -1,0 +1,109 @@
+"""What a refused start tells the user to do: advice that fits the limit that was hit, profiles named
+as the launcher shows them, and what would start now, judged by the same allocation decision."""
+
+from __future__ import annotations
+
+from ledger_helpers import GiB, NO_QUOTA, gpus
+
+from jupyter_gpu_pool.pool import Lease, PoolExhausted, QuotaExceeded, build_quota_book
+from jupyter_gpu_pool.pool.allocation import Ask, Holdings, allocate
+from jupyter_gpu_pool.pool.profiles import parse_profiles
+
+PROFILES = parse_profiles({
+    "gpu-10g": {"slice": "10GiB", "display_name": "GPU 10 GiB"},
+    "gpu-20g": {"slice": "20GiB", "display_name": "GPU 20 GiB"},
+    "gpu-30g": {"slice": "30GiB", "display_name": "GPU 30 GiB"},
+})
+ALL = tuple(PROFILES.values())
+
+
+def held(owner: str, memory_gib: int, gpu: str = "GPU-0", label: str = "") -> Lease:
+    return Lease(id=f"L-{owner}-{memory_gib}-{label}", owner=owner, kernel_id=f"k-{owner}-{label}", profile="gpu-10g",
+                 isolation="soft", memory=memory_gib * GiB, sm_percent=None, whole=False, gpu_count=1,
+                 state="active", gpus=(gpu,), last_gpus=(gpu,), groups=(), label=label, created=0.0, updated=0.0,
+                 state_since=0.0)
+
+
+def ask(profile: str, alternatives=ALL) -> Ask:
+    return Ask("alice", "k-new", PROFILES[profile], alternatives=alternatives)
+
+
+def test_a_kernel_count_limit_is_not_helped_by_a_smaller_profile():
+    quotas = build_quota_book({}, {}, {"kernels": 2}, {})
+    holdings = Holdings.of(gpus(40, 40), [held("alice", 10, label="a.ipynb"), held("alice", 10, label="b.ipynb")])
+    refusal = allocate(holdings, ask("gpu-20g"), quotas, now=100)
+    assert isinstance(refusal, QuotaExceeded) and refusal.resource == "kernels"
+    text = str(refusal)
+    assert text.startswith("GPU quota exceeded: you hold 2 of your 2 GPU kernels, so 'Python 3 · GPU 20 GiB' "
+                           "cannot start.")
+    assert "a.ipynb (10 GiB, active for 1m" in text and "b.ipynb" in text
+    assert text.endswith("Shut one down (Kernel > Shut Down Kernel, or Shut down in the GPU panel), then start this one.")
+    assert "smaller" not in text and "would start now" not in text and refusal.starts_now == ()
+
+
+def test_a_memory_limit_names_the_profile_that_would_start_now():
+    quotas = build_quota_book({}, {}, {"memory": "30GiB"}, {})
+    holdings = Holdings.of(gpus(40, 40), [held("alice", 20, label="a.ipynb")])
+    refusal = allocate(holdings, ask("gpu-20g"), quotas, now=0)
+    assert isinstance(refusal, QuotaExceeded) and refusal.resource == "GPU memory"
+    text = str(refusal)
+    assert text.startswith("GPU quota exceeded: 'Python 3 · GPU 20 GiB' needs 20 GiB of GPU memory, and you hold "
+                           "20 GiB of your 30 GiB.")
+    assert "'Python 3 · GPU 10 GiB' would start now. Or shut down a kernel you no longer need." in text
+    assert refusal.starts_now == ("Python 3 · GPU 10 GiB",)
+    assert refusal.to_dict()["starts_now"] == ["Python 3 · GPU 10 GiB"]
+
+
+def test_a_memory_limit_with_nothing_smaller_says_to_make_room():
+    quotas = build_quota_book({}, {}, {"memory": "20GiB"}, {})
+    refusal = allocate(Holdings.of(gpus(40), [held("alice", 20)]), ask("gpu-10g"), quotas, now=0)
+    assert isinstance(refusal, QuotaExceeded)
+    assert str(refusal).endswith("Shut down a kernel you no longer need to make room in your quota.")
+    assert "would start now" not in str(refusal)
+
+
+def test_a_pool_with_free_memory_is_not_called_full_and_says_what_would_start():
+    # 10 GiB free on each GPU: a 20 GiB slice does not fit, a 10 GiB one does.
+    holdings = Holdings.of(gpus(40, 40), [held("bob", 30, "GPU-0"), held("carol", 30, "GPU-1")])
+    refusal = allocate(holdings, ask("gpu-20g"), NO_QUOTA, now=0)
+    assert isinstance(refusal, PoolExhausted)
+    text = str(refusal)
+    assert text.startswith("The GPU pool is full for 'Python 3 · GPU 20 GiB' (20 GiB): the most free on one GPU is "
+                           "10 GiB on GPU")
+    assert "every GPU slice is taken" not in text
+    assert "'Python 3 · GPU 10 GiB' would start now. Or try again when an idle kernel gives its slice back." in text
+    assert "You hold no GPU slice right now." in text and "bob" not in text and "carol" not in text
+
+
+def test_a_pool_with_every_slice_taken_says_so_and_suggests_nothing():
+    holdings = Holdings.of(gpus(40), [held("bob", 40)])
+    refusal = allocate(holdings, ask("gpu-10g"), NO_QUOTA, now=0)
+    assert isinstance(refusal, PoolExhausted)
+    text = str(refusal)
+    assert text.startswith("The GPU pool is full: every GPU slice is taken, so 'Python 3 · GPU 10 GiB' (10 GiB) "
+                           "cannot start now.")
+    assert "would start now" not in text and refusal.starts_now == ()
+
+
+def test_a_pool_without_gpus_asks_for_the_admin_and_never_to_try_again():
+    refusal = allocate(Holdings.of([], []), ask("gpu-10g"), NO_QUOTA, now=0)
+    assert isinstance(refusal, PoolExhausted)
+    text = str(refusal)
+    assert text == ("'Python 3 · GPU 10 GiB' (10 GiB) cannot start: the pool has no GPUs (none detected, none "
+                    "declared). Tell your admin: the pool's GPU inventory is empty.")
+    assert "try again" not in text.lower() and "smaller" not in text
+
+
+def test_suggestions_pass_the_same_quota_as_the_ask():
+    # 30 GiB free in the pool but only 10 GiB left in the quota: only the 10 GiB profile would start.
+    quotas = build_quota_book({}, {}, {"memory": "20GiB"}, {})
+    holdings = Holdings.of(gpus(40), [held("alice", 10)])
+    refusal = allocate(holdings, ask("gpu-30g"), quotas, now=0)
+    assert isinstance(refusal, QuotaExceeded) and refusal.starts_now == ("Python 3 · GPU 10 GiB",)
+
+
+def test_without_alternatives_nothing_is_suggested():
+    holdings = Holdings.of(gpus(40, 40), [held("bob", 30, "GPU-0"), held("carol", 30, "GPU-1")])
+    refusal = allocate(holdings, ask("gpu-20g", alternatives=()), NO_QUOTA, now=0)
+    assert isinstance(refusal, PoolExhausted) and refusal.starts_now == ()
+    assert "would start now" not in str(refusal)
