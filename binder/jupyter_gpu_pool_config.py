@@ -2,9 +2,9 @@
 #
 # NO GPU IS NEEDED OR USED. The pool's GPUs are DECLARED: two 40 GiB "Demo GPU"s exist only
 # in the ledger. Kernels take real slices of them (quota, placement, queue, idle policy and
-# UI all work as on real GPUs) but hold no GPU memory, and no CUDA code can run. Hibernation
-# (moving a kernel's GPU memory to host RAM) needs a real GPU, so the demo policy shuts idle
-# kernels down instead.
+# UI all work as on real GPUs) but hold no GPU memory, and no CUDA code can run. Idle kernels
+# hibernate as on real GPUs, marked "declared: no GPU memory to move": the kernel keeps its
+# variables and gives its slice back, and the next cell takes a slice again.
 
 c = get_config()  # noqa: F821  (traitlets config file)
 
@@ -22,8 +22,9 @@ c.GPUPool.profiles = {
 c.GPUPool.default_user_quota = {"memory": "30GiB", "kernels": 2}
 c.GPUPool.unix_groups = False
 
-# A short idle policy, so that the demo shows a warning, Keep alive and a cull within minutes:
-# warned after 90 s idle, shut down after 3 min; one Keep alive of 3 min.
+# A short idle policy, so that the demo shows a warning, Keep alive and a hibernation within
+# minutes: warned after 90 s idle, hibernated after 3 min (run a cell to resume); one Keep alive of
+# 3 min; a kernel hibernated for 30 min is shut down.
 c.GPUPool.policy = [{
     "name": "binder-demo",
     "idle_timeout": "3m",
@@ -31,7 +32,8 @@ c.GPUPool.policy = [{
     "warn": "90s",
     "snooze": "3m",
     "max_snoozes": 1,
-    "action": "shutdown",
+    "max_hibernated": "30m",
+    "action": "hibernate",
 }]
 
 c.GPUPoolExtension.cull_interval = 5.0

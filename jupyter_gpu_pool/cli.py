@@ -12,7 +12,7 @@ from jupyter_core.application import JupyterApp
 from traitlets import Bool, Unicode
 
 from . import __version__
-from .config import CONFIG_FILE, DEMO_INVENTORY, ConfigError, GPUPool, config_files, load_settings
+from .config import CONFIG_FILE, DEMO_INVENTORY, DEMO_POLICY, ConfigError, GPUPool, config_files, load_settings
 from .devices.nvml import discover
 from .local.pool import LocalPool, Pool, build_inventory
 from .pool import PoolError, Snapshot, format_size
@@ -189,7 +189,8 @@ class KernelSpecApp(JupyterApp):
 
 
 def write_initial_config(directory: str, demo: bool) -> str:
-    """Write a starting config an admin can edit; with ``demo``, a declared demo inventory."""
+    """Write a starting config an admin can edit; with ``demo``, a declared demo inventory and a short
+    idle policy that hibernates."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{CONFIG_FILE}.json")
     from .config import DEFAULT_PROFILES
@@ -197,6 +198,7 @@ def write_initial_config(directory: str, demo: bool) -> str:
     body: dict = {"GPUPool": {"profiles": DEFAULT_PROFILES}}
     if demo:
         body["GPUPool"]["inventory"] = DEMO_INVENTORY
+        body["GPUPool"]["policy"] = DEMO_POLICY
     with open(path, "w") as f:
         json.dump(body, f, indent=2)
     return path
@@ -389,4 +391,3 @@ main = launch_new_instance = GPUPoolApp.launch_instance
 
 if __name__ == "__main__":
     main()
-

@@ -65,6 +65,10 @@ DEFAULT_PROFILES = {
 }
 
 DEMO_INVENTORY = [{"name": "Demo GPU (declared, not real)", "memory": "40GiB", "sm_count": 108, "count": 2}]
+# Written beside the demo inventory: short enough that a warning and a hibernation (declared GPUs: no GPU
+# memory to move, the kernel keeps its variables) show within minutes.
+DEMO_POLICY = [{"name": "demo", "idle_timeout": "5m", "gpu_idle_timeout": None, "warn": "2m", "snooze": "5m",
+                "max_snoozes": 1, "max_hibernated": "1d", "action": "hibernate"}]
 
 
 class ConfigError(ValueError):

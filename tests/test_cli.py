@@ -104,6 +104,7 @@ def test_init_writes_a_demo_inventory_where_no_gpu_is_found(jp_environ, tmp_path
     out = cli("init", f"--dir={tmp_path}").stdout
     body = json.loads((tmp_path / "jupyter_gpu_pool_config.json").read_text())
     assert body["GPUPool"]["inventory"][0]["name"].startswith("Demo GPU (declared")
+    assert body["GPUPool"]["policy"][0]["action"] == "hibernate"  # declared GPUs hibernate: the demo shows it
     assert "no GPU detected by NVML" in out and "demo inventory (not real GPUs)" in out
     again = cli("init", f"--dir={tmp_path}", check=False)
     assert again.returncode == 2 and "exists" in again.stderr

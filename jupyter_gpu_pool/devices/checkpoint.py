@@ -358,17 +358,25 @@ def cuda_processes(drv: Driver, pids: Iterable[int]) -> dict[int, ProcessState]:
 # -- capability: can this kernel hibernate at all? -------------------------------------------
 
 
+DECLARED_NOTE = "declared: no GPU memory to move"
+
+
 @dataclass(frozen=True)
 class Capability:
-    """Whether a kernel can hibernate; when not, ``reason`` (a word) and ``message`` (for the user)."""
+    """Whether a kernel can hibernate; when not, ``reason`` (a word) and ``message`` (for the user).
+
+    ``declared``: the kernel's GPUs are declared in the inventory, not real, so it holds no GPU
+    memory: it hibernates through the same moves with nothing to checkpoint (``message`` says so)."""
 
     available: bool
     reason: str | None = None
     message: str | None = None
     remap: bool = False  # may resume on another GPU of the same model
+    declared: bool = False
 
     def to_dict(self) -> dict:
-        return {"available": self.available, "reason": self.reason, "message": self.message, "remap": self.remap}
+        return {"available": self.available, "reason": self.reason, "message": self.message, "remap": self.remap,
+                "declared": self.declared}
 
 
 def driver_branch(driver_version: str | None) -> int | None:
@@ -381,16 +389,17 @@ def driver_branch(driver_version: str | None) -> int | None:
 
 def capability(isolation: str, gpus: list[GPU], info: DriverInfo, driver_version: str | None = None) -> Capability:
     """Say, before anything is touched, whether a kernel on these GPUs in this isolation mode can
-    hibernate, and why not.  ``driver_version`` is NVML's (``"580.159"``) where known."""
+    hibernate, and why not.  ``driver_version`` is NVML's (``"580.159"``) where known.  Declared
+    GPUs can, whatever the driver: their kernels hold no GPU memory (MPS profiles still cannot, as
+    on real GPUs)."""
     if isolation == MPS:
         return Capability(False, "mps", "This kernel runs as an NVIDIA MPS client (its profile enforces an SM share), "
                           "and the CUDA driver cannot checkpoint MPS clients (error 801): it can only be shut down "
                           "to free its slice. Pick a 'soft' or whole-GPU profile to be able to hibernate.")
     if not gpus:
         return Capability(False, "no_gpu", "This kernel holds no GPU right now, so there is nothing to hibernate.")
-    if any(g.declared for g in gpus):
-        return Capability(False, "declared", "This kernel's GPU is declared in the pool's inventory, not a real one: "
-                          "declared GPUs hold no memory, so there is nothing to hibernate.")
+    if all(g.declared for g in gpus):  # no driver needed: nothing to move
+        return Capability(True, message=DECLARED_NOTE, declared=True)
     if any(g.mig for g in gpus):
         return Capability(False, "mig", "This kernel's GPU is in MIG mode, and the CUDA driver cannot checkpoint "
                           "processes on MIG instances: it can only be shut down to free its slice.")

@@ -11,6 +11,10 @@ Resume: take a slice again (its last GPU, else another of the same model where t
 restore there), *restore*, *unlock*.  No slice free: the resume waits in the pool's queue (the
 lease's phase says ``queued``, the queue says where); nothing hangs silently.
 
+On declared GPUs (the pool's inventory, not real GPUs) a kernel holds no GPU memory: both moves
+run exactly as above (phase claims, host-RAM accounting of 0 bytes, the ledger, the queue) with
+no driver call, since there is nothing to checkpoint; their outcomes say ``declared``.
+
 Every failure either puts everything back as it was (the kernel runs on, the lease stays as it
 was) or, past the point of no return, marks the lease ``failed`` and says where each process was
 left.  The ledger's phase is the one record of a move under way; the hibernator keeps only its own
@@ -68,10 +72,12 @@ class Outcome:
     waited: float = 0.0  # seconds a resume spent in the queue
     message: str = ""
     lease: Lease | None = None  # the lease after the move
+    declared: bool = False  # on declared GPUs: no GPU memory to move, no driver call made
 
     def to_dict(self) -> dict:
         return {"kernel_id": self.kernel_id, "action": self.action, "duration": self.duration, "bytes": self.bytes,
-                "pids": list(self.pids), "gpus": list(self.gpus), "waited": self.waited, "message": self.message}
+                "pids": list(self.pids), "gpus": list(self.gpus), "waited": self.waited, "message": self.message,
+                "declared": self.declared}
 
 
 @dataclass(frozen=True)
@@ -175,14 +181,27 @@ class Hibernator:
     def _cap(self) -> int | None:
         return self.settings.cap_bytes(self.ram_total())
 
+    @property
+    def declared(self) -> bool:
+        """The pool's GPUs are declared, not real: no move has GPU memory to carry."""
+        return self.pool.inventory.declared
+
+    async def _cuda_states(self, cap: cp.Capability, tree: list[int]) -> dict[int, cp.ProcessState]:
+        """The CUDA state of each process of ``tree`` that has one; on declared GPUs none (the driver
+        is not asked: there is no GPU memory to move)."""
+        if cap.declared or not tree:
+            return {}
+        return await asyncio.to_thread(cp.cuda_processes, self.driver, tree)
+
     # -- capability ----------------------------------------------------------------------------
 
     def capability(self, lease: Lease) -> cp.Capability:
         """Whether this lease's kernel can hibernate at all, and why not (no driver call is made
-        for MPS, MIG or declared GPUs: those are refused on what the pool already knows)."""
+        for MPS or MIG, refused on what the pool already knows, nor for declared GPUs, which have
+        nothing to move)."""
         gpus = self._gpus_of(lease)
         pre = cp.capability(lease.isolation, gpus, cp.DriverInfo(True, remap=True), self._driver_version())
-        if not pre.available:
+        if not pre.available or pre.declared:
             return pre
         if lease.kernel_id in self._unsupported:
             return cp.Capability(False, "not_supported", self._unsupported[lease.kernel_id])
@@ -190,7 +209,7 @@ class Hibernator:
 
     def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
         cap = self.capability(lease)
-        return cap.available, cap.message
+        return cap.available, None if cap.available else cap.message
 
     # -- what the UI shows ---------------------------------------------------------------------
 
@@ -257,7 +276,7 @@ class Hibernator:
         tree = self.kernels.pids(kernel_id, lease.holder_pid)
         if not tree:
             raise HibernationRefused("no_process", "This kernel's process is not running.")
-        states = await asyncio.to_thread(cp.cuda_processes, self.driver, tree)
+        states = await self._cuda_states(cap, tree)
         stuck = {pid: s.word for pid, s in states.items() if s != cp.ProcessState.RUNNING}
         if stuck:
             raise HibernationRefused("not_running", f"This kernel's CUDA processes are not all running ({stuck}); "
@@ -287,10 +306,12 @@ class Hibernator:
         duration = time.monotonic() - started
         lease = await asyncio.to_thread(self.ledger.hibernate, lease.id, moved, reason)
         await self._show(kernel_id, display_state(lease))
-        log.info("kernel %s hibernated (%s): %s in %.1fs, pids %s", kernel_id, reason, format_size(moved), duration,
-                 pids)
+        log.info("kernel %s hibernated (%s): %s in %.1fs, pids %s%s", kernel_id, reason, format_size(moved), duration,
+                 pids, f" ({cp.DECLARED_NOTE})" if cap.declared else "")
+        message = (f"Nothing moved to host RAM ({cp.DECLARED_NOTE})." if cap.declared
+                   else f"{format_size(moved)} of GPU memory moved to host RAM in {duration:.1f} s.")
         return Outcome(kernel_id, "hibernated", duration, moved, tuple(pids), lease.last_gpus, lease=lease,
-                       message=f"{format_size(moved)} of GPU memory moved to host RAM in {duration:.1f} s.")
+                       message=message, declared=cap.declared)
 
     async def _settle_undone(self, lease: Lease) -> None:
         """A hibernation that did not happen: release its host-RAM claim and clear its phase."""
@@ -315,6 +336,9 @@ class Hibernator:
 
     async def _claim_host_ram(self, lease: Lease, needed: int) -> None:
         """Claim host RAM for the checkpoint under the cap, or apply the over-cap policy."""
+        if not needed:  # nothing to hold (declared GPUs, a kernel that never used CUDA): always fits
+            await asyncio.to_thread(self.ledger.reserve_host_bytes, lease.id, 0, None, lease.host)
+            return
         available = await asyncio.to_thread(self.ram_available)
         if needed + RAM_MARGIN > available:
             raise HibernationRefused(
@@ -499,10 +523,10 @@ class Hibernator:
         if lease.state != HIBERNATED or lease.phase == FAILED:
             raise HibernationRefused("not_hibernated", f"This kernel is {display_state(lease)}"
                                      f"{' (' + lease.phase + ')' if lease.phase else ''}; there is nothing to resume.")
-        tree = self.kernels.pids(kernel_id, lease.holder_pid)
-        states = await asyncio.to_thread(cp.cuda_processes, self.driver, tree) if tree else {}
-        pids = sorted(pid for pid, s in states.items() if s == cp.ProcessState.CHECKPOINTED)
         cap = self.capability(lease)
+        tree = self.kernels.pids(kernel_id, lease.holder_pid)
+        states = await self._cuda_states(cap, tree)
+        pids = sorted(pid for pid, s in states.items() if s == cp.ProcessState.CHECKPOINTED)
         try:
             claimed = await self._move(lease, RESUMING, expect=lease.phase)
         except PhaseConflict as e:
@@ -514,7 +538,8 @@ class Hibernator:
         pairs = None
         restored: list[int] = []
         try:
-            same_gpu = not (cap.remap and pids)
+            # Another GPU only where the driver can restore there, or nothing is to be restored on a declared one.
+            same_gpu = not (cap.declared or (cap.remap and pids))
             new, waited = await self._take_slice(lease, same_gpu)
             pairs = list(zip(lease.last_gpus, new.gpus)) if pids and new.gpus != lease.last_gpus else None
             try:
@@ -545,10 +570,13 @@ class Hibernator:
         duration = time.monotonic() - started
         where = "" if new.gpus == lease.last_gpus else " on another GPU of the same model"
         queued = f" after {waited:.0f} s in the queue" if waited >= 1 else ""
-        log.info("kernel %s resumed (%s) on %s in %.1fs%s", kernel_id, reason, new.gpus, duration, queued)
+        log.info("kernel %s resumed (%s) on %s in %.1fs%s%s", kernel_id, reason, new.gpus, duration, queued,
+                 f" ({cp.DECLARED_NOTE})" if cap.declared else "")
+        moved_text = (f"{cp.DECLARED_NOTE}" if cap.declared
+                      else f"{format_size(moved)} back on the GPU in {duration:.1f} s")
         return Outcome(kernel_id, "resumed", duration, moved, tuple(pids), new.gpus, waited, lease=settled,
-                       message=f"Resumed{where}{queued}: {format_size(moved)} back on the GPU in {duration:.1f} s; "
-                               "every variable is as it was.")
+                       message=f"Resumed{where}{queued}: {moved_text}; every variable is as it was.",
+                       declared=cap.declared)
 
     async def _settle(self, kernel_id: str, state: str) -> Lease | None:
         """A resume ended: a lease in ``state`` with a resume's phase is settled (phase cleared)."""
@@ -672,7 +700,7 @@ class Hibernator:
             await self._move(lease, "", expect=lease.phase)  # the queue wait or resume ended with its server
             return []
         tree = self.kernels.pids(lease.kernel_id, lease.holder_pid)
-        states = await asyncio.to_thread(cp.cuda_processes, self.driver, tree) if tree else {}
+        states = await self._cuda_states(self.capability(lease), tree)
         if any(s in (cp.ProcessState.CHECKPOINTED, cp.ProcessState.LOCKED) for s in states.values()):
             result = await asyncio.to_thread(self._put_back_running, sorted(states))
             if not all(s == cp.ProcessState.RUNNING.word for s in result.values()):

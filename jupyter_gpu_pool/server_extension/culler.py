@@ -254,7 +254,8 @@ class Culler:
                     await self.recorder.record("hibernated", outcome.lease or lease,
                                                reason=reason, message=f"{message} {outcome.message}".strip(),
                                                rule=rule.name, action=P.HIBERNATE,
-                                               duration=round(outcome.duration, 3), bytes=outcome.bytes)
+                                               duration=round(outcome.duration, 3), bytes=outcome.bytes,
+                                               declared=outcome.declared)
                     return
             why = "released by its user" if user_release else f"culled: {reason} (rule {rule.name!r})"
             if not await self.shutdown(kid, why, lease, expect=expect):

@@ -21,7 +21,7 @@ def register(event_logger) -> None:
 
 def kernel_action(action: str, *, kernel_id: str, user: str, reason: str, message: str, profile: str | None = None,
                   deadline: float | None = None, dry_run: bool = False, duration: float | None = None,
-                  bytes: int | None = None) -> dict:
+                  bytes: int | None = None, declared: bool = False) -> dict:
     """The event's data, with only the fields that apply."""
     data: dict = {"action": action, "kernel_id": kernel_id, "user": user, "reason": reason, "message": message,
                   "dry_run": dry_run}
@@ -33,6 +33,8 @@ def kernel_action(action: str, *, kernel_id: str, user: str, reason: str, messag
         data["duration"] = duration
     if bytes is not None:
         data["bytes"] = bytes
+    if declared:
+        data["declared"] = True
     return data
 
 

@@ -127,7 +127,7 @@ class PoolHibernation(HibernationHook):
         if outcome.lease is not None and outcome.duration:
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
                                        action="resume", rule="hibernation", duration=round(outcome.duration, 3),
-                                       bytes=outcome.bytes)
+                                       bytes=outcome.bytes, declared=outcome.declared)
 
     # -- upkeep -------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import uuid
 from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 
+from ..devices.checkpoint import DECLARED_NOTE
 from ..hibernation import HibernationError
 from ..pool.phases import QUEUED
 
@@ -72,9 +73,12 @@ class TransparentResume:
     def _notice(self) -> dict:
         hook = self._hook
         position = hook.hibernator.queue_position(self.kernel_id) if hook is not None else None
+        declared = hook is not None and hook.hibernator.declared
         if position is not None:
             text = (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
                     "The cell runs as soon as the kernel has resumed.")
+        elif declared:
+            text = f"Resuming this kernel ({DECLARED_NOTE}): it takes a GPU slice again. The cell runs next."
         else:
             text = "Resuming this kernel: its GPU memory is coming back from host RAM. The cell runs next."
         return {"data": {"text/plain": text}, "metadata": {}}

@@ -28,16 +28,19 @@ class Recorder:
     async def record(self, kind: str, lease: Lease, *, reason: str = "", message: str = "", rule: str | None = None,
                      dry_run: bool = False, deadline: float | None = None, action: str | None = None,
                      note: str | None = None, duration: float | None = None, bytes: int | None = None,
-                     extra: dict | None = None) -> None:
+                     declared: bool = False, extra: dict | None = None) -> None:
         """Journal, event, metric and log line for one thing that happened to ``lease``'s kernel.
 
         ``action``: what was (or will be) done (hibernate, shutdown, resume); ``rule``: the policy rule
-        that decided it; ``note``: why it was done another way (hibernation unavailable, so shut down)."""
+        that decided it; ``note``: why it was done another way (hibernation unavailable, so shut down);
+        ``declared``: a hibernation or resume on declared GPUs (no GPU memory to move)."""
         detail = {"source": "policy", "message": message, "dry_run": dry_run, "rule": rule, "action": action,
                   "profile": lease.profile, "name": lease.label, **(extra or {})}
         for key, value in (("deadline", deadline), ("note", note), ("duration", duration), ("bytes", bytes)):
             if value is not None:
                 detail[key] = value
+        if declared:
+            detail["declared"] = True
         try:
             await self.backend.record(kind, lease_id=lease.id, kernel_id=lease.kernel_id, owner=lease.owner,
                                       reason=reason, detail=detail)
@@ -45,7 +48,7 @@ class Recorder:
             log.exception("could not journal %s of kernel %s", kind, lease.kernel_id)
         self.announce(_EVENT_ACTION.get(kind, kind), kernel_id=lease.kernel_id, user=lease.owner,
                       reason=reason if kind not in _EVENT_ACTION else kind, message=message, profile=lease.profile,
-                      deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes)
+                      deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes, declared=declared)
         metrics.count_move(kind, action, dry_run, duration, bytes)
         (log.warning if kind in ("culled", "hibernated", "hibernation_failed") and not dry_run else log.info)(
             "GPU pool %s%s kernel %s of %s: %s", "(dry run) " if dry_run else "", kind, lease.kernel_id,
@@ -53,13 +56,13 @@ class Recorder:
 
     def announce(self, action: str, *, kernel_id: str, user: str, reason: str, message: str,
                  profile: str | None = None, deadline: float | None = None, dry_run: bool = False,
-                 duration: float | None = None, bytes: int | None = None) -> None:
+                 duration: float | None = None, bytes: int | None = None, declared: bool = False) -> None:
         """The event and the action counter only, for what is on the journal already (a refusal the
         ledger wrote, a queued start)."""
         metrics.count(action, reason, dry_run)
         try:
             events.emit(self.event_logger, events.kernel_action(
                 action, kernel_id=kernel_id, user=user, reason=reason, message=message, profile=profile,
-                deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes))
+                deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes, declared=declared))
         except Exception:  # an event is a notification; its failure must not stop the policy
             log.exception("could not emit the %s event", action)

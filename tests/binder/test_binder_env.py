@@ -176,7 +176,7 @@ def test_server_starts_with_the_extension_and_the_demo_pool(binder_server):
     assert me["quota"] == {"memory": 30 * GiB, "sm_percent": None, "kernels": 2}
     pool = server.get("gpu-pool/api/v1/pool")  # the owner of a personal server is the pool's admin
     rule = pool["policy"]["rules"][0]
-    assert (rule["name"], rule["idle_timeout"], rule["warn"], rule["action"]) == ("binder-demo", 180, 90, "shutdown")
+    assert (rule["name"], rule["idle_timeout"], rule["warn"], rule["action"]) == ("binder-demo", 180, 90, "hibernate")
     specs = server.get("api/kernelspecs")["kernelspecs"]
     assert {"gpu-pool-gpu-10g", "gpu-pool-gpu-20g"} <= set(specs)
 

@@ -65,3 +65,40 @@ def jp_server_config(standin_machine, request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "pool_settings(**settings): more c.GPUPool settings of the test's server")
+
+
+@pytest.fixture
+async def ext(jp_serverapp):
+    """The extension, started as ``jupyter server`` starts it (pytest-jupyter runs no start hooks):
+    the culler, the sampler and the hibernation upkeep run."""
+    app = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
+    await app._start_jupyter_server_extension(jp_serverapp)
+    yield app
+    await app.stop_extension()
+
+
+@pytest.fixture
+async def events(jp_ws_fetch):
+    """The server's events as JupyterLab subscribes to them."""
+    from server_hibernation_helpers import Events
+
+    ws = await jp_ws_fetch("api", "events", "subscribe")
+    yield Events(ws)
+    ws.close()
+
+
+@pytest.fixture
+def channels(jp_ws_fetch):
+    """Opens kernel websockets (``await channels(kid, v1=False)``), closed at the end."""
+    from server_hibernation_helpers import V1, Channels
+
+    opened = []
+
+    async def open_(kid: str, v1: bool = False) -> Channels:
+        ws = await jp_ws_fetch("api", "kernels", kid, "channels", subprotocols=[V1] if v1 else None)
+        opened.append(ws)
+        return Channels(ws, v1)
+
+    yield open_
+    for ws in opened:
+        ws.close()

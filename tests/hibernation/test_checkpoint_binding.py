@@ -175,8 +175,6 @@ OK = cp.DriverInfo(True, None, 13000, remap=True)
 
 @pytest.mark.parametrize("isolation,gpus,info,driver,reason,words", [
     (MPS, [REAL], OK, "580.159", "mps", "error 801"),
-    (SOFT, [GPU(uuid="DECLARED-local-0", name="Demo", memory=GiB, source=DECLARED)], OK, None, "declared",
-     "declared GPUs hold no memory"),
     (SOFT, [GPU(uuid=REAL.uuid, name="A100", memory=40 * GiB, mig=True)], OK, "580.1", "mig", "MIG"),
     (SOFT, [REAL], cp.DriverInfo(False, "libcuda.so.1 not found (no NVIDIA driver on this machine)"), None,
      "driver", "libcuda.so.1 not found"),
@@ -187,6 +185,17 @@ def test_capability_says_why_not_in_a_sentence(isolation, gpus, info, driver, re
     cap = cp.capability(isolation, gpus, info, driver)
     assert not cap.available and cap.reason == reason and words in cap.message
     assert cap.message.endswith(".")
+
+
+DEMO = GPU(uuid="DECLARED-local-0", name="Demo", memory=GiB, source=DECLARED)
+
+
+@pytest.mark.parametrize("info", [OK, cp.DriverInfo(False, "libcuda.so.1 not found (no NVIDIA driver on this machine)")])
+def test_declared_gpus_can_hibernate_with_nothing_to_move_whatever_the_driver(info):
+    cap = cp.capability(SOFT, [DEMO], info, None)
+    assert cap.available and cap.declared and cap.message == "declared: no GPU memory to move"
+    assert cap.to_dict()["declared"] is True and not cap.remap
+    assert not cp.capability(MPS, [DEMO], info, None).available  # an MPS profile cannot, as on a real GPU
 
 
 def test_capability_allows_soft_and_whole_gpus_and_restore_elsewhere_only_from_580():

@@ -7,162 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-import uuid
 
 import pytest
-from jupyter_client.session import Session
-from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1
 from kernel_helpers import wait_until
+from server_hibernation_helpers import MiB, API, Server, body, texts
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu_pool.devices import checkpoint as cp
-from jupyter_gpu_pool.server_extension.events import SCHEMA_ID
-
-MiB = 2**20
-API = ("gpu-pool", "api", "v1")
-V1 = "v1.kernel.websocket.jupyter.org"
 
 
 @pytest.fixture
-async def ext(jp_serverapp):
-    """The extension, started as ``jupyter server`` starts it (pytest-jupyter runs no start hooks):
-    the culler, the sampler and the hibernation upkeep run."""
-    app = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
-    await app._start_jupyter_server_extension(jp_serverapp)
-    yield app
-    await app.stop_extension()
-
-
-def body(response) -> dict:
-    return json.loads(response.body.decode())
-
-
-class Server:
-    """One test's server: kernels over REST, the stand-in's view of their processes, GET me."""
-
-    def __init__(self, jp_fetch, jp_ws_fetch, ext, standin):
-        self.fetch, self.ws_fetch, self.ext, self.standin = jp_fetch, jp_ws_fetch, ext, standin
-
-    async def gpu_kernel(self, gpu_bytes: int = 400 * MiB, profile: str = "small") -> tuple[str, int]:
-        r = await self.fetch("api", "kernels", method="POST", body=json.dumps({"name": f"gpu-pool-{profile}"}))
-        kid = body(r)["id"]
-        pid = self.ext.serverapp.kernel_manager.get_kernel(kid).provisioner.pid
-        lease = self.ext.backend.pool.ledger.by_kernel(kid)
-        self.standin.add(pid, gpu_bytes, gpus=lease.gpus)
-        return kid, pid
-
-    async def me_kernel(self, kid: str) -> dict:
-        me = body(await self.fetch(*API, "me"))
-        return next(k for k in me["kernels"] if k["kernel_id"] == kid)
-
-    async def post(self, kid: str, action: str, payload: dict | None = None):
-        return await self.fetch(*API, "kernels", kid, action, method="POST", body=json.dumps(payload or {}))
-
-    async def hibernate(self, kid: str) -> None:
-        r = await self.post(kid, "release")
-        assert r.code == 202 and body(r)["action"] == "hibernate"
-        await wait_until(lambda: self.lease(kid).state == "hibernated", what="hibernated")
-
-    def lease(self, kid: str):
-        return self.ext.backend.pool.ledger.by_kernel(kid)
-
-
-@pytest.fixture
-def server(jp_fetch, jp_ws_fetch, ext, standin) -> Server:
-    return Server(jp_fetch, jp_ws_fetch, ext, standin)
-
-
-class Events:
-    def __init__(self, ws):
-        self.ws, self.seen = ws, []
-
-    async def action(self, action: str, kid: str, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            for e in self.seen:
-                if e.get("schema_id") == SCHEMA_ID and e.get("action") == action and e.get("kernel_id") == kid:
-                    return e
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {action} event for {kid}; saw {[e.get('action') for e in self.seen]}")
-            try:
-                message = await asyncio.wait_for(self.ws.read_message(), left)
-            except asyncio.TimeoutError:
-                continue
-            self.seen.append(json.loads(message))
-
-
-@pytest.fixture
-async def events(jp_ws_fetch):
-    ws = await jp_ws_fetch("api", "events", "subscribe")
-    yield Events(ws)
-    ws.close()
-
-
-class Channels:
-    """A kernel websocket as JupyterLab opens it, in the legacy JSON or the v1 binary protocol."""
-
-    def __init__(self, ws, v1: bool):
-        self.ws, self.v1 = ws, v1
-        self.session = Session(key=b"")
-
-    async def execute(self, code: str) -> str:
-        header = {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "username": "u",
-                  "session": uuid.uuid4().hex, "date": "", "version": "5.3"}
-        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                   "allow_stdin": False, "stop_on_error": True}
-        msg = {"header": header, "parent_header": {}, "metadata": {}, "content": content, "buffers": []}
-        if self.v1:
-            await self.ws.write_message(serialize_msg_to_ws_v1(msg, "shell", self.session.pack), binary=True)
-        else:
-            await self.ws.write_message(json.dumps({**msg, "channel": "shell"}))
-        return header["msg_id"]
-
-    async def replies(self, msg_id: str, timeout: float = 60.0) -> list[tuple[str, str, dict]]:
-        """(channel, msg_type, content) of every message for ``msg_id`` until its execute_reply and idle."""
-        got: list[tuple[str, str, dict]] = []
-        deadline = time.monotonic() + timeout
-        replied = idle = False
-        while not (replied and idle):
-            raw = await asyncio.wait_for(self.ws.read_message(), max(deadline - time.monotonic(), 0.01))
-            assert raw is not None, "the kernel websocket closed"
-            if self.v1:
-                channel, parts = deserialize_msg_from_ws_v1(raw)
-                header, parent, content = (self.session.unpack(parts[i]) for i in (0, 1, 3))
-            else:
-                m = json.loads(raw)
-                channel, header, parent, content = m["channel"], m["header"], m["parent_header"], m["content"]
-            if parent.get("msg_id") != msg_id:
-                continue
-            got.append((channel, header["msg_type"], content))
-            replied = replied or header["msg_type"] == "execute_reply"
-            idle = idle or (header["msg_type"] == "status" and content["execution_state"] == "idle")
-        return got
-
-
-@pytest.fixture
-def channels(jp_ws_fetch):
-    opened = []
-
-    async def open_(kid: str, v1: bool = False) -> Channels:
-        ws = await jp_ws_fetch("api", "kernels", kid, "channels", subprotocols=[V1] if v1 else None)
-        opened.append(ws)
-        return Channels(ws, v1)
-
-    yield open_
-    for ws in opened:
-        ws.close()
-
-
-def texts(got) -> list[str]:
-    out = []
-    for _channel, kind, content in got:
-        if kind == "stream":
-            out.append(content["text"])
-        elif kind in ("display_data", "update_display_data"):
-            out.append(content["data"]["text/plain"])
-    return out
+def server(jp_fetch, ext, standin) -> Server:
+    return Server(jp_fetch, ext, standin)
 
 
 # -- the hook, the API, events ---------------------------------------------------------------------

@@ -199,7 +199,8 @@ async def test_gpu_use_keeps_the_kernel_and_the_server_active(jp_fetch, jp_ws_fe
     events.close()
 
 
-@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None, "over_memory_grace": 1.5}])
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None, "over_memory_grace": 1.5,
+                            "action": "shutdown"}])
 async def test_soft_kernel_over_its_memory_is_warned_then_dealt_with(jp_fetch, jp_ws_fetch, pool_home):
     events = await subscribe(jp_ws_fetch)
     ScriptedReadings.set(memory=12 * GiB, utilization=50.0)  # the slice is 10 GiB
@@ -215,8 +216,8 @@ async def test_soft_kernel_over_its_memory_is_warned_then_dealt_with(jp_fetch, j
     events.close()
 
 
-@pytest.mark.policy(rules=[{"name": "trial", "idle_timeout": 1, "gpu_idle_timeout": None, "warn": 0.5}],
-                    dry_run=True)
+@pytest.mark.policy(rules=[{"name": "trial", "idle_timeout": 1, "gpu_idle_timeout": None, "warn": 0.5,
+                            "action": "shutdown"}], dry_run=True)
 async def test_dry_run_decides_and_reports_without_acting(jp_fetch, jp_ws_fetch, pool_home):
     events = await subscribe(jp_ws_fetch)
     kid = await start_kernel(jp_fetch)
@@ -289,7 +290,7 @@ async def test_hibernation_hook_then_max_hibernated_shuts_down(jp_fetch, jp_ws_f
     events.close()
 
 
-@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None}])
+@pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None, "action": "shutdown"}])
 async def test_release_gives_the_slice_back_now(jp_fetch, jp_ws_fetch, pool_home):
     events = await subscribe(jp_ws_fetch)
     kid = await start_kernel(jp_fetch)
