@@ -293,6 +293,26 @@ class GPUPool(Configurable):
         this machine's local time.""",
     ).tag(config=True)
 
+    trace_recording = Bool(
+        True,
+        help="""Record what each GPU kernel does, for the capacity planner (``jupyter gpu-pool simulate``): its
+        lease, busy and idle times, coarse GPU readings, its user's snoozes and the policy's warnings and
+        actions; never code, output or notebook names.  Admins export everyone's trace, users their own
+        (``jupyter gpu-pool trace export``).  See docs/planning.md.""",
+    ).tag(config=True)
+
+    trace_retention = Seconds(
+        30 * 86400.0,
+        help="How long the activity trace is kept: seconds or text such as 30d or 12h (older events are deleted).",
+    ).tag(config=True)
+
+    trace_sample_interval = Seconds(
+        60.0,
+        help="""Seconds between two GPU readings of a kernel written to the activity trace.  A reading that
+        crosses one of the policy's GPU-idle thresholds, or starts or stops holding GPU memory, is written at
+        once, so that a replay sees what the policy saw.""",
+    ).tag(config=True)
+
     service_socket = Unicode(
         help="""The pool service's socket (jupyter gpu-pool serve): when set, this server's kernels take their
         slices through the service, which alone keeps the ledger and reads the admin's settings, and knows

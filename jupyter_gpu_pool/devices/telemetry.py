@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..local.processes import process_tree
+from ..pool.gpu_use import GPUUse
 from ..periodic import every
 
 log = logging.getLogger(__name__)
@@ -143,8 +144,7 @@ class KernelTelemetry:
     gpus: frozenset[str]
     history: deque = field(default_factory=lambda: deque(maxlen=120))  # (at, utilization)
     latest: Reading | None = None
-    held_since: float | None = None  # holding GPU memory continuously since
-    above: dict[float, float] = field(default_factory=dict)  # threshold -> last time utilization reached it
+    use: GPUUse = field(default_factory=GPUUse)  # what the idle policy reads of it (pool.gpu_use)
 
 
 class Sampler:
@@ -210,14 +210,7 @@ class Sampler:
     def _record(self, k: KernelTelemetry, reading: Reading) -> None:
         k.latest = reading
         k.history.append((reading.at, reading.utilization))
-        holding = reading.memory_used is None or reading.memory_used > 0
-        if holding and k.held_since is None:
-            k.held_since = reading.at
-        elif not holding:
-            k.held_since = None
-        for t in self.thresholds:
-            if reading.utilization is not None and reading.utilization >= t:
-                k.above[t] = reading.at
+        k.use.record(reading.at, reading.memory_used, reading.utilization, self.thresholds)
 
     # -- reads (from the event loop) ----------------------------------------------------------
 
@@ -236,17 +229,13 @@ class Sampler:
         (None: no reading, holds no memory, or used the GPU in its latest reading)."""
         with self._lock:
             k = self._kernels.get(kernel_id)
-            if k is None or k.latest is None or k.held_since is None or k.latest.utilization is None:
-                return None
-            if k.latest.utilization >= threshold:
-                return None
-            return max(k.held_since, k.above.get(threshold, k.held_since))
+            return k.use.idle_since(threshold) if k else None
 
     def last_gpu_activity(self, kernel_id: str, threshold: float) -> float | None:
         """The last time the kernel's GPU utilization reached ``threshold``."""
         with self._lock:
             k = self._kernels.get(kernel_id)
-            return k.above.get(threshold) if k else None
+            return k.use.last_active(threshold) if k else None
 
     def device_utilization(self, gpu_uuid: str) -> float | None:
         with self._lock:

@@ -64,6 +64,14 @@ SCHEMA = [
     CREATE INDEX usage_owner ON usage(owner, start);
     CREATE INDEX usage_lease ON usage(lease_id, stop);
     """,
+    # version 4: the activity trace the planner replays (local/trace.py), kept for GPUPool.trace_retention
+    """
+    CREATE TABLE trace(
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, kind TEXT NOT NULL, kernel_id TEXT,
+        owner TEXT, data TEXT NOT NULL DEFAULT '{}');
+    CREATE INDEX trace_at ON trace(at, seq);
+    CREATE INDEX trace_owner ON trace(owner, at, seq);
+    """,
 ]
 
 

@@ -25,8 +25,9 @@ from typing import Any
 from ..hibernation import HibernationFailed, HibernationRefused
 from ..kernel_provisioner.base import shut_down
 from ..periodic import every
-from ..pool import ACTIVE, HIBERNATED, Lease, Snapshot
-from ..pool.budgets import WARN_AT, Standing
+from ..pool import Lease, Snapshot
+from ..pool import culling as C
+from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.profiles import MPS
 from ..pool.units import format_clock
@@ -71,6 +72,7 @@ class Culler:
         self._journal_seq: int | None = None
         self._waiters_seen: set[str] = set()
         self.passes = 0
+        self.grid: tuple[float, float] | None = None  # (first pass, interval) once running
 
     @property
     def hibernator(self) -> HibernationHook:
@@ -116,33 +118,19 @@ class Culler:
     def facts(self, kernel_id: str, kernel, lease: Lease, rule: P.Rule, now: float,
               budget: Standing | None = None) -> P.Facts:
         execution_state = getattr(kernel, "execution_state", "unknown") or "unknown"
-        if execution_state == "busy":
-            self.busy_since.setdefault(kernel_id, min(now, _ts(getattr(kernel, "last_activity", None)) or now))
-        else:
+        last_activity = _ts(getattr(kernel, "last_activity", None))
+        since = C.busy_since(self.busy_since.get(kernel_id), execution_state, last_activity, now)
+        if since is None:
             self.busy_since.pop(kernel_id, None)
-        last_activity = _ts(getattr(kernel, "last_activity", None)) or lease.created
-        gpu_active = self.sampler.last_gpu_activity(kernel_id, rule.gpu_idle_threshold)
-        if gpu_active is not None:  # a kernel using its GPU is not idle, whatever it prints
-            last_activity = max(last_activity, gpu_active)
+        else:
+            self.busy_since[kernel_id] = since
         reading = self.sampler.reading(kernel_id)
         can, why = self.hibernation(lease)
-        return P.Facts(
-            kernel_id=kernel_id,
-            state=lease.state,
-            execution_state=execution_state,
-            last_activity=last_activity,
-            started=lease.created,
-            state_since=lease.state_since,
-            busy_since=self.busy_since.get(kernel_id),
-            isolation=lease.isolation,
-            memory_used=reading.memory_used if reading and lease.state != HIBERNATED else None,
-            memory_limit=lease.total_memory,
-            gpu_idle_since=(self.sampler.gpu_idle_since(kernel_id, rule.gpu_idle_threshold)
-                            if lease.state != HIBERNATED else None),
-            can_hibernate=can,
-            hibernate_unavailable=why,
-            **(budget_facts(budget) if budget is not None and lease.state == ACTIVE else {}),
-        )
+        return C.kernel_facts(
+            lease, execution_state=execution_state, last_activity=last_activity, busy_since=since,
+            gpu_active=self.sampler.last_gpu_activity(kernel_id, rule.gpu_idle_threshold),
+            gpu_idle_since=self.sampler.gpu_idle_since(kernel_id, rule.gpu_idle_threshold),
+            memory_used=reading.memory_used if reading else None, can_hibernate=can, why=why, budget=budget)
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -154,7 +142,7 @@ class Culler:
         kernels = self.pool_kernels(snapshot)
         self.sampler.track({kid: (getattr(k.provisioner, "pid", None) or -1, frozenset(lease.gpus))
                             for kid, (k, lease) in kernels.items() if getattr(k, "provisioner", None) is not None})
-        pressure = bool(snapshot.waiters)
+        pressure = C.pressure(snapshot.waiters)
         dry_run = self.policy.dry_run
         gpu_active = False
         budgets: dict[str, Standing | None] = {}  # per owner, once a pass
@@ -199,8 +187,10 @@ class Culler:
             spec.metadata["cull_idle_timeout"] = SERVER_CULLER_EXEMPT
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
-        """Pass after pass until ``stop`` is set."""
-        await every(interval, self.pass_once, stop, what="culling pass")
+        """Pass after pass until ``stop`` is set, on a fixed schedule (``grid``: its start and interval,
+        which the activity trace records so that a replay passes when this culler did)."""
+        self.grid = (self.clock(), interval)
+        await every(interval, self.pass_once, stop, what="culling pass", start=self.grid[0], clock=self.clock)
 
     # -- carrying decisions out -----------------------------------------------------------------
 
@@ -347,13 +337,6 @@ class Culler:
                 await asyncio.wait_for(asyncio.shield(task), timeout=30)
             except Exception:
                 task.cancel()
-
-
-def budget_facts(standing: Standing) -> dict:
-    """The policy's facts of an owner's tightest budget: when their active slices reach 90% and 100%."""
-    return {"budget_warn_at": standing.reaches(WARN_AT), "budget_due": standing.reaches(1.0),
-            "budget_used": standing.spent, "budget_limit": standing.limit,
-            "budget_period": standing.scope.budget.period}
 
 
 def _ts(value) -> float | None:
