@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 
@@ -119,7 +120,22 @@ async def test_busy_kernel_past_max_busy_is_culled(jp_fetch, jp_ws_fetch, pool_h
 async def test_snoozed_kernel_survives_its_snooze(jp_fetch, jp_ws_fetch, pool_home):
     events = await subscribe(jp_ws_fetch)
     kid = await start_kernel(jp_fetch)
-    await events.pool_action("warned", kid)
+    # A kernel's start-up messages count as activity and, on a loaded machine, may come after a first
+    # warning (which they rightly withdraw, giving snoozes back): settle it with a cell first, and take
+    # the warning that follows the kernel's last activity.
+    tab = await execute(jp_ws_fetch, kid, "pass")
+    while json.loads(await tab.read_message())["header"]["msg_type"] != "execute_reply":
+        pass
+    tab.close()
+
+    async def settled():
+        model = body(await jp_fetch("api", "kernels", kid))
+        return model["execution_state"] == "idle" and model["connections"] == 0 and model
+
+    model = await wait_until(settled, what="the kernel idle after its cell, its tab closed")
+    last = datetime.datetime.fromisoformat(model["last_activity"]).timestamp()
+    await events.next(lambda e: e.get("action") == "warned" and e.get("kernel_id") == kid
+                      and e["deadline"] >= last + 2 - 0.05)
 
     r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST",
                        body=json.dumps({"seconds": 5}))
