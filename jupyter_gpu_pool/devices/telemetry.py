@@ -142,7 +142,7 @@ class Reading:
 class KernelTelemetry:
     pid: int
     gpus: frozenset[str]
-    history: deque = field(default_factory=lambda: deque(maxlen=120))  # (at, utilization)
+    history: deque = field(default_factory=lambda: deque(maxlen=120))  # Readings, oldest first
     latest: Reading | None = None
     use: GPUUse = field(default_factory=GPUUse)  # what the idle policy reads of it (pool.gpu_use)
 
@@ -158,6 +158,7 @@ class Sampler:
         self.clock = clock
         self._kernels: dict[str, KernelTelemetry] = {}
         self._devices: dict[str, float] = {}
+        self._device_history: dict[str, deque] = {}  # GPU uuid -> (at, utilization), oldest first
         self._lock = threading.Lock()
 
     @property
@@ -189,6 +190,8 @@ class Sampler:
         trees = {kid: set(process_tree(pid)) for kid, (pid, _) in tracked.items()}
         with self._lock:
             self._devices.update(devices)
+            for uuid, utilization in devices.items():
+                self._device_history.setdefault(uuid, deque(maxlen=self.history_len)).append((now, utilization))
             for kid, (pid, kgpus) in tracked.items():
                 k = self._kernels.get(kid)
                 if k is None:
@@ -209,7 +212,7 @@ class Sampler:
 
     def _record(self, k: KernelTelemetry, reading: Reading) -> None:
         k.latest = reading
-        k.history.append((reading.at, reading.utilization))
+        k.history.append(reading)
         k.use.record(reading.at, reading.memory_used, reading.utilization, self.thresholds)
 
     # -- reads (from the event loop) ----------------------------------------------------------
@@ -220,9 +223,19 @@ class Sampler:
             return k.latest if k else None
 
     def samples(self, kernel_id: str) -> list[tuple[float, float | None]]:
+        """(time, utilization) of the kept readings, oldest first: the UI's sparkline."""
+        return [(r.at, r.utilization) for r in self.history(kernel_id)]
+
+    def history(self, kernel_id: str) -> list[Reading]:
+        """The kept readings (memory and utilization), oldest first: the admin dashboard's plots."""
         with self._lock:
             k = self._kernels.get(kernel_id)
             return list(k.history) if k else []
+
+    def device_history(self, gpu_uuid: str) -> list[tuple[float, float]]:
+        """(time, utilization) of the GPU as a whole, oldest first."""
+        with self._lock:
+            return list(self._device_history.get(gpu_uuid, ()))
 
     def gpu_idle_since(self, kernel_id: str, threshold: float) -> float | None:
         """Since when the kernel has held GPU memory with utilization under ``threshold``

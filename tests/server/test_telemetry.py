@@ -105,6 +105,22 @@ def test_history_is_bounded_and_gpu_idle_since_follows_the_threshold(tree):
     assert sampler.reading("k") is None
 
 
+def test_history_keeps_memory_and_each_gpus_utilization_for_the_dashboard(tree):
+    kernel, _ = tree
+    clock = iter(range(1000, 2000)).__next__
+    table = {"GPU-a": {kernel: ProcessReading(GiB, 60.0)}}
+    sampler = Sampler(TableSource(table), history=3, clock=lambda: float(clock()))
+    sampler.track({"k": (kernel, frozenset({"GPU-a"}))})
+    for memory in (1, 2, 3, 4):
+        table["GPU-a"][kernel] = ProcessReading(memory * GiB, 10.0 * memory)
+        sampler.sample_once()
+    assert [(r.at, r.memory_used, r.utilization) for r in sampler.history("k")] == [
+        (1001.0, 2 * GiB, 20.0), (1002.0, 3 * GiB, 30.0), (1003.0, 4 * GiB, 40.0)]
+    assert sampler.samples("k") == [(1001.0, 20.0), (1002.0, 30.0), (1003.0, 40.0)]  # the sparkline's view
+    assert sampler.device_history("GPU-a") == [(1001.0, 99.0), (1002.0, 99.0), (1003.0, 99.0)]  # bounded too
+    assert sampler.device_history("GPU-unknown") == []
+
+
 def test_without_nvml_readings_are_none():
     source = NVMLSource()
     ok, why = source.available()
