@@ -85,6 +85,10 @@ def test_kernelspec_install_writes_one_kernelspec_per_profile(pool_home, tmp_pat
     assert spec["metadata"]["kernel_provisioner"] == {"provisioner_name": "gpu-pool", "config": {"profile": "half"}}
     assert "installed kernelspec lab-small" in out
     assert (kernels / "lab-half").stat().st_mode & 0o755 == 0o755  # a system-wide kernelspec every user can read
+    # The launcher draws logo-svg: the Python logo with a GPU badge, so a GPU kernel does not look like the plain one.
+    logo = (kernels / "lab-half" / "logo-svg.svg").read_text()
+    assert logo.startswith("<svg") and ">GPU</text>" in logo and 'href="data:image/svg+xml;base64,' in logo
+    assert (kernels / "lab-half" / "logo-64x64.png").exists()
 
 
 def test_kernelspec_install_for_the_user(pool_home, jp_data_dir):
