@@ -22,6 +22,7 @@ back once nothing is due any more.
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass, field, replace
 
 from .entries import entry as checked_entry
@@ -364,18 +365,36 @@ def _conditions(facts: Facts, rule: Rule, pressure: bool) -> list[tuple[float, s
     return found
 
 
+def _earliest(conditions: list[tuple[float, str, bool, float]],
+              state: KernelState) -> tuple[float, str, float] | None:
+    """The condition due first, snoozes counted: (effective due, reason, warning lead)."""
+    best: tuple[float, str, float] | None = None
+    for due, reason, snoozable, lead in conditions:
+        effective = max(due, state.snoozed_until) if snoozable else due
+        if best is None or effective < best[0]:
+            best = (effective, reason, lead)
+    return best
+
+
+def next_action(facts: Facts, rule: Rule, state: KernelState = FRESH, *,
+                pressure: bool = False) -> tuple[float, str, str] | None:
+    """When the policy will act on the kernel if nothing changes (it stays idle, nobody snoozes):
+    (time, reason, action), or None where no limit applies.  What a user reads on an idle kernel's
+    card ("will be hibernated at 14:05 if still idle"); the warning comes ``rule.warn`` before."""
+    best = _earliest(_conditions(facts, rule, pressure), state)
+    if best is None:
+        return None
+    action = SHUTDOWN if facts.state == HIBERNATED else release_action(rule, facts.can_hibernate,
+                                                                         facts.hibernate_unavailable)[0]
+    return best[0], best[1], action
+
+
 def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
            pressure: bool = False, dry_run: bool = False) -> Decision:
     """What to do with one kernel now.  Pure: same inputs, same decision."""
     conditions = _conditions(facts, rule, pressure)
-    best: tuple[float, str, float] | None = None  # (effective due, reason, lead)
-    in_use = True  # nothing is even close to due, snoozes aside
-    for due, reason, snoozable, lead in conditions:
-        if due - lead <= now:
-            in_use = False
-        effective = max(due, state.snoozed_until) if snoozable else due
-        if best is None or effective < best[0]:
-            best = (effective, reason, lead)
+    best = _earliest(conditions, state)
+    in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)  # nothing close to due
 
     if best is None or best[0] - best[2] > now:
         new = state
@@ -411,6 +430,32 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
     new = replace(state, warning=None, reported=reason if dry_run else state.reported)
     return Decision(ACT, new, reason=reason, action=action, deadline=deadline, message=message, note=note,
                     dry_run=dry_run)
+
+
+def quiet_until(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *, pressure: bool = False,
+                dry_run: bool = False) -> float:
+    """Until when :func:`decide` keeps answering ``none`` and leaving ``state`` as it is, for these facts
+    (``now`` itself when it might not).  A replay that knows a kernel's facts stay the same skips its
+    passes until then: the answer is decide's own rules read ahead, not a second policy."""
+    conditions = _conditions(facts, rule, pressure)
+    best: tuple[float, str, float] | None = None
+    in_use = True
+    for due, reason, snoozable, lead in conditions:
+        if due - lead <= now:
+            in_use = False
+        effective = max(due, state.snoozed_until) if snoozable else due
+        if best is None or effective < best[0]:
+            best = (effective, reason, lead)
+    if best is None or best[0] - best[2] > now:
+        if state.warning is not None or (in_use and (state.snoozes_used or state.snoozed_until or state.reported)):
+            return now  # a withdrawal, or snoozes given back: the state changes
+        return best[0] - best[2] if best is not None else math.inf
+    effective, reason, _lead = best
+    if dry_run and state.reported == reason:
+        return math.inf
+    if state.warning is None or state.warning.reason != reason:
+        return now
+    return max(state.warning.deadline, effective)
 
 
 def snoozes_left(state: KernelState, rule: Rule) -> int:
