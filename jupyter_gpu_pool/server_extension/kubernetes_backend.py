@@ -64,6 +64,7 @@ class KubernetesBackend(PoolBackend):
         namespace's kernels, re-adopt this server's running ones, and keep quotas and policy read."""
         self.adopted = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(kernel_manager))
+        self._task.add_done_callback(_report_end)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -240,3 +241,9 @@ def _node_gpu(node, index: int) -> GPU | None:
     product = labels.get("nvidia.com/gpu.product", "GPU")
     return GPU(uuid=NODE_PREFIX + node.metadata.name, name=f"{count} × {product}", memory=count * per_gpu,
                index=index, node=node.metadata.name, source=DETECTED, extra={"count": count})
+
+
+def _report_end(task: asyncio.Task) -> None:
+    """The backend's watch ends only when the server stops: anything else is a fault to show."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("GPU pool: the Kubernetes backend stopped: %r", task.exception(), exc_info=task.exception())

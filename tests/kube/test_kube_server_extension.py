@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
@@ -146,12 +147,17 @@ async def test_the_ui_sees_the_node_agents_readings(ext, jp_fetch, cluster, tmp_
         await kube.close()
 
 
-async def test_a_server_killed_and_started_again_adopts_its_kernel(cluster, operator, servers, kube):
+async def test_a_server_killed_and_started_again_adopts_its_kernel(cluster, operator_factory, servers, kube):
+    # A heartbeat timeout longer than a server's restart on a loaded machine (the tests' usual 4 s is not):
+    # the kernel must outlive its dead server's restart, and the restarted server must then keep it alive.
+    heartbeat_timeout = 15.0
+    await operator_factory(cluster, **{"GPUPoolOperator.heartbeat_timeout": heartbeat_timeout})
     first = servers(extension=True)
     await first.ready()
     kid = (await first.request("POST", "api/kernels", {"name": "gpu-pool-kubernetes-small"}))["id"]
     assert await first.execute(kid, "x = 42; print('set')") == "set\n"
     first.kill()
+    killed = time.monotonic()
     second = servers(extension=True)  # the same server id: its kernels are its own
     await second.ready()
 
@@ -160,7 +166,8 @@ async def test_a_server_killed_and_started_again_adopts_its_kernel(cluster, oper
 
     await wait_until(adopted, timeout=30, what="the second server to adopt the kernel")
     assert "42" in await second.execute(kid, "print(x)")
-    await asyncio.sleep(6)  # past the operator's heartbeat timeout: the new server keeps the kernel
+    # past the operator's heartbeat timeout since the kill: the new server's heartbeat keeps the kernel
+    await asyncio.sleep(max(killed + heartbeat_timeout + 2 - time.monotonic(), 0))
     assert [k["spec"]["kernelId"] for k in await kube.kernels()] == [kid]
     await second.request("DELETE", f"api/kernels/{kid}")
     await wait_until(lambda: _no_kernels(kube), timeout=20, what="the kernel's objects to go")
