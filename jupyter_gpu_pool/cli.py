@@ -376,6 +376,8 @@ class GPUPoolApp(JupyterApp):
         "mps": (MPSApp, MPSApp.description),
         "release": (ReleaseApp, ReleaseApp.description.split(":")[0] + "."),
         "serve": ("jupyter_gpu_pool.service.app.ServeApp", "Run the GPU pool service (a machine several users share)."),
+        "trace": ("jupyter_gpu_pool.planning.cli.TraceApp", "The activity trace the capacity planner replays (export)."),
+        "simulate": ("jupyter_gpu_pool.planning.cli.SimulateApp", "Plan capacity: replay a trace or a synthetic lab."),
     }
 
     def start(self):

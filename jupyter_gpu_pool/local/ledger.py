@@ -53,7 +53,8 @@ from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, sha
 from ..pool.errors import MPSUserBusy
 from ..pool.liveness import Graces, IsAlive, dead_reason
 from ..pool.phases import STOPPING, PhaseConflict, check_move
-from . import journal, queue, rows, usage
+from ..pool.trace import TraceEvent
+from . import journal, queue, rows, trace, usage
 from .database import Database
 from .rows import LEASE_SELECT
 
@@ -546,3 +547,26 @@ class Ledger:
             return [f"{u.gpu.uuid}: {u.memory}/{u.gpu.memory} bytes, {u.sm_percent}% SM, {u.leases} leases"
                     for u in self._usage(db)
                     if u.memory > u.gpu.memory or u.sm_percent > 100 or (u.exclusive and u.leases > 1)]
+
+    # -- the activity trace (local/trace.py) -----------------------------------------------------
+
+    _trace_pruned = float("-inf")  # this process's last pruning of the trace
+
+    def trace_record(self, events: list[TraceEvent], keep: float | None = None) -> None:
+        """Add events to the activity trace; with ``keep`` (seconds), events older than that go (checked
+        at most once an hour per process)."""
+        now = self.clock()
+        with self.db.write() as db:
+            trace.write(db, events)
+            if keep is not None and now - self._trace_pruned >= 3600:
+                trace.prune(db, now - keep)
+                self._trace_pruned = now
+
+    def trace_export(self, *, since: float = 0.0, until: float = float("inf"), owner: str | None = None,
+                     after: tuple[float, int] | None = None,
+                     limit: int = 2000) -> tuple[list[TraceEvent], tuple[float, int] | None]:
+        """One page of the trace in time order (``owner``: theirs only) and where the next page starts
+        (None: this was the last)."""
+        with self.db.read() as db:
+            found = trace.read(db, since=since, until=until, owner=owner, after=after, limit=limit)
+        return [e for _, e in found], ((found[-1][1].at, found[-1][0]) if len(found) == limit else None)

@@ -85,7 +85,7 @@ def check(raw) -> TraceEvent:
     for name, value in (("k", kernel_id), ("u", owner)):
         if value is not None and (not isinstance(value, str) or not value or len(value) > MAX_TEXT):
             raise TraceError(f"'{name}' must be a non-empty name, not {value!r}")
-    if kind in ("kernel", "start", "end", "busy", "idle", "active") and kernel_id is None:
+    if kernel_id is None:
         raise TraceError(f"a '{kind}' event needs 'k', the kernel id")
     data = {}
     for name, (types, required) in FIELDS[kind].items():

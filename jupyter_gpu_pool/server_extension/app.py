@@ -20,6 +20,7 @@ from ..devices.telemetry import NVMLSource, Sampler
 from ..local.pool import pool_for
 from ..traits import Count, Names, Seconds
 from . import events
+from .activity import ActivityRecorder
 from .backend import LocalBackend, NoPool, PoolBackend
 from .culler import SERVER_CULLER_EXEMPT, Culler
 from .handlers import handlers
@@ -121,9 +122,12 @@ class GPUPoolExtension(ExtensionApp):
             wanted = self.hibernator_class if self.backend.hibernation and self.hibernator_class else HibernationHook
             self.hibernator = wanted(parent=self)
         km = self.serverapp.kernel_manager
+        sampling = self.backend.trace_sampling
+        activity = None if sampling is None else ActivityRecorder(self.backend, sample_interval=sampling,
+                                                                  thresholds=self.backend.policy.thresholds)
         self.culler = Culler(kernel_manager=km, backend=self.backend, sampler=self.sampler, recorder=self.recorder,
                              web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
-                             exempt_server_culler=self.exempt_from_server_culler)
+                             exempt_server_culler=self.exempt_from_server_culler, activity=activity)
         self._tasks: list[asyncio.Task] = []
         self._check_server_culler(km)
         policy = self.backend.policy

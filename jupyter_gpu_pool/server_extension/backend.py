@@ -20,6 +20,7 @@ from ..pool import GPU, JournalEntry, Lease, LeaseNotFound, Profile, Quota, Snap
 from ..pool.budgets import Standing
 from ..pool.phases import PhaseConflict
 from ..pool.policy import Policy
+from ..pool.trace import TraceEvent
 
 
 class PoolBackend(ABC):
@@ -89,6 +90,14 @@ class PoolBackend(ABC):
         so that nothing else moves it meanwhile and a reconcile does not take the shutdown for a
         crash; False when another move holds it already (the shutdown must not start)."""
         return True
+
+    @property
+    def trace_sampling(self) -> float | None:
+        """Seconds between two GPU readings in the pool's activity trace, where it keeps one (None: none)."""
+        return None
+
+    async def trace(self, events: list[TraceEvent]) -> None:
+        """Add events to the pool's activity trace."""
 
     def make_sampler(self, source: ProcessSource | None, thresholds: tuple[float, ...], history: int) -> Sampler:
         """Where this pool's per-kernel GPU readings come from (this machine's NVML by default)."""
@@ -163,6 +172,14 @@ class LocalBackend(PoolBackend):
     async def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                       limit: int = 200) -> list[JournalEntry]:
         return await asyncio.to_thread(self.pool.ledger.journal, since=since, kinds=kinds, owner=owner, limit=limit)
+
+    @property
+    def trace_sampling(self) -> float | None:
+        s = self.pool.settings
+        return s.trace_sample_interval if s.trace_recording else None
+
+    async def trace(self, events: list[TraceEvent]) -> None:
+        await asyncio.to_thread(self.pool.ledger.trace_record, events, self.pool.settings.trace_retention)
 
     async def record(self, kind: str, *, lease_id: str | None = None, kernel_id: str | None = None,
                      owner: str | None = None, reason: str = "", detail: dict | None = None) -> None:

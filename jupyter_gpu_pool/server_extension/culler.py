@@ -32,6 +32,7 @@ from ..pool import policy as P
 from ..pool.profiles import MPS
 from ..pool.units import format_clock
 from . import metrics
+from .activity import ActivityRecorder
 from .backend import PoolBackend
 from .hibernation_hook import HibernationHook
 from .recorder import Recorder
@@ -55,7 +56,7 @@ class Seen:
 class Culler:
     def __init__(self, *, kernel_manager, backend: PoolBackend, sampler, recorder: Recorder,
                  web_settings: dict | None = None, hibernator_getter=HibernationHook,
-                 exempt_server_culler: bool = True, clock=time.time):
+                 exempt_server_culler: bool = True, clock=time.time, activity: ActivityRecorder | None = None):
         self.km = kernel_manager
         self.backend = backend
         self.sampler = sampler
@@ -64,6 +65,7 @@ class Culler:
         self._hibernator = hibernator_getter
         self.exempt_server_culler = exempt_server_culler
         self.clock = clock
+        self.activity = activity  # the planner's activity trace, where the pool keeps one
         self.states: dict[str, P.KernelState] = {}  # the policy's memory: warnings given, snoozes used
         self.busy_since: dict[str, float] = {}
         self.acting: dict[str, asyncio.Task] = {}  # this server's actions under way, by kernel
@@ -163,13 +165,15 @@ class Culler:
             self.states[kid] = decision.state
             self.seen[kid] = Seen(rule, facts, decision)
             if decision.verb != P.NONE:
-                await self.apply(kid, lease, rule, decision)
+                await self.apply(kid, lease, rule, decision, decided=now)
         for gone in set(self.states) - set(kernels):
             self.states.pop(gone, None)
             self.seen.pop(gone, None)
             self.busy_since.pop(gone, None)
         if gpu_active:
             self.report_gpu_activity()
+        if self.activity is not None:
+            await self.activity.observe(snapshot, kernels, now=now, culler=self)
         await self._follow_journal(snapshot)
         self._update_metrics(snapshot, kernels)
         self.passes += 1
@@ -194,7 +198,8 @@ class Culler:
 
     # -- carrying decisions out -----------------------------------------------------------------
 
-    async def apply(self, kid: str, lease: Lease, rule: P.Rule, decision: P.Decision) -> None:
+    async def apply(self, kid: str, lease: Lease, rule: P.Rule, decision: P.Decision, *,
+                    decided: float | None = None) -> None:
         if decision.verb == P.WITHDRAW:
             log.info("kernel %s: warning (%s) withdrawn, it is in use again", kid, decision.reason)
             return
@@ -209,7 +214,7 @@ class Culler:
                                        rule=rule.name, dry_run=True, action=decision.action, note=decision.note)
             return
         self.spawn(kid, self.carry_out(kid, lease, rule, decision.action or P.SHUTDOWN, decision.reason or "",
-                                       decision.message, decision.note, user_release=False))
+                                       decision.message, decision.note, user_release=False, decided=decided))
 
     def spawn(self, kid: str, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -217,9 +222,11 @@ class Culler:
         task.add_done_callback(lambda _t: self.acting.pop(kid, None))
 
     async def carry_out(self, kid: str, lease: Lease, rule: P.Rule, action: str, reason: str, message: str,
-                        note: str | None, user_release: bool) -> None:
-        """Hibernate or shut the kernel down as decided, and put what happened on record."""
+                        note: str | None, user_release: bool, *, decided: float | None = None) -> None:
+        """Hibernate or shut the kernel down as decided, and put what happened on record (``decided``: when
+        the pass decided it, on record beside when it was done)."""
         expect: str | None = lease.phase
+        when = {"decided": decided} if decided is not None else None
         try:
             if action == P.HIBERNATE:
                 try:
@@ -245,7 +252,7 @@ class Culler:
                                                reason=reason, message=f"{message} {outcome.message}".strip(),
                                                rule=rule.name, action=P.HIBERNATE,
                                                duration=round(outcome.duration, 3), bytes=outcome.bytes,
-                                               declared=outcome.declared)
+                                               declared=outcome.declared, extra=when)
                     return
             why = "released by its user" if user_release else f"culled: {reason} (rule {rule.name!r})"
             if not await self.shutdown(kid, why, lease, expect=expect):
@@ -255,7 +262,7 @@ class Culler:
             if note:
                 message = f"{message} ({note})"
             await self.recorder.record("released" if user_release else "culled", lease, reason=reason,
-                                       message=message, rule=rule.name, action=P.SHUTDOWN, note=note)
+                                       message=message, rule=rule.name, action=P.SHUTDOWN, note=note, extra=when)
         except Exception:
             log.exception("kernel %s: %s (%s) failed", kid, action, reason)
 

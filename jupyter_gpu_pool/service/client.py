@@ -11,6 +11,7 @@ handle them as they do the local ledger's.
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 
@@ -23,7 +24,10 @@ from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, 
 from ..pool.budgets import BudgetExceeded
 from ..pool.errors import MPSUserBusy, UnknownProfile
 from ..pool.phases import PhaseConflict, PhaseError
+from ..pool.trace import TraceEvent, check
 from . import protocol
+
+TRACE_BATCH = 500  # trace events in one request (a request is at most protocol.MAX_FRAME bytes)
 
 
 class ServiceUnavailable(PoolError):
@@ -211,6 +215,21 @@ class ServiceLedger:
 
     def budget_standing(self, owner: str, groups: tuple[str, ...] = (), budgets=None):
         return self.client.call("budget_standing", owner=owner)
+
+    def trace_record(self, events: list[TraceEvent], keep: float | None = None) -> None:
+        """The service keeps the trace as its admin's settings say (``keep`` is theirs: not sent)."""
+        for i in range(0, len(events), TRACE_BATCH):
+            self.client.call("trace_record", events=[e.to_dict() for e in events[i:i + TRACE_BATCH]])
+
+    def trace_export(self, *, since: float = 0.0, until: float = math.inf, owner: str | None = None,
+                     after: tuple[float, int] | None = None,
+                     limit: int = 2000) -> tuple[list[TraceEvent], tuple[float, int] | None]:
+        page = self.client.call("trace_export", since=since, until=until if math.isfinite(until) else None,
+                                owner=owner, after=list(after) if after else None, limit=limit)
+        return [check(e) for e in page["events"]], (tuple(page["next"]) if page["next"] else None)
+
+    def spenders(self, since: float) -> list[str]:
+        return self.client.call("spenders", since=since)
 
     def close(self) -> None:
         self.client.close()

@@ -14,6 +14,7 @@ holds up nobody but itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import os
@@ -27,6 +28,7 @@ from ..local import processes
 from ..local.pool import LocalPool
 from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, SliceSpec
 from ..pool.phases import PHASES, PhaseConflict, PhaseError
+from ..pool.trace import TraceError, check
 from . import protocol
 from .identity import Caller, Identities, NoSuchUser, Peer, peer_of
 
@@ -441,6 +443,50 @@ class PoolService:
         if time.monotonic() - self.ledger._reconciled_at < 1.0:
             return []
         return await self.pool.areconcile()
+
+    # -- the activity trace (pool.trace) -----------------------------------------------------------------
+
+    async def op_trace_record(self, caller: Caller, peer: Peer, args: Args) -> int:
+        """Activity of the caller's own kernels (admins: anyone's), kept as the admin's settings say."""
+        raw = args.raw.get("events")
+        if not isinstance(raw, list) or len(raw) > 1000:
+            raise protocol.ProtocolError("'events' must be a list of at most 1000 trace events")
+        events = []
+        for i, item in enumerate(raw):
+            try:
+                event = check(item)
+            except TraceError as e:
+                raise protocol.ProtocolError(f"events[{i}]: {e}") from None
+            if event.owner is None:
+                event = dataclasses.replace(event, owner=caller.user)
+            if not self._visible(caller, event.owner):
+                raise Denied(f"events[{i}] is about {event.owner}'s kernel: you can record your own kernels' "
+                             "activity only")
+            events.append(event)
+        settings = self.pool.settings
+        if not settings.trace_recording:
+            return 0
+        await asyncio.to_thread(self.ledger.trace_record, events, settings.trace_retention)
+        return len(events)
+
+    async def op_trace_export(self, caller: Caller, peer: Peer, args: Args) -> dict:
+        """One page of the trace: the caller's own kernels' (admins: everyone's, or ``owner``'s)."""
+        owner = args.text("owner", required=False)
+        if owner is not None and not self._visible(caller, owner):
+            raise Denied("another user's activity is theirs to export (and the admins')")
+        if not caller.admin:
+            owner = caller.user
+        after = args.raw.get("after")
+        if after is not None and (not isinstance(after, list) or len(after) != 2 or isinstance(after[0], bool)
+                                  or not isinstance(after[0], (int, float)) or isinstance(after[1], bool)
+                                  or not isinstance(after[1], int)):
+            raise protocol.ProtocolError("'after' must be [time, row] from the previous page's 'next'")
+        limit = max(1, min(args.integer("limit", default=2000), 2000))
+        events, following = await asyncio.to_thread(
+            self.ledger.trace_export, since=args.number("since", default=0.0),
+            until=args.number("until", default=math.inf), owner=owner,
+            after=(float(after[0]), after[1]) if after else None, limit=limit)
+        return {"events": [e.to_dict() for e in events], "next": list(following) if following else None}
 
 
 def _error(request_id, reason: str, status: int, message: str, detail: dict | None = None) -> dict:

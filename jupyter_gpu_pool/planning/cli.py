@@ -1,0 +1,427 @@
+"""``jupyter gpu-pool trace export`` and ``jupyter gpu-pool simulate``: the planner's command line.
+
+The edge of the planning package: it reads settings, files and the ledger (or the pool service),
+shows progress, and prints; the rest of the package is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from traitlets import Bool, Int, List, Unicode
+from traitlets.config import Config
+from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+from ..cli import _PoolApp
+from ..config import ConfigError, load_settings
+from ..local.pool import build_inventory
+from ..pool import PoolError
+from ..pool.policy import PolicyError, parse_policy
+from ..pool.units import format_duration, parse_seconds
+from . import tracefile
+from .agreement import agreement
+from .configuration import Configuration, PlanError
+from .costs import HIBERNATE, RESUME, Costs, parse_cost
+from .plan import run, summary
+from .synthetic import Hub, Lab
+
+PAGE = 2000  # trace events read per request
+
+
+def parse_since(text: str, now: float) -> float:
+    """``7d``, ``12h``, ``90m`` ago (or ``all``): the time the export starts from."""
+    if text.strip().lower() == "all":
+        return 0.0
+    try:
+        return now - parse_seconds(text, zero_allowed=False)
+    except ValueError:
+        raise PlanError(f"--since {text!r}: write how far back, such as 7d, 12h or 90m, or 'all'") from None
+
+
+class TraceExportApp(_PoolApp):
+    name = "jupyter-gpu-pool-trace-export"
+    description = """Write the pool's activity trace as JSON lines to stdout (or --output): what the capacity
+    planner replays (jupyter gpu-pool simulate --trace FILE).  Admins export everyone's kernels, users their own."""
+
+    since = Unicode("30d", help="How far back: 7d, 12h, 90m, or 'all'.").tag(config=True)
+    user = Unicode("", help="Only this user's kernels (admins; a user always gets only their own).").tag(config=True)
+    output = Unicode("", help="Write to this file instead of stdout.").tag(config=True)
+    aliases = {"since": "TraceExportApp.since", "user": "TraceExportApp.user", "output": "TraceExportApp.output"}
+    flags = {}
+
+    def start(self):
+        pool = self.pool()
+        now = time.time()
+        try:
+            since = parse_since(self.since, now)
+        except PlanError as e:
+            self.exit_error(str(e))
+        me = pool.settings.owner
+        admin = _administers(pool)
+        if self.user and self.user != me and not admin:
+            self.exit_error(f"Another user's activity is theirs to export (and the pool admins'): you are {me}; "
+                            "leave out --user to export your own.")
+        owner = self.user or (None if admin else me)
+
+        def pages():
+            after = None
+            while True:
+                try:
+                    events, after = pool.ledger.trace_export(since=since, until=now, owner=owner, after=after,
+                                                             limit=PAGE)
+                except PoolError as e:
+                    self.exit_error(str(e))
+                yield from events
+                if after is None:
+                    return
+
+        out = open(self.output, "w", encoding="utf-8") if self.output else sys.stdout
+        try:
+            n = tracefile.write(out, pages(), since=since, until=now, exported=now, users=owner or "all")
+        finally:
+            if self.output:
+                out.close()
+        if not pool.settings.trace_recording:
+            print("note: recording is off (GPUPool.trace_recording = False): no new activity is recorded",
+                  file=sys.stderr)
+        print(f"exported {n} event(s) of {owner or 'every user'} since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since)) if since else 'the start'}"
+              + (f" to {self.output}" if self.output else ""), file=sys.stderr)
+
+
+def _administers(pool) -> bool:
+    """Whether the caller may export everyone's trace: the pool service's word, else (a ledger file
+    this process opens itself) root or the file's owner."""
+    if pool.admin is not None:
+        return bool(pool.admin)
+    try:
+        return os.geteuid() in (0, os.stat(pool.ledger.path).st_uid)
+    except OSError:
+        return False
+
+
+class TraceApp(_PoolApp):
+    name = "jupyter-gpu-pool-trace"
+    description = "The pool's activity trace, for the capacity planner: jupyter gpu-pool trace export [--since 7d]."
+    subcommands = {"export": (TraceExportApp, "Write the activity trace as JSON lines (docs/planning.md).")}
+
+    def start(self):
+        if self.subapp is None:
+            print("Usage: jupyter gpu-pool trace export [--since 7d] [--user NAME] [--output FILE] > trace.jsonl")
+            self.exit(2)
+        self.subapp.start()
+
+
+class SimulateApp(_PoolApp):
+    name = "jupyter-gpu-pool-simulate"
+    description = """Replay a recorded trace (--trace FILE) or a synthetic workload (--synthetic lab|hub) through the
+    pool's own allocation and idle policy in virtual time, on --gpus N or a range 1-8, under the admin's configuration
+    or others (--config FILE, --compare-policy FILE); report waits, refusals, culls, hibernations, GPU-hours and the
+    fewest GPUs meeting --slo-wait.  docs/planning.md"""
+
+    trace = Unicode("", help="A trace written by jupyter gpu-pool trace export.").tag(config=True)
+    synthetic = Unicode("", help="A synthetic workload instead of a trace: 'lab' or 'hub'.").tag(config=True)
+    students = Int(40, help="Synthetic lab: students.").tag(config=True)
+    hours = Unicode("3", help="Synthetic lab: its length in hours.").tag(config=True)
+    users = Int(500, help="Synthetic hub: users.").tag(config=True)
+    days = Unicode("7", help="Synthetic hub: days.").tag(config=True)
+    seed = Int(0, help="Synthetic workloads: the random seed (the same seed, the same workload).").tag(config=True)
+    profile = Unicode("", help="Synthetic workloads: the profile every kernel asks for (default: the "
+                               "configuration's default profile).").tag(config=True)
+    gpus = Unicode("", help="GPU counts to replay on: 4, 1-8 or 1,2,4 (default: the configured pool).").tag(config=True)
+    configs = List(Unicode(), help="Configuration files (jupyter_gpu_pool_config.py or .json) to replay under, each "
+                                   "over the admin's settings (default: the admin's settings alone).").tag(config=True)
+    compare_policy = Unicode("", help="A proposed policy (a JSON list of rules, or a config file setting "
+                                      "GPUPool.policy) replayed beside the first configuration.").tag(config=True)
+    slo_wait = Unicode("30s", help="The wait goal: the fewest GPUs whose 95th-percentile wait for a slice is at "
+                                   "most this.").tag(config=True)
+    queue_timeout = Unicode("", help="Override GPUPool.start_queue_timeout (seconds a start waits in the queue; 0: "
+                                     "refused at once).").tag(config=True)
+    cull_interval = Unicode("", help="The culling interval of kernels whose culler the trace does not record "
+                                     "(default: the trace's, else 30s).").tag(config=True)
+    hibernate_cost = Unicode(str(HIBERNATE), help="Hibernation time: fixed seconds, seconds per GiB moved.").tag(
+        config=True)
+    resume_cost = Unicode(str(RESUME), help="Resume time: fixed seconds, seconds per GiB moved.").tag(config=True)
+    as_json = Bool(False, help="Print one JSON object.").tag(config=True)
+    decisions = Bool(False, help="With --json: every replay's warnings, actions and refusals.").tag(config=True)
+    report = Unicode("", help="Write an HTML report with plots into this directory (needs matplotlib: "
+                              "pip install 'jupyter-gpu-pool[plan]').").tag(config=True)
+    progress = Bool(None, allow_none=True, help="Show a progress bar on stderr (default: when stderr is a "
+                                                "terminal).").tag(config=True)
+
+    aliases = {name.replace("_", "-"): f"SimulateApp.{trait}" for name, trait in (
+        ("trace", "trace"), ("synthetic", "synthetic"), ("students", "students"), ("hours", "hours"),
+        ("users", "users"), ("days", "days"), ("seed", "seed"), ("profile", "profile"), ("gpus", "gpus"),
+        ("config", "configs"), ("compare_policy", "compare_policy"), ("slo_wait", "slo_wait"),
+        ("queue_timeout", "queue_timeout"), ("cull_interval", "cull_interval"), ("hibernate_cost", "hibernate_cost"),
+        ("resume_cost", "resume_cost"), ("report", "report"))}
+    flags = {
+        "json": ({"SimulateApp": {"as_json": True}}, "Print one JSON object."),
+        "decisions": ({"SimulateApp": {"decisions": True}}, "With --json: every replay's decisions and refusals."),
+        "progress": ({"SimulateApp": {"progress": True}}, "Show a progress bar on stderr."),
+        "no-progress": ({"SimulateApp": {"progress": False}}, "Show no progress bar."),
+    }
+
+    def start(self):
+        try:
+            self._start()
+        except PlanError as e:
+            self.exit_error(str(e))
+
+    def _start(self):
+        if bool(self.trace) == bool(self.synthetic):
+            raise PlanError("Give a workload: --trace FILE (from jupyter gpu-pool trace export) or --synthetic lab|hub")
+        if self.report:
+            _need_matplotlib()
+        slo = _seconds(self.slo_wait, "--slo-wait", zero=True)
+        costs = Costs(_cost(self.hibernate_cost, "hibernate"), _cost(self.resume_cost, "resume"))
+        base = self.settings()
+        configs = self._configurations(base)
+        workload = self._workload()
+        counts = parse_counts(self.gpus) if self.gpus else [None]
+        show = self.progress if self.progress is not None else sys.stderr.isatty()
+        bar = _Progress(workload, len(configs) * len(counts)) if show else None
+        try:
+            outcomes = run(workload, configs, counts, costs=costs,
+                           keep_decisions=self.decisions or bool(self.report) or bool(self.trace),
+                           progress=bar.update if bar else None)
+        finally:
+            if bar:
+                bar.close()
+        result = summary(workload, outcomes, slo_wait=slo, costs=costs, decisions=self.decisions)
+        if self.trace and counts == [None]:
+            tally = next(iter(outcomes[0].tallies.values()))
+            result["recorded"] = agreement(
+                workload.recorded["decisions"], [d.to_dict() for d in tally.decisions], workload.interval,
+                refused_recorded=[r for r in workload.recorded["refusals"] if r["what"] == "start"],
+                refused_replayed=[{"kernel": k, "reason": r} for _, k, r, w in tally.refused_asks if w == "start"])
+        if self.report:
+            from .report import write_report
+
+            path = write_report(self.report, result, outcomes, workload, slo)
+            print(f"report: {path}", file=sys.stderr)
+        if self.as_json:
+            print(json.dumps(result, indent=None, separators=(",", ":")))
+        else:
+            print(render(result))
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def _configurations(self, base) -> list[Configuration]:
+        try:
+            gpus = build_inventory(base).gpus
+        except Exception as e:  # NVML trouble: plan on the declared or default GPU model
+            self.log.warning("GPU discovery failed (%s): planning on the declared GPUs", e)
+            gpus = base.declared
+        configs = []
+        for path in self.configs or [""]:
+            settings = base if not path else self._settings_with(path)
+            name = Path(path).stem if path else "current"
+            config = Configuration.of(name, settings, gpus)
+            if self.queue_timeout:
+                config = _replace(config, queue_timeout=_seconds(self.queue_timeout, "--queue-timeout", zero=True))
+            configs.append(config)
+        if self.compare_policy:
+            configs = [configs[0], configs[0].with_policy(Path(self.compare_policy).stem,
+                                                          read_policy(self.compare_policy, configs[0]))]
+        return configs
+
+    def _settings_with(self, path: str):
+        extra = _load_file(path)
+        try:
+            return load_settings(Config({"GPUPool": {**self.config.get("GPUPool", {}), **extra.get("GPUPool", {})}}))
+        except ConfigError as e:
+            raise PlanError(f"--config {path}: {e}") from None
+
+    def _workload(self):
+        if self.trace:
+            try:
+                trace = tracefile.read(tracefile.lines_of(self.trace), name=self.trace)
+            except OSError as e:
+                raise PlanError(f"--trace {self.trace}: {e.strerror or e}") from None
+            interval = _seconds(self.cull_interval, "--cull-interval") if self.cull_interval else None
+            return tracefile.to_workload(trace, interval=interval)
+        kind = self.synthetic
+        profile = self.profile or None
+        if kind == "lab":
+            hours = _number(self.hours, "--hours")
+            if self.students < 1:
+                raise PlanError(f"--students must be 1 or more, not {self.students}")
+            return Lab(students=self.students, hours=hours, profile=profile, seed=self.seed).workload()
+        if kind == "hub":
+            if self.users < 1:
+                raise PlanError(f"--users must be 1 or more, not {self.users}")
+            return Hub(users=self.users, days=_number(self.days, "--days"), profile=profile,
+                       seed=self.seed).workload()
+        raise PlanError(f"--synthetic {kind!r}: the synthetic workloads are 'lab' and 'hub'")
+
+
+def parse_counts(text: str) -> list[int]:
+    """``4``, ``1-8`` or ``1,2,4``: the GPU counts to replay on."""
+    counts: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-"))
+                counts += range(lo, hi + 1)
+            else:
+                counts.append(int(part))
+    except ValueError:
+        raise PlanError(f"--gpus {text!r}: write a count (4), a range (1-8) or a list (1,2,4)") from None
+    if not counts or any(n < 1 for n in counts) or max(counts) > 4096:
+        raise PlanError(f"--gpus {text!r}: counts go from 1 to 4096")
+    return sorted(set(counts))
+
+
+def read_policy(path: str, base: Configuration):
+    """A proposed policy: a JSON list of rules, or a config file setting GPUPool.policy."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise PlanError(f"--compare-policy {path}: {e.strerror or e}") from None
+    rules, dry_run = None, False
+    if path.endswith(".json"):
+        try:
+            loaded = json.loads(text)
+        except ValueError as e:
+            raise PlanError(f"--compare-policy {path} is not JSON ({e})") from None
+        if isinstance(loaded, list):
+            rules = loaded
+    if rules is None:
+        section = _load_file(path).get("GPUPool", {})
+        if "policy" not in section:
+            raise PlanError(f"--compare-policy {path} sets no GPUPool.policy (write c.GPUPool.policy = [...], or a "
+                            "JSON list of rules)")
+        rules, dry_run = section["policy"], section.get("policy_dry_run", False)
+    try:
+        return parse_policy(rules, dry_run=dry_run, profiles=tuple(base.profiles))
+    except PolicyError as e:
+        raise PlanError(f"--compare-policy {path}: policy{e}" if str(e).startswith("[")
+                        else f"--compare-policy {path}: {e}") from None
+
+
+def _load_file(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise PlanError(f"{path}: no such file")
+    loader = PyFileConfigLoader if p.suffix == ".py" else JSONFileConfigLoader
+    try:
+        return loader(p.name, path=str(p.parent)).load_config()
+    except Exception as e:
+        raise PlanError(f"cannot read {path}: {e}") from None
+
+
+def _replace(config: Configuration, **changes) -> Configuration:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+
+
+def _seconds(text: str, option: str, zero: bool = False) -> float:
+    try:
+        return parse_seconds(text, zero_allowed=zero)
+    except ValueError as e:
+        raise PlanError(f"{option} {text!r}: {e}") from None
+
+
+def _number(text: str, option: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise PlanError(f"{option} {text!r}: write a number above 0")
+    return value
+
+
+def _cost(text: str, what: str):
+    try:
+        return parse_cost(text, what)
+    except ValueError as e:
+        raise PlanError(f"--{what}-cost: {e}") from None
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlanError("--report draws its plots with matplotlib, which is not installed: pip install "
+                        "'jupyter-gpu-pool[plan]' (or leave out --report; --json needs nothing more)") from None
+
+
+class _Progress:
+    """A progress bar over the replays' virtual time (tqdm, on stderr)."""
+
+    def __init__(self, workload, replays: int):
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            raise PlanError("the progress bar needs tqdm: pip install 'jupyter-gpu-pool[plan]' (or --no-progress)") \
+                from None
+        self.start, self.span = workload.start, max(workload.end - workload.start, 1e-9)
+        self.bar = tqdm(total=replays * 100, unit="%", file=sys.stderr, desc="replaying",
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}")
+        self.done = 0.0
+        self.label = None
+
+    def update(self, label: str, at: float) -> None:
+        if label != self.label:
+            if self.label is not None:
+                self.done += 100
+            self.label = label
+            self.bar.set_description(label)
+        target = self.done + 100 * min(max((at - self.start) / self.span, 0.0), 1.0)
+        if target > self.bar.n:
+            self.bar.update(target - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def render(result: dict) -> str:
+    """The plan as a person reads it in a terminal."""
+    w = result["workload"]
+    lines = [f"Workload: {w.get('kind')} — {w['sessions']} kernel session(s) over {w['hours']:g} h "
+             f"(culling interval {format_duration(w['culling_interval'])})",
+             f"Goal: 95% of asks for a slice wait at most {format_duration(result['slo']['wait_seconds'])}", ""]
+    header = ["GPUs", "wait p50", "p95", "max", "refused", "shut down", "hibernated", "GPU-h held", "busy",
+              "peak", "mean", "goal"]
+    for c in result["configurations"]:
+        lines.append(f"Configuration {c['name']!r}: " + ", ".join(
+            f"{name} {p['slice']} ({p['isolation']})" for name, p in c["profiles"].items()))
+        rows = []
+        for r in c["results"]:
+            ws = r["wait_seconds"]
+            rows.append([str(r["gpus"]), _w(ws["p50"]), _w(ws["p95"]), _w(ws["max"]), str(r["refusals"]["total"]),
+                         str(r["shut_down"]), str(r["hibernated"]), f"{r['gpu_hours']['held']:.1f}",
+                         f"{r['gpu_hours']['busy']:.1f}", f"{r['occupancy']['peak']:.0%}",
+                         f"{r['occupancy']['mean']:.0%}", "met" if r.get("meets_slo") else "-"])
+        widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            lines.append("  " + "  ".join(v.rjust(widths[i]) for i, v in enumerate(row)))
+        fewest = c["fewest_gpus"]
+        lines.append(f"  fewest GPUs meeting the goal: {fewest if fewest is not None else 'none of those replayed'}")
+        lines.append("")
+    if "comparison" in result:
+        cmp = result["comparison"]
+        lines.append(f"{cmp['proposed']!r} against {cmp['base']!r} (proposed minus base):")
+        for d in cmp["difference"]:
+            lines.append(f"  {d['gpus']} GPU(s): shut down {d['shut_down']:+d}, hibernated {d['hibernated']:+d}, "
+                         f"refusals {d['refusals']:+d}, p95 wait "
+                         f"{'n/a' if d['p95_wait_seconds'] is None else format(d['p95_wait_seconds'], '+.1f') + 's'}, "
+                         f"GPU-h held {d['gpu_hours_held']:+.1f}, busy {d['gpu_hours_busy']:+.1f}")
+    if "recorded" in result:
+        a = result["recorded"]
+        lines.append(f"Against the record: {a['matched']} decision(s) as recorded (within "
+                     f"{format_duration(a['tolerance_seconds'])}), {len(a['missing'])} recorded but not replayed, "
+                     f"{len(a['extra'])} replayed but not recorded; refusals "
+                     f"{'agree' if a['refusals_agree'] else 'differ'}.")
+    return "\n".join(lines).rstrip()
+
+
+def _w(value) -> str:
+    return "never" if value is None else format_duration(value)

@@ -1,0 +1,145 @@
+"""What one replay found, and what a person asks of it: waits (p50, p95, max), refusals, kernels shut
+down (their state lost) against kernels hibernated, GPU-hours held against busy, occupancy, and
+whether a wait goal is met."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+PERCENTILE = 95.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile of ``values`` (sorted or not; math.inf counts as the largest)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q / 100 * len(ordered)) - 1, 0)]
+
+
+@dataclass
+class Decision:
+    at: float
+    kernel: str
+    verb: str  # warn or act
+    reason: str
+    action: str
+    dry_run: bool = False
+
+    def to_dict(self) -> dict:
+        return {"t": round(self.at, 3), "kernel": self.kernel, "verb": self.verb, "reason": self.reason,
+                "action": self.action, **({"dry_run": True} if self.dry_run else {})}
+
+
+@dataclass
+class Tally:
+    gpus: int
+    start: float
+    end: float
+    keep_decisions: bool = False
+    waits: list[float] = field(default_factory=list)  # seconds to a slice, each ask that got one
+    waits_by_ask: Counter = field(default_factory=Counter)  # how many asks of each kind (start, restart, resume) got one
+    unserved_asks: int = 0  # asks that never got a slice (refused for good, or still waiting at the end)
+    refusals: Counter = field(default_factory=Counter)  # by reason
+    resume_delays: list[float] = field(default_factory=list)  # from the cell that woke a kernel to its restore
+    shut_down: int = 0  # kernels the policy shut down: their state is lost
+    hibernated: int = 0
+    resumed: int = 0
+    restarts: int = 0  # users who came back to a kernel that was shut down and started another
+    hibernations_refused: int = 0  # a hibernation asked of a kernel running a cell: it runs on
+    snoozes: int = 0
+    snoozes_refused: int = 0
+    warnings: int = 0
+    peak_host_bytes: int = 0  # the most GPU memory moved to host RAM by one hibernation
+    held_seconds: float = 0.0  # GPU-seconds held by active slices
+    busy_seconds: float = 0.0  # GPU-seconds of slices running cells
+    peak_held: float = 0.0  # GPUs' worth held at once
+    timeline: list[tuple[float, float, float, int, int]] = field(default_factory=list)  # t, held, busy, queued, asleep
+    decisions: list[Decision] = field(default_factory=list)
+    refused_asks: list[tuple[float, str, str, str]] = field(default_factory=list)  # t, kernel, reason, what
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def served(self, kernel: str, wait: float, what: str) -> None:
+        self.waits.append(max(wait, 0.0))
+        self.waits_by_ask[what] += 1
+
+    def unserved(self, kernel: str, waited: float, what: str) -> None:
+        self.unserved_asks += 1
+
+    def refused(self, kernel: str, at: float, reason: str, what: str) -> None:
+        self.refusals[reason] += 1
+        if self.keep_decisions:
+            self.refused_asks.append((at, kernel, reason, what))
+
+    def resume_delay(self, seconds: float) -> None:
+        self.resume_delays.append(seconds)
+
+    def decision(self, at: float, kernel: str, verb: str, reason: str | None, action: str | None,
+                 dry_run: bool) -> None:
+        if verb == "warn":
+            self.warnings += 1
+        if self.keep_decisions:
+            self.decisions.append(Decision(at, kernel, verb, reason or "", action or "", dry_run))
+
+    def busy(self, gpu_seconds: float) -> None:
+        self.busy_seconds += gpu_seconds
+
+    def host_bytes(self, moved: int) -> None:
+        self.peak_host_bytes = max(self.peak_host_bytes, moved)
+
+    def sample(self, at: float, held: float, busy: float, queued: int, asleep: int) -> None:
+        """The pool now, for the report's occupancy plot."""
+        self.timeline.append((at, held, busy, queued, asleep))
+
+    def close(self, held_seconds: float, peak_held: float) -> None:
+        self.held_seconds, self.peak_held = held_seconds, peak_held
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def all_waits(self) -> list[float]:
+        """Every ask's wait, an ask that never got a slice counting as endless."""
+        return self.waits + [math.inf] * self.unserved_asks
+
+    def wait(self, q: float) -> float:
+        return percentile(self.all_waits, q)
+
+    def meets(self, slo_wait: float, q: float = PERCENTILE) -> bool:
+        return self.wait(q) <= slo_wait
+
+    def to_dict(self, slo_wait: float | None = None) -> dict:
+        hours = (self.end - self.start) / 3600
+        out = {
+            "gpus": self.gpus,
+            "wait_seconds": {"p50": _num(self.wait(50)), "p95": _num(self.wait(95)), "max": _num(self.wait(100)),
+                             "asks": len(self.waits) + self.unserved_asks, "never_served": self.unserved_asks,
+                             **{f"{what}s": n for what, n in sorted(self.waits_by_ask.items())}},
+            "refusals": {"total": sum(self.refusals.values()), **dict(sorted(self.refusals.items()))},
+            "shut_down": self.shut_down,
+            "hibernated": self.hibernated,
+            "resumed": self.resumed,
+            "restarts": self.restarts,
+            "warnings": self.warnings,
+            "snoozes": self.snoozes,
+            "resume_delay_seconds": {"p50": _num(percentile(self.resume_delays, 50)),
+                                     "p95": _num(percentile(self.resume_delays, 95)),
+                                     "max": _num(percentile(self.resume_delays, 100))},
+            "gpu_hours": {"held": round(self.held_seconds / 3600, 3), "busy": round(self.busy_seconds / 3600, 3)},
+            "occupancy": {"peak": round(self.peak_held / self.gpus, 4),
+                          "mean": round(self.held_seconds / 3600 / hours / self.gpus, 4) if hours else 0.0},
+            "peak_gpus_held": round(self.peak_held, 3),
+            "peak_host_bytes_per_kernel": self.peak_host_bytes,
+        }
+        if self.hibernations_refused:
+            out["hibernations_refused_busy"] = self.hibernations_refused
+        if slo_wait is not None:
+            out["meets_slo"] = self.meets(slo_wait)
+        return out
+
+
+def _num(value: float) -> float | None:
+    """JSON has no infinity: a wait that never ended is null."""
+    return None if math.isinf(value) else round(value, 3)

@@ -1,0 +1,499 @@
+"""The discrete-event replay: a workload's sessions on a virtual pool, in virtual time.
+
+One event queue (``heapq``) holds what happens next: a user's next event (shifted by what the replay
+made them wait so far), each culler's next pass (on the schedule it kept live, or every
+``workload.interval``), a hibernation or restore finishing, a refused start asking again, a queued
+start giving up.  What the pool decides is the pool core's, called as the live pool calls it:
+
+- a start or resume: ``pool.allocation.allocate`` through :class:`VirtualPool` (the queue's rules,
+  quotas, budgets, placement); a refused start waits in the queue up to the configuration's
+  ``queue_timeout`` (a resume waits as long as it takes), as ``local/waiting.py`` does;
+- a culling pass: each kernel's facts from ``pool.culling.kernel_facts`` (GPU use through
+  ``pool.gpu_use.GPUUse``), the rule from ``Policy.rule_for``, the decision from
+  ``pool.policy.decide`` under ``pool.culling.pressure``; a snooze through ``pool.policy.snooze``;
+- carrying out: a shutdown frees the slice at once; a hibernation holds it for the checkpoint's time
+  (``costs``) and then frees it, and the policy's memory of the kernel starts afresh, as the culler's.
+
+What a user does to a kernel the replay shut down is a restart (a new start; its state is lost); a
+cell run on a hibernated kernel resumes it first.  Nothing here reads a file or a clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable
+
+from ..pool import SOFT, PoolExhausted, Profile, Waiter
+from ..pool import culling as C
+from ..pool import policy as P
+from ..pool.allocation import Ask, Grant
+from ..pool.gpu_use import GPUUse
+from .configuration import Configuration, PlanError
+from .costs import Costs
+from .metrics import Tally
+from .virtual_pool import VirtualPool
+from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, IDLE, SNOOZE, Session, Workload
+
+# Where a session's kernel is.
+ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE = range(7)
+# Event queue kinds, in the order same-time events run: users act before a pass looks.
+_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _PASS, _SAMPLE = range(7)
+
+
+class _Kernel:
+    """One session in one replay."""
+
+    __slots__ = ("s", "events", "pending", "delay", "state", "lease", "starts", "ask_at", "asking", "waiter",
+                 "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid", "can", "why",
+                 "token", "profile", "wake")
+
+    def __init__(self, session: Session, profile: Profile, can: bool, why: str | None, grid: tuple[float, float]):
+        self.s = session
+        self.profile = profile
+        self.events = session.activity()
+        self.pending = None  # (user time, code, value): an event that waits for the kernel (a slice, a restore)
+        self.delay = 0.0  # what the replay made this user wait so far
+        self.state = ASKING
+        self.lease = None
+        self.starts = 0
+        self.ask_at = session.arrival
+        self.asking = "start"  # start, restart or resume
+        self.waiter = None
+        self.busy = False
+        self.busy_at = 0.0
+        self.busy_share = 0.0  # the GPUs' worth it keeps busy while a cell runs
+        self.last_activity = None
+        self.busy_since = None
+        self.use = None  # GPUUse, once a reading came
+        self.reading = (0, 0.0)  # (memory, utilization) of the last reading
+        self.kstate = P.FRESH  # the policy's memory of it
+        self.grid = grid
+        self.can, self.why = can, why
+        self.token = 0  # a queued start's timeout counts only for the ask it was set for
+        self.wake = 0.0  # no pass before this can change the policy's answer (0: its facts changed)
+
+
+class Replay:
+    """Replay ``workload`` under ``config`` on ``gpus``; :meth:`run` returns the :class:`Tally`."""
+
+    def __init__(self, workload: Workload, config: Configuration, gpus, *, costs: Costs = Costs(),
+                 keep_decisions: bool = False, progress: Callable[[float], None] | None = None,
+                 timeline_points: int = 1500):
+        if not gpus:
+            raise PlanError("a replay needs at least one GPU")
+        self.w, self.config, self.costs = workload, config, costs
+        self.pool = VirtualPool(config, list(gpus))
+        self.policy = config.policy
+        self.thresholds = self.policy.thresholds
+        self.tally = Tally(len(gpus), workload.start, workload.end, keep_decisions)
+        self.progress = progress
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._waiter_ids = itertools.count(1)
+        self._grids: dict[tuple[float, float], dict[_Kernel, None]] = {}
+        self._waiting: dict[str, _Kernel] = {}  # waiter id -> its kernel
+        self._kernels: list[_Kernel] = []
+        self._busy_share = 0.0
+        self._asleep = 0
+        self._pressure: dict[tuple[float, float], bool] = {}
+        self._due: dict[tuple[float, float], list] = {}  # per grid: (wake, seq, kernel), the earliest first
+        self._budgets = bool(config.budgets.budgets)
+        self._step = max((workload.end - workload.start) / timeline_points, 1.0)
+        for s in workload.sessions:
+            profile = config.profiles.get(s.profile or config.default_profile)
+            if profile is None:
+                raise PlanError(f"line {s.line}: profile {s.profile!r} of kernel {s.id} is not a profile of "
+                                f"configuration {config.name!r} (its profiles: {', '.join(config.profiles)}); "
+                                "replay it under a configuration that has it (--config)")
+            if s.can_hibernate is None:
+                can = profile.hibernation_possible
+                why = None if can else "an MPS client cannot be checkpointed (CUDA error 801)"
+            else:
+                can, why = s.can_hibernate, s.why
+            phase, interval = s.grid or (workload.start, workload.interval)
+            k = _Kernel(s, profile, can, why, (phase % interval, interval))
+            self._kernels.append(k)
+            self._push(s.arrival, _ASK, k)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _push(self, at: float, kind: int, item) -> None:
+        heapq.heappush(self._heap, (at, kind, next(self._seq), item))
+
+    def run(self) -> Tally:
+        w = self.w
+        for phase, interval in dict.fromkeys(k.grid for k in self._kernels):
+            self._grids[(phase, interval)] = {}
+            self._due[(phase, interval)] = []
+            self._push(w.start + (phase - w.start) % interval, _PASS, (phase, interval))
+        self._push(w.start, _SAMPLE, None)
+        handlers = {_USER: self._user, _ASK: self._ask, _TIMEOUT: self._timeout, _HIBERNATED: self._hibernated,
+                    _RESTORED: self._restored, _PASS: self._pass, _SAMPLE: self._sample}
+        heap, end, progress = self._heap, w.end, self.progress
+        count = 0
+        while heap:
+            at, kind, _, item = heapq.heappop(heap)
+            if at > end:
+                break
+            handlers[kind](at, item)
+            count += 1
+            if progress is not None and count % 20000 == 0:
+                progress(at)
+        for k in self._kernels:
+            if k.busy:
+                self._stop_busy(k, end)
+            if k.state in (ASKING, WAKING) and (k.waiter is not None or k.state == ASKING):
+                self.tally.unserved(k.s.id, end - k.ask_at, k.asking)
+        self.tally.sample(end, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
+        self.tally.close(self.pool.held_until(end), self.pool.peak_share)
+        if progress is not None:
+            progress(end)
+        return self.tally
+
+    # -- users --------------------------------------------------------------------------------
+
+    def _advance(self, k: _Kernel) -> None:
+        """Schedule the session's next event, moved by what the replay made its user wait."""
+        nxt = next(k.events, None)
+        if nxt is not None:
+            self._push(nxt[0] + k.delay, _USER, (k, nxt))
+
+    def _user(self, now: float, item) -> None:
+        k, event = item
+        if k.state == DONE:
+            return
+        if k.state in (ASKING, HIBERNATING, WAKING):
+            k.pending = event  # the session waits for its kernel
+            return
+        self._continue(k, now, event)
+
+    def _continue(self, k: _Kernel, now: float, event) -> None:
+        """``event`` happens now; the session goes on unless it must wait for its kernel."""
+        self._deliver(k, now, event)
+        if k.state != DONE and k.pending is None:
+            self._advance(k)
+
+    def _unpause(self, k: _Kernel, now: float) -> None:
+        """The kernel is there: the event that waited for it happens now (a first start: the whole session moves)."""
+        event = k.pending
+        if event is None:
+            k.delay = now - k.s.arrival
+            self._advance(k)
+            return
+        k.pending = None
+        k.delay = max(k.delay, now - event[0])
+        self._continue(k, now, event)
+
+    def _touch(self, k: _Kernel) -> None:
+        """The kernel's facts changed: the next pass judges it."""
+        if k.wake:
+            k.wake = 0.0
+            if k.lease is not None:
+                heapq.heappush(self._due[k.grid], (0.0, next(self._seq), k))
+
+    def _deliver(self, k: _Kernel, now: float, event) -> None:
+        _, code, value = event
+        self._touch(k)
+        if code == END:
+            self._end(k, now)
+        elif (code == BUSY or code == ACT_EV) and k.state in (ASLEEP, LOST):
+            # A cell (or other use) of a hibernated kernel resumes it first; of a kernel the replay shut
+            # down, starts another one (its state is lost).
+            if k.state == ASLEEP:
+                k.pending, k.state, k.asking, k.ask_at = event, WAKING, "resume", now
+                self._asleep -= 1
+            else:
+                k.pending, k.state, k.asking, k.ask_at = event, ASKING, "restart", now
+                self.tally.restarts += 1
+            self._push(now, _ASK, k)
+        elif code == BUSY:
+            k.last_activity = now
+            if not k.busy:
+                k.busy, k.busy_at, k.busy_share = True, now, self.pool.share(k.lease)
+                self._busy_share += k.busy_share
+        elif code == IDLE:
+            if k.busy:
+                self._stop_busy(k, now)
+            if k.lease is not None:
+                k.last_activity = now
+        elif code == ACT_EV:
+            k.last_activity = now
+        elif code == GPU:
+            if k.state == RUNNING:
+                if k.use is None:
+                    k.use = GPUUse()
+                else:  # the last reading held until now
+                    k.use.record(now, k.reading[0], k.reading[1], self.thresholds)
+                k.use.record(now, value[0], value[1], self.thresholds)
+            k.reading = value
+        elif code == SNOOZE:
+            self._snooze(k, now, value)
+
+    def _stop_busy(self, k: _Kernel, now: float) -> None:
+        self.tally.busy(k.busy_share * (now - k.busy_at))
+        self._busy_share -= k.busy_share
+        k.busy = False
+
+    def _snooze(self, k: _Kernel, now: float, seconds: float) -> None:
+        if k.state not in (RUNNING, ASLEEP):
+            return
+        rule = self._rule(k)
+        memory, limit = k.reading[0], k.lease.total_memory
+        over = k.lease.isolation == SOFT and k.use is not None and memory is not None and memory > limit
+        try:
+            k.kstate = P.snooze(k.kstate, rule, now, min(seconds, rule.snooze), over_memory=over)
+            self.tally.snoozes += 1
+        except P.SnoozeRefused:
+            self.tally.snoozes_refused += 1
+
+    def _end(self, k: _Kernel, now: float) -> None:
+        if k.busy:
+            self._stop_busy(k, now)
+        if k.state == ASLEEP:
+            self._asleep -= 1
+        if k.lease is not None:
+            self._drop(k, now)
+            self._serve(now)
+        k.state = DONE
+
+    def _drop(self, k: _Kernel, now: float) -> None:
+        self.pool.release(k.lease, now)
+        self._grids[k.grid].pop(k, None)
+        k.lease = None
+
+    # -- asking for slices ----------------------------------------------------------------------
+
+    def _ask(self, now: float, k: _Kernel) -> None:
+        if k.state == WAKING:
+            self._try_resume(k, now, None)
+        elif k.state == ASKING:
+            self._try_start(k, now)
+
+    def _start_ask(self, k: _Kernel) -> Ask:
+        return Ask(owner=k.s.user, kernel_id=f"{k.s.id}~{k.starts}" if k.starts else k.s.id,
+                   profile=k.profile, groups=k.s.groups)
+
+    def _try_start(self, k: _Kernel, now: float) -> None:
+        ask = self._start_ask(k)
+        result = self.pool.ask(ask, now)
+        if isinstance(result, Grant):
+            self._started(k, ask, result, now)
+        elif isinstance(result, PoolExhausted) and self.config.queue_timeout > 0:
+            self._enqueue(k, now, ask.kernel_id, None)
+            self._push(now + self.config.queue_timeout, _TIMEOUT, (k, k.token))
+        else:
+            self._refused(k, now, result.reason)
+
+    def _refused(self, k: _Kernel, now: float, reason: str) -> None:
+        self.tally.refused(k.s.id, now, reason, k.asking)
+        if k.s.retry is not None:
+            self._push(now + k.s.retry, _ASK, k)  # a synthetic user tries again
+            return
+        self.tally.unserved(k.s.id, now - k.ask_at, k.asking)  # a recorded one went on without it
+        k.state, k.pending = DONE, None
+
+    def _enqueue(self, k: _Kernel, now: float, kernel_id: str, lease_id: str | None) -> None:
+        spec = k.lease.slice if k.lease is not None else k.profile.slice
+        k.waiter = Waiter(id=f"w{next(self._waiter_ids)}", owner=k.s.user, kernel_id=kernel_id, lease_id=lease_id,
+                          profile=k.profile.name, slice=spec, label="", enqueued=now, heartbeat=now)
+        self._waiting[k.waiter.id] = k
+        self.pool.enqueue(k.waiter)
+
+    def _leave_queue(self, k: _Kernel) -> None:
+        self.pool.dequeue(k.waiter.id)
+        self._waiting.pop(k.waiter.id, None)
+        k.waiter = None
+
+    def _timeout(self, now: float, item) -> None:
+        k, token = item
+        if k.waiter is None or k.token != token:
+            return
+        self._leave_queue(k)
+        self._refused(k, now, PoolExhausted.reason)
+        self._serve(now)
+
+    def _started(self, k: _Kernel, ask: Ask, grant: Grant, now: float) -> None:
+        k.lease = self.pool.take(ask, grant, now)
+        k.token += 1
+        k.starts += 1
+        k.state = RUNNING
+        k.kstate, k.busy_since, k.last_activity, k.use, k.reading = P.FRESH, None, None, None, (0, 0.0)
+        self._grids[k.grid][k] = None
+        k.wake = 0.0
+        heapq.heappush(self._due[k.grid], (0.0, next(self._seq), k))
+        self.tally.served(k.s.id, now - k.ask_at, k.asking)
+        if k.s.once:  # refused when recorded: its user went on without it
+            self._drop(k, now)
+            k.state = DONE
+            self._serve(now)
+            return
+        self._unpause(k, now)
+
+    def _try_resume(self, k: _Kernel, now: float, waiter_id: str | None) -> None:
+        ask = self.pool.resume_ask(k.lease, k.profile, same_gpu=k.s.declared)
+        result = self.pool.ask(ask, now, waiter_id)
+        if isinstance(result, PoolExhausted):
+            if k.waiter is None:
+                self._enqueue(k, now, k.lease.kernel_id, k.lease.id)
+            return
+        if k.waiter is not None:
+            self._leave_queue(k)
+        if isinstance(result, Grant):
+            k.lease = self.pool.take(ask, result, now, k.lease)
+            self.tally.served(k.s.id, now - k.ask_at, "resume")
+            self.tally.resumed += 1
+            restore = 0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))
+            self.tally.resume_delay(now + restore - k.ask_at)
+            self._push(now + restore, _RESTORED, k)
+            return
+        self.tally.refused(k.s.id, now, result.reason, "resume")
+        k.state, k.pending = ASLEEP, None  # the cell fails; the kernel sleeps on
+        self._asleep += 1
+        self._advance(k)
+
+    def _restored(self, now: float, k: _Kernel) -> None:
+        if k.state != WAKING:
+            return
+        k.state = RUNNING
+        self._touch(k)
+        k.last_activity = now
+        k.use = None
+        if k.reading[0]:  # the sampler reads the kernel afresh on its new slice
+            k.use = GPUUse()
+            k.use.record(now, k.reading[0], 0.0, self.thresholds)
+        self._unpause(k, now)
+
+    def _serve(self, now: float) -> None:
+        """Room may have freed: each waiter in queue order tries again (a later one keeps what is left
+        after every earlier waiter that fits took its slice: the queue's rules, in ``allocate``)."""
+        for w in list(self.pool.queue):
+            k = self._waiting.get(w.id)
+            if k is None or k.waiter is not w:
+                continue
+            if k.state == WAKING:
+                self._try_resume(k, now, w.id)
+                continue
+            ask = self._start_ask(k)
+            result = self.pool.ask(ask, now, w.id)
+            if isinstance(result, PoolExhausted):
+                continue
+            self._leave_queue(k)
+            if isinstance(result, Grant):
+                self._started(k, ask, result, now)
+            else:
+                self._refused(k, now, result.reason)
+
+    # -- the culler -------------------------------------------------------------------------------
+
+    def _rule(self, k: _Kernel) -> P.Rule:
+        lease = k.lease
+        return self.policy.rule_for(lease.owner, lease.groups, lease.profile, k.s.kernelspec)
+
+    def _pass(self, now: float, grid: tuple[float, float]) -> None:
+        self._push(now + grid[1], _PASS, grid)
+        members = self._grids[grid]
+        if not members:
+            return
+        pressure = C.pressure(self.pool.queue)
+        dry_run = self.policy.dry_run
+        budgets: dict[str, object] = {}
+        # A kernel whose facts did not change since the policy said until when it stays quiet is skipped
+        # until then (policy.quiet_until); a change of pressure changes everyone's facts, and budget
+        # facts move with every lease of their owner, so with budgets every kernel is judged every pass.
+        everyone = pressure != self._pressure.get(grid) or self._budgets
+        self._pressure[grid] = pressure
+        due = self._due[grid]
+        if everyone:
+            judged = list(members)
+            due.clear()
+        else:
+            judged = []
+            while due and due[0][0] <= now:
+                wake, _, k = heapq.heappop(due)
+                if wake == k.wake and k in members:
+                    judged.append(k)
+        for k in judged:
+            if k.state not in (RUNNING, ASLEEP):
+                k.wake = 0.0
+                heapq.heappush(due, (0.0, next(self._seq), k))
+                continue  # a move is under way (its lease has a phase): the culler leaves it alone
+            lease = k.lease
+            rule = self._rule(k)
+            if k.use is not None and k.state == RUNNING:  # the sampler's latest reading
+                k.use.record(now, k.reading[0], k.reading[1], self.thresholds)
+            execution = "busy" if k.busy else "idle"
+            k.busy_since = C.busy_since(k.busy_since, execution, k.last_activity, now)
+            if lease.owner not in budgets:
+                budgets[lease.owner] = self.pool.standing(lease.owner, lease.groups, now)
+            threshold = rule.gpu_idle_threshold
+            use = k.use
+            facts = C.kernel_facts(
+                lease, execution_state=execution, last_activity=k.last_activity, busy_since=k.busy_since,
+                gpu_active=use.last_active(threshold) if use is not None else None,
+                gpu_idle_since=use.idle_since(threshold) if use is not None else None,
+                memory_used=k.reading[0] if use is not None else None, can_hibernate=k.can, why=k.why,
+                budget=budgets[lease.owner])
+            decision = P.decide(facts, rule, now, k.kstate, pressure=pressure, dry_run=dry_run)
+            k.kstate = decision.state
+            k.wake = max(P.quiet_until(facts, rule, now, k.kstate, pressure=pressure, dry_run=dry_run), now + 1e-6)
+            if k.wake != math.inf:
+                heapq.heappush(due, (k.wake, next(self._seq), k))
+            if decision.verb == P.WARN:
+                self.tally.decision(now, k.s.id, "warn", decision.reason, decision.action, decision.dry_run)
+            elif decision.verb == P.ACT:
+                self.tally.decision(now, k.s.id, "act", decision.reason, decision.action, decision.dry_run)
+                if not decision.dry_run:
+                    self._act(k, now, decision.action)
+
+    def _act(self, k: _Kernel, now: float, action: str) -> None:
+        if action == P.HIBERNATE and k.state == RUNNING:
+            if k.busy:  # the hibernator refuses a kernel running a cell, and it runs on
+                self.tally.hibernations_refused += 1
+                return
+            k.state = HIBERNATING  # its slice is held until the checkpoint is done
+            cost = 0.0 if k.s.declared else self.costs.hibernate.seconds(self._moved(k))
+            self._push(now + cost, _HIBERNATED, k)
+            return
+        if k.busy:
+            self._stop_busy(k, now)
+        if k.state == ASLEEP:
+            self._asleep -= 1
+        self.tally.shut_down += 1
+        self._drop(k, now)
+        k.state = LOST
+        self._serve(now)
+
+    def _moved(self, k: _Kernel) -> int:
+        """What a hibernation moves: what the kernel holds on its GPU (its last reading, else its slice)."""
+        if k.use is not None and k.reading[0] is not None:
+            return k.reading[0]
+        if k.s.memory is not None:
+            return k.s.memory
+        return k.lease.total_memory
+
+    def _hibernated(self, now: float, k: _Kernel) -> None:
+        if k.state != HIBERNATING:
+            return
+        self.tally.host_bytes(self._moved(k))
+        k.lease = self.pool.hibernate(k.lease, now)
+        k.state = ASLEEP
+        self._touch(k)
+        self._asleep += 1
+        k.kstate = P.FRESH  # as the culler: the policy's memory of a hibernated kernel starts afresh
+        self.tally.hibernated += 1
+        if k.pending is not None:  # an event came during the checkpoint
+            self._unpause(k, now)
+        self._serve(now)
+
+    # -- the record ---------------------------------------------------------------------------
+
+    def _sample(self, now: float, _item) -> None:
+        self.tally.sample(now, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
+        self._push(now + self._step, _SAMPLE, None)
+
+
+def replay(workload: Workload, config: Configuration, gpus, **kwargs) -> Tally:
+    """One replay of ``workload`` under ``config`` on ``gpus``."""
+    return Replay(workload, config, gpus, **kwargs).run()

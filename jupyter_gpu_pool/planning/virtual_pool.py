@@ -1,0 +1,157 @@
+"""The pool in virtual time: what is held where, the queue, and the GPU time spent, in memory.
+
+A store like the SQLite ledger, and like it an adapter only: each request is judged by
+``pool.allocation.allocate`` (with the queue's rules of ``pool.queue``), a resume's GPUs by
+``resume_candidates``, budgets by ``BudgetBook.standing`` over the spent intervals, a slice's cost by
+``budgets.share_of`` and each GPU's usage by ``allocation.gpu_usage``.  It keeps per-GPU usage, per
+owner and per group holdings up to date as leases change, so that one request costs what the GPUs
+and the asker's own leases cost, not what the whole pool holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from ..pool import ACTIVE, HIBERNATED, MPS, GPU, Lease, PoolError, Waiter
+from ..pool.allocation import Ask, Grant, Holdings, allocate, gpu_usage, mps_users, resume_candidates
+from ..pool.budgets import Interval, Scope, Standing, hours_spent, share_of
+from .configuration import Configuration
+
+
+class VirtualPool:
+    def __init__(self, config: Configuration, gpus: list[GPU]):
+        self.config = config
+        self.gpus = {g.uuid: g for g in gpus}
+        self.usage = {g.uuid: u for g, u in zip(gpus, gpu_usage(gpus, []))}
+        self.on_gpu: dict[str, dict[str, Lease]] = {g.uuid: {} for g in gpus}
+        self.by_owner: dict[str, dict[str, Lease]] = defaultdict(dict)
+        self.by_group: dict[str, dict[str, Lease]] = defaultdict(dict)
+        self.mps: dict[str, Lease] = {}  # active MPS leases
+        self.queue: list[Waiter] = []
+        self._budgets = bool(config.budgets.budgets)
+        self._spent: dict[str, list[Interval]] = defaultdict(list)  # per owner, and per group for shared budgets
+        self._open: dict[str, list[tuple[list[Interval], int]]] = {}  # lease id -> where its open intervals are
+        self.held_share = 0.0  # GPUs' worth held by active slices now
+        self.peak_share = 0.0
+        self.held_seconds = 0.0  # GPU-seconds held by slices that were given back
+        self._held: dict[str, tuple[float, float]] = {}  # active lease id -> (share, since)
+
+    # -- the decision's inputs ---------------------------------------------------------------
+
+    def holdings(self, ask: Ask, now: float) -> Holdings:
+        leases = dict(self.by_owner.get(ask.owner, {}))
+        for group in self.config.quotas.limited_groups(ask.groups):
+            leases.update(self.by_group.get(group, {}))
+        return Holdings(leases=tuple(leases.values()), gpus=tuple(self.usage.values()), waiters=tuple(self.queue),
+                        mps_users=mps_users(self.mps.values()) if ask.profile.isolation == MPS else {},
+                        budget=self.standing(ask.owner, ask.groups, now))
+
+    def standing(self, owner: str, groups: tuple[str, ...], now: float) -> Standing | None:
+        if not self._budgets:
+            return None
+        book = self.config.budgets
+        if not book.scopes(owner, groups):
+            return None
+        return book.standing(owner, groups, lambda scope, start: hours_spent(self._intervals(scope, owner), start, now),
+                             lambda scope: sum(i.share for i in self._intervals(scope, owner) if i.end is None), now)
+
+    def _intervals(self, scope: Scope, owner: str) -> list[Interval]:
+        return self._spent[f"group:{scope.name}" if scope.kind == "shared" else owner]
+
+    def ask(self, ask: Ask, now: float, waiter_id: str | None = None) -> Grant | PoolError:
+        return allocate(self.holdings(ask, now), ask, self.config.quotas, now=now, placement=self.config.placement,
+                        waiter_id=waiter_id)
+
+    def resume_ask(self, lease: Lease, profile, same_gpu: bool) -> Ask:
+        """A hibernated lease's request, as the ledger builds it: its last GPUs first, else one of their model."""
+        only = resume_candidates(list(self.usage.values()), lease.last_gpus, same_gpu=same_gpu, same_model=True)
+        return Ask(owner=lease.owner, kernel_id=lease.kernel_id, profile=dataclasses.replace(profile, slice=lease.slice),
+                   groups=lease.groups, new_kernel=False, prefer=lease.last_gpus, only=only)
+
+    # -- changes -----------------------------------------------------------------------------
+
+    def take(self, ask: Ask, grant: Grant, now: float, lease: Lease | None = None) -> Lease:
+        """Hold the granted slice: a new lease, or ``lease`` (hibernated) active again."""
+        gpus = tuple(g.uuid for g in grant.gpus)
+        if lease is None:
+            spec = ask.profile.slice
+            lease = Lease(id=ask.kernel_id, owner=ask.owner, kernel_id=ask.kernel_id, profile=ask.profile.name,
+                          isolation=ask.profile.isolation, memory=grant.memory, sm_percent=spec.sm_percent,
+                          whole=spec.whole, gpu_count=spec.gpu_count, state=ACTIVE, gpus=gpus, last_gpus=gpus,
+                          groups=ask.groups, label="", created=now, updated=now, state_since=now)
+        else:
+            lease = dataclasses.replace(lease, state=ACTIVE, gpus=gpus, last_gpus=gpus, updated=now, state_since=now)
+        self._hold(lease)
+        self._place(lease, gpus)
+        share = share_of(lease, grant.gpus[0].memory)
+        self.held_share += share
+        self.peak_share = max(self.peak_share, self.held_share)
+        self._held[lease.id] = (share, now)
+        if self._budgets:
+            spots = []
+            for key in (lease.owner, *(f"group:{g}" for g in lease.groups)):
+                spent = self._spent[key]
+                spent.append(Interval(share, now))
+                spots.append((spent, len(spent) - 1))
+            self._open[lease.id] = spots
+        return lease
+
+    def release(self, lease: Lease, now: float) -> None:
+        if lease.state == ACTIVE:
+            self._unplace(lease, now)
+        self.by_owner[lease.owner].pop(lease.id, None)
+        for group in lease.groups:
+            self.by_group[group].pop(lease.id, None)
+
+    def hibernate(self, lease: Lease, now: float) -> Lease:
+        """The slice goes back; the lease stays held (it counts as a kernel against quotas)."""
+        self._unplace(lease, now)
+        lease = dataclasses.replace(lease, state=HIBERNATED, gpus=(), last_gpus=lease.gpus, updated=now,
+                                    state_since=now)
+        self._hold(lease)
+        return lease
+
+    def share(self, lease: Lease) -> float:
+        """What the lease's slice costs per hour (its share of its GPUs), 0 while hibernated."""
+        held = self._held.get(lease.id)
+        return held[0] if held else 0.0
+
+    def held_until(self, now: float) -> float:
+        """GPU-seconds held by every slice so far, the ones still held counted up to ``now``."""
+        return self.held_seconds + sum(share * (now - since) for share, since in self._held.values())
+
+    def _hold(self, lease: Lease) -> None:
+        self.by_owner[lease.owner][lease.id] = lease
+        for group in lease.groups:
+            self.by_group[group][lease.id] = lease
+
+    def _place(self, lease: Lease, gpus: tuple[str, ...]) -> None:
+        for uuid in gpus:
+            self.on_gpu[uuid][lease.id] = lease
+            self._recount(uuid)
+        if lease.isolation == MPS:
+            self.mps[lease.id] = lease
+
+    def _unplace(self, lease: Lease, now: float) -> None:
+        share, since = self._held.pop(lease.id)
+        self.held_share -= share
+        self.held_seconds += share * (now - since)
+        for uuid in lease.gpus:
+            self.on_gpu[uuid].pop(lease.id, None)
+            self._recount(uuid)
+        self.mps.pop(lease.id, None)
+        for spent, index in self._open.pop(lease.id, ()):
+            i = spent[index]
+            spent[index] = Interval(i.share, i.start, now)
+
+    def _recount(self, uuid: str) -> None:
+        [self.usage[uuid]] = gpu_usage([self.gpus[uuid]], list(self.on_gpu[uuid].values()))
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def enqueue(self, waiter: Waiter) -> None:
+        self.queue.append(waiter)
+
+    def dequeue(self, waiter_id: str) -> None:
+        self.queue = [w for w in self.queue if w.id != waiter_id]

@@ -1,0 +1,199 @@
+"""The activity trace of this server's GPU kernels, for the capacity planner (``pool.trace``).
+
+The culler hands each pass's view to :meth:`ActivityRecorder.observe`, which writes what changed, as
+one batch through the backend (the ledger, or the pool service):
+
+- each kernel when first seen: profile, groups, kernelspec, whether it can hibernate (and why not),
+  whether its GPUs are declared, and the culler's pass schedule;
+- its execution: ``busy`` and ``idle`` at the times jupyter_server saw them (the kernel's own last
+  activity), ``active`` when it was used without a change of state;
+- its GPU readings, coarsely: at once when it starts or stops holding memory or crosses one of the
+  policy's GPU-idle thresholds, else at most every ``GPUPool.trace_sample_interval``;
+- from the journal (exact times): its lease (start, end, hibernation, resume, refusals), its place in
+  the queue, its user's snoozes, and the policy's warnings and actions.
+
+Never any code, output or notebook name.  A failure to write is logged and never stops the culler.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot
+from ..pool.trace import RESUME, START, TraceEvent
+from .backend import PoolBackend
+
+log = logging.getLogger(__name__)
+
+# Journal kinds the trace takes, and what each becomes (policy: written by the recorder).
+_JOURNAL = ("allocated", "released", "reclaimed", "hibernated", "resumed", "refused", "warned", "culled", "snoozed")
+
+
+@dataclass
+class _Kernel:
+    busy: bool
+    last_activity: float | None
+    state: str
+    sample: tuple[float, int | None, float | None] | None = None  # the last reading written: (at, memory, utilization)
+
+
+class ActivityRecorder:
+    def __init__(self, backend: PoolBackend, *, sample_interval: float, thresholds: tuple[float, ...]):
+        self.backend = backend
+        self.sample_interval = sample_interval
+        self.thresholds = thresholds
+        self.kernels: dict[str, _Kernel] = {}
+        self._journal_seq: int | None = None
+        self._journal_at = 0.0
+        self._waiters: set[str] = set()
+
+    async def observe(self, snapshot: Snapshot, kernels: dict, *, now: float, culler) -> None:
+        """One pass: ``kernels`` is this server's pool kernels (kernel id -> (kernel, lease))."""
+        events: list[TraceEvent] = []
+        for kid, (kernel, lease) in kernels.items():
+            self._kernel(events, kid, kernel, lease, now, culler)
+        for gone in set(self.kernels) - set(kernels):
+            del self.kernels[gone]
+        self._queue(events, snapshot)
+        try:
+            await self._journal(events)
+            if events:
+                await self.backend.trace(events)
+        except Exception:  # the trace is for planning: its failure must not stop the policy
+            log.exception("GPU pool: could not write %d activity trace event(s)", len(events))
+
+    # -- what the culler saw ---------------------------------------------------------------------
+
+    def _kernel(self, events: list[TraceEvent], kid: str, kernel, lease: Lease, now: float, culler) -> None:
+        busy = getattr(kernel, "execution_state", "") == "busy"
+        last = _ts(getattr(kernel, "last_activity", None))
+        seen = self.kernels.get(kid)
+        owner = lease.owner
+        if seen is None:
+            can, why = culler.hibernation(lease)
+            gpus = {g.uuid: g for g in self.backend.gpus()}
+            mine = [gpus[u] for u in (lease.gpus or lease.last_gpus) if u in gpus]
+            info = {"p": lease.profile, "g": list(lease.groups), "s": getattr(kernel, "kernel_name", "") or "",
+                    "hib": bool(can), "why": why, "declared": bool(mine) and all(g.declared for g in mine)}
+            if culler.grid is not None:
+                info["grid"] = [culler.grid[0], culler.grid[1]]
+            events.append(TraceEvent(now, "kernel", kid, owner, info))
+            if last is not None:
+                events.append(TraceEvent(last, "busy" if busy else "active", kid, owner))
+            seen = self.kernels[kid] = _Kernel(busy, last, lease.state)
+        elif lease.state != HIBERNATED and not lease.phase:
+            # (While it sleeps or moves, what the kernel does is the hibernator's, not its user's: a use that
+            # wakes it shows as the resume, and its activity from the first pass that sees it awake.)
+            if busy != seen.busy:
+                events.append(TraceEvent(last if last is not None else now, "busy" if busy else "idle", kid, owner))
+            elif last is not None and not busy and (seen.last_activity is None or last > seen.last_activity):
+                events.append(TraceEvent(last, "active", kid, owner))
+            seen.busy, seen.last_activity = busy, last if last is not None else seen.last_activity
+        if lease.state != seen.state:  # hibernated or woken: the sampler reads it afresh, so does the trace
+            seen.state, seen.sample = lease.state, None
+        if lease.state != HIBERNATED:
+            self._reading(events, kid, owner, seen, culler.sampler.reading(kid))
+
+    def _reading(self, events: list[TraceEvent], kid: str, owner: str, seen: _Kernel, reading) -> None:
+        if reading is None:
+            return
+        at, memory, util = reading.at, reading.memory_used, reading.utilization
+        last = seen.sample
+        if last is not None and (at <= last[0] or (memory, util) == last[1:]):
+            return
+        if last is not None and not self._matters(last, memory, util) and at - last[0] < self.sample_interval:
+            return
+        seen.sample = (at, memory, util)
+        events.append(TraceEvent(at, "gpu", kid, owner, {"mem": memory, "util": util}))
+
+    def _matters(self, last: tuple, memory: int | None, util: float | None) -> bool:
+        """Whether a reading changes what the policy reads: holding memory or not, or a threshold crossed."""
+        _, was_memory, was_util = last
+        if (was_memory is None or was_memory > 0) != (memory is None or memory > 0):
+            return True
+        if (was_util is None) != (util is None):
+            return True
+        return util is not None and any((was_util >= t) != (util >= t) for t in self.thresholds)
+
+    def _queue(self, events: list[TraceEvent], snapshot: Snapshot) -> None:
+        owner = self.backend.owner
+        mine = [w for w in snapshot.waiters if w.owner == owner]
+        for w in mine:
+            if w.id not in self._waiters:
+                events.append(TraceEvent(w.enqueued, "queued", w.kernel_id, w.owner,
+                                         {"p": w.profile, "a": RESUME if w.for_resume else START}))
+        self._waiters = {w.id for w in mine}
+
+    # -- what the journal says ----------------------------------------------------------------------
+
+    async def _journal(self, events: list[TraceEvent]) -> None:
+        entries = await self.backend.journal(since=self._journal_at, kinds=_JOURNAL, owner=self.backend.owner,
+                                             limit=1000)
+        if self._journal_seq is None:  # from when this server started
+            self._journal_seq = max((e.seq for e in entries), default=0)
+            self._journal_at = max((e.at for e in entries), default=0.0)
+            return
+        for e in sorted(entries, key=lambda e: e.seq):
+            if e.seq <= self._journal_seq:
+                continue
+            self._journal_seq, self._journal_at = e.seq, e.at
+            event = self._from_journal(e)
+            if event is not None:
+                events.append(event)
+
+    def _from_journal(self, e: JournalEntry) -> TraceEvent | None:
+        d = e.detail
+        policy = d.get("source") == "policy"
+        data: dict
+        if e.kind == "allocated":
+            kind, data = "start", {"p": d.get("profile", ""), "g": list(self.backend.groups_of(e.owner or ""))}
+        elif e.kind in ("released", "reclaimed"):
+            if policy:
+                return None  # a user's release through the API: the ledger's own entry ends the lease
+            kind, data = "end", {"r": e.reason[:200]}
+        elif e.kind == "hibernated":
+            kind, data = ("act", _act(e, "hibernate")) if policy else ("hibernated", {"bytes": d.get("host_bytes", 0)})
+        elif e.kind == "resumed":
+            if policy:
+                if not d.get("duration"):
+                    return None
+                kind, data = "restored", {"w": float(d["duration"])}
+            else:
+                kind, data = "resumed", {}
+        elif e.kind == "refused":
+            if policy and d.get("action") != "resume":
+                return None  # a hibernation refused for now: the kernel ran on
+            kind, data = "refused", {"r": e.reason or "refused", "a": RESUME if policy else START}
+            if d.get("profile"):
+                data["p"] = d["profile"]
+        elif e.kind == "warned":
+            kind, data = "warn", {"r": e.reason or "", "a": d.get("action") or "", "dry": bool(d.get("dry_run"))}
+            if d.get("deadline") is not None:
+                data["d"] = d["deadline"]
+        elif e.kind == "culled":
+            kind, data = "act", _act(e, "shutdown")
+        elif e.kind == "snoozed":
+            if d.get("deadline") is None:
+                return None
+            kind, data = "snooze", {"until": d["deadline"]}
+        else:
+            return None
+        if not e.kernel_id:
+            return None
+        at = d.get("decided", e.at) if kind == "act" else e.at  # an action: when the pass decided it
+        return TraceEvent(at, kind, e.kernel_id, e.owner, data)
+
+
+def _act(e: JournalEntry, action: str) -> dict:
+    d = e.detail
+    out = {"r": e.reason or "", "a": action, "dry": bool(d.get("dry_run"))}
+    if d.get("rule"):
+        out["rule"] = str(d["rule"])[:200]
+    return out
+
+
+def _ts(value) -> float | None:
+    if value is None:
+        return None
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)

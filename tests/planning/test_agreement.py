@@ -1,0 +1,112 @@
+"""The simulator agrees with the live pool: real kernels on a declared pool under a short policy, a
+scripted pattern of use, the trace recorded by the server extension and exported with the real CLI,
+replayed by ``jupyter gpu-pool simulate``: the same kernels warned, culled and hibernated, for the same
+reasons, each within one culling interval of when it really happened, and the same refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from planning_helpers import jupyter, simulate_json
+from server_helpers import body, execute, start_kernel, wait_until
+from tornado.httpclient import HTTPClientError
+
+from jupyter_gpu_pool.pool import HIBERNATED, RELEASED
+
+pytestmark = [pytest.mark.usefixtures("ext"), pytest.mark.timeout(600)]
+
+INTERVAL = 1.0  # the culler's pass (the extension fixture's cull_interval)
+POLICY = [
+    {"name": "whole", "match": {"profile": "whole"}, "idle_timeout": 5, "gpu_idle_timeout": None, "warn": 2.5,
+     "action": "shutdown", "max_hibernated": None},
+    {"name": "small", "match": {"profile": "small"}, "idle_timeout": 7, "gpu_idle_timeout": None, "warn": 2.5,
+     "action": "hibernate", "max_hibernated": 6, "snooze": 4, "max_snoozes": 1},
+]
+
+
+def lease_of(pool_home, kernel_id: str):
+    leases = pool_home.ledger().leases(states=("active", "hibernated", "released"))
+    return next((lease for lease in leases if lease.kernel_id == kernel_id), None)
+
+
+def live_decisions(pool_home) -> tuple[dict[str, list[tuple]], list[tuple[str, str]]]:
+    """What the live pool decided, from its journal (not from the trace): per kernel, in order,
+    (time, verb, reason, action); and the refused starts (kernel, reason)."""
+    decisions: dict[str, list[tuple]] = {}
+    refusals = []
+    for e in reversed(pool_home.ledger().journal(limit=10_000)):
+        policy = e.detail.get("source") == "policy"
+        if e.kind == "refused" and not policy:
+            refusals.append((e.kernel_id, e.reason))
+        elif policy and e.kind in ("warned", "culled", "hibernated") and not e.detail.get("dry_run"):
+            verb = "warn" if e.kind == "warned" else "act"  # an action is on record once done, beside when decided
+            at = e.at if verb == "warn" else e.detail["decided"]
+            decisions.setdefault(e.kernel_id, []).append((at, verb, e.reason, e.detail["action"]))
+    return decisions, refusals
+
+
+@pytest.mark.policy(rules=POLICY)
+async def test_a_replay_of_the_recorded_trace_decides_what_the_live_pool_decided(jp_fetch, jp_ws_fetch, ext,
+                                                                                  pool_home, tmp_path):
+    km = ext.serverapp.kernel_manager
+    a = await start_kernel(jp_fetch, "gpu-pool-small")  # left idle: hibernated, then shut down hibernated
+    b = await start_kernel(jp_fetch, "gpu-pool-small")  # runs a cell, is snoozed, hibernates, wakes for a cell
+    c = await start_kernel(jp_fetch, "gpu-pool-whole")  # a whole GPU, idle: culled
+    with pytest.raises(HTTPClientError):  # both GPUs are taken (small ones on GPU 0, c on GPU 1)
+        await start_kernel(jp_fetch, "gpu-pool-whole")
+    tab = await execute(jp_ws_fetch, b, "import time; time.sleep(3)")
+    await wait_until(lambda: km.get_kernel(b).execution_state == "busy", 60, what="b busy")
+
+    # c's whole GPU comes back when it is culled; a new whole kernel takes it
+    await wait_until(lambda: (lease := lease_of(pool_home, c)) and lease.state == RELEASED, 120, what="c culled")
+    e = await start_kernel(jp_fetch, "gpu-pool-whole")
+
+    # b is warned for being idle: its user snoozes it once
+    await wait_until(lambda: any(x.kind == "warned" and x.kernel_id == b for x in pool_home.ledger().journal()),
+                     120, what="b warned")
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", b, "snooze", method="POST", body=json.dumps({"seconds": 4}))
+    assert r.code == 200 and body(r)["snoozed_until"] > time.time() + 3
+
+    # b hibernates after its snooze; a cell run on it wakes it (the websocket's transparent resume)
+    await wait_until(lambda: lease_of(pool_home, b).state == HIBERNATED, 120, what="b hibernated")
+    tab.close()
+    tab = await execute(jp_ws_fetch, b, "y = 2")
+    await wait_until(lambda: lease_of(pool_home, b).state == "active" and not lease_of(pool_home, b).phase, 120,
+                     what="b resumed")
+    # a is shut down after max_hibernated; e is culled; b hibernates again, and its user shuts it down
+    await wait_until(lambda: lease_of(pool_home, a).state == RELEASED, 120, what="a shut down")
+    await wait_until(lambda: lease_of(pool_home, e).state == RELEASED, 120, what="e culled")
+    await wait_until(lambda: lease_of(pool_home, b).state == HIBERNATED, 120, what="b hibernated again")
+    tab.close()
+    await jp_fetch("api", "kernels", b, method="DELETE")
+    await wait_until(lambda: lease_of(pool_home, b).state == RELEASED, 60, what="b shut down by its user")
+    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+
+    live, refused = live_decisions(pool_home)
+    assert [x[1:] for x in live[a]] == [("warn", "idle", "hibernate"), ("act", "idle", "hibernate"),
+                                        ("warn", "max_hibernated", "shutdown"), ("act", "max_hibernated", "shutdown")]
+    assert [x[1:] for x in live[c]][-2:] == [("warn", "idle", "shutdown"), ("act", "idle", "shutdown")]
+    assert ("act", "idle", "hibernate") in [x[1:] for x in live[b]]
+    assert len(refused) == 1 and refused[0][1] == "pool_exhausted"
+
+    trace = tmp_path / "trace.jsonl"
+    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
+    assert done.returncode == 0, done.stderr
+    replay = simulate_json("--trace", str(trace), "--decisions")
+
+    [config] = replay["configurations"]
+    [result] = config["results"]
+    assert result["gpus"] == 2  # the configured pool
+    replayed: dict[str, list[tuple]] = {}
+    for d in result["decisions"]:
+        replayed.setdefault(d["kernel"], []).append((d["t"], d["verb"], d["reason"], d["action"]))
+    assert set(replayed) == set(live), (replayed, live)
+    for kernel, decisions in live.items():
+        assert [x[1:] for x in replayed[kernel]] == [x[1:] for x in decisions], (kernel, replayed[kernel], decisions)
+        for (t_live, *what), (t_replay, *_) in zip(decisions, replayed[kernel]):
+            assert abs(t_live - t_replay) <= INTERVAL, (kernel, what, t_live, t_replay)
+    assert sorted((x["kernel"], x["reason"]) for x in result["refused"]) == sorted(refused)
+    assert replay["recorded"]["agrees"], replay["recorded"]
