@@ -1,7 +1,7 @@
 """Hibernate and resume time against GPU memory held, beside what a user does today: restart the
 kernel and rebuild the same state.
 
-    python3 benchmarks/hibernation.py [--sizes 1,4,16,32] [--out hibernation.json]
+    python3 benchmarks/hibernation.py [--sizes 1,4,16,32] [--json hibernation.json]
 
 Needs a GPU, its driver (570 or newer) and PyTorch: it runs on the GPU test machine (see
 docs/gpu-testing.md for bringing the Jupyter wheels there).  For each size N GiB, one real
@@ -16,7 +16,10 @@ kernel on a whole-GPU slice of the pool holds N GiB of tensors (``torch.randn``,
   recompute the tensors from their seed on the GPU (real state is rarely this cheap to rebuild).
 
 The ratio is (restart + load) / resume: how much longer a user waits to get their state back
-without hibernation.  Times are wall-clock seconds as the user waits for them.
+without hibernation.  Times are wall-clock seconds as the user waits for them.  The restarts are
+plain ones (``hibernation_checkpoint_before_kill`` is off here: the alternative involves no
+hibernation).  The JSON result is rewritten after each size, so a run cut short keeps what it
+measured.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from kernel_run import run  # benchmarks/kernel_run.py (the script's own directory is on sys.path)
+
 GiB = 2**30
 
 
@@ -40,32 +45,11 @@ def isolate() -> str:
         os.makedirs(os.environ[var])
     config = {"GPUPool": {"gpu_discovery": "nvml", "ledger_path": os.path.join(root, "ledger.sqlite"),
                           "profiles": {"bench": {"slice": "whole"}}, "unix_groups": False,
-                          "hibernation_host_memory": "none", "hibernation_lock_timeout": 30.0}}
+                          "hibernation_host_memory": "none", "hibernation_lock_timeout": 30.0,
+                          "hibernation_checkpoint_before_kill": False}}
     with open(os.path.join(os.environ["JUPYTER_CONFIG_DIR"], "jupyter_gpu_pool_config.json"), "w") as f:
         json.dump(config, f)
     return root
-
-
-async def run(km, code: str, timeout: float = 1800) -> str:
-    """Execute in the kernel; return stdout (raise with the traceback on error)."""
-    kc = km.client()
-    kc.start_channels()
-    try:
-        await kc.wait_for_ready(timeout=300)
-        out: list[str] = []
-
-        def hook(msg):
-            if msg["msg_type"] == "stream":
-                out.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                out.append("\n".join(msg["content"]["traceback"]))
-
-        reply = await kc.execute_interactive(code, output_hook=hook, timeout=timeout)
-        if reply["content"]["status"] != "ok":
-            raise RuntimeError("".join(out))
-        return "".join(out)
-    finally:
-        kc.stop_channels()
 
 
 def make(n: int) -> str:
@@ -139,7 +123,15 @@ async def main(sizes: list[int], out: str | None) -> None:
     gpu = pool.gpus[0]
     print(f"{gpu.label}, driver {pool.inventory.discovery.driver_version} (CUDA {info.cuda_version_text})",
           file=sys.stderr)
-    rows = []
+    rows: list[dict] = []
+    result = {"gpu": gpu.name, "driver": pool.inventory.discovery.driver_version, "cuda": info.cuda_version_text,
+              "at": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}
+
+    def save() -> None:
+        if out:
+            with open(out, "w") as f:
+                json.dump(result, f, indent=1)
+
     for n in sizes:
         if n * GiB > gpu.memory * 0.9:
             print(f"  {n} GiB: skipped, more than 90% of {gpu.label}", file=sys.stderr)
@@ -147,6 +139,7 @@ async def main(sizes: list[int], out: str | None) -> None:
         row = await bench_size(n, manager, hibernator, root)
         print(f"  {n} GiB: {row}", file=sys.stderr)
         rows.append(row)
+        save()
     await manager.shutdown_all(now=True)
     print("| GPU memory held | hibernate | resume | restart + load from disk | restart + regenerate | "
           "(restart + load) / resume |")
@@ -154,18 +147,15 @@ async def main(sizes: list[int], out: str | None) -> None:
     for r in rows:
         print(f"| {r['gib']} GiB | {r['hibernate_s']} s | {r['resume_s']} s | {r['restart_load_s']} s | "
               f"{r['restart_regenerate_s']} s | **{r['ratio_load_to_resume']}x** |")
-    result = {"gpu": gpu.name, "driver": pool.inventory.discovery.driver_version, "cuda": info.cuda_version_text,
-              "at": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}
     print(json.dumps(result, indent=1))
-    if out:
-        with open(out, "w") as f:
-            json.dump(result, f, indent=1)
+    save()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,4,16,32", help="GiB of GPU memory the kernel holds, comma-separated")
-    parser.add_argument("--out", default=None, help="also write the JSON result to this file")
+    parser.add_argument("--json", "--out", dest="out", default=None,
+                        help="also write the JSON result to this file (after each size)")
     args = parser.parse_args()
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

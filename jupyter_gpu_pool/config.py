@@ -46,7 +46,7 @@ from .pool import (
     parse_profiles,
 )
 from .pool.budgets import Budget, BudgetBook, parse_budgets
-from .pool.hibernation import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory
+from .pool.hibernation import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory, parse_margin
 from .pool.policy import Policy, PolicyError, Rule, check_profile_names, parse_policy
 from .pool.quotas import parse_members, parse_quota, parse_quotas
 from .traits import Parsed, Seconds
@@ -276,6 +276,30 @@ class GPUPool(Configurable):
         silent execute): the checkpoint moves what a process has reserved, not only what it uses.""",
     ).tag(config=True)
 
+    hibernation_resume_margin = Parsed(
+        parse_margin, "1GiB", is_parsed=lambda v: isinstance(v, int) and not isinstance(v, bool),
+        help="""GPU memory a resume needs free on its GPU beyond the size of its checkpoint, as the
+        driver counts it (NVML), before it restores: a restore that runs out of GPU memory can leave the
+        kernel stuck in the checkpointed state for good.  Soft slices are not enforced, so a neighbour
+        may hold more than its slice; until the memory is free the resume waits in the queue, and its
+        user sees why ("waiting for 5 GiB of GPU memory to be free on GPU 0").  A size ("1GiB"), or 0.""",
+    ).tag(config=True)
+
+    hibernation_checkpoint_before_kill = Bool(
+        True,
+        help="""Before killing a kernel whose memory was restored by a resume, lock and checkpoint it again
+        (waiting hibernation_lock_timeout for its GPU work, and at most hibernation_shutdown_timeout in
+        all): killing a just-restored process hung a host on one driver (595, open kernel module), and
+        this was its reporter's workaround.  It makes such a shutdown take about as long as a
+        hibernation of the kernel.""",
+    ).tag(config=True)
+
+    hibernation_shutdown_timeout = Seconds(
+        60.0,
+        help="""Seconds the checkpoint before a kill (hibernation_checkpoint_before_kill) may take; the
+        kill goes ahead when they are up, so a shutdown never hangs on the driver.""",
+    ).tag(config=True)
+
     budgets = Parsed(
         parse_budgets, {}, is_parsed=lambda v: _all_of(v, Budget, empty=True),
         help="""GPU-hour budgets, by user or group name: {"students": {"gpu_hours": 10, "period": "week"}}.
@@ -365,7 +389,10 @@ class GPUPool(Configurable):
         return HibernationSettings(host_memory=self.hibernation_host_memory, over_cap=self.hibernation_over_cap,
                                    eviction_warning=self.hibernation_eviction_warning,
                                    lock_timeout=self.hibernation_lock_timeout,
-                                   release_cache=self.hibernation_release_cache)
+                                   release_cache=self.hibernation_release_cache,
+                                   resume_margin=self.hibernation_resume_margin,
+                                   checkpoint_before_kill=self.hibernation_checkpoint_before_kill,
+                                   shutdown_timeout=self.hibernation_shutdown_timeout)
 
     def profile(self, name: str | None) -> Profile:
         name = name or self.default_profile

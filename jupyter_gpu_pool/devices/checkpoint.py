@@ -209,6 +209,9 @@ class Driver(Protocol):
     def restore(self, pid: int, pairs: list[tuple[str, str]] | None = None) -> None: ...
     def unlock(self, pid: int) -> None: ...
     def restore_thread_id(self, pid: int) -> int: ...
+    def restored(self, pid: int) -> bool:
+        """Whether this driver restored ``pid`` (see :func:`prepare_kill`); no driver call."""
+        ...
 
 
 class CudaCheckpoint:
@@ -232,6 +235,7 @@ class CudaCheckpoint:
         self._lib: ctypes.CDLL | None = None
         self._info: DriverInfo | None = None
         self._lock = threading.Lock()
+        self._restored: set[int] = set()
 
     def _load(self) -> DriverInfo:
         try:
@@ -324,6 +328,10 @@ class CudaCheckpoint:
             args.gpuPairs = ctypes.cast(array, ctypes.POINTER(CUcheckpointGpuPair))
             args.gpuPairsCount = len(pairs)  # type: ignore[arg-type]
         self._call("cuCheckpointProcessRestore", pid, ctypes.byref(args))
+        self._restored.add(pid)
+
+    def restored(self, pid: int) -> bool:
+        return pid in self._restored
 
     def unlock(self, pid: int) -> None:
         self._call("cuCheckpointProcessUnlock", pid, ctypes.byref(CUcheckpointUnlockArgs()))
@@ -353,6 +361,32 @@ def cuda_processes(drv: Driver, pids: Iterable[int]) -> dict[int, ProcessState]:
         except CheckpointError:
             continue  # no CUDA in that process
     return found
+
+
+def prepare_kill(drv: Driver, pids: Iterable[int], lock_timeout: float) -> dict[int, str]:
+    """Make a kernel's CUDA processes safe to kill; return what was done to each (pid → words).
+
+    Killing a process just restored by the checkpoint API hung a host on one driver (595, open
+    kernel module; docs/gpu-testing.md), and its reporter's workaround was to lock and checkpoint it
+    again first.  So a process this driver restored that runs on its GPU is locked (waiting up to
+    ``lock_timeout`` for its GPU work) and checkpointed; one whose lock times out is left running.
+    A checkpointed or locked process (hibernated, or mid-move) and one never restored are left as
+    they are: a kill frees them.  Blocks for as long as the checkpoint takes: callers bound it."""
+    done: dict[int, str] = {}
+    for pid in pids:
+        if not drv.restored(pid):
+            continue
+        try:
+            if drv.state(pid) != ProcessState.RUNNING:
+                continue
+            drv.lock(pid, lock_timeout)
+            drv.checkpoint(pid)
+            done[pid] = "checkpointed"
+        except LockTimeout:
+            done[pid] = "left running (its GPU work outlasted the lock timeout)"
+        except CheckpointError as e:
+            done[pid] = f"left as it was ({e})"
+    return done
 
 
 # -- capability: can this kernel hibernate at all? -------------------------------------------
@@ -412,25 +446,3 @@ def capability(isolation: str, gpus: list[GPU], info: DriverInfo, driver_version
                           f"has {driver_version}. The kernel can only be shut down to free its slice.")
     remap = info.remap and (branch is None or branch >= MIN_DRIVER_REMAP)
     return Capability(True, remap=remap)
-
-
-def gpu_memory_of(pids: Iterable[int]) -> dict[int, int] | None:
-    """Device memory each of ``pids`` holds on any GPU, per NVML's compute-process list (what a
-    checkpoint moves); None where NVML cannot say.  A pid NVML does not list holds none it can see
-    (or lives in another pid namespace: callers fall back to the slice's size)."""
-    from . import nvml
-
-    wanted = set(pids)
-    try:
-        nvml.init()
-        nv = nvml._pynvml()
-        found: dict[int, int] = {}
-        for index in range(nv.nvmlDeviceGetCount()):
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
-            for proc in nv.nvmlDeviceGetComputeProcesses(handle):
-                used = getattr(proc, "usedGpuMemory", None)
-                if proc.pid in wanted and used is not None:
-                    found[proc.pid] = found.get(proc.pid, 0) + int(used)
-        return found
-    except Exception:  # pynvml.NVMLError and its subclasses, or no nvidia-ml-py
-        return None

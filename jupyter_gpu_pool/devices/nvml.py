@@ -9,6 +9,8 @@ block for tens of milliseconds; async callers run them in a thread.
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..pool import DETECTED, GPU
@@ -99,3 +101,61 @@ def discover(node: str = "local") -> Discovery:
                          error=None if gpus else "NVML works but lists no GPU")
     except Exception as e:  # pynvml.NVMLError and its many subclasses
         return Discovery(error=f"NVML unavailable: {e}")
+
+
+NOT_AVAILABLE = 2**63  # NVML_VALUE_NOT_AVAILABLE: some bindings return it as a huge number instead of None
+
+
+class GPUMemory(ABC):
+    """GPU memory as the driver counts it, for hibernation: what each process holds (what a
+    checkpoint moves) and what each GPU has free (whether a restore fits).  :class:`NVMLMemory` on a
+    real machine; tests give a scripted reading at this seam."""
+
+    @abstractmethod
+    def of_processes(self, pids: Iterable[int]) -> dict[int, int] | None:
+        """Device memory each of ``pids`` holds, summed over the GPUs (a pid holding none is absent);
+        None where the driver cannot say."""
+
+    @abstractmethod
+    def free(self, gpu_uuid: str) -> int | None:
+        """Free device memory on the GPU ``gpu_uuid``, whoever holds the rest; None where the driver
+        cannot say (a declared GPU, no NVML)."""
+
+
+class NVMLMemory(GPUMemory):
+    """Readings from NVML (``nvmlDeviceGetComputeRunningProcesses``, ``nvmlDeviceGetMemoryInfo``)."""
+
+    def of_processes(self, pids: Iterable[int]) -> dict[int, int] | None:
+        wanted = set(pids)
+        try:
+            init()
+            nv = _pynvml()
+            found: dict[int, int] = {}
+            for index in range(nv.nvmlDeviceGetCount()):
+                for proc in nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(index)):
+                    used = getattr(proc, "usedGpuMemory", None)
+                    if proc.pid in wanted and used is not None and used < NOT_AVAILABLE:
+                        found[proc.pid] = found.get(proc.pid, 0) + int(used)
+            return found
+        except Exception:  # pynvml.NVMLError and its subclasses, or no nvidia-ml-py
+            return None
+
+    def free(self, gpu_uuid: str) -> int | None:
+        try:
+            init()
+            nv = _pynvml()
+            return int(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByUUID(gpu_uuid)).free)
+        except Exception:  # not a GPU NVML knows (declared), or no NVML
+            return None
+
+
+_memory: GPUMemory | None = None
+
+
+def memory() -> GPUMemory:
+    """The process's reader of GPU memory (NVML)."""
+    global _memory
+    with _lock:
+        if _memory is None:
+            _memory = NVMLMemory()
+        return _memory

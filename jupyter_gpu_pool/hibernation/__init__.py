@@ -5,7 +5,7 @@ API, :mod:`jupyter_gpu_pool.devices.checkpoint`) and back when the kernel is use
 See docs/hibernation.md.
 """
 
-from .errors import HibernationError, HibernationFailed, HibernationRefused
+from .errors import GPUMemoryShort, HibernationError, HibernationFailed, HibernationRefused
 from .hibernator import Hibernator, Outcome
 from .kernels import Kernels
 from ..pool.phases import EVICTING, FAILED, HIBERNATING, QUEUED, RESUMING, display_state
@@ -15,6 +15,7 @@ __all__ = [
     "EVICTING",
     "EVICT_OLDEST",
     "FAILED",
+    "GPUMemoryShort",
     "HIBERNATING",
     "KEEP_RUNNING",
     "OVER_CAP",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..pool import PoolError, PoolExhausted
+
 
 class HibernationError(Exception):
     """Base: ``reason`` is a machine word, ``status`` the HTTP status a handler answers with."""
@@ -51,3 +53,17 @@ class HibernationFailed(HibernationError):
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "recovered": self.recovered, "states": {str(k): v for k, v in self.states.items()}}
+
+
+class GPUMemoryShort(PoolExhausted):
+    """A resume's GPU lacks the free memory (as the driver counts it) its checkpoint needs: the resume
+    waits in the queue like one for which no slice is free, and the message says for what."""
+
+    reason = "gpu_memory"
+
+    def __init__(self, message: str, gpus: tuple[str, ...], needed: int):
+        PoolError.__init__(self, message)  # not the pool's "full" sentence: the slice is free, the memory is not
+        self.gpus, self.needed = gpus, needed
+
+    def to_dict(self) -> dict:
+        return {"reason": self.reason, "message": str(self), "gpus": list(self.gpus), "needed": self.needed}

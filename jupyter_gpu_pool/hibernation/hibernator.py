@@ -8,8 +8,10 @@ running, untouched), *checkpoint* them, then mark the lease ``hibernated`` (its 
 the pool).
 
 Resume: take a slice again (its last GPU, else another of the same model where the driver can
-restore there), *restore*, *unlock*.  No slice free: the resume waits in the pool's queue (the
-lease's phase says ``queued``, the queue says where); nothing hangs silently.
+restore there), *restore*, *unlock*.  No slice free, or its GPU short of the free memory the
+checkpoint needs (as NVML counts it: soft slices are not enforced, and a restore that runs out of
+memory can leave the process checkpointed for good): the resume waits in the pool's queue (the
+lease's phase says ``queued``, the queue says where, the hibernator why); nothing hangs silently.
 
 On declared GPUs (the pool's inventory, not real GPUs) a kernel holds no GPU memory: both moves
 run exactly as above (phase claims, host-RAM accounting of 0 bytes, the ledger, the queue) with
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..devices import checkpoint as cp
+from ..devices import nvml
 from ..local.waiting import Place, wait_for_slice
 from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, LeaseNotFound, QuotaExceeded, format_size
 from ..pool.budgets import BudgetExceeded
@@ -48,7 +51,7 @@ from ..pool.phases import (
     PhaseConflict,
     display_state,
 )
-from .errors import HibernationFailed, HibernationRefused
+from .errors import GPUMemoryShort, HibernationFailed, HibernationRefused
 from .kernels import Kernels, available_ram, machine_ram
 from ..pool.hibernation import EVICT_OLDEST, KEEP_RUNNING, SHUTDOWN, HibernationSettings
 
@@ -57,6 +60,7 @@ log = logging.getLogger(__name__)
 RAM_MARGIN = 2 * 2**30  # keep this much RAM free beyond a checkpoint, for everything else on the machine
 ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
 ASLEEP = (HIBERNATING, HIBERNATED, RESUMING, QUEUED)  # a cell sent now waits for a resume
+USABLE = 0.97  # of a GPU's memory a process can ever find free (the driver keeps the rest)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class _Kernel:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     seen: str = ACTIVE  # display_state of the lease as last read or written by this server
     position: int | None = None  # its place in the queue while queued
+    wait_reason: str | None = None  # why it waits there, where the pool is not simply full
     resume_task: asyncio.Task | None = None
     resume_wanted: bool = False  # a cell arrived while hibernating: give up the hibernation if not too late
     warned_eviction: float | None = None  # the eviction deadline its owner was told of
@@ -109,14 +114,14 @@ class Hibernator:
     """Hibernation of this server's kernels on the local pool (the server extension's hook)."""
 
     def __init__(self, pool, kernels: Kernels, settings: HibernationSettings | None = None, *,
-                 driver: cp.Driver | None = None, memory_of=None,
+                 driver: cp.Driver | None = None, memory: nvml.GPUMemory | None = None,
                  ram_total: Callable[[], int] = machine_ram, ram_available: Callable[[], int] = available_ram,
                  clock: Callable[[], float] = time.time):
         self.pool = pool
         self.kernels = kernels
         self.settings = settings or pool.settings.hibernation
         self._driver = driver
-        self._memory_of = memory_of
+        self._memory = memory
         self.ram_total, self.ram_available = ram_total, ram_available
         self.clock = clock
         self._kernels: dict[str, _Kernel] = {}
@@ -129,8 +134,10 @@ class Hibernator:
         """The checkpoint driver: the one given, else ``devices.checkpoint.driver()`` (looked up on use)."""
         return self._driver if self._driver is not None else cp.driver()
 
-    def memory_of(self, pids: list[int]) -> dict[int, int] | None:
-        return (self._memory_of or cp.gpu_memory_of)(pids)
+    @property
+    def memory(self) -> nvml.GPUMemory:
+        """GPU memory as the driver counts it: the one given, else NVML's (``devices.nvml.memory()``)."""
+        return self._memory if self._memory is not None else nvml.memory()
 
     @property
     def ledger(self):
@@ -163,11 +170,11 @@ class Hibernator:
         await self._show(lease.kernel_id, display_state(updated) if updated else RELEASED)
         return updated
 
-    async def _show(self, kernel_id: str, seen: str, position: int | None = None) -> None:
+    async def _show(self, kernel_id: str, seen: str, position: int | None = None, reason: str | None = None) -> None:
         k = self._k(kernel_id)
-        if (k.seen, k.position) == (seen, position):
+        if (k.seen, k.position, k.wait_reason) == (seen, position, reason):
             return
-        k.seen, k.position = seen, position
+        k.seen, k.position, k.wait_reason = seen, position, reason
         async with k.changed:
             k.changed.notify_all()
 
@@ -226,6 +233,12 @@ class Hibernator:
     def queue_position(self, kernel_id: str) -> int | None:
         k = self._kernels.get(kernel_id)
         return k.position if k and k.seen == QUEUED else None
+
+    def queue_reason(self, kernel_id: str) -> str | None:
+        """Why a queued resume waits, where it is not for a free slice ("waiting for 5 GiB of GPU
+        memory to be free on GPU 0: 2 GiB is free"); None otherwise."""
+        k = self._kernels.get(kernel_id)
+        return k.wait_reason if k and k.seen == QUEUED else None
 
     async def refresh(self, kernel_id: str) -> str:
         """Re-read the kernel's state from the ledger (a restarted server, another server's move)."""
@@ -329,7 +342,7 @@ class Hibernator:
         """What the checkpoint will move: NVML's figure for the processes, else the slice's size."""
         if not pids:
             return 0
-        held = await asyncio.to_thread(self.memory_of, pids)
+        held = await asyncio.to_thread(self.memory.of_processes, pids)
         if held and any(pid in held for pid in pids):
             return sum(held.values())
         return lease.total_memory
@@ -540,7 +553,7 @@ class Hibernator:
         try:
             # Another GPU only where the driver can restore there, or nothing is to be restored on a declared one.
             same_gpu = not (cap.declared or (cap.remap and pids))
-            new, waited = await self._take_slice(lease, same_gpu)
+            new, waited = await self._take_slice(lease, same_gpu, moved if pids else 0)
             pairs = list(zip(lease.last_gpus, new.gpus)) if pids and new.gpus != lease.last_gpus else None
             try:
                 await self._restore_all(pids, pairs, restored)
@@ -552,7 +565,7 @@ class Hibernator:
                             new.gpus, e)
                 await asyncio.to_thread(self.ledger.hibernate, new.id, moved, "restore elsewhere refused",
                                         lease.last_gpus, RESUMING)
-                new, more = await self._take_slice(lease, True)
+                new, more = await self._take_slice(lease, True, moved)
                 waited += more
                 pairs = None
                 await self._restore_all(pids, None, restored)
@@ -586,20 +599,42 @@ class Hibernator:
         await self._show(kernel_id, display_state(current) if current else RELEASED)
         return current
 
-    async def _take_slice(self, lease: Lease, same_gpu: bool) -> tuple[Lease, float]:
-        """Take a slice for the lease, waiting in the queue (phase ``queued``) while the pool is full."""
+    async def _take_slice(self, lease: Lease, same_gpu: bool, need: int) -> tuple[Lease, float]:
+        """Take a slice for the lease, waiting in the queue (phase ``queued``) while the pool is full or,
+        for ``need`` bytes to restore, while its GPU lacks that much free memory plus the margin."""
         place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label)
+        wait: dict = {"position": None, "reason": None, "only_last": same_gpu}
+
+        def attempt(waiter_id: str | None) -> Lease:
+            only_last = wait["only_last"]
+            if need:  # safe wake: checked before the ledger is asked, so a wait keeps its place in the queue
+                self._check_room(self._candidates(lease, only_last), need, len(lease.last_gpus))
+            new = self.pool.resume(lease, only_last, waiter_id, record_refusal=False)
+            if need and not only_last:
+                try:  # the ledger picks among the GPUs of the model, not necessarily one that had room
+                    self._check_room(list(new.gpus), need, len(new.gpus))
+                except GPUMemoryShort:  # give it back, and wait for the kernel's own GPU from now on
+                    self.ledger.hibernate(new.id, lease.host_bytes, "GPU memory taken meanwhile", lease.last_gpus,
+                                          new.phase)
+                    wait["only_last"] = True
+                    raise
+            return new
 
         async def queued(position: int) -> None:
+            wait["position"] = position
             current = await self._lease(lease.kernel_id)
             if current is not None and current.phase == RESUMING:
                 await self._move(current, QUEUED, expect=RESUMING)
-            await self._show(lease.kernel_id, QUEUED, position)
+            await self._show(lease.kernel_id, QUEUED, position, wait["reason"])
+
+        async def refused(refusal) -> None:
+            wait["reason"] = str(refusal) if isinstance(refusal, GPUMemoryShort) else None
+            if wait["position"] is not None:
+                await self._show(lease.kernel_id, QUEUED, wait["position"], wait["reason"])
 
         try:
-            new, waited = await wait_for_slice(
-                self.ledger, lambda waiter_id: self.pool.resume(lease, same_gpu, waiter_id, record_refusal=False),
-                place, poll=self.settings.queue_poll, on_position=queued)
+            new, waited = await wait_for_slice(self.ledger, attempt, place, poll=self.settings.queue_poll,
+                                               on_position=queued, on_refusal=refused)
         except (QuotaExceeded, BudgetExceeded) as e:
             raise HibernationRefused(e.reason, f"Cannot resume this kernel: {e}", status=403) from None
         except LeaseNotFound:
@@ -608,6 +643,30 @@ class Hibernator:
         if new.phase == QUEUED:
             new = await self._move(new, RESUMING, expect=QUEUED) or new
         return new, waited
+
+    def _candidates(self, lease: Lease, same_gpu: bool) -> list[str]:
+        """The GPUs a resume may land on: its last ones, or any of the same model."""
+        if same_gpu:
+            return list(lease.last_gpus)
+        models = {g.name for g in self._gpus_of(lease)}
+        return [g.uuid for g in self.pool.inventory.gpus if g.name in models] or list(lease.last_gpus)
+
+    def _check_room(self, uuids: list[str], need: int, count: int) -> None:
+        """Raise :class:`GPUMemoryShort` unless ``count`` of ``uuids`` each have their share of ``need``
+        free plus the margin, as the driver counts it (a GPU it cannot read is not held against the
+        resume).  Runs in a thread (NVML)."""
+        gpus = [g for g in (self.pool.gpu(u) for u in uuids) if g is not None]
+        per_gpu = need // max(count, 1) + self.settings.resume_margin
+        if gpus:  # a checkpoint sized from the slice (NVML could not see the process) never needs more than exists
+            per_gpu = min(per_gpu, int(min(g.memory for g in gpus) * USABLE))
+        free = {uuid: self.memory.free(uuid) for uuid in uuids}
+        if sum(1 for f in free.values() if f is None or f >= per_gpu) >= count:
+            return
+        best = max((f for f in free.values() if f is not None), default=0)
+        where = " or ".join(f"GPU {g.index}" for g in gpus) or "its GPU"
+        raise GPUMemoryShort(
+            f"waiting for {format_size(per_gpu)} of GPU memory to be free on {where} ({format_size(best)} is free "
+            "now; other processes hold the rest)", tuple(uuids), per_gpu)
 
     async def _restore_all(self, pids: list[int], pairs: list[tuple[str, str]] | None, restored: list[int]) -> None:
         """Restore each checkpointed process, appending each done to ``restored``."""

@@ -10,6 +10,8 @@ Lifecycle (jupyter_client calls these; see ``KernelManager``):
 - ``pre_launch`` takes a lease (or reuses this kernel's lease on a restart) and
   puts the slice into the kernel's environment;
 - ``launch_kernel`` records the kernel process as the lease's holder;
+- ``kill`` / ``terminate`` first re-checkpoint what a resume restored (a driver workaround, bounded:
+  ``hibernation_checkpoint_before_kill``);
 - ``cleanup(restart=True)`` keeps the lease for the next launch;
   ``cleanup(restart=False)`` releases it.  A failed launch releases it too.
 - Exits that jupyter_client never reports (a kernel killed and not restarted, a
@@ -30,6 +32,7 @@ from traitlets import Unicode
 from ..local import processes
 from ..compat import VerbatimHTTPError, forget_pending_start
 from ..config import ConfigError
+from ..devices import checkpoint
 from ..devices.mps import MPSUnavailable
 from ..local.pool import Pool, pool_for
 from ..local.waiting import Place, QueueTimeout, wait_for_slice
@@ -241,12 +244,34 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
         await super().shutdown_requested(restart=restart)
         await self._mark_stopping()
 
+    async def _before_kill(self) -> None:
+        """Re-checkpoint the kernel's processes a resume restored (``devices.checkpoint.prepare_kill``:
+        killing a just-restored process hung a host on one driver), within the admin's bound."""
+        pool = self._pool
+        if pool is None or self.pid is None or pool.inventory.declared:
+            return
+        settings = pool.settings.hibernation
+        if not settings.checkpoint_before_kill:
+            return
+        tree = await asyncio.to_thread(processes.process_tree, self.pid)
+        work = asyncio.to_thread(checkpoint.prepare_kill, checkpoint.driver(), tree, settings.lock_timeout)
+        try:
+            done = await asyncio.wait_for(work, settings.shutdown_timeout)
+        except TimeoutError:
+            self.log.warning("kernel %s: the checkpoint before its kill took more than %gs; killing it anyway",
+                             self.kernel_id, settings.shutdown_timeout)
+            return
+        for pid, what in done.items():
+            self.log.info("kernel %s: pid %s %s before the kill", self.kernel_id, pid, what)
+
     async def kill(self, restart: bool = False) -> None:
         await self._mark_stopping()
+        await self._before_kill()
         await super().kill(restart=restart)
 
     async def terminate(self, restart: bool = False) -> None:
         await self._mark_stopping()
+        await self._before_kill()
         await super().terminate(restart=restart)
 
     async def cleanup(self, restart: bool = False) -> None:

@@ -2,8 +2,9 @@
 
 Try; while the pool is full, hold a place in the ledger's queue (a heartbeat every ``poll``
 seconds keeps it; a place lost to a stall longer than the queue's TTL is taken again at the end)
-and try again with it, so that earlier waiters are served first.  Every position change is
-reported to the caller (the UI shows it); the place is given up however the wait ends.
+and try again with it, so that earlier waiters are served first.  Every position change, and every
+change of the reason it waits, is reported to the caller (the UI shows them); the place is given up
+however the wait ends.
 """
 
 from __future__ import annotations
@@ -39,14 +40,18 @@ class QueueTimeout(Exception):
 
 async def wait_for_slice(ledger: Ledger, attempt: Callable[[str | None], Lease], place: Place, *,
                          poll: float = 1.0, timeout: float | None = None,
-                         on_position: Callable[[int], Awaitable[None]] | None = None) -> tuple[Lease, float]:
+                         on_position: Callable[[int], Awaitable[None]] | None = None,
+                         on_refusal: Callable[[PoolExhausted], Awaitable[None]] | None = None) -> tuple[Lease, float]:
     """Run ``attempt(waiter_id)`` (in a thread) until it grants a lease; return it and the seconds
     spent in the queue.  ``attempt`` raises :class:`PoolExhausted` while there is no room (any other
-    refusal ends the wait).  ``timeout`` None: wait as long as it takes."""
+    refusal ends the wait); ``on_refusal`` hears the first and each whose message differs from the
+    one before.  ``timeout`` None: wait as long as it takes."""
     try:
         return await asyncio.to_thread(attempt, None), 0.0
     except PoolExhausted as first:
         refusal = first
+    if on_refusal is not None:
+        await on_refusal(refusal)
     started = time.monotonic()
     waiter = await asyncio.to_thread(_enqueue, ledger, place)
     position = waiter.position
@@ -61,6 +66,8 @@ async def wait_for_slice(ledger: Ledger, attempt: Callable[[str | None], Lease],
             try:
                 lease = await asyncio.to_thread(attempt, waiter.id)
             except PoolExhausted as e:
+                if on_refusal is not None and str(e) != str(refusal):
+                    await on_refusal(e)
                 refusal = e
             else:
                 waiter = None  # the ledger took it off the queue with the grant

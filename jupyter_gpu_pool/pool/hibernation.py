@@ -1,5 +1,6 @@
 """What the admin allows hibernation (``c.GPUPool.hibernation_*``): the host-RAM cap, what happens past
-it, and the moves' time limits.  Pure values, validated on creation."""
+it, the moves' time limits, the room a resume needs on its GPU and how a resumed kernel is shut down.
+Pure values, validated on creation."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ KEEP_RUNNING = "keep_running"
 OVER_CAP = (EVICT_OLDEST, SHUTDOWN, KEEP_RUNNING)
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+def parse_margin(text) -> int:
+    """The GPU memory a resume needs free beyond its checkpoint: ``"1GiB"`` → bytes, ``"0"`` → 0."""
+    if isinstance(text, str) and text.strip() in ("0", "0B", "0 B"):
+        return 0
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise ValueError(f"{e}; or 0 for no margin") from None
 
 
 def parse_host_memory(text) -> tuple[int | None, float | None]:
@@ -43,12 +54,17 @@ class HibernationSettings:
     lock_timeout: float = 10.0  # seconds the lock may wait for a kernel's GPU work to finish
     release_cache: bool = True  # empty PyTorch's / CuPy's cached GPU memory before the checkpoint
     queue_poll: float = 1.0  # seconds between tries of a queued resume
+    resume_margin: int = 2**30  # bytes a resume needs free on its GPU beyond its checkpoint
+    checkpoint_before_kill: bool = True  # re-checkpoint a restored process before a kill (driver workaround)
+    shutdown_timeout: float = 60.0  # seconds that checkpoint may take before the kill goes ahead anyway
 
     def __post_init__(self):
         parse_host_memory(self.host_memory)
+        if isinstance(self.resume_margin, bool) or not isinstance(self.resume_margin, int) or self.resume_margin < 0:
+            raise ValueError(f"resume_margin must be a number of bytes, 0 or more, not {self.resume_margin!r}")
         if self.over_cap not in OVER_CAP:
             raise ValueError(f"over_cap: {self.over_cap!r} is not one of {', '.join(OVER_CAP)}")
-        for name in ("eviction_warning", "lock_timeout", "queue_poll"):
+        for name in ("eviction_warning", "lock_timeout", "queue_poll", "shutdown_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{name} must be a number of seconds above 0, not {value!r}")

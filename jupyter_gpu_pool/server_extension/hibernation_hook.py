@@ -48,6 +48,10 @@ class HibernationHook:
         """Whether a cell sent to the kernel now must wait for a resume (no I/O: asked per message)."""
         return False
 
+    def queue_reason(self, kernel_id: str) -> str | None:
+        """Why the kernel's queued resume waits, where not for a free slice (no I/O)."""
+        return None
+
     async def settle(self, kernel_id: str, timeout: float) -> None:
         """Wait up to ``timeout`` for a resume just started to take a slice or a place in the queue."""
 
@@ -95,6 +99,9 @@ class PoolHibernation(HibernationHook):
 
     def asleep(self, kernel_id: str) -> bool:
         return self.hibernator.asleep(kernel_id)
+
+    def queue_reason(self, kernel_id: str) -> str | None:
+        return self.hibernator.queue_reason(kernel_id)
 
     async def settle(self, kernel_id: str, timeout: float) -> None:
         if self.hibernator.shown(kernel_id) not in (RESUMING, QUEUED):

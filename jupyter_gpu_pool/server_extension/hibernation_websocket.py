@@ -73,8 +73,12 @@ class TransparentResume:
     def _notice(self) -> dict:
         hook = self._hook
         position = hook.hibernator.queue_position(self.kernel_id) if hook is not None else None
+        reason = hook.queue_reason(self.kernel_id) if hook is not None else None
         declared = hook is not None and hook.hibernator.declared
-        if position is not None:
+        if position is not None and reason:
+            text = (f"This kernel's resume is {reason}. Position {position} in the queue; the cell runs as soon "
+                    "as the kernel has resumed.")
+        elif position is not None:
             text = (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
                     "The cell runs as soon as the kernel has resumed.")
         elif declared:

@@ -4,7 +4,7 @@ real pool, real ipykernel processes started through the gpu-pool provisioner, a 
 from __future__ import annotations
 
 import pytest
-from hibernation_standin import StandInDriver, standin_discovery
+from hibernation_standin import StandInDriver, StandInMemory, standin_discovery
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 
 GiB = 2**30
@@ -23,13 +23,18 @@ def standin() -> StandInDriver:
 
 
 @pytest.fixture
-def standin_machine(pool_home, monkeypatch, standin):
+def standin_memory(standin) -> StandInMemory:
+    return StandInMemory(standin)
+
+
+@pytest.fixture
+def standin_machine(pool_home, monkeypatch, standin, standin_memory):
     """The pool of this test on the stand-in machine: two 'detected' stand-in H100s (driver 580).
-    Only jupyter_gpu_pool.devices is replaced: NVML discovery, NVML's per-process memory and the
+    Only jupyter_gpu_pool.devices is replaced: NVML discovery, NVML's memory readings and the
     checkpoint driver."""
     monkeypatch.setattr("jupyter_gpu_pool.local.pool.discover", standin_discovery)
     monkeypatch.setattr("jupyter_gpu_pool.devices.checkpoint._driver", standin)
-    monkeypatch.setattr("jupyter_gpu_pool.devices.checkpoint.gpu_memory_of", standin.memory_of)
+    monkeypatch.setattr("jupyter_gpu_pool.devices.nvml._memory", standin_memory)
     pool_home.configure(gpu_discovery="nvml", inventory=[], profiles=STANDIN_PROFILES)
     pool_home.install_kernelspecs()
     return pool_home
@@ -102,3 +107,13 @@ def channels(jp_ws_fetch):
     yield open_
     for ws in opened:
         ws.close()
+
+
+@pytest.fixture
+def rig(kernels_manager, standin, standin_memory):
+    def make(**settings):
+        from rig_helpers import Rig
+
+        return Rig(kernels_manager, standin, standin_memory, **settings)
+
+    return make

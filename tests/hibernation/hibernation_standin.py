@@ -1,8 +1,8 @@
 """A stand-in for the GPU machine's hardware edge, for tests/hibernation ONLY (this machine has no GPU).
 
 It replaces exactly what lives in ``jupyter_gpu_pool/devices``: the CUDA checkpoint calls
-(``devices.checkpoint.Driver``), NVML's per-process memory (``gpu_memory_of``) and NVML's GPU
-discovery (``devices.nvml.discover``).  Everything above that edge is real in these tests: real
+(``devices.checkpoint.Driver``), NVML's memory readings (``devices.nvml.GPUMemory``: per process,
+and each GPU's free memory) and NVML's GPU discovery (``devices.nvml.discover``).  Everything above that edge is real in these tests: real
 ipykernel processes, a real SQLite ledger, a real jupyter_server.
 
 The stand-in follows the state machine that cuda.h documents for ``cuCheckpointProcess*``
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from jupyter_gpu_pool.devices import checkpoint as cp
-from jupyter_gpu_pool.devices.nvml import Discovery
+from jupyter_gpu_pool.devices.nvml import Discovery, GPUMemory
 from jupyter_gpu_pool.pool import DETECTED, GPU
 
 GiB = 2**30
@@ -149,6 +149,10 @@ class StandInDriver:
         self._need(call, pid, proc, cp.ProcessState.LOCKED)
         proc.state = cp.ProcessState.RUNNING
 
+    def restored(self, pid: int) -> bool:
+        proc = self.procs.get(pid)
+        return proc is not None and proc.restores > 0
+
     # -- NVML's view -------------------------------------------------------------------------
 
     def memory_of(self, pids) -> dict[int, int]:
@@ -159,6 +163,26 @@ class StandInDriver:
     def gpu_used(self, uuid: str) -> int:
         return sum(p.device_bytes for p in self.procs.values()
                    if uuid in p.gpus and p.state != cp.ProcessState.CHECKPOINTED)
+
+
+class StandInMemory(GPUMemory):
+    """NVML's memory readings on the stand-in machine: the kernels' processes as the driver holds them,
+    plus what a test says other processes hold (``held_elsewhere``: a GPU filled from outside the pool)."""
+
+    def __init__(self, driver: StandInDriver):
+        self.driver = driver
+        self.held_elsewhere: dict[str, int] = {}
+        self.reads: list[str] = []  # the GPUs whose free memory was read, in order
+
+    def of_processes(self, pids) -> dict[int, int]:
+        return self.driver.memory_of(pids)
+
+    def free(self, gpu_uuid: str) -> int | None:
+        self.reads.append(gpu_uuid)
+        gpu = next((g for g in STANDIN_GPUS if g.uuid == gpu_uuid), None)
+        if gpu is None:
+            return None
+        return gpu.memory - self.driver.gpu_used(gpu_uuid) - self.held_elsewhere.get(gpu_uuid, 0)
 
 
 def standin_discovery(node: str = "local") -> Discovery:

@@ -14,7 +14,7 @@ import asyncio
 
 import psutil
 import pytest
-from hibernation_standin import StandInDriver
+from hibernation_standin import StandInDriver, StandInMemory
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from kernel_helpers import run_code, wait_until
 from server_hibernation_helpers import Server, body, texts
@@ -47,7 +47,7 @@ async def declared(pool_home):
     driver = StandInDriver()
     pool = pool_for()
     hibernator = Hibernator(pool, Kernels(manager), HibernationSettings(queue_poll=0.2), driver=driver,
-                            memory_of=driver.memory_of)
+                            memory=StandInMemory(driver))
     yield manager, hibernator, driver
     await manager.shutdown_all(now=True)
 

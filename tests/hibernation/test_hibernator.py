@@ -14,77 +14,17 @@ import asyncio
 import pytest
 from hibernation_standin import STANDIN_GPUS
 from kernel_helpers import run_code
+from rig_helpers import CHECKPOINTED, LOCKED, RUNNING, GiB, MiB
 
-from jupyter_gpu_pool.devices import checkpoint as cp
 from jupyter_gpu_pool.hibernation import (
     EVICTING,
     FAILED,
     HibernationFailed,
     HibernationRefused,
-    HibernationSettings,
     Hibernator,
     Kernels,
 )
-from jupyter_gpu_pool.local.pool import pool_for
-from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, RELEASED, LeaseRequest
-
-GiB = 2**30
-MiB = 2**20  # what stand-in processes "hold": small, so the real free-RAM check passes on any CI box
-RUNNING, LOCKED, CHECKPOINTED = cp.ProcessState.RUNNING, cp.ProcessState.LOCKED, cp.ProcessState.CHECKPOINTED
-
-
-class Rig:
-    """One test's hibernator over real kernels (it reports nothing itself: its moves return outcomes)."""
-
-    def __init__(self, manager, standin, **settings):
-        self.manager, self.standin = manager, standin
-        self.pool = pool_for()
-        self.settings = HibernationSettings(**{"lock_timeout": 5.0, "queue_poll": 0.2, **settings})
-        self.hibernator = Hibernator(self.pool, Kernels(manager), self.settings, driver=standin,
-                                     memory_of=standin.memory_of)
-
-    async def gpu_kernel(self, profile: str = "small", gpu_bytes: int = 400 * MiB) -> tuple[str, int]:
-        """A real kernel on the pool whose process holds ``gpu_bytes`` on its GPU (stand-in)."""
-        kid = await self.manager.start_kernel(kernel_name=f"gpu-pool-{profile}")
-        pid = self.manager.get_kernel(kid).provisioner.pid
-        lease = self.lease(kid)
-        if gpu_bytes:
-            self.standin.add(pid, gpu_bytes, gpus=lease.gpus)
-        return kid, pid
-
-    def lease(self, kid: str):
-        return self.pool.ledger.by_kernel(kid)
-
-    def held_on(self, uuid: str) -> int:
-        return next(u.memory for u in self.pool.ledger.snapshot().gpus if u.gpu.uuid == uuid)
-
-    def block(self, uuid: str, memory: str, kernel_id: str) -> str:
-        """Another user takes ``memory`` of the GPU ``uuid`` (a lease with no kernel); returns its id."""
-        from jupyter_gpu_pool.pool import Profile, SliceSpec
-
-        profile = Profile("blk", SliceSpec.parse(memory), "soft", "blk")
-        elsewhere = []
-        while True:  # placement picks the GPU: take leases until one lands where we want it
-            lease = self.pool.ledger.allocate(LeaseRequest(owner="bob", kernel_id=kernel_id, profile=profile),
-                                              self.pool.settings.quotas)
-            if lease.gpus == (uuid,):
-                break
-            elsewhere.append(lease)
-        for other in elsewhere:
-            self.pool.ledger.release(other.id)
-        return lease.id
-
-    def journaled(self, kid: str) -> list[str]:
-        return [e.kind for e in self.pool.ledger.journal() if e.kernel_id == kid]
-
-
-@pytest.fixture
-def rig(kernels_manager, standin):
-    def make(**settings) -> Rig:
-        return Rig(kernels_manager, standin, **settings)
-
-    return make
-
+from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, RELEASED
 
 # -- the round trip ------------------------------------------------------------------------------
 
@@ -571,7 +511,7 @@ async def test_tick_learns_of_a_kernel_hibernated_by_a_previous_server(rig):
     r = rig()
     kid, pid = await r.gpu_kernel()
     await r.hibernator.hibernate(kid)
-    fresh = Hibernator(r.pool, Kernels(r.manager), r.settings, driver=r.standin, memory_of=r.standin.memory_of)
+    fresh = Hibernator(r.pool, Kernels(r.manager), r.settings, driver=r.standin, memory=r.memory)
     assert fresh.shown(kid) == "active"  # knows nothing yet
     await fresh.tick()
     assert fresh.shown(kid) == "hibernated" and fresh.asleep(kid)

@@ -9,6 +9,7 @@ import asyncio
 import json
 
 import pytest
+from hibernation_standin import STANDIN_GPUS
 from kernel_helpers import wait_until
 from server_hibernation_helpers import MiB, API, Server, body, texts
 from tornado.httpclient import HTTPClientError
@@ -127,6 +128,27 @@ async def test_a_cell_waits_in_the_queue_says_its_place_and_runs_when_a_slice_fr
     got = await ch.replies(msg_id)
     assert any("position 1 in the queue" in t for t in texts(got))
     assert "ran\n" in texts(got) and server.lease(kid).state == "active"
+
+
+async def test_a_cell_waits_while_its_gpu_lacks_the_memory_and_its_user_is_told_why(server, channels, standin_memory):
+    kid, _ = await server.gpu_kernel(gpu_bytes=600 * MiB)
+    ch = await channels(kid)
+    await server.hibernate(kid)
+    for gpu in STANDIN_GPUS:  # another process fills both GPUs beyond any slice: 1 GiB is left on each
+        standin_memory.held_elsewhere[gpu.uuid] = gpu.memory - 2**30
+
+    seen: list = []
+    cell = asyncio.ensure_future(ch.replies(await ch.execute("print('ran')"), timeout=120, seen=seen))
+    await wait_until(lambda: any("of GPU memory to be free" in t for t in texts(seen)), what="the reason shown")
+
+    me = await server.me_kernel(kid)
+    assert me["state"] == "queued" and me["queue_position"] == 1
+    assert me["queue_reason"].startswith("waiting for 1.6 GiB of GPU memory to be free on GPU 0 or GPU 1")
+    assert any("Position 1 in the queue" in t for t in texts(seen)) and not cell.done()
+    standin_memory.held_elsewhere.clear()
+    got = await asyncio.wait_for(cell, 120)
+    assert "ran\n" in texts(got) and server.lease(kid).state == "active"
+    assert (await server.me_kernel(kid))["queue_reason"] is None
 
 
 @pytest.mark.pool_settings(default_user_quota={"memory": "15GiB"})

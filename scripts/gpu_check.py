@@ -1,0 +1,401 @@
+"""The whole GPU check in one command (``scripts/gpu-check``): see docs/gpu-verification.md.
+
+On a machine with an NVIDIA GPU: installs what is missing (from ``.whl/`` where there is no package
+index), runs every ``gpu``-marked test and the hibernation and sharing benchmarks, each step with its
+own time limit inside a hard budget of under 10 minutes, and writes ``gpu-check/report.json`` (the
+device, driver and CUDA version, each test's outcome and figures, each benchmark figure),
+``gpu-check/summary.md`` (the same for docs/gpu-verification.md) and ``gpu-check/log.txt``.  The
+report is written even when a step runs out of time.  It never changes the card's settings (compute
+mode, clocks, MIG, persistence) nor resets it; the MPS daemons the tests and benchmarks start are
+their pool's own, stopped by them, and any left behind are stopped at the end.
+
+Without a GPU it says so and exits with status 2 at once.  Exit status 1: a test failed or a step
+did not finish; 0: everything passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUDGET = 585.0  # seconds for the whole check: under 10 minutes on one H100
+GPU_TESTS = ["tests/gpu", "tests/test_mps.py", "tests/server/test_telemetry.py", "tests/kube/test_kube_agent.py"]
+# (step, seconds it may take at most); each also stops where the budget ends.
+LIMITS = {"install": 90.0, "tests": 280.0, "hibernation benchmark": 165.0, "sharing benchmark": 100.0}
+# What the tests and benchmarks import: module -> the package that provides it.
+NEEDED = {"jupyter_server": "jupyter_server", "jupyter_client": "jupyter_client", "ipykernel": "ipykernel",
+          "jupyter_events": "jupyter_events", "traitlets": "traitlets", "pynvml": "nvidia-ml-py",
+          "psutil": "psutil", "pytest": "pytest", "pytest_asyncio": "pytest-asyncio",
+          "pytest_jupyter": "pytest-jupyter[server]", "pytest_timeout": "pytest-timeout",
+          "prometheus_client": "prometheus_client", "yaml": "pyyaml", "torch": "torch"}
+NO_GPU_EXIT = 2
+
+
+class Log:
+    """Everything the check says, on the terminal and in log.txt."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "w")
+
+    def __call__(self, text: str = "") -> None:
+        print(text, flush=True)
+        self.file.write(text + "\n")
+        self.file.flush()
+
+    def raw(self, text: str) -> None:
+        self.file.write(text)
+        self.file.flush()
+
+
+# -- the device ------------------------------------------------------------------------------------
+
+
+def probe_device(nvidia_smi: str) -> dict | str:
+    """The GPUs ``nvidia-smi`` lists, with the driver and CUDA version; or why there is none (text)."""
+    smi = shutil.which(nvidia_smi) if os.sep not in nvidia_smi else (nvidia_smi if os.access(nvidia_smi, os.X_OK)
+                                                                      else None)
+    if smi is None:
+        return f"nvidia-smi was not found ({nvidia_smi}): there is no NVIDIA driver on this machine"
+    try:
+        query = subprocess.run([smi, "--query-gpu=index,name,uuid,memory.total,driver_version",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        header = subprocess.run([smi], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"nvidia-smi failed ({e})"
+    rows = [[c.strip() for c in line.split(",")] for line in query.stdout.splitlines() if line.strip()]
+    if query.returncode != 0 or not rows:
+        return f"nvidia-smi found no GPU ({(query.stderr or query.stdout).strip()[:300] or 'no output'})"
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header.stdout)
+    gpus = [{"index": int(r[0]), "name": r[1], "uuid": r[2], "memory_mib": int(float(r[3]))} for r in rows]
+    return {"gpus": gpus, "name": gpus[0]["name"], "driver": rows[0][4], "cuda": cuda.group(1) if cuda else None}
+
+
+# -- what must be installed -----------------------------------------------------------------------------
+
+
+def missing_modules(env: dict) -> list[str]:
+    code = ("import importlib.util, json; print(json.dumps([m for m in %r if importlib.util.find_spec(m) is None]))"
+            % list(NEEDED))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    return json.loads(out.stdout or "[]")
+
+
+def has_entry_points(env: dict) -> bool:
+    """Whether the project is installed as a distribution (jupyter_client finds the gpu-pool provisioner
+    through its entry point, which a checkout on PYTHONPATH lacks)."""
+    code = ("from importlib.metadata import entry_points; "
+            "print('gpu-pool' in {e.name for e in entry_points(group='jupyter_client.kernel_provisioners')})")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    return out.stdout.strip() == "True"
+
+
+def install(env: dict, site: Path, log: Log, deadline: float) -> str:
+    """Install what is missing into ``site`` (put on PYTHONPATH): the wheels in .whl/ where there are
+    some (a machine without a package index: scripts/gpu-wheels), else from the index.  Returns what
+    was done, in words."""
+    missing = missing_modules(env)
+    entry = has_entry_points(env)
+    if not missing and entry:
+        return "nothing to install"
+    wheels = sorted(glob.glob(str(REPO / ".whl" / "*.whl")))
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(site)]
+    if wheels:
+        cmd = pip + ["--no-index", "--no-deps", "--upgrade", *wheels]
+        what = f"{len(wheels)} wheels from .whl/ (missing: {', '.join(missing) or 'the project entry points'})"
+    else:
+        packages = sorted({NEEDED[m] for m in missing if m != "torch"})
+        if "torch" in missing:
+            log("!! PyTorch is missing: install a CUDA build of torch first (pip install torch)")
+        cmd = pip + packages + ([str(REPO)] if not entry else [])
+        what = f"{', '.join(packages + (['this project'] if not entry else []))} from the package index"
+    log(f"   installing {what}")
+    timeout = max(min(LIMITS["install"], deadline - time.monotonic()), 1.0)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    log.raw(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"installing {what} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    still = missing_modules(env)
+    if still:
+        raise RuntimeError(f"still missing after the install: {', '.join(still)} (scripts/gpu-wheels gathers the "
+                           "wheels; torch must come with the machine)")
+    return f"installed {what}"
+
+
+# -- steps ---------------------------------------------------------------------------------------------------
+
+
+def stop_tree(pid: int) -> None:
+    """Stop a step and everything it started (kernels, workers): TERM, then KILL."""
+    try:
+        import psutil
+    except ImportError:
+        os.killpg(pid, signal.SIGKILL)
+        return
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def run_step(name: str, cmd: list[str], env: dict, limit: float, log: Log) -> dict:
+    """Run one step with its time limit, its output into the log; what happened, as a dict."""
+    log(f"== {name} (at most {limit:.0f} s): {' '.join(cmd)}")
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    status = "ok"
+    try:
+        out, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        stop_tree(proc.pid)
+        out, _ = proc.communicate()
+        status = "timeout"
+    log.raw(out or "")
+    elapsed = time.monotonic() - started
+    if status == "ok" and proc.returncode != 0:
+        status = "failed"
+    log(f"== {name}: {status} in {elapsed:.0f} s (exit {proc.returncode})")
+    return {"name": name, "command": " ".join(cmd), "status": status, "exit": proc.returncode,
+            "seconds": round(elapsed, 1), "limit": round(limit, 1)}
+
+
+def stop_left_mps(before: set[int], log: Log) -> list[int]:
+    """Stop MPS control daemons of this user started during the check that are still running (each
+    test and benchmark stops its pool's own; this is the safety net)."""
+    try:
+        import psutil
+    except ImportError:
+        return []
+    stopped = []
+    for p in psutil.process_iter(["pid", "name", "uids"]):
+        if p.info["name"] == "nvidia-cuda-mps-control" and p.pid not in before and p.info["uids"].real == os.getuid():
+            p.terminate()
+            stopped.append(p.pid)
+    if stopped:
+        log(f"   stopped MPS control daemons left running: {stopped}")
+    return stopped
+
+
+def mps_daemons() -> set[int]:
+    try:
+        import psutil
+    except ImportError:
+        return set()
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "nvidia-cuda-mps-control"}
+
+
+# -- the report ----------------------------------------------------------------------------------------------
+
+
+def read_results(path: Path) -> tuple[list[str], dict[str, dict]]:
+    """The plugin's JSON lines: the collected test ids, and each test's outcome (failed in any phase
+    wins; a setup or teardown failure is an error)."""
+    collected: list[str] = []
+    results: dict[str, dict] = {}
+    if not path.exists():
+        return collected, results
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut off by a killed run
+        if "collected" in record:
+            collected = record["collected"]
+            continue
+        nodeid, outcome = record["nodeid"], record["outcome"]
+        if record["when"] in ("setup", "teardown", "collect") and outcome == "failed":
+            outcome = "error"
+        current = results.get(nodeid)
+        if current is None or current["outcome"] == "passed" or outcome in ("failed", "error"):
+            props = {**(current or {}).get("properties", {}), **record.get("properties", {})}
+            results[nodeid] = {"id": nodeid, "outcome": outcome, "seconds": record.get("duration", 0.0),
+                               "properties": props, "message": record.get("message", "")}
+    return collected, results
+
+
+def build_report(*, device: dict, steps: list[dict], collected: list[str], results: dict[str, dict],
+                 benchmarks: dict[str, dict | None], started: float, finished: float, environment: dict) -> dict:
+    tests = [results.get(t) or {"id": t, "outcome": "not run", "seconds": 0.0, "properties": {},
+                                "message": "the test step ended before this test ran"} for t in collected]
+    tests += [r for t, r in results.items() if t not in collected]  # collection errors
+    summary = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped",
+                                                                       "not run")}
+    figures = {"tests": {t["id"]: t["properties"] for t in tests if t["properties"]}}
+    figures.update({name: data for name, data in benchmarks.items() if data is not None})
+    ok = (all(s["status"] == "ok" for s in steps) and summary["failed"] == summary["error"] == summary["not run"] == 0
+          and summary["passed"] > 0)
+    return {"ok": ok, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+            "seconds": round(finished - started, 1), "budget_seconds": BUDGET, "device": device,
+            "environment": environment, "steps": steps, "summary": summary, "tests": tests, "figures": figures}
+
+
+def render_markdown(report: dict) -> str:
+    """The report as the "Last run" section of docs/gpu-verification.md."""
+    d, s = report["device"], report["summary"]
+    lines = [f"- **When**: {report['started']}, {report['seconds']:.0f} s of the {report['budget_seconds']:.0f} s "
+             "budget",
+             f"- **Device**: {d.get('name')} × {len(d.get('gpus', []))}, driver {d.get('driver')}, "
+             f"CUDA {d.get('cuda')}; Python {report['environment'].get('python')}, "
+             f"PyTorch {report['environment'].get('torch')}",
+             f"- **Tests**: {s['passed']} passed, {s['failed']} failed, {s['error']} errors, {s['skipped']} skipped, "
+             f"{s['not run']} not run",
+             "", "| step | status | seconds |", "|---|---|---|"]
+    lines += [f"| {st['name']} | {st['status']} | {st['seconds']} |" for st in report["steps"]]
+    lines += ["", "| test | outcome | seconds | figures |", "|---|---|---|---|"]
+    for t in report["tests"]:
+        props = ", ".join(f"{k} {v}" for k, v in t["properties"].items())
+        lines.append(f"| `{t['id']}` | {t['outcome']} | {t['seconds']} | {props} |")
+    hib = report["figures"].get("hibernation")
+    if hib and hib.get("rows"):
+        lines += ["", "| GPU memory held | hibernate | resume | restart + load | restart + regenerate | "
+                      "(restart + load) / resume |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['gib']} GiB | {r['hibernate_s']} s | {r['resume_s']} s | {r['restart_load_s']} s | "
+                  f"{r['restart_regenerate_s']} s | {r['ratio_load_to_resume']}x |" for r in hib["rows"]]
+    share = report["figures"].get("sharing")
+    if share and share.get("rows"):
+        lines += ["", "| mode | loops | aggregate steps/s | against one alone |", "|---|---|---|---|"]
+        lines += [f"| {r['mode']} | {r['loops']} | {r['aggregate_steps_s']} | {r['ratio_to_alone']}x |"
+                  for r in share["rows"]]
+        lines += ["", "| one loop alone in | steps/s | bare process | slice efficiency |", "|---|---|---|---|"]
+        lines += [f"| {e['slice']} | {e['steps_s']} | {e['bare_steps_s']} | {e['efficiency']}x |"
+                  for e in share.get("efficiency", [])]
+    failed = [t for t in report["tests"] if t["outcome"] in ("failed", "error")]
+    for t in failed:
+        lines += ["", f"**{t['id']}** ({t['outcome']}):", "", "```", t["message"].strip()[-1500:], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, report: dict) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "summary.md").write_text(render_markdown(report))
+
+
+def load_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def versions(env: dict) -> dict:
+    code = ("import json, sys\ntry:\n import torch; t = torch.__version__; c = torch.version.cuda\n"
+            "except Exception as e:\n t, c = f'unavailable ({e})', None\n"
+            "print(json.dumps({'python': sys.version.split()[0], 'torch': t, 'torch_cuda': c}))")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        return {**json.loads(out.stdout), "platform": platform.platform()}
+    except (subprocess.TimeoutExpired, json.JSONDecodeError):
+        return {"python": sys.version.split()[0], "platform": platform.platform()}
+
+
+# -- the check ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "gpu-check"), help="where the report and log go (gpu-check/)")
+    parser.add_argument("--nvidia-smi", default="nvidia-smi", help="the nvidia-smi to ask for the GPUs")
+    args = parser.parse_args(argv)
+    started, t0 = time.time(), time.monotonic()
+    deadline = t0 + BUDGET
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "log.txt")
+
+    device = probe_device(args.nvidia_smi)
+    if isinstance(device, str):
+        log(f"No NVIDIA GPU here: {device}. scripts/gpu-check runs the gpu tests and benchmarks on a machine "
+            "with an NVIDIA GPU and its driver (docs/gpu-verification.md); nothing was run.")
+        write_report(out, build_report(device={"error": device}, steps=[], collected=[], results={},
+                                       benchmarks={}, started=started, finished=time.time(),
+                                       environment={"python": sys.version.split()[0]}))
+        return NO_GPU_EXIT
+    log(f"GPU check: {device['name']} x {len(device['gpus'])}, driver {device['driver']}, CUDA {device['cuda']}; "
+        f"budget {BUDGET:.0f} s")
+
+    site = Path("/tmp/gpu-check-site")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), str(REPO / "scripts"), str(site)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
+                                                         else []))}
+    steps: list[dict] = []
+    results_path = out / "results.jsonl"
+    results_path.unlink(missing_ok=True)
+    for stale in ("hibernation.json", "sharing.json"):
+        (out / stale).unlink(missing_ok=True)
+    mps_before = mps_daemons()
+    environment: dict = {"python": sys.version.split()[0]}
+    try:
+        begun = time.monotonic()
+        try:
+            what = install(env, site, log, deadline)
+            steps.append({"name": "install", "command": what, "status": "ok", "exit": 0,
+                          "seconds": round(time.monotonic() - begun, 1), "limit": LIMITS["install"]})
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log(f"!! {e}")
+            steps.append({"name": "install", "command": "", "status": "failed", "exit": None,
+                          "seconds": round(time.monotonic() - begun, 1), "limit": LIMITS["install"]})
+        environment = versions(env)
+        log(f"   Python {environment.get('python')}, PyTorch {environment.get('torch')} "
+            f"(CUDA {environment.get('torch_cuda')})")
+        plan = [
+            ("tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin", "-p", "no:cacheprovider",
+                       "--continue-on-collection-errors", "-rA", "-v", *GPU_TESTS]),
+            ("hibernation benchmark", [sys.executable, "benchmarks/hibernation.py", "--sizes", "1,4,16,32",
+                                       "--json", str(out / "hibernation.json")]),
+            ("sharing benchmark", [sys.executable, "benchmarks/sharing.py", "--seconds", "4",
+                                   "--json", str(out / "sharing.json")]),
+        ]
+        for name, cmd in plan:
+            left = deadline - time.monotonic() - 5
+            if left < 20 or steps[0]["status"] != "ok":
+                why = "the install failed" if steps[0]["status"] != "ok" else "no time left in the budget"
+                log(f"== {name}: skipped ({why})")
+                steps.append({"name": name, "command": " ".join(cmd), "status": "skipped", "exit": None,
+                              "seconds": 0.0, "limit": 0.0})
+                continue
+            steps.append(run_step(name, cmd, {**env, "GPU_CHECK_RESULTS": str(results_path)},
+                                  min(LIMITS[name], left), log))
+    finally:
+        stop_left_mps(mps_before, log)
+        collected, results = read_results(results_path)
+        report = build_report(device=device, steps=steps, collected=collected, results=results,
+                              benchmarks={"hibernation": load_json(out / "hibernation.json"),
+                                          "sharing": load_json(out / "sharing.json")},
+                              started=started, finished=time.time(),
+                              environment=environment)
+        write_report(out, report)
+    s = report["summary"]
+    done = ", ".join(f"{st['name']} {st['status']}" for st in steps)
+    log(f"GPU check {'PASSED' if report['ok'] else 'NOT PASSED'} in {report['seconds']:.0f} s: {s['passed']} passed, "
+        f"{s['failed']} failed, {s['error']} errors, {s['skipped']} skipped, {s['not run']} not run; "
+        f"steps: {done}. Report: {out / 'report.json'}")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

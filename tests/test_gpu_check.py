@@ -1,0 +1,133 @@
+"""The GPU check's own tools, on any machine (no GPU needed): ``scripts/gpu-check`` without a GPU, its
+report built from a canned run, its pytest plugin under a real pytest, and the sharing benchmark's
+``--smoke`` mode on CPU.  What the check finds on a GPU is docs/gpu-verification.md's business."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_a_gpu_the_check_says_so_and_exits_2_at_once(tmp_path):
+    started = time.monotonic()
+    done = subprocess.run([str(REPO / "scripts" / "gpu-check"), "--out", str(tmp_path),
+                           "--nvidia-smi", str(tmp_path / "no-such" / "nvidia-smi")],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.startswith("No NVIDIA GPU here: nvidia-smi was not found")
+    assert "nothing was run" in done.stdout and "docs/gpu-verification.md" in done.stdout
+    assert time.monotonic() - started < 30
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["ok"] is False and "nvidia-smi was not found" in report["device"]["error"]
+    assert report["steps"] == [] and report["tests"] == []
+    assert "No NVIDIA GPU here" in (tmp_path / "log.txt").read_text()
+
+
+def canned_results(path: Path) -> None:
+    lines = [
+        {"collected": ["t.py::test_round_trip", "t.py::test_mps", "t.py::test_skipped", "t.py::test_setup_broke",
+                       "t.py::test_never_reached"]},
+        {"nodeid": "t.py::test_round_trip", "when": "call", "outcome": "passed", "duration": 12.5,
+         "properties": {"hibernate_s": 2.7, "moved_gib": 8.1}, "message": ""},
+        {"nodeid": "t.py::test_mps", "when": "call", "outcome": "failed", "duration": 3.0, "properties": {},
+         "message": "AssertionError: the lock returned 999"},
+        {"nodeid": "t.py::test_skipped", "when": "setup", "outcome": "skipped", "duration": 0.0, "properties": {},
+         "message": "no MPS here"},
+        {"nodeid": "t.py::test_setup_broke", "when": "setup", "outcome": "failed", "duration": 0.1,
+         "properties": {}, "message": "fixture exploded"},
+        {"nodeid": "k.py", "when": "collect", "outcome": "failed", "duration": 0.0, "properties": {},
+         "message": "ModuleNotFoundError: kopf"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"nodeid": "t.py::cut')  # a killed run
+
+
+def test_the_report_says_what_each_test_did_and_every_figure(tmp_path):
+    gc = gpu_check()
+    canned_results(tmp_path / "results.jsonl")
+    collected, results = gc.read_results(tmp_path / "results.jsonl")
+    steps = [{"name": "install", "status": "ok", "seconds": 3.0},
+             {"name": "tests", "status": "timeout", "seconds": 280.0},
+             {"name": "hibernation benchmark", "status": "ok", "seconds": 150.0}]
+    hibernation = {"rows": [{"gib": 4, "hibernate_s": 4.7, "resume_s": 1.1, "restart_load_s": 9.0,
+                             "restart_regenerate_s": 5.0, "ratio_load_to_resume": 8.18}]}
+    sharing = {"rows": [{"mode": "soft", "loops": 4, "aggregate_steps_s": 900.0, "ratio_to_alone": 2.6}],
+               "efficiency": [{"slice": "soft slice", "steps_s": 340.0, "bare_steps_s": 345.0, "efficiency": 0.986}]}
+    device = {"name": "NVIDIA H100 80GB HBM3", "driver": "580.95.05", "cuda": "13.0", "gpus": [{"index": 0}]}
+
+    report = gc.build_report(device=device, steps=steps, collected=collected, results=results,
+                             benchmarks={"hibernation": hibernation, "sharing": sharing}, started=time.time() - 500,
+                             finished=time.time(), environment={"python": "3.12.3", "torch": "2.8.0"})
+    gc.write_report(tmp_path, report)
+
+    assert report["ok"] is False  # a failure, an error, a test never reached, a step out of time
+    assert report["summary"] == {"passed": 1, "failed": 1, "error": 2, "skipped": 1, "not run": 1}
+    outcome = {t["id"]: t["outcome"] for t in report["tests"]}
+    assert outcome == {"t.py::test_round_trip": "passed", "t.py::test_mps": "failed", "t.py::test_skipped": "skipped",
+                       "t.py::test_setup_broke": "error", "t.py::test_never_reached": "not run", "k.py": "error"}
+    assert report["figures"]["tests"] == {"t.py::test_round_trip": {"hibernate_s": 2.7, "moved_gib": 8.1}}
+    assert report["figures"]["hibernation"] == hibernation and report["figures"]["sharing"] == sharing
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+    summary = (tmp_path / "summary.md").read_text()
+    assert "NVIDIA H100 80GB HBM3 × 1, driver 580.95.05, CUDA 13.0" in summary
+    assert "| tests | timeout | 280.0 |" in summary
+    assert "| 4 GiB | 4.7 s | 1.1 s | 9.0 s | 5.0 s | 8.18x |" in summary
+    assert "| soft slice | 340.0 | 345.0 | 0.986x |" in summary
+    assert "hibernate_s 2.7, moved_gib 8.1" in summary and "the lock returned 999" in summary
+
+
+def test_a_clean_run_is_ok(tmp_path):
+    gc = gpu_check()
+    report = gc.build_report(device={"name": "GPU"}, steps=[{"name": "tests", "status": "ok", "seconds": 1.0}],
+                             collected=["a"], results={"a": {"id": "a", "outcome": "passed", "seconds": 1.0,
+                                                             "properties": {}, "message": ""}},
+                             benchmarks={"hibernation": None}, started=0.0, finished=1.0, environment={})
+    assert report["ok"] is True and "hibernation" not in report["figures"]
+
+
+def test_the_plugin_reports_each_test_as_it_finishes_under_a_real_pytest(tmp_path):
+    (tmp_path / "test_canned.py").write_text(
+        "import pytest\n"
+        "def test_ok(record_property):\n    record_property('seconds_moved', 1.5)\n"
+        "def test_bad():\n    assert 1 == 2, 'one is not two'\n"
+        "@pytest.mark.skip(reason='not here')\ndef test_skip():\n    pass\n")
+    results = tmp_path / "results.jsonl"
+    env = {**os.environ, "GPU_CHECK_RESULTS": str(results),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "gpu_check_plugin", "-p", "no:cacheprovider", "-q",
+                    "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_canned.py")],
+                   cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    collected, found = gpu_check().read_results(results)
+    assert [c.split("::")[1] for c in collected] == ["test_ok", "test_bad", "test_skip"]
+    by_name = {k.split("::")[1]: v for k, v in found.items()}
+    assert by_name["test_ok"]["outcome"] == "passed" and by_name["test_ok"]["properties"] == {"seconds_moved": 1.5}
+    assert by_name["test_bad"]["outcome"] == "failed" and "one is not two" in by_name["test_bad"]["message"]
+    assert by_name["test_skip"]["outcome"] == "skipped" and "not here" in by_name["test_skip"]["message"]
+
+
+def test_the_sharing_benchmark_runs_in_smoke_mode_on_cpu(tmp_path):
+    out = tmp_path / "sharing.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_")}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sharing.py"), "--smoke", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["smoke"] is True
+    assert [r["mode"] for r in result["rows"]] == ["alone (exclusive)", "time-sliced", "soft"]
+    assert all(r["aggregate_steps_s"] > 0 and r["ratio_to_alone"] > 0 for r in result["rows"])
+    assert [r["loops"] for r in result["rows"]] == [1, 2, 2]
+    assert result["efficiency"][0]["slice"] == "soft slice" and result["efficiency"][0]["efficiency"] > 0
+    assert "| soft | 2 |" in done.stdout
