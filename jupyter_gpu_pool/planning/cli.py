@@ -181,6 +181,12 @@ class SimulateApp(_PoolApp):
         costs = Costs(_cost(self.hibernate_cost, "hibernate"), _cost(self.resume_cost, "resume"))
         base = self.settings()
         configs = self._configurations(base)
+        if self.synthetic and self.profile:
+            for config in configs:
+                try:
+                    config.profile(self.profile)
+                except PlanError as e:
+                    raise PlanError(f"--profile: {e}") from None
         workload = self._workload()
         counts = parse_counts(self.gpus) if self.gpus else [None]
         show = self.progress if self.progress is not None else sys.stderr.isatty()

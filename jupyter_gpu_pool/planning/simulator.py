@@ -80,7 +80,9 @@ class Replay:
 
     def __init__(self, workload: Workload, config: Configuration, gpus, *, costs: Costs = Costs(),
                  keep_decisions: bool = False, progress: Callable[[float], None] | None = None,
-                 timeline_points: int = 1500):
+                 timeline_points: int = 1500, every_pass: bool = False):
+        """``every_pass``: judge every kernel on every pass, as the live culler does, instead of skipping
+        the passes ``policy.quiet_until`` says cannot change a kernel's answer (slower; the same result)."""
         if not gpus:
             raise PlanError("a replay needs at least one GPU")
         self.w, self.config, self.costs = workload, config, costs
@@ -99,14 +101,15 @@ class Replay:
         self._asleep = 0
         self._pressure: dict[tuple[float, float], bool] = {}
         self._due: dict[tuple[float, float], list] = {}  # per grid: (wake, seq, kernel), the earliest first
-        self._budgets = bool(config.budgets.budgets)
+        self._judge_all = every_pass or bool(config.budgets.budgets)
         self._step = max((workload.end - workload.start) / timeline_points, 1.0)
         for s in workload.sessions:
             profile = config.profiles.get(s.profile or config.default_profile)
             if profile is None:
-                raise PlanError(f"line {s.line}: profile {s.profile!r} of kernel {s.id} is not a profile of "
-                                f"configuration {config.name!r} (its profiles: {', '.join(config.profiles)}); "
-                                "replay it under a configuration that has it (--config)")
+                where = f"line {s.line}: " if s.line else ""
+                raise PlanError(f"{where}profile {s.profile!r} of kernel {s.id} is not a profile of configuration "
+                                f"{config.name!r} (its profiles: {', '.join(config.profiles)}); replay it under a "
+                                "configuration that has it (--config)")
             if s.can_hibernate is None:
                 can = profile.hibernation_possible
                 why = None if can else "an MPS client cannot be checkpointed (CUDA error 801)"
@@ -402,7 +405,7 @@ class Replay:
         # A kernel whose facts did not change since the policy said until when it stays quiet is skipped
         # until then (policy.quiet_until); a change of pressure changes everyone's facts, and budget
         # facts move with every lease of their owner, so with budgets every kernel is judged every pass.
-        everyone = pressure != self._pressure.get(grid) or self._budgets
+        everyone = pressure != self._pressure.get(grid) or self._judge_all
         self._pressure[grid] = pressure
         due = self._due[grid]
         if everyone:
@@ -414,6 +417,7 @@ class Replay:
                 wake, _, k = heapq.heappop(due)
                 if wake == k.wake and k in members:
                     judged.append(k)
+        judged.sort(key=_started_first)  # as the culler goes through its kernels: the oldest first
         for k in judged:
             if k.state not in (RUNNING, ASLEEP):
                 k.wake = 0.0
@@ -492,6 +496,10 @@ class Replay:
     def _sample(self, now: float, _item) -> None:
         self.tally.sample(now, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
         self._push(now + self._step, _SAMPLE, None)
+
+
+def _started_first(k: _Kernel) -> tuple[float, str]:
+    return (k.lease.created if k.lease is not None else math.inf, k.s.id)
 
 
 def replay(workload: Workload, config: Configuration, gpus, **kwargs) -> Tally:

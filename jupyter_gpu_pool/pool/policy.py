@@ -438,15 +438,9 @@ def quiet_until(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH
     (``now`` itself when it might not).  A replay that knows a kernel's facts stay the same skips its
     passes until then: the answer is decide's own rules read ahead, not a second policy."""
     conditions = _conditions(facts, rule, pressure)
-    best: tuple[float, str, float] | None = None
-    in_use = True
-    for due, reason, snoozable, lead in conditions:
-        if due - lead <= now:
-            in_use = False
-        effective = max(due, state.snoozed_until) if snoozable else due
-        if best is None or effective < best[0]:
-            best = (effective, reason, lead)
+    best = _earliest(conditions, state)
     if best is None or best[0] - best[2] > now:
+        in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)
         if state.warning is not None or (in_use and (state.snoozes_used or state.snoozed_until or state.reported)):
             return now  # a withdrawal, or snoozes given back: the state changes
         return best[0] - best[2] if best is not None else math.inf

@@ -1,0 +1,129 @@
+"""``jupyter gpu-pool simulate`` and ``trace export`` as an admin runs them: one JSON object with what
+the issue asks for, the report, a progress bar, and clear errors for bad options (nothing printed
+but the error)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from planning_helpers import jupyter, simulate_json
+
+from jupyter_gpu_pool.planning.cli import SimulateApp, TraceExportApp
+
+pytestmark = pytest.mark.usefixtures("pool_home")  # an isolated pool: two declared 40 GiB GPUs
+
+
+def run_app(app_class, argv: list[str], capsys) -> tuple[int, str, str]:
+    """The app in this process, as ``jupyter gpu-pool`` starts it; (exit code, stdout, stderr)."""
+    app = app_class()
+    code = 0
+    try:
+        app.initialize(argv)
+        app.start()
+    except SystemExit as e:
+        code = e.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_issues_command_prints_one_json_object_with_waits_culls_and_the_fewest_gpus():
+    done = jupyter("simulate", "--synthetic", "lab", "--students", "40", "--hours", "3", "--gpus", "1-8",
+                   "--slo-wait", "30s", "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.strip().splitlines()) == 1
+    result = json.loads(done.stdout)
+    [config] = result["configurations"]
+    rows = config["results"]
+    assert [r["gpus"] for r in rows] == list(range(1, 9))
+    for r in rows:
+        p95 = r["wait_seconds"]["p95"]
+        assert p95 is None or p95 >= 0
+        assert isinstance(r["shut_down"], int) and isinstance(r["hibernated"], int)
+        assert r["meets_slo"] == (p95 is not None and p95 <= 30)
+    # 40 students on slices of 10 GiB of this pool's 40 GiB GPUs (four a GPU) need ten: none of 1-8 will do
+    assert not any(r["meets_slo"] for r in rows) and result["fewest_gpus"] is None and config["fewest_gpus"] is None
+    assert rows[-1]["wait_seconds"]["p95"] > 30 and rows[0]["wait_seconds"]["p95"] is None
+    assert result["workload"]["sessions"] == 40 and result["slo"] == {"wait_seconds": 30.0, "percentile": 95.0}
+    more = simulate_json("--synthetic", "lab", "--students", "40", "--hours", "3", "--gpus", "9-11")
+    assert [r["meets_slo"] for r in more["configurations"][0]["results"]] == [False, True, True]
+    assert more["fewest_gpus"] == 10
+
+
+def test_a_proposed_policy_is_replayed_beside_the_admins(tmp_path):
+    proposed = tmp_path / "strict.json"
+    proposed.write_text(json.dumps([{"name": "strict", "idle_timeout": "5m", "gpu_idle_timeout": None, "warn": "1m",
+                                     "action": "shutdown"}]))
+    result = simulate_json("--synthetic", "lab", "--students", "20", "--hours", "2", "--gpus", "4-5",
+                           "--compare-policy", str(proposed))
+    base, strict = result["configurations"]
+    assert (base["name"], strict["name"]) == ("current", "strict") and strict["policy"][0]["idle_timeout"] == 300
+    diff = result["comparison"]["difference"]
+    assert [d["gpus"] for d in diff] == [4, 5]
+    for d, a, b in zip(diff, base["results"], strict["results"]):
+        assert d["shut_down"] == b["shut_down"] - a["shut_down"] and d["hibernated"] == b["hibernated"] - a["hibernated"]
+    assert sum(r["shut_down"] for r in strict["results"]) > sum(r["shut_down"] for r in base["results"])
+
+
+def test_a_progress_bar_on_stderr_when_asked():
+    done = jupyter("simulate", "--synthetic", "lab", "--students", "5", "--hours", "1", "--gpus", "2", "--json",
+                   "--progress")
+    assert done.returncode == 0 and "100%|" in done.stderr and json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "Give a workload: --trace FILE"),
+    (["--synthetic", "moon"], "--synthetic 'moon': the synthetic workloads are 'lab' and 'hub'"),
+    (["--synthetic", "lab", "--gpus", "0-3"], "--gpus '0-3': counts go from 1 to 4096"),
+    (["--synthetic", "lab", "--gpus", "two"], "--gpus 'two': write a count (4), a range (1-8) or a list (1,2,4)"),
+    (["--synthetic", "lab", "--slo-wait", "soon"], "--slo-wait 'soon': must be a number of seconds"),
+    (["--synthetic", "lab", "--hours", "-1"], "--hours '-1': write a number above 0"),
+    (["--synthetic", "lab", "--hibernate-cost", "fast"], "--hibernate-cost: hibernate cost 'fast': write fixed "
+                                                          "seconds and seconds per GiB, such as '1.5,0.55'"),
+    (["--synthetic", "lab", "--profile", "huge"], "--profile: 'huge' is not a profile of configuration 'current'; "
+                                                   "its profiles are small, half, whole"),
+    (["--synthetic", "lab", "--config", "/nonexistent.py"], "/nonexistent.py: no such file"),
+    (["--trace", "/nonexistent.jsonl"], "--trace /nonexistent.jsonl: No such file or directory"),
+])
+def test_bad_options_get_a_clear_error_and_nothing_else(argv, message, capsys):
+    code, out, err = run_app(SimulateApp, [*argv, "--json", "--no-progress"], capsys)
+    assert code == 2 and out == "" and message in err, err
+
+
+def test_a_bad_proposed_policy_names_the_rule_and_field(tmp_path, capsys):
+    proposed = tmp_path / "bad.json"
+    proposed.write_text(json.dumps([{"name": "oops", "idle_timeout": "soon"}]))
+    code, out, err = run_app(SimulateApp, ["--synthetic", "lab", "--compare-policy", str(proposed), "--json",
+                                           "--no-progress"], capsys)
+    assert code == 2 and out == ""
+    assert f"--compare-policy {proposed}: policy[0] ('oops').idle_timeout: 'soon' is not a duration" in err
+
+
+def test_a_report_without_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where the plan extra is not installed
+    code, out, err = run_app(SimulateApp, ["--synthetic", "lab", "--report", str(tmp_path / "r"), "--no-progress"],
+                             capsys)
+    assert code == 2 and out == "" and "pip install 'jupyter-gpu-pool[plan]'" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_trace_export_refuses_a_bad_since(capsys):
+    code, out, err = run_app(TraceExportApp, ["--since", "last tuesday"], capsys)
+    assert code == 2 and out == "" and "--since 'last tuesday': write how far back, such as 7d" in err
+
+
+def test_the_report_is_a_page_with_its_plots_and_tables(tmp_path):
+    examples = Path(__file__).resolve().parents[2] / "jupyter_gpu_pool" / "planning" / "examples"
+    done = jupyter("simulate", "--synthetic", "lab", "--students", "16", "--hours", "1", "--gpus", "3-5",
+                   "--config", str(examples / "lab-slices-cull.json"),
+                   "--config", str(examples / "lab-slices-hibernate.json"), "--report", str(tmp_path / "plan"))
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "plan" / "index.html").read_text()
+    for image in ("p95-wait.png", "occupancy.png", "waits.png", "side-by-side.png"):
+        png = (tmp_path / "plan" / image).read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 10_000 and f"src='{image}'" in page
+    assert "lab-slices-cull" in page and "lab-slices-hibernate against lab-slices-cull" in page
+    assert page.count("Fewest GPUs meeting the goal: <b>4</b>") == 2  # 16 students x 10 GiB, four a 40 GiB GPU
+    assert done.stdout.count("fewest GPUs meeting the goal: 4") == 2

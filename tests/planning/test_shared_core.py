@@ -1,0 +1,105 @@
+"""The pieces of the pool core the culler and the replay share: a kernel's facts (pool.culling), its
+GPU use (pool.gpu_use), and policy.quiet_until, which lets a replay skip passes: for any facts, rule,
+state and time, decide() answers "none" and keeps the state at every moment before it."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, Lease
+from jupyter_gpu_pool.pool import culling as C
+from jupyter_gpu_pool.pool import policy as P
+from jupyter_gpu_pool.pool.budgets import Budget, Scope, Standing
+from jupyter_gpu_pool.pool.gpu_use import GPUUse
+
+NOW = 10_000.0
+
+
+def lease(state=ACTIVE, **kw) -> Lease:
+    base = dict(id="l", owner="alice", kernel_id="k", profile="small", isolation="soft", memory=2**30, sm_percent=None,
+                whole=False, gpu_count=1, state=state, gpus=("g0",) if state == ACTIVE else (), last_gpus=("g0",),
+                groups=(), label="", created=1000.0, updated=1000.0, state_since=1500.0)
+    return Lease(**{**base, **kw})
+
+
+def test_gpu_use_reads_idle_since_and_last_use_per_threshold():
+    use = GPUUse()
+    assert use.idle_since(5) is None and use.last_active(5) is None
+    use.record(100, 0, 0.0, (5.0, 20.0))
+    assert use.idle_since(5) is None  # holds no memory: not GPU-idle
+    use.record(110, 2**30, 50.0, (5.0, 20.0))
+    assert use.idle_since(5) is None and use.last_active(5) == 110 and use.last_active(20) == 110
+    use.record(120, 2**30, 10.0, (5.0, 20.0))
+    assert use.idle_since(5) is None and use.idle_since(20) == 110 and use.last_active(5) == 120
+    use.record(130, 2**30, 0.0, (5.0, 20.0))
+    assert use.idle_since(5) == 120 and use.idle_since(20) == 110
+    use.record(140, None, 0.0, (5.0, 20.0))  # memory held, NVML would not say how much
+    assert use.idle_since(5) == 120
+
+
+def test_a_kernels_facts_count_gpu_use_as_activity_and_ignore_readings_while_hibernated():
+    f = C.kernel_facts(lease(), execution_state="idle", last_activity=None, busy_since=None, gpu_active=2000.0,
+                       gpu_idle_since=None, memory_used=5, can_hibernate=True, why=None)
+    assert f.last_activity == 2000.0 and f.started == 1000.0 and f.memory_used == 5
+    asleep = C.kernel_facts(lease(HIBERNATED), execution_state="idle", last_activity=1200.0, busy_since=None,
+                            gpu_active=None, gpu_idle_since=1300.0, memory_used=5, can_hibernate=True, why=None)
+    assert asleep.last_activity == 1200.0 and asleep.memory_used is None and asleep.gpu_idle_since is None
+
+
+def test_busy_since_is_kept_from_the_pass_that_first_saw_the_kernel_busy():
+    assert C.busy_since(None, "busy", 90.0, 100.0) == 90.0
+    assert C.busy_since(90.0, "busy", 99.0, 130.0) == 90.0
+    assert C.busy_since(90.0, "idle", 99.0, 160.0) is None
+    assert C.busy_since(None, "busy", None, 100.0) == 100.0
+
+
+def test_budget_facts_warn_at_nine_tenths_and_act_when_spent():
+    standing = Standing(Scope("alice", "user", Budget(10.0)), spent=8.0, rate=2.0, period_end=NOW + 86400, now=NOW)
+    facts = C.budget_facts(standing)
+    assert facts["budget_warn_at"] == NOW + 1800 and facts["budget_due"] == NOW + 3600
+    assert facts["budget_used"] == 8.0 and facts["budget_limit"] == 10.0
+
+
+durations = st.one_of(st.none(), st.floats(1, 5000))
+rules = st.builds(P.Rule, idle_timeout=durations, gpu_idle_timeout=durations, max_busy=durations, max_age=durations,
+                  max_hibernated=durations, warn=st.floats(1, 600), snooze=st.floats(1, 3000),
+                  max_snoozes=st.integers(0, 3), action=st.sampled_from(P.ACTIONS),
+                  pressure_factor=st.floats(0.1, 1.0), over_memory_grace=st.floats(1, 300))
+times = st.floats(0, NOW)
+facts = st.builds(
+    P.Facts, kernel_id=st.just("k"), state=st.sampled_from((ACTIVE, HIBERNATED)),
+    execution_state=st.sampled_from(("idle", "busy", "starting")), last_activity=times, started=times,
+    state_since=times, busy_since=st.one_of(st.none(), times), memory_used=st.one_of(st.none(), st.integers(0, 2**35)),
+    memory_limit=st.one_of(st.none(), st.integers(1, 2**35)), gpu_idle_since=st.one_of(st.none(), times),
+    can_hibernate=st.booleans(), budget_due=st.one_of(st.none(), st.floats(0, 2 * NOW)),
+    budget_warn_at=st.one_of(st.none(), st.floats(0, 2 * NOW)))
+
+
+@st.composite
+def states(draw):
+    warning = draw(st.one_of(st.none(), st.builds(P.Warning, reason=st.sampled_from(P.REASONS),
+                                                    action=st.sampled_from(P.ACTIONS), warned_at=times,
+                                                    deadline=st.floats(0, 2 * NOW), message=st.just(""))))
+    return P.KernelState(warning=warning, snoozes_used=draw(st.integers(0, 2)),
+                         snoozed_until=draw(st.one_of(st.just(0.0), st.floats(0, 2 * NOW))),
+                         reported=draw(st.one_of(st.none(), st.sampled_from(P.REASONS))))
+
+
+@settings(max_examples=400, deadline=None)
+@given(facts, rules, states(), st.booleans(), st.booleans(), st.lists(st.floats(0, 1), min_size=1, max_size=6))
+def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, pressure, dry_run, fractions):
+    now = NOW
+    # the state the replay keeps is the one decide returned: start from it
+    state = P.decide(f, rule, now, state, pressure=pressure, dry_run=dry_run).state
+    until = P.quiet_until(f, rule, now, state, pressure=pressure, dry_run=dry_run)
+    assert until >= now
+    if until == now:
+        return
+    span = min(until, now + 10 * NOW) - now
+    for fraction in fractions:
+        t = now + fraction * span
+        if t >= until:
+            continue
+        later = P.decide(f, rule, t, state, pressure=pressure, dry_run=dry_run)
+        assert later.verb == P.NONE and later.state == state, (t, until, later)
