@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import time
 
 import jupyter_core.paths
 from jupyter_core.application import JupyterApp
@@ -16,6 +17,7 @@ from .config import CONFIG_FILE, DEMO_INVENTORY, DEMO_POLICY, ConfigError, GPUPo
 from .devices.nvml import discover
 from .local.pool import LocalPool, Pool, build_inventory
 from .pool import PoolError, Snapshot, format_size
+from .pool.budgets import Standing
 from .pool.units import format_age
 
 
@@ -109,6 +111,25 @@ def render_status(pool: Pool, snap: Snapshot) -> str:
     return "\n".join(out)
 
 
+def gpu_time(pool: Pool, snap: Snapshot) -> list[tuple[str, Standing]]:
+    """Each user's GPU time against their budget, for those the caller may see (an admin: everyone): the
+    users holding slices now and those who spent GPU time in the last month."""
+    book = pool.settings.budget_book
+    if not book.budgets:
+        return []
+    users = sorted({lease.owner for lease in snap.leases} | set(pool.ledger.spenders(snap.at - 31 * 86400)))
+    standings = ((user, pool.ledger.budget_standing(user, pool.groups_of(user), book)) for user in users)
+    return [(user, standing) for user, standing in standings if standing is not None]
+
+
+def render_gpu_time(spent: list[tuple[str, Standing]]) -> str:
+    rows = [[user, f"{s.spent:.1f} of {s.limit:g} h this {s.scope.budget.period}" + (" (used up)" if s.exhausted else ""),
+             f"{s.scope.name} ({s.scope.kind})", time.strftime("%a %d %b %H:%M", time.localtime(s.period_end))]
+            for user, s in spent]
+    return "GPU time:\n" + "\n".join("    " + line for line in _table(rows, ["USER", "GPU TIME", "BUDGET", "RESETS"])
+                                       .splitlines())
+
+
 class StatusApp(_PoolApp):
     name = "jupyter-gpu-pool-status"
     description = "Print the pool: each GPU, its slices, the leases (owner, kernel, profile, age) and the queue."
@@ -119,6 +140,7 @@ class StatusApp(_PoolApp):
         pool = self.pool()
         pool.reconcile()
         snap = pool.ledger.snapshot()
+        spent = gpu_time(pool, snap)
         if self.as_json:
             print(json.dumps({
                 "note": pool.inventory.note,
@@ -128,9 +150,12 @@ class StatusApp(_PoolApp):
                           "exclusive": u.exclusive, "slices": u.leases} for u in snap.gpus],
                 "leases": [lease.to_dict() for lease in snap.leases],
                 "queue": [w.to_dict() for w in snap.waiters],
+                "gpu_time": [{"user": user, **standing.to_dict()} for user, standing in spent],
             }, indent=1))
         else:
             print(render_status(pool, snap))
+            if spent:
+                print("\n" + render_gpu_time(spent))
 
 
 class ProfilesApp(_PoolApp):
@@ -316,6 +341,9 @@ class MPSApp(_PoolApp):
         if action not in ("status", "start", "stop"):
             self.exit_error(f"unknown action {action!r}: use status, start or stop")
         pool = self.pool()
+        if not isinstance(pool, LocalPool):
+            self.exit_error(f"The pool service ({pool.ledger.where}) runs this machine's MPS daemons; its admin sees "
+                            "them with: systemctl status jupyter-gpu-pool")
         try:
             for gpu in pool.gpus:
                 daemon = pool.mps_daemon(gpu.uuid)
@@ -393,3 +421,4 @@ main = launch_new_instance = GPUPoolApp.launch_instance
 
 if __name__ == "__main__":
     main()
+

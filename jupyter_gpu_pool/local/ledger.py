@@ -57,13 +57,14 @@ from ..pool.trace import TraceEvent
 from . import journal, queue, rows, trace, usage
 from .database import Database
 from .rows import LEASE_SELECT
+from .store import LeaseStore
 
 
 REFUSALS = (QuotaExceeded, PoolExhausted, BudgetExceeded, MPSUserBusy)  # the answers a reconcile may change
 USAGE_KEPT = 40 * 86400  # GPU-time intervals are kept past the longest budget period (a month)
 
 
-class Ledger:
+class Ledger(LeaseStore):
     """The lease ledger on one SQLite file, shared by every process of the pool on this machine."""
 
     def __init__(
@@ -92,6 +93,11 @@ class Ledger:
     def where(self) -> str:
         """Where the leases are kept, for people."""
         return f"ledger {self.path}"
+
+    def reconciled_within(self, seconds: float) -> bool:
+        """Whether this process reconciled in the last ``seconds`` (another reconcile would find
+        what that one found: callers asking for one now may skip it)."""
+        return time.monotonic() - self._reconciled_at < seconds
 
     def close(self) -> None:
         self.db.close()
@@ -215,6 +221,12 @@ class Ledger:
         with self.db.read() as db:
             return self._standing(db, budgets, owner, groups, self.clock())
 
+    def spenders(self, since: float) -> list[str]:
+        """The users whose slices were active at some time since ``since`` (whose GPU time an admin reviews)."""
+        with self.db.read() as db:
+            return [r[0] for r in db.execute("SELECT DISTINCT owner FROM usage WHERE COALESCE(stop, ?) > ? "
+                                             "ORDER BY owner", (self.clock(), since))]
+
     def allocate(self, request: LeaseRequest, quotas: QuotaBook, *, placement: str = BINPACK,
                  is_alive: IsAlive | None = None, host: str = "", waiter_id: str | None = None,
                  record_refusal: bool = True, budgets: BudgetBook = NO_BUDGETS) -> Lease:
@@ -233,7 +245,7 @@ class Ledger:
             return attempt()
         except REFUSALS as refusal:
             err: PoolError = refusal
-        if is_alive is not None and time.monotonic() - self._reconciled_at >= self.reconcile_on_refusal:
+        if is_alive is not None and not self.reconciled_within(self.reconcile_on_refusal):
             if self.reconcile(is_alive, host):
                 try:
                     return attempt()

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from traitlets.config import Config
@@ -22,6 +23,7 @@ from ..devices.nvml import Discovery, discover
 from ..pool import GPU, Holder, Lease, LeaseRequest, Profile
 from . import processes
 from .ledger import Ledger
+from .store import LeaseStore
 
 
 @dataclass(frozen=True)
@@ -53,16 +55,18 @@ def build_inventory(settings: GPUPool, discovery: Discovery | None = None) -> In
     return Inventory([], found, f"{found.summary} and no GPU declared in GPUPool.inventory: the pool is empty")
 
 
-class Pool:
+class Pool(ABC):
     """What the provisioner, the server extension and the CLI use of "the pool on this machine", alike
     whether this process keeps the ledger itself (:class:`LocalPool`) or asks the pool service
     (``service.client.ServicePool``): ``settings``, ``inventory``, ``ledger``, ``host``."""
 
     settings: GPUPool
     inventory: Inventory
-    ledger: Ledger  # or the service's proxy of one, with the same methods
+    ledger: LeaseStore
     host: str
-    admin: bool = False  # the caller administers the pool (the service says so of its callers)
+    # Whether the caller administers the pool, where the pool decides (the service knows its callers);
+    # None: the pool has no say (one user's own ledger), the server's own settings decide.
+    admin: bool | None = None
 
     @property
     def gpus(self) -> list[GPU]:
@@ -71,27 +75,32 @@ class Pool:
     def gpu(self, uuid: str) -> GPU | None:
         return next((g for g in self.inventory.gpus if g.uuid == uuid), None)
 
+    def groups_of(self, user: str) -> tuple[str, ...]:
+        """``user``'s groups, as quotas, budgets and the policy count them."""
+        return self.settings.groups_of(user)
+
     def request(self, kernel_id: str, profile: Profile, label: str = "", manager: Holder | None = None) -> LeaseRequest:
         owner = self.settings.owner
-        return LeaseRequest(owner=owner, kernel_id=kernel_id, profile=profile,
-                            groups=self.settings.groups_of(owner), label=label,
-                            manager=manager or processes.identify())
+        return LeaseRequest(owner=owner, kernel_id=kernel_id, profile=profile, groups=self.groups_of(owner),
+                            label=label, manager=manager or processes.identify())
 
+    @abstractmethod
     def allocate(self, request: LeaseRequest, waiter_id: str | None = None, record_refusal: bool = True) -> Lease:
-        raise NotImplementedError
+        """Take a slice for a kernel, or raise the pool's refusal (``waiter_id``: its place in the queue)."""
 
+    @abstractmethod
     def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
                record_refusal: bool = True) -> Lease:
         """Take a slice again for a hibernated lease (its last GPU, else one of the same model;
         ``same_gpu``: its last GPU only)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reconcile(self) -> list[Lease]:
-        raise NotImplementedError
+        """Release the leases whose holders are gone; return them."""
 
+    @abstractmethod
     def mps_env(self, lease: Lease) -> dict[str, str]:
         """The MPS environment of a kernel on ``lease`` (its GPU's control daemon started if it is real)."""
-        raise NotImplementedError
 
     async def aallocate(self, request: LeaseRequest, waiter_id: str | None = None) -> Lease:
         return await asyncio.to_thread(self.allocate, request, waiter_id)

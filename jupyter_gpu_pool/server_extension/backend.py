@@ -29,6 +29,7 @@ class PoolBackend(ABC):
     hibernation: bool = False  # kernels of this pool can hibernate (a hook can be installed)
     note: str = ""  # one line for humans: where the GPUs come from, or why there is no pool
 
+    owner_admin: bool | None = None  # the pool's word on whether this server's owner administers it (None: no say)
     @property
     @abstractmethod
     def policy(self) -> Policy: ...
@@ -123,6 +124,7 @@ class LocalBackend(PoolBackend):
         return self.pool.inventory.declared
 
     @property
+        self.owner_admin = pool.admin  # the pool service's word on its caller; None for this process's own ledger
     def policy(self) -> Policy:
         return self.pool.settings.idle_policy
 
@@ -140,7 +142,7 @@ class LocalBackend(PoolBackend):
         return self.pool.settings.profiles
 
     def groups_of(self, user: str) -> tuple[str, ...]:
-        return self.pool.settings.groups_of(user)
+        return self.pool.groups_of(user)
 
     def user_quota(self, user: str) -> Quota:
         return self.pool.settings.quotas.user_quota(user)

@@ -45,7 +45,13 @@ class PoolService(Configurable):
         (see every lease, act on any kernel).  TLJH puts its admins in 'jupyterhub-admins'.  Root always
         administers; so do JupyterHub admins when the service runs as a hub service.""").tag(config=True)
 
-    reconcile_interval = Seconds(15.0, help="Seconds between two reconciles of dead kernels' leases.").tag(config=True)
+    reconcile_interval = Seconds(15.0, help="""Seconds between two passes of the service's upkeep: the leases of
+        kernels that are gone are released, and the budget is enforced (see budget_grace).""").tag(config=True)
+
+    budget_grace = Seconds(300.0, help="""Seconds a kernel may stay active after its owner's GPU-hour budget
+        (GPUPool.budgets) ran out before the service ends it (its process tree is terminated and its slice
+        released).  The user's own server warns at 90% and acts at 100% under the idle policy; this is the
+        backstop for a server that does not (its user turned the policy off).""").tag(config=True)
 
 
 class ServeApp(JupyterApp):
@@ -74,8 +80,7 @@ class ServeApp(JupyterApp):
         try:
             config, files = read_config(paths)
             config.merge(self.config)  # the command line wins
-            if "ledger_path" not in config.get("GPUPool", {}):
-                config.merge(Config({"GPUPool": {"ledger_path": DEFAULT_LEDGER}}))
+            config.merge(Config({"GPUPool": service_defaults(config, PoolService(config=config).socket)}))
             settings = GPUPool(config=config).check()
         except ConfigError as e:
             sys.exit(f"Bad GPU pool configuration: {e}")
@@ -83,6 +88,17 @@ class ServeApp(JupyterApp):
             sys.exit(f"Bad GPU pool configuration: {e}")
         settings.config_files = tuple(str(f) for f in files)
         asyncio.run(serve(settings, PoolService(config=config)))
+
+
+def service_defaults(config: Config, socket_path: str) -> dict:
+    """Where a service keeps its state unless the admin said: the ledger under /var/lib, the MPS
+    daemons' pipes beside the socket (every user's kernels must reach them), their logs under /var/log.
+    A user's own defaults (their home's data and runtime directories) are never the service's."""
+    given = config.get("GPUPool", {})
+    defaults = {"ledger_path": DEFAULT_LEDGER,
+                "mps_pipe_directory": os.path.join(os.path.dirname(socket_path) or "/run", "mps-pipe"),
+                "mps_log_directory": f"/var/log/{UNIT_NAME}/mps"}
+    return {k: v for k, v in defaults.items() if k not in given}
 
 
 def system_config_paths() -> list[str]:
@@ -99,15 +115,16 @@ async def serve(settings: GPUPool, options: PoolService) -> None:
 
     log = logging.getLogger("jupyter_gpu_pool.service")
     directory = os.path.dirname(settings.ledger_path)
-    os.makedirs(directory, exist_ok=True)
-    os.chmod(directory, 0o700)  # the ledger is the service's alone
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700)  # the ledger is the service's alone
     pool = LocalPool(settings, ledger_mode=0o600)
-    os.chmod(settings.ledger_path, 0o600)
+    os.chmod(settings.ledger_path, 0o600)  # (SQLite gives its -wal and -shm files the database's mode)
     identities = Identities(user_prefix=options.user_prefix, admin_groups=tuple(options.admin_groups),
                             unix_groups=settings.unix_groups, group_members=settings.group_members,
                             hub_api_url=os.environ.get("JUPYTERHUB_API_URL", ""),
                             hub_api_token=os.environ.get("JUPYTERHUB_API_TOKEN", ""))
-    service = Service(pool, identities, reconcile_interval=options.reconcile_interval)
+    service = Service(pool, identities, reconcile_interval=options.reconcile_interval,
+                      budget_grace=options.budget_grace)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -116,17 +133,19 @@ async def serve(settings: GPUPool, options: PoolService) -> None:
     log.info("GPU pool service %s: %s; settings from %s", __version__, pool.inventory.note,
              ", ".join(settings.config_files) or "defaults")
     print(f"GPU pool service listening on {options.socket}", flush=True)
-    reconciling = asyncio.create_task(service.reconcile_forever(stop))
+    upkeep = asyncio.create_task(service.upkeep_forever(stop))
     await stop.wait()
     await service.close()
-    await reconciling
+    await upkeep
     await asyncio.to_thread(pool.stop_mps)
     pool.ledger.close()
 
 
-def systemd_unit(config_dir: str = "") -> str:
-    """A unit that runs the service with this environment's Python, after the machine's GPUs are up."""
-    command = f"{sys.executable} -m jupyter_gpu_pool.cli serve" + (f" --config-dir={config_dir}" if config_dir else "")
+def systemd_unit(config_dir: str = "", *, python: str = sys.executable, environment_file: str = "") -> str:
+    """A unit that runs the service with ``python`` (this environment's), after the machine's GPUs are up
+    and before the hub; ``environment_file``: where a hub token for the service is kept (optional)."""
+    command = f"{python} -m jupyter_gpu_pool.cli serve" + (f" --config-dir={config_dir}" if config_dir else "")
+    environment = f"EnvironmentFile=-{environment_file}\n" if environment_file else ""
     return f"""[Unit]
 Description=GPU pool service for Jupyter (jupyter-gpu-pool)
 After=network.target nvidia-persistenced.service
@@ -134,11 +153,13 @@ Before=jupyterhub.service
 
 [Service]
 ExecStart={command}
-Restart=always
+{environment}Restart=always
 RestartSec=2
 RuntimeDirectory={UNIT_NAME}
+RuntimeDirectoryPreserve=yes
 StateDirectory={UNIT_NAME}
 StateDirectoryMode=0700
+LogsDirectory={UNIT_NAME}
 
 [Install]
 WantedBy=multi-user.target

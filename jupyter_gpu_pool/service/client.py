@@ -20,8 +20,9 @@ from traitlets.config import Config
 from ..config import GPUPool
 from ..devices.nvml import Discovery
 from ..local.pool import Inventory, Pool
+from ..local.store import LeaseStore
 from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, PoolExhausted, QuotaExceeded
-from ..pool.budgets import BudgetExceeded
+from ..pool.budgets import BudgetExceeded, Standing
 from ..pool.errors import MPSUserBusy, UnknownProfile
 from ..pool.phases import PhaseConflict, PhaseError
 from ..pool.trace import TraceEvent, check
@@ -75,7 +76,7 @@ def _rebuild(error: dict) -> Exception:
 class ServiceClient:
     """Requests to the pool service on ``path``, one connection per thread."""
 
-    def __init__(self, path: str, *, timeout: float = 60.0, connect_timeout: float = 1.0):
+    def __init__(self, path: str, *, timeout: float = 15.0, connect_timeout: float = 1.0):
         self.path, self.timeout, self.connect_timeout = path, timeout, connect_timeout
         self._local = threading.local()
         self._ids = 0
@@ -110,6 +111,9 @@ class ServiceClient:
             try:
                 sock.sendall(request)
                 line = reader.readline(protocol.MAX_FRAME + 1)
+            except TimeoutError:  # there, but stuck: asking again would wait as long again
+                self.close()
+                raise ServiceUnavailable(self.path, f"no answer within {self.timeout:g} s") from None
             except OSError as e:
                 line, why = b"", e.strerror or str(e)
             else:
@@ -125,14 +129,17 @@ class ServiceClient:
         raise _rebuild(reply.get("error") or {})
 
 
-class ServiceLedger:
-    """The ledger as the service serves it: the local ``Ledger``'s methods, over the socket.  Who is
-    asking is the service's to know: owners, managers and quotas given here are not sent."""
+class ServiceLedger(LeaseStore):
+    """The ledger as the service serves it, over the socket.  Who is asking is the service's to know:
+    owners, managers, quotas and budgets given here are not sent."""
 
     def __init__(self, client: ServiceClient):
         self.client = client
         self.path = client.path
-        self.where = f"pool service at {client.path}"
+
+    @property
+    def where(self) -> str:
+        return f"pool service at {self.path}"
 
     def get(self, lease_id: str) -> Lease | None:
         return self.client.call("get", lease_id=lease_id)
@@ -141,7 +148,7 @@ class ServiceLedger:
         return self.client.call("by_kernel", kernel_id=kernel_id)
 
     def leases(self, owner: str | None = None, states: tuple[str, ...] = HELD) -> list[Lease]:
-        return [lease for lease in self.client.call("leases", owner=owner) if lease.state in states]
+        return self.client.call("leases", owner=owner, states=list(states))
 
     def snapshot(self):
         return self.client.call("snapshot")
@@ -210,10 +217,10 @@ class ServiceLedger:
 
     def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                 limit: int = 200, after_seq: int = 0):
-        return [e for e in self.client.call("journal", since=since, kinds=list(kinds), owner=owner, limit=limit)
-                if e.seq > after_seq]
+        return self.client.call("journal", since=since, kinds=list(kinds), owner=owner, limit=limit,
+                                after_seq=after_seq)
 
-    def budget_standing(self, owner: str, groups: tuple[str, ...] = (), budgets=None):
+    def budget_standing(self, owner: str, groups: tuple[str, ...] = (), budgets=None) -> Standing | None:
         return self.client.call("budget_standing", owner=owner)
 
     def trace_record(self, events: list[TraceEvent], keep: float | None = None) -> None:
@@ -244,16 +251,17 @@ class ServicePool(Pool):
         reply = client.call("settings")
         # The admin's settings as the service read them: nothing of this user's own configuration.
         self.settings = GPUPool(config=Config({"GPUPool": {**reply["config"], "owner": reply["user"]}})).check()
-        self.groups, self.admin = tuple(reply["groups"]), reply["admin"]
+        self.groups, self.admin = tuple(reply["groups"]), bool(reply["admin"])
         gpus = reply["gpus"]
         self.inventory = Inventory(gpus, Discovery(gpus=gpus, driver_version=reply.get("driver_version")),
                                    reply["note"])
         self.ledger = ServiceLedger(client)
         self.host = reply["host"]
 
-    def request(self, kernel_id: str, profile, label: str = "", manager: Holder | None = None) -> LeaseRequest:
-        return LeaseRequest(owner=self.settings.owner, kernel_id=kernel_id, profile=profile, groups=self.groups,
-                            label=label, manager=manager)
+    def groups_of(self, user: str) -> tuple[str, ...]:
+        """The caller's groups as the service knows them (Unix and hub groups); another user's as the
+        settings say."""
+        return self.groups if user == self.settings.owner else self.settings.groups_of(user)
 
     def allocate(self, request: LeaseRequest, waiter_id: str | None = None, record_refusal: bool = True) -> Lease:
         return self.ledger.allocate(request, waiter_id=waiter_id, record_refusal=record_refusal)

@@ -76,6 +76,16 @@ class Identities:
         self._cache[peer.uid] = (now, found)
         return found
 
+    def by_name(self, user: str) -> Caller | None:
+        """The pool user ``user`` as the service would know them on the socket (their Unix user is
+        ``user_prefix + user``, or ``user``), or None where this machine has no such user."""
+        for name in dict.fromkeys((self.user_prefix + user, user)):
+            try:
+                return self.caller(Peer(pid=0, uid=pwd.getpwnam(name).pw_uid, gid=-1))
+            except KeyError:
+                continue
+        return None
+
     def _look_up(self, uid: int) -> Caller:
         try:
             entry = pwd.getpwuid(uid)

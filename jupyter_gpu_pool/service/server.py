@@ -8,7 +8,11 @@ act on their own leases only (admins on any).  The decisions are the pool core's
 :class:`~jupyter_gpu_pool.local.Ledger`: the service is an adapter, not a second allocator.
 
 Each connection is served by its own task; the ledger runs in threads, so a slow or stuck client
-holds up nobody but itself.
+holds up nobody but itself, and one user holds at most :data:`MAX_CONNECTIONS` connections at once.
+
+The idle policy runs in each user's own Jupyter server, which its user controls.  The GPU-hour budget
+is the rule the service also enforces itself: a kernel still active ``budget_grace`` seconds after its
+owner's budget ran out (its server did not act on it) is ended by the service.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import dataclasses
 import logging
 import math
 import os
+import re
+import signal
 import stat
 import time
 from collections.abc import Callable
@@ -26,7 +32,7 @@ import psutil
 
 from ..local import processes
 from ..local.pool import LocalPool
-from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, SliceSpec
+from ..pool import ACTIVE, HELD, HIBERNATED, RELEASED, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, SliceSpec
 from ..pool.phases import PHASES, PhaseConflict, PhaseError
 from ..pool.trace import TraceError, check
 from . import protocol
@@ -34,13 +40,23 @@ from .identity import Caller, Identities, NoSuchUser, Peer, peer_of
 
 log = logging.getLogger(__name__)
 
+MAX_CONNECTIONS = 128  # per user at once: a server uses one per thread (up to 32 each); more is a client gone wrong
+MAX_WAITERS = 8  # places one user may hold in the queue at once
+STATES = (ACTIVE, HIBERNATED, RELEASED)
+KERNEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+WORD = re.compile(r"[a-z][a-z_]{0,39}")  # a journal entry's kind, a refusal's reason
+
+# Per GPU uuid, per pid, the device memory NVML shows the process holding (None: it would not say);
+# None where NVML cannot be read at all.
+GPUProcesses = Callable[[set[str]], "dict[str, dict[int, int | None]] | None"]
+
 
 class Denied(PermissionError):
     reason, status = "not_yours", 403
 
 
-class Missing(LookupError):
-    reason, status = "no_such_lease", 404
+class Busy(RuntimeError):
+    reason, status = "too_many", 429
 
 
 class Args:
@@ -58,7 +74,7 @@ class Args:
             return default
         value = self.raw[name]
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            raise protocol.ProtocolError(f"'{name}' must be {' or '.join(k.__name__ for k in kinds)}, not {value!r}")
+            raise protocol.ProtocolError(f"'{name}' must be {' or '.join(k.__name__ for k in kinds)}, not {value!r}"[:300])
         if isinstance(value, float) and not math.isfinite(value):
             raise protocol.ProtocolError(f"'{name}' must be a finite number, not {value!r}")
         if isinstance(value, str) and len(value) > 4096:
@@ -80,14 +96,27 @@ class Args:
 
     def texts(self, name: str) -> tuple[str, ...]:
         value = self._get(name, (list,), [], False)
-        if not all(isinstance(v, str) for v in value) or len(value) > 64:
+        if not all(isinstance(v, str) and len(v) <= 4096 for v in value) or len(value) > 64:
             raise protocol.ProtocolError(f"'{name}' must be a list of at most 64 names")
         return tuple(value)
 
     def phase(self, name: str, required: bool = True) -> str | None:
         value = self._get(name, (str,), None, required)
         if value is not None and value not in ("", *PHASES):
-            raise protocol.ProtocolError(f"'{name}': {value!r} is not a phase ({', '.join(PHASES)} or '')")
+            raise protocol.ProtocolError(f"'{name}': {value!r} is not a phase ({', '.join(PHASES)} or '')"[:300])
+        return value
+
+    def word(self, name: str) -> str:
+        value = self.text(name)
+        if not WORD.fullmatch(value):
+            raise protocol.ProtocolError(f"'{name}' must be a word of small letters and '_', not {value[:40]!r}")
+        return value
+
+    def states(self, name: str) -> tuple[str, ...]:
+        value = self.texts(name) or HELD
+        unknown = set(value) - set(STATES)
+        if unknown:
+            raise protocol.ProtocolError(f"'{name}': {sorted(unknown)} are not lease states ({', '.join(STATES)})"[:300])
         return value
 
 
@@ -95,16 +124,19 @@ class PoolService:
     """Serves the pool's operations to the machine's users over one Unix socket."""
 
     def __init__(self, pool: LocalPool, identities: Identities, *, reconcile_interval: float = 15.0,
-                 frame_timeout: float = 30.0, idle_timeout: float = 3600.0,
-                 memory_of: Callable[[list[int]], dict[int, int] | None] | None = None):
+                 frame_timeout: float = 30.0, idle_timeout: float = 3600.0, budget_grace: float = 300.0,
+                 gpu_processes: GPUProcesses | None = None):
         self.pool = pool
         self.ledger = pool.ledger
         self.identities = identities
         self.reconcile_interval = reconcile_interval
         self.frame_timeout, self.idle_timeout = frame_timeout, idle_timeout
-        self._memory_of = memory_of
+        self.budget_grace = budget_grace
+        self._gpu_processes = gpu_processes or _nvml_processes
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task] = set()
+        self._per_uid: dict[int, int] = {}
+        self._spent_since: dict[str, float] = {}  # lease id -> when its owner's budget was first seen spent
         self.served = 0
 
     # -- serving ---------------------------------------------------------------------------------
@@ -112,9 +144,8 @@ class PoolService:
     async def start(self, path: str, *, group: str | None = None) -> None:
         """Listen on ``path``: a socket every user may connect to (``group``: only its members)."""
         directory = os.path.dirname(path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-            os.chmod(directory, 0o755)
+        if directory and not os.path.isdir(directory):
+            os.makedirs(directory, mode=0o755)  # an existing directory (/run, /tmp) keeps its own mode
         if os.path.exists(path):
             os.unlink(path)  # a socket left by a service that was killed
         self._server = await asyncio.start_unix_server(self._serve, path=path, limit=protocol.MAX_FRAME)
@@ -127,29 +158,41 @@ class PoolService:
             os.chmod(path, 0o666)  # who may act on what is decided per request, from the peer's uid
         log.info("GPU pool service: listening on %s; ledger %s", path, self.ledger.path)
 
-    async def reconcile_forever(self, stop: asyncio.Event) -> None:
+    async def upkeep_forever(self, stop: asyncio.Event) -> None:
+        """Every ``reconcile_interval``: release dead kernels' leases, and end kernels past their budget."""
         from ..periodic import every
 
-        await every(self.reconcile_interval, self.pool.areconcile, stop, what="the service's reconcile")
+        async def upkeep() -> None:
+            await self.pool.areconcile()
+            await self.enforce_budgets()
+
+        await every(self.reconcile_interval, upkeep, stop, what="the service's upkeep")
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
+        peer = None
         try:
             peer = peer_of(writer.get_extra_info("socket"))
+            self._per_uid[peer.uid] = self._per_uid.get(peer.uid, 0) + 1
+            if self._per_uid[peer.uid] > MAX_CONNECTIONS:
+                await self._reply(writer, _error(None, Busy.reason, Busy.status,
+                                                 f"uid {peer.uid} has {MAX_CONNECTIONS} connections to the pool "
+                                                 "service open already; close some"))
+                return
             try:
                 caller = await asyncio.to_thread(self.identities.caller, peer)
             except NoSuchUser as e:
-                await self._reply(writer, {"id": None, "ok": False,
-                                           "error": {"reason": "no_such_user", "status": 403, "message": str(e)}})
+                await self._reply(writer, _error(None, "no_such_user", 403, str(e)))
                 return
             while True:
                 try:
@@ -168,6 +211,10 @@ class PoolService:
         except asyncio.CancelledError:
             pass
         finally:
+            if peer is not None:
+                self._per_uid[peer.uid] -= 1
+                if not self._per_uid[peer.uid]:
+                    del self._per_uid[peer.uid]
             self._connections.discard(task)
             writer.close()
 
@@ -185,13 +232,14 @@ class PoolService:
         try:
             message = protocol.loads(line)
             request_id = message.get("id")
-            if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool):
+            if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool) or \
+                    isinstance(request_id, str) and len(request_id) > 64:
                 request_id = None
-                raise protocol.ProtocolError("'id' must be a number or text")
+                raise protocol.ProtocolError("'id' must be a number or a short text")
             op = message.get("op")
             handler = getattr(self, f"op_{op}", None) if isinstance(op, str) and op.isidentifier() else None
             if handler is None:
-                raise protocol.ProtocolError(f"unknown operation {op!r}")
+                raise protocol.ProtocolError(f"unknown operation {op!r}"[:300])
             result = await handler(caller, peer, Args(message.get("args", {})))
             self.served += 1
             return {"id": request_id, "ok": True, "result": result}
@@ -204,7 +252,7 @@ class PoolService:
             return _error(request_id, "phase_error", 409, str(e))
         except PoolError as e:
             return _error(request_id, e.reason, getattr(e, "status", 409), str(e), e.to_dict())
-        except (Denied, Missing) as e:
+        except (Denied, Busy) as e:
             return _error(request_id, e.reason, e.status, str(e))
         except Exception as e:  # a bug must not take the service down: the request fails, others go on
             log.exception("GPU pool service: %s failed", line[:200])
@@ -229,11 +277,23 @@ class PoolService:
         try:
             proc = psutil.Process(pid)
             uid, start = proc.uids().real, proc.create_time()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
             raise Denied(f"process {pid} is not running") from None
         if uid != caller.uid and caller.uid != 0:
             raise Denied(f"process {pid} is not yours: a lease's kernel must be a process of your own user")
         return Holder(pid, start, processes.hostname())
+
+    async def _kernel(self, caller: Caller, args: Args) -> tuple[str, Lease | None]:
+        """A kernel id for a new lease or place in the queue, and the caller's lease of it if one is held:
+        refused where another user's kernel holds it."""
+        kernel_id = args.text("kernel_id")
+        if not KERNEL_ID.fullmatch(kernel_id):
+            raise protocol.ProtocolError(f"'kernel_id' must be a kernel's id (letters, digits, '-', '_', '.'; at most "
+                                         f"128), not {kernel_id[:40]!r}")
+        held = await asyncio.to_thread(self.ledger.by_kernel, kernel_id)
+        if held is not None and held.owner != caller.user:
+            raise Denied(f"kernel id {kernel_id[:36]!r} is another user's kernel's")
+        return kernel_id, held
 
     # -- operations: who am I, what is the pool -------------------------------------------------------
 
@@ -255,9 +315,8 @@ class PoolService:
     # -- operations: leases ---------------------------------------------------------------------------
 
     async def op_allocate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
-        kernel_id = args.text("kernel_id")
-        existing = await asyncio.to_thread(self.ledger.by_kernel, kernel_id)
-        if existing is not None and existing.owner == caller.user:
+        kernel_id, existing = await self._kernel(caller, args)
+        if existing is not None:
             return existing  # a retry after a lost reply: the same lease, not a second one
         profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
         manager = Holder(peer.pid, await asyncio.to_thread(_start_of, peer.pid), processes.hostname())
@@ -306,28 +365,39 @@ class PoolService:
 
     async def op_hibernate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         """The caller's server checkpointed its kernel: the slice goes back, but on a real GPU only once
-        NVML shows the kernel's processes hold no GPU memory (a client cannot just say so)."""
+        NVML shows that no process of the owner's holds memory there beyond their other kernels' (a
+        client cannot just say so, nor name some other process of theirs as the kernel)."""
         lease = await self._lease(caller, args.text("lease_id"))
         host_bytes = args.integer("host_bytes", default=0)
         if host_bytes < 0:
             raise protocol.ProtocolError("'host_bytes' must be 0 or more")
-        if any(not g.declared for g in (self.pool.gpu(u) for u in lease.gpus) if g is not None):
-            held = await asyncio.to_thread(self._gpu_memory, lease)
-            if held:
-                raise Denied(f"the kernel's processes still hold {held // 2**20} MiB on the GPU: a hibernated "
-                             "kernel holds none, so its slice stays held")
+        real = {u for u in lease.gpus if (g := self.pool.gpu(u)) is not None and not g.declared}
+        if real:
+            await asyncio.to_thread(self._check_gpu_free, lease, real, caller.uid)
         return await asyncio.to_thread(self.ledger.hibernate, lease.id, host_bytes,
                                        args.text("reason", default="idle"),
                                        tuple(args.texts("last_gpus")) or None, args.phase("phase", required=False) or "")
 
-    def _gpu_memory(self, lease: Lease) -> int:
-        tree = processes.process_tree(lease.holder_pid) if lease.holder_pid else []
-        if not tree:
-            return 0
-        from ..devices import checkpoint
-
-        found = (self._memory_of or checkpoint.gpu_memory_of)(tree)
-        return sum((found or {}).values())
+    def _check_gpu_free(self, lease: Lease, gpus: set[str], caller_uid: int) -> None:
+        """Raise :class:`Denied` unless no process of the lease's owner holds memory on ``gpus``,
+        but for the process trees of the owner's other active kernels."""
+        found = self._gpu_processes(gpus)
+        if found is None:
+            raise Denied("NVML cannot say what the kernel holds on the GPU, so its slice stays held "
+                         "(the admin may check the driver: nvidia-smi)")
+        uid = next((u for u in (_uid_of(lease.holder_pid), _uid_of(lease.manager_pid)) if u is not None), caller_uid)
+        others = {pid for other in self.ledger.leases(lease.owner, states=(ACTIVE,)) if other.id != lease.id
+                  for pid in processes.process_tree(other.holder_pid)}
+        kernel = set(processes.process_tree(lease.holder_pid))
+        held = 0
+        for per_pid in found.values():
+            for pid, used in per_pid.items():
+                if pid in others or (pid not in kernel and _uid_of(pid) != uid):
+                    continue
+                held += used if used is not None else 1
+        if held:
+            raise Denied(f"the kernel's user still holds {max(held, 2**20) // 2**20} MiB on the GPU: a hibernated "
+                         "kernel holds none, so its slice stays held")
 
     async def op_reserve_host_bytes(self, caller: Caller, peer: Peer, args: Args) -> list:
         lease = await self._lease(caller, args.text("lease_id"))
@@ -351,7 +421,7 @@ class PoolService:
 
     async def op_leases(self, caller: Caller, peer: Peer, args: Args) -> list[Lease]:
         owner = args.text("owner", required=False)
-        found = await asyncio.to_thread(self.ledger.leases, owner)
+        found = await asyncio.to_thread(self.ledger.leases, owner, args.states("states"))
         return [lease for lease in found if self._visible(caller, lease.owner)]
 
     async def op_snapshot(self, caller: Caller, peer: Peer, args: Args):
@@ -359,10 +429,8 @@ class PoolService:
         snap = await asyncio.to_thread(self.ledger.snapshot)
         if caller.admin:
             return snap
-        from dataclasses import replace
-
-        return replace(snap, leases=[x for x in snap.leases if x.owner == caller.user],
-                       waiters=[w for w in snap.waiters if w.owner == caller.user])
+        return dataclasses.replace(snap, leases=[x for x in snap.leases if x.owner == caller.user],
+                                   waiters=[w for w in snap.waiters if w.owner == caller.user])
 
     async def op_waiters(self, caller: Caller, peer: Peer, args: Args) -> list:
         return [w for w in await asyncio.to_thread(self.ledger.waiters) if self._visible(caller, w.owner)]
@@ -373,17 +441,27 @@ class PoolService:
             owner = caller.user
         limit = args.integer("limit", default=200)
         return await asyncio.to_thread(self.ledger.journal, since=args.number("since", default=0.0),
-                                       kinds=args.texts("kinds"), owner=owner, limit=max(1, min(limit, 10_000)))
+                                       kinds=args.texts("kinds"), owner=owner, limit=max(1, min(limit, 10_000)),
+                                       after_seq=args.integer("after_seq", default=0))
 
     async def op_budget_standing(self, caller: Caller, peer: Peer, args: Args):
         user = args.text("owner", default=caller.user)
         if not self._visible(caller, user):
             raise Denied("another user's GPU time is theirs to see (and the admins')")
-        groups = caller.groups if user == caller.user else self.pool.settings.groups_of(user)
+        if user == caller.user:
+            groups = caller.groups
+        else:
+            other = await asyncio.to_thread(self.identities.by_name, user)
+            groups = other.groups if other is not None else self.pool.settings.groups_of(user)
         book = self.pool.settings.budget_book
         if not book.scopes(user, groups):
             return None
         return await asyncio.to_thread(self.ledger.budget_standing, user, groups, book)
+
+    async def op_spenders(self, caller: Caller, peer: Peer, args: Args) -> list[str]:
+        """Who spent GPU time since ``since``: everyone, for an admin; a user learns only of themselves."""
+        found = await asyncio.to_thread(self.ledger.spenders, args.number("since", required=True))
+        return [user for user in found if self._visible(caller, user)]
 
     async def op_host_bytes_on(self, caller: Caller, peer: Peer, args: Args) -> int:
         return await asyncio.to_thread(self.ledger.host_bytes_on, args.text("host", default=""))
@@ -396,15 +474,23 @@ class PoolService:
                 raise Denied("that place in the queue is not yours")
 
     async def op_enqueue(self, caller: Caller, peer: Peer, args: Args):
+        """A place in the queue, for one of the admin's profiles (a start) or the caller's hibernated
+        lease (a resume): what it waits for is the profile's or the lease's slice, never the caller's word."""
         lease_id = args.text("lease_id", required=False)
+        kernel_id, _held = await self._kernel(caller, args)
         if lease_id is not None:
-            await self._lease(caller, lease_id)
-        try:
-            spec = SliceSpec.parse(args.text("slice"))
-        except ValueError as e:
-            raise protocol.ProtocolError(str(e)) from None
-        return await asyncio.to_thread(self.ledger.enqueue, caller.user, args.text("kernel_id"),
-                                       args.text("profile"), spec, lease_id=lease_id, label=args.text("label", default=""))
+            lease = await self._lease(caller, lease_id)
+            if lease.kernel_id != kernel_id:
+                raise protocol.ProtocolError("'kernel_id' is not the kernel of that lease")
+            profile, spec = lease.profile, lease.slice
+        else:
+            profile = self.pool.settings.profile(args.text("profile")).name
+            spec = self.pool.settings.profiles[profile].slice
+        mine = [w for w in await asyncio.to_thread(self.ledger.waiters) if w.owner == caller.user]
+        if len(mine) >= MAX_WAITERS:
+            raise Busy(f"you hold {len(mine)} places in the GPU queue already (at most {MAX_WAITERS})")
+        return await asyncio.to_thread(self.ledger.enqueue, caller.user, kernel_id, profile, spec,
+                                       lease_id=lease_id, label=args.text("label", default=""))
 
     async def op_heartbeat(self, caller: Caller, peer: Peer, args: Args):
         waiter_id = args.text("waiter_id")
@@ -425,22 +511,21 @@ class PoolService:
         detail = args.raw.get("detail") or {}
         if not isinstance(detail, dict) or len(protocol.dumps(detail)) > 64 * 1024:
             raise protocol.ProtocolError("'detail' must be an object of at most 64 KiB")
-        await asyncio.to_thread(self.ledger.record, args.text("kind"), lease_id=lease_id,
+        await asyncio.to_thread(self.ledger.record, args.word("kind"), lease_id=lease_id,
                                 kernel_id=args.text("kernel_id", required=False), owner=owner,
                                 reason=args.text("reason", default=""), detail=detail)
 
     async def op_record_refusal(self, caller: Caller, peer: Peer, args: Args) -> None:
-        from ..pool.errors import PoolError as _PoolError
-
-        refusal = _PoolError(args.text("message"))
-        refusal.reason = args.text("reason")
-        await asyncio.to_thread(self.ledger.record_refusal, args.text("kernel_id"), caller.user,
+        refusal = PoolError(args.text("message"))
+        refusal.reason = args.word("reason")
+        kernel_id, _held = await self._kernel(caller, args)
+        await asyncio.to_thread(self.ledger.record_refusal, kernel_id, caller.user,
                                 args.text("profile"), refusal)
 
     async def op_reconcile(self, caller: Caller, peer: Peer, args: Args) -> list:
-        """The service reconciles on its own interval; a caller's ask runs one now (each caller's at most
-        once a second, as a refused allocation does)."""
-        if time.monotonic() - self.ledger._reconciled_at < 1.0:
+        """The service reconciles on its own interval; a caller's ask runs one now, unless one ran in
+        the last second (a refused allocation reconciles as often)."""
+        if self.ledger.reconciled_within(1.0):
             return []
         return await self.pool.areconcile()
 
@@ -488,6 +573,38 @@ class PoolService:
             after=(float(after[0]), after[1]) if after else None, limit=limit)
         return {"events": [e.to_dict() for e in events], "next": list(following) if following else None}
 
+    # -- the budget, enforced ---------------------------------------------------------------------------
+
+    async def enforce_budgets(self) -> list[Lease]:
+        """End the kernels still active ``budget_grace`` seconds after their owner's GPU-hour budget ran
+        out: their server should have acted (the policy warns at 90% and acts at 100%), and did not."""
+        book = self.pool.settings.budget_book
+        if not book.budgets:
+            return []
+        now = time.monotonic()
+        active = [lease for lease in await asyncio.to_thread(self.ledger.leases, None, (ACTIVE,)) if not lease.phase]
+        spent: dict[str, bool] = {}
+        ended = []
+        for lease in active:
+            if lease.owner not in spent:
+                standing = await asyncio.to_thread(self.ledger.budget_standing, lease.owner, lease.groups, book)
+                spent[lease.owner] = standing is not None and standing.exhausted
+            if not spent[lease.owner]:
+                self._spent_since.pop(lease.id, None)
+                continue
+            since = self._spent_since.setdefault(lease.id, now)
+            if now - since < self.budget_grace:
+                continue
+            log.warning("GPU pool service: %s's GPU time is used up and kernel %s still runs %.0fs later; "
+                        "ending it", lease.owner, lease.kernel_id, now - since)
+            await asyncio.to_thread(_end_tree, lease.holder_pid)
+            released = await asyncio.to_thread(
+                self.ledger.release, lease.id, "budget: GPU time used up (ended by the pool service)")
+            if released is not None:
+                ended.append(released)
+        self._spent_since = {k: v for k, v in self._spent_since.items() if k in {x.id for x in active}}
+        return ended
+
 
 def _error(request_id, reason: str, status: int, message: str, detail: dict | None = None) -> dict:
     error = {"reason": reason, "status": status, "message": message}
@@ -501,3 +618,46 @@ def _start_of(pid: int) -> float:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return 0.0
+
+
+def _uid_of(pid: int | None) -> int | None:
+    if not pid:
+        return None
+    try:
+        return psutil.Process(pid).uids().real
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _end_tree(pid: int | None, grace: float = 5.0) -> None:
+    """SIGTERM a kernel's process tree, SIGKILL what is left after ``grace`` seconds."""
+    tree = []
+    for p in processes.process_tree(pid):
+        try:
+            tree.append(psutil.Process(p))
+        except psutil.NoSuchProcess:
+            continue
+    for proc in tree:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            continue
+    _gone, alive = psutil.wait_procs(tree, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
+def _nvml_processes(gpus: set[str]) -> dict[str, dict[int, int | None]] | None:
+    """Per GPU, per pid, the memory NVML shows; None where NVML cannot be read."""
+    from ..devices.telemetry import NVMLSource
+
+    source = NVMLSource()
+    if not source.available()[0]:
+        return None
+    readings = source.read(gpus)
+    if set(readings) != set(gpus):
+        return None  # a GPU NVML does not know (gone since discovery): it cannot say
+    return {uuid: {pid: r.memory for pid, r in procs.items()} for uuid, procs in readings.items()}

@@ -75,12 +75,13 @@ def lab(unix_users, tmp_path_factory):
     conf.mkdir()
     share.mkdir(parents=True)
     for name, user in unix_users.items():
+        # A home of the lab's own (another session's lab must not share it), and the one the system names
+        # (where a spawner puts the user), made if missing.
         entry = pwd.getpwnam(user)
-        home = Path(entry.pw_dir)
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(parents=True)
-        os.chown(home, entry.pw_uid, entry.pw_gid)
-        os.chmod(home, 0o700)
+        for home in (root / "home" / name, Path(entry.pw_dir)):
+            home.mkdir(parents=True, exist_ok=True)
+            os.chown(home, entry.pw_uid, entry.pw_gid)
+            os.chmod(home, 0o700)
     lab = Lab(root, conf, share)
     lab.configure()
     yield lab
@@ -96,8 +97,9 @@ class Lab:
         self.ledger = str(root / "state" / "ledger.sqlite")
         self.processes: list = []
 
-    def configure(self, **settings) -> None:
-        """The admin's config (root-owned, read by the service only), and the kernelspecs for everyone."""
+    def configure(self, service: dict | None = None, **settings) -> None:
+        """The admin's config (root-owned, read by the service only), and the kernelspecs for everyone.
+        ``settings`` are GPUPool's, ``service`` PoolService's (over the lab's own)."""
         base = {
             "gpu_discovery": "declared",
             "inventory": [{"name": "Lab GPU", "memory": "40GiB", "count": 2}],
@@ -109,8 +111,8 @@ class Lab:
             **settings,
         }
         lines = [f"c.GPUPool.{k} = {v!r}" for k, v in base.items()]
-        lines += [f"c.PoolService.socket = {self.socket!r}", "c.PoolService.user_prefix = 'jupyter-'",
-                  "c.PoolService.reconcile_interval = 1"]
+        options = {"socket": self.socket, "user_prefix": "jupyter-", "reconcile_interval": 1, **(service or {})}
+        lines += [f"c.PoolService.{k} = {v!r}" for k, v in options.items()]
         (self.conf / "jupyter_gpu_pool_config.py").write_text("\n".join(lines) + "\n")
         os.chmod(self.conf / "jupyter_gpu_pool_config.py", 0o600)
         from jupyter_gpu_pool.kernel_provisioner import kernelspecs
@@ -124,13 +126,13 @@ class Lab:
         self.processes.append(proc)
         return proc.start()
 
-    def server(self, name: str, **env) -> JupyterServer:
-        proc = JupyterServer(self, name, **env)
+    def server(self, name: str, args: tuple[str, ...] = (), **env) -> JupyterServer:
+        proc = JupyterServer(self, name, args, **env)
         self.processes.append(proc)
         return proc.start()
 
     def home(self, name: str) -> Path:
-        return Path(pwd.getpwnam(USERS[name]).pw_dir)
+        return self.root / "home" / name
 
     def run_as(self, name: str, args: list[str], **env) -> subprocess.CompletedProcess:
         """A command run as the user, in their home, with the pool service's socket in their environment."""

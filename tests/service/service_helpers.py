@@ -8,6 +8,7 @@ import os
 import pwd
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -67,6 +68,21 @@ def raw(lab, name: str, lines: list[bytes], timeout: float = 10.0) -> list[dict]
     return [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
 
 
+def http_json(method: str, url: str, token: str, body: dict | None = None) -> tuple[int, dict]:
+    """An HTTP request with a Jupyter token; the status and the JSON reply ({"message": text} if not JSON)."""
+    data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
+    req = urllib.request.Request(url, data=data, method=method, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as reply:
+            status, text = reply.status, reply.read()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read()
+    try:
+        return status, json.loads(text) if text else {}
+    except ValueError:
+        return status, {"message": text.decode(errors="replace")}
+
+
 def request(op: str, **args) -> bytes:
     return json.dumps({"id": uuid.uuid4().hex[:6], "op": op, "args": args}).encode() + b"\n"
 
@@ -112,8 +128,8 @@ class PoolServiceProcess:
 class JupyterServer:
     """A real ``jupyter server`` with the pool's extension, run as the user, talking to the service."""
 
-    def __init__(self, lab, name: str, **env):
-        self.lab, self.name, self.env = lab, name, env
+    def __init__(self, lab, name: str, args: tuple[str, ...] = (), **env):
+        self.lab, self.name, self.args, self.env = lab, name, tuple(args), env
         self.token = uuid.uuid4().hex
         self.port = 0
         self.proc: subprocess.Popen | None = None
@@ -125,7 +141,8 @@ class JupyterServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={self.port}",
              f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={home}",
-             "--ServerApp.jpserver_extensions={'jupyter_gpu_pool': True}", "--GPUPoolExtension.cull_interval=1"],
+             "--ServerApp.jpserver_extensions={'jupyter_gpu_pool': True}", "--GPUPoolExtension.cull_interval=1",
+             *self.args],
             **identity(self.name), env=user_env(self.lab, self.name, **self.env), cwd=str(home), stdout=log,
             stderr=log)
         deadline = time.monotonic() + timeout
@@ -143,16 +160,7 @@ class JupyterServer:
         return (self.lab.root / f"{self.name}-server.log").read_text(errors="replace")
 
     def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/{path}", data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as reply:
-                text = reply.read()
-                return reply.status, json.loads(text) if text else {}
-        except urllib.error.HTTPError as e:
-            text = e.read()
-            return e.code, json.loads(text) if text else {}
+        return http_json(method, f"http://127.0.0.1:{self.port}/{path}", self.token, body)
 
     def start_kernel(self, profile: str = "small") -> tuple[int, dict]:
         return self.request("POST", "api/kernels", {"name": f"gpu-pool-{profile}"})
@@ -172,3 +180,41 @@ class JupyterServer:
 
 def uid_of(name: str) -> int:
     return pwd.getpwnam(USERS[name]).pw_uid
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2, what: str = ""):
+    """``predicate()`` once it is truthy (its value), polled until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def ledger_dump(lab) -> list[str]:
+    """Every table of the service's ledger, as SQL (read by root, who alone may besides the service)."""
+    with sqlite3.connect(f"file:{lab.ledger}?mode=ro", uri=True) as db:
+        return list(db.iterdump())
+
+
+def execute(lab, name: str, kernel_id: str, code: str, timeout: float = 60.0) -> str:
+    """Run ``code`` in one of the user's kernels over ZMQ (its connection file is in their runtime
+    directory); its stdout."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(lab.home(name) / ".local" / "share" / "jupyter" / "runtime" /
+                                                      f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=timeout)
+        out: list[str] = []
+        reply = client.execute_interactive(code, timeout=timeout, output_hook=lambda msg: out.append(
+            msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(out)
+    finally:
+        client.stop_channels()

@@ -58,6 +58,9 @@ def test_an_unknown_type_in_a_message_is_refused():
     ({"to": "melting"}, lambda a: a.phase("to"), "not a phase"),
     ({"label": "x" * 5000}, lambda a: a.text("label"), "too long"),
     ({"kinds": [1]}, lambda a: a.texts("kinds"), "list of at most 64 names"),
+    ({"kind": "DROP TABLE leases"}, lambda a: a.word("kind"), "small letters"),
+    ({"kind": ""}, lambda a: a.word("kind"), "small letters"),
+    ({"states": ["gone"]}, lambda a: a.states("states"), "not lease states"),
 ])
 def test_each_argument_is_checked_for_its_type(raw, call, words):
     with pytest.raises(protocol.ProtocolError, match=words):

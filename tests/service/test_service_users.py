@@ -5,10 +5,14 @@ pool, and that the service says who is who from the kernel, not from a name the 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
 from service_helpers import raw, request, uid_of
+
+from jupyter_gpu_pool.service.server import MAX_WAITERS
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -19,7 +23,7 @@ def shared(lab):
     lab.service()
     alice = lab.server("alice")
     code, kernel = alice.start_kernel()
-    assert code == 201, (kernel, alice.log()[-4000:])
+    assert code == 201, (kernel, alice.log()[-12000:])
     lease = next(k for k in alice.me()["kernels"] if k["kernel_id"] == kernel["id"])
     return lab, alice, kernel["id"], lease["lease_id"]
 
@@ -60,6 +64,12 @@ def test_bob_cannot_release_or_snooze_alices_kernel_by_rest_cli_or_socket(shared
     assert [x["kernel_id"] for x in json.loads(done.stdout)["leases"]] == [kid]
     done = lab.run_as("bob", [sys.executable, "-m", "jupyter_gpu_pool.cli", "status", "--json"])
     assert json.loads(done.stdout)["leases"] == []  # users see their own leases
+    # an admin (root here; members of PoolService.admin_groups) may release anyone's kernel
+    done = subprocess.run([sys.executable, "-m", "jupyter_gpu_pool.cli", "release", kid[:8]], capture_output=True,
+                          text=True, env={**os.environ, "JUPYTER_GPU_POOL_SOCKET": lab.socket}, timeout=120)
+    assert done.returncode == 0 and "released the small slice" in done.stdout and "(alice)" in done.stdout, done.stderr
+    [gone] = raw(lab, "alice", [request("get", lease_id=lease_id)])
+    assert gone["result"]["state"] == "released" and gone["result"]["reason"] == "released from the command line"
 
 
 def test_bob_gains_no_quota_from_his_own_config_a_borrowed_owner_or_jupyterhub_user(lab):
@@ -94,3 +104,20 @@ def test_bob_cannot_register_a_process_of_another_uid_as_his_kernel(shared):
     assert "not yours" in replies[0]["error"]["message"]
     [still] = raw(lab, "bob", [request("get", lease_id=own["lease_id"])])
     assert still["result"]["holder_pid"] != alice_pid and alices_kernel["state"] == "active"
+
+
+def test_bob_cannot_take_alices_kernel_id_nor_queue_for_more_than_the_admins_profiles(shared):
+    lab, alice, kid, lease_id = shared
+    replies = raw(lab, "bob", [request("allocate", kernel_id=kid, profile="small"),
+                               request("enqueue", kernel_id=kid, profile="small"),
+                               request("enqueue", kernel_id="k-bob-1", profile="small", slice="8 x whole"),
+                               request("enqueue", kernel_id="k-bob-2", profile="huge"),
+                               *[request("enqueue", kernel_id=f"k-bob-{i}", profile="small") for i in range(3, 13)]])
+    assert [r["error"]["reason"] for r in replies[:2]] == ["not_yours", "not_yours"]
+    assert "another user's kernel" in replies[0]["error"]["message"]
+    assert replies[2]["ok"] and replies[2]["result"]["slice"]["text"] == "10GiB"  # the profile's, not his word
+    assert replies[3]["error"]["reason"] == "unknown_profile"
+    assert [r["ok"] for r in replies[4:]] == [True] * (MAX_WAITERS - 1) + [False] * (11 - MAX_WAITERS)
+    assert {r["error"]["reason"] for r in replies[4 + MAX_WAITERS - 1:]} == {"too_many"}
+    [mine] = raw(lab, "alice", [request("by_kernel", kernel_id=kid)])
+    assert mine["result"]["id"] == lease_id  # her kernel's lease is still the one found by its id
