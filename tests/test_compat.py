@@ -15,10 +15,10 @@ def test_the_installed_releases_are_the_ones_compat_was_checked_against():
         "then widen compat.CHECKED")
 
 
-async def test_a_failed_start_is_forgotten_by_the_multi_kernel_manager(pool_home):
+async def test_a_failed_start_is_forgotten_by_the_multi_kernel_manager(pool_home, tmp_path):
     """A start the pool refuses stays in jupyter_client's pending kernels unless compat forgets it;
     then exit (shutdown_all) goes through.  The provisioner tests cover the refusal itself."""
-    manager = AsyncMultiKernelManager()
+    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path))
     assert isinstance(manager._pending_kernels, dict)  # noqa: SLF001 - the member compat relies on
     pool_home.install_kernelspecs()
     pool_home.configure(default_user_quota={"kernels": 0})  # every start is refused

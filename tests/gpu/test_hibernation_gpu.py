@@ -65,8 +65,8 @@ def gpu_pool(pool_home):
 
 
 @pytest.fixture
-async def kernels(gpu_pool):
-    manager = AsyncMultiKernelManager()
+async def kernels(gpu_pool, tmp_path):
+    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path))
     yield manager
     await manager.shutdown_all(now=True)
 

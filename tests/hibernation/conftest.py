@@ -41,9 +41,9 @@ def standin_machine(pool_home, monkeypatch, standin, standin_memory):
 
 
 @pytest.fixture
-async def kernels_manager(standin_machine):
+async def kernels_manager(standin_machine, tmp_path):
     """A multi-kernel manager of real ipykernels, shut down at the end."""
-    manager = AsyncMultiKernelManager()
+    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path))
     yield manager
     await manager.shutdown_all(now=True)
 

@@ -41,9 +41,9 @@ def fill_pool(pool, owner: str = "bob") -> list:
 
 
 @pytest.fixture
-async def declared(pool_home):
+async def declared(pool_home, tmp_path):
     """A hibernator over real kernels on the declared test pool, with a driver that records every call."""
-    manager = AsyncMultiKernelManager()
+    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path))
     driver = StandInDriver()
     pool = pool_for()
     hibernator = Hibernator(pool, Kernels(manager), HibernationSettings(queue_poll=0.2), driver=driver,
