@@ -28,8 +28,8 @@ class PoolBackend(ABC):
     declared: bool = False  # every GPU of the pool is declared (not real)
     hibernation: bool = False  # kernels of this pool can hibernate (a hook can be installed)
     note: str = ""  # one line for humans: where the GPUs come from, or why there is no pool
-
     owner_admin: bool | None = None  # the pool's word on whether this server's owner administers it (None: no say)
+
     @property
     @abstractmethod
     def policy(self) -> Policy: ...
@@ -114,6 +114,7 @@ class LocalBackend(PoolBackend):
     def __init__(self, pool: Pool):
         self.pool = pool
         self.note = pool.inventory.note
+        self.owner_admin = pool.admin  # the pool service's word on its caller; None for this process's own ledger
 
     @property
     def settings(self):
@@ -124,7 +125,6 @@ class LocalBackend(PoolBackend):
         return self.pool.inventory.declared
 
     @property
-        self.owner_admin = pool.admin  # the pool service's word on its caller; None for this process's own ledger
     def policy(self) -> Policy:
         return self.pool.settings.idle_policy
 
