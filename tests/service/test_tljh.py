@@ -1,0 +1,174 @@
+"""The TLJH plugin, through TLJH's own plugin machinery (pluggy, project "tljh", the hook specifications
+TLJH declares) on a TLJH-like layout in a temporary directory.
+
+TLJH itself cannot be installed here (its installer wants systemd and the machine's /opt/tljh), so the
+systemctl commands the install runs are recorded rather than run; everything else is real: the files
+written, the kernelspecs, the starting configuration read by the pool's own loader, the service
+started with the unit's own command line, and the hub configuration read by JupyterHub's own traits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import socket
+import stat
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pluggy
+import pytest
+
+from jupyter_gpu_pool import __version__
+from jupyter_gpu_pool.config import load_settings
+from jupyter_gpu_pool.service.client import ServiceClient
+from jupyter_gpu_pool.service.protocol import DEFAULT_SOCKET
+from jupyter_gpu_pool.tljh import Layout, configure_hub, install
+
+ROOT = Path(__file__).resolve().parents[2]
+hookspec = pluggy.HookspecMarker("tljh")
+
+
+class TLJHHooks:
+    """TLJH's hook specifications (tljh/hooks.py), as TLJH declares them."""
+
+    @hookspec
+    def tljh_extra_user_conda_packages(self): ...
+
+    @hookspec
+    def tljh_extra_user_pip_packages(self): ...
+
+    @hookspec
+    def tljh_extra_hub_pip_packages(self): ...
+
+    @hookspec
+    def tljh_extra_apt_packages(self): ...
+
+    @hookspec
+    def tljh_custom_jupyterhub_config(self, c): ...
+
+    @hookspec
+    def tljh_config_post_install(self, config): ...
+
+    @hookspec
+    def tljh_post_install(self): ...
+
+    @hookspec
+    def tljh_new_user_create(self, username): ...
+
+
+@pytest.fixture
+def plugins():
+    """TLJH's plugin manager with this distribution's ``tljh`` entry point registered, as TLJH loads it."""
+    entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["tljh"]
+    manager = pluggy.PluginManager("tljh")
+    manager.add_hookspecs(TLJHHooks)
+    for name, target in entry_points.items():
+        manager.register(importlib.import_module(target), name=name)
+    return manager
+
+
+@pytest.fixture
+def layout(tmp_path, monkeypatch):
+    monkeypatch.setenv("TLJH_INSTALL_PREFIX", str(tmp_path / "tljh"))
+    user_env = tmp_path / "tljh" / "user"
+    (user_env / "bin").mkdir(parents=True)
+    (user_env / "bin" / "python").symlink_to(sys.executable)
+    return Layout(systemd_dir=tmp_path / "systemd")
+
+
+def test_the_plugin_puts_the_pool_into_the_users_environment(plugins):
+    packages = [p for found in plugins.hook.tljh_extra_user_pip_packages() for p in found]
+    assert packages == [f"jupyter-gpu-pool=={__version__}"]  # the same release as the hub's plugin
+
+
+def test_the_install_writes_a_starting_config_a_token_a_unit_and_kernelspecs(layout):
+    commands: list[list[str]] = []
+    written = install(layout, run=commands.append)
+    assert layout.config_file in written and layout.unit_file in written and layout.hub_env_file in written
+    settings = load_settings(paths=[str(layout.config_dir)])  # the pool's own loader reads it
+    assert settings.service_socket == DEFAULT_SOCKET
+    assert settings.budgets["jupyterhub-users"].gpu_hours == 10 and settings.budgets["jupyterhub-users"].period == "week"
+    assert [rule.name for rule in settings.policy] == ["lab"]
+    text = layout.config_file.read_text()
+    assert "c.PoolService.user_prefix = \"jupyter-\"" in text and "jupyterhub-admins" in text
+    env_mode = stat.S_IMODE(layout.hub_env_file.stat().st_mode)
+    assert env_mode == 0o600 and stat.S_IMODE(layout.hub_env_file.parent.stat().st_mode) == 0o700
+    assert layout.hub_env_file.read_text().startswith("JUPYTERHUB_API_TOKEN=")
+    unit = layout.unit_file.read_text()
+    assert f"--config-dir={layout.config_dir}" in unit and f"EnvironmentFile=-{layout.hub_env_file}" in unit
+    kernels = sorted(p.name for p in (layout.user_env / "share" / "jupyter" / "kernels").iterdir())
+    assert kernels == sorted(f"gpu-pool-{name}" for name in settings.profiles)
+    spec = (layout.user_env / "share" / "jupyter" / "kernels" / kernels[0] / "kernel.json").read_text()
+    assert str(layout.user_env / "bin" / "python") in spec  # kernels run in the users' environment
+    assert commands == [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", "jupyter-gpu-pool"],
+                        ["systemctl", "restart", "jupyter-gpu-pool"], ["systemctl", "restart", "jupyterhub"]]
+
+
+def test_installing_again_keeps_the_admins_edits_and_the_hubs_token(layout):
+    install(layout, run=lambda command: None)
+    edited = layout.config_file.read_text() + "c.GPUPool.default_user_quota = {'kernels': 5}\n"
+    layout.config_file.write_text(edited)
+    token = layout.hub_env_file.read_text()
+    written = install(layout, run=lambda command: None)
+    assert layout.config_file not in written and layout.config_file.read_text() == edited
+    assert layout.hub_env_file.read_text() == token
+
+
+def test_the_units_command_runs_the_service_on_the_written_config(layout, tmp_path):
+    install(layout, run=lambda command: None)
+    [exec_start] = [line for line in layout.unit_file.read_text().splitlines() if line.startswith("ExecStart=")]
+    path = str(tmp_path / "run" / "pool.sock")  # this machine's /run and /var/lib are not the test's
+    command = shlex.split(exec_start.removeprefix("ExecStart=")) + [
+        f"--socket={path}", f"--GPUPool.ledger_path={tmp_path / 'state' / 'ledger.sqlite'}"]
+    service = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert service.poll() is None, service.stdout.read().decode()
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(path)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the service did not listen"
+                time.sleep(0.2)
+        settings = ServiceClient(path).call("settings")
+        assert settings["config"]["budgets"] == {"jupyterhub-users": {"gpu_hours": 10, "period": "week"}}
+        assert settings["user"] == "root" and settings["admin"]
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+
+
+def test_the_hub_gives_every_server_the_socket_and_knows_the_service(plugins, layout):
+    jupyterhub = pytest.importorskip("jupyterhub.app", reason="JupyterHub comes with the 'hub' extra")
+    from jupyterhub.spawner import LocalProcessSpawner
+    from traitlets.config import Config
+
+    install(layout, run=lambda command: None)
+    c = Config()
+    c.Spawner.environment = {"TZ": "Europe/Paris"}  # an admin's own setting stays
+    plugins.hook.tljh_custom_jupyterhub_config(c=c)
+    hub = jupyterhub.JupyterHub(config=c)  # read by the hub's own traits
+    token = layout.hub_env_file.read_text().splitlines()[0].split("=", 1)[1]
+    assert hub.services == [{"name": "gpu-pool", "api_token": token, "display": False}]
+    [role] = hub.load_roles
+    assert role["services"] == ["gpu-pool"] and set(role["scopes"]) == {"read:users", "read:groups"}
+    assert LocalProcessSpawner(config=c).environment == {"TZ": "Europe/Paris",
+                                                         "JUPYTER_GPU_POOL_SOCKET": DEFAULT_SOCKET}
+
+
+def test_without_the_install_the_hub_still_starts_and_says_what_is_missing(layout, capsys):
+    jupyterhub = pytest.importorskip("jupyterhub.app", reason="JupyterHub comes with the 'hub' extra")
+    from jupyterhub.spawner import LocalProcessSpawner
+    from traitlets.config import Config
+
+    c = Config()
+    configure_hub(c, layout)  # no token: the install never ran
+    assert "no hub token" in capsys.readouterr().err
+    assert jupyterhub.JupyterHub(config=c).services == []
+    assert LocalProcessSpawner(config=c).environment == {"JUPYTER_GPU_POOL_SOCKET": DEFAULT_SOCKET}
