@@ -99,11 +99,11 @@ class Hub:
     weekend_chance: float = 0.15
     day_start: float = 8.0  # sessions start between these hours (assumption)
     day_end: float = 18.0
-    session_median: float = 5400.0  # a session's length: lognormal, median 1.5 h (assumption)
+    session_median: float = 7200.0  # a session's length: lognormal, median 2 h (assumption)
     session_sigma: float = 0.6
     forget: float = 0.4  # the chance a user leaves the kernel running (assumption)
     retry: float = 60.0
-    behaviour: Behaviour = Behaviour(think_median=45.0, cell_median=10.0)
+    behaviour: Behaviour = Behaviour(think_median=35.0, cell_median=10.0)  # longer cells than a lab (assumption)
     seed: int = 0
 
     def workload(self, start: float = EPOCH) -> Workload:
