@@ -10,10 +10,12 @@ everything else a client does with leases, the queue and the journal is here.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
 from ..pool import HELD, Holder, JournalEntry, Lease, PoolError, SliceSpec, Snapshot, Waiter
 from ..pool.budgets import BudgetBook, Standing
+from ..pool.trace import TraceEvent
 
 
 class LeaseStore(ABC):
@@ -115,3 +117,15 @@ class LeaseStore(ABC):
     def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                 limit: int = 200, after_seq: int = 0) -> list[JournalEntry]:
         """Entries newest first."""
+
+    # -- the activity trace (pool.trace; the capacity planner's) -------------------------------------
+
+    @abstractmethod
+    def trace_record(self, events: list[TraceEvent], keep: float | None = None) -> None:
+        """Add events to the activity trace (``keep``: seconds old events are kept, where this store decides)."""
+
+    @abstractmethod
+    def trace_export(self, *, since: float = 0.0, until: float = math.inf, owner: str | None = None,
+                     after: tuple[float, int] | None = None,
+                     limit: int = 2000) -> tuple[list[TraceEvent], tuple[float, int] | None]:
+        """One page of the trace in time order (``owner``: theirs only), and where the next page starts."""
