@@ -47,6 +47,18 @@ async def start_to_ready(kernel_name: str) -> float:
     return elapsed
 
 
+async def interleaved(names: list[str], starts: int) -> dict[str, list[float]]:
+    """Each kernel's start-to-ready times, ``starts`` of each, taking turns (after one start each to warm caches)."""
+    for name in names:
+        await start_to_ready(name)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(starts):
+        for name in names:
+            times[name].append(await start_to_ready(name))
+        print(f"  {i + 1}/{starts}", file=sys.stderr, end="\r")
+    return times
+
+
 async def main(starts: int) -> None:
     isolate()
     from jupyter_gpu_pool.config import load_settings
@@ -56,12 +68,7 @@ async def main(starts: int) -> None:
     kernelspecs.install(list(load_settings().profiles.values()), user=True)
     pool = pool_for()
     print(f"pool: {pool.inventory.note}", file=sys.stderr)
-    await start_to_ready("python3"), await start_to_ready("gpu-pool-bench")  # warm caches
-    times: dict[str, list[float]] = {"python3": [], "gpu-pool-bench": []}
-    for i in range(starts):
-        for name in times:
-            times[name].append(await start_to_ready(name))
-        print(f"  {i + 1}/{starts}", file=sys.stderr, end="\r")
+    times = await interleaved(["python3", "gpu-pool-bench"], starts)
     stock = statistics.median(times["python3"])
     pooled = statistics.median(times["gpu-pool-bench"])
     print(json.dumps({

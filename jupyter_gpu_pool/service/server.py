@@ -32,7 +32,7 @@ import psutil
 
 from ..local import processes
 from ..local.pool import LocalPool
-from ..pool import ACTIVE, HELD, HIBERNATED, RELEASED, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, SliceSpec
+from ..pool import ACTIVE, HELD, HIBERNATED, RELEASED, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError
 from ..pool.phases import PHASES, PhaseConflict, PhaseError
 from ..pool.trace import TraceError, check
 from . import protocol
