@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from ..devices.telemetry import ProcessSource, Sampler
 from ..local.pool import Pool
 from ..pool import GPU, JournalEntry, Lease, LeaseNotFound, Profile, Quota, Snapshot
+from ..pool.allocation import Ask, Grant, Holdings, allocate
 from ..pool.budgets import Standing
 from ..pool.phases import PhaseConflict
 from ..pool.policy import Policy
@@ -85,6 +86,15 @@ class PoolBackend(ABC):
     async def budget(self, user: str, groups: tuple[str, ...]) -> Standing | None:
         """Where ``user`` stands against their tightest GPU-hour budget (None: no budget applies)."""
         return None
+
+    def budget_users(self) -> set[str]:
+        """Users the admin's budgets name, themselves or as members of a group with a budget."""
+        return set()
+
+    async def starts_now(self, user: str, groups: tuple[str, ...], snapshot: Snapshot) -> dict[str, bool]:
+        """Profile name -> whether a kernel of ``user`` on it would start now (the pool's allocation
+        decision on ``snapshot``); empty where this pool cannot say (a cluster's scheduler places)."""
+        return {}
 
     async def claim_stop(self, lease: Lease) -> bool:
         """The server is about to shut this lease's kernel down (a cull, its user's release).  Mark it
@@ -161,6 +171,22 @@ class LocalBackend(PoolBackend):
         if not book.scopes(user, groups):
             return None
         return await asyncio.to_thread(self.pool.ledger.budget_standing, user, groups, book)
+
+    def budget_users(self) -> set[str]:
+        settings = self.pool.settings
+        members = settings.quotas.members
+        found: set[str] = set()
+        for name in settings.budget_book.budgets:
+            found |= members[name] if name in members else {name}
+        return found
+
+    async def starts_now(self, user: str, groups: tuple[str, ...], snapshot: Snapshot) -> dict[str, bool]:
+        settings = self.pool.settings
+        budget = await self.budget(user, groups)
+        holdings = Holdings.of(self.pool.gpus, snapshot.leases, snapshot.waiters, budget)
+        return {name: isinstance(allocate(holdings, Ask(user, "", profile, groups=groups), settings.quotas,
+                                          now=snapshot.at, placement=settings.placement), Grant)
+                for name, profile in settings.profiles.items()}
 
     async def claim_stop(self, lease: Lease) -> bool:
         try:  # from the phase the culler saw: a hibernation that started since wins

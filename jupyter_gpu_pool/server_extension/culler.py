@@ -31,7 +31,7 @@ from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.profiles import MPS
 from ..pool.units import format_clock
-from . import metrics
+from . import admin_requests, metrics
 from .activity import ActivityRecorder
 from .backend import PoolBackend
 from .hibernation_hook import HibernationHook
@@ -305,9 +305,11 @@ class Culler:
     # -- what others did (refusals, the queue) -------------------------------------------------------
 
     async def _follow_journal(self, snapshot: Snapshot) -> None:
-        """Announce what the ledger journaled for this server's user (refused starts) and new waiters."""
+        """Announce what the ledger journaled for this server's user (refused starts) and new waiters;
+        carry out admins' requests for this server's kernels (``admin_requests``)."""
         owner = self.backend.owner
-        entries = await self.backend.journal(kinds=("refused",), owner=owner, limit=50)
+        entries = await self.backend.journal(kinds=("refused", admin_requests.KIND), owner=owner, limit=50)
+        asked = []
         if self._journal_seq is None:  # at start: only what happens from now on
             self._journal_seq = max((e.seq for e in entries), default=0)
         else:
@@ -315,11 +317,15 @@ class Culler:
                 if e.seq <= self._journal_seq:
                     continue
                 self._journal_seq = e.seq
+                if e.kind == admin_requests.KIND:
+                    asked.append(e)
+                    continue
                 if e.detail.get("source") == "policy":
                     continue  # put on record (and announced) by the recorder already
                 self.recorder.announce("refused", kernel_id=e.kernel_id or "", user=e.owner or owner,
                                        reason=e.reason, message=str(e.detail.get("message", "")),
                                        profile=e.detail.get("profile"))
+        await admin_requests.follow(self, asked)
         mine = [w for w in snapshot.waiters if w.owner == owner]
         for w in mine:
             if w.id not in self._waiters_seen:

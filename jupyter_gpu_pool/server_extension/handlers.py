@@ -20,7 +20,7 @@ from tornado import web
 from ..compat import VerbatimHTTPError
 from ..pool import HIBERNATED, Lease
 from ..pool import policy as P
-from . import views
+from . import admin_requests, dashboard, views
 from .identity import Caller, caller_of
 
 AUTH_RESOURCE = "kernels"
@@ -150,20 +150,67 @@ class SnoozeHandler(PoolAPIHandler):
                                       now=time.time()))
 
 
-class ReleaseHandler(PoolAPIHandler):
+class KernelActionHandler(PoolAPIHandler):
+    """``POST kernels/{id}/release|hibernate|shutdown``: a user's on their own kernel, an admin's on
+    anyone's.  A kernel of another server of the pool is asked of that server (admins only), which
+    carries the action out at its next culling pass (``admin_requests``)."""
+
     @web.authenticated
     @authorized
-    async def post(self, kernel_id: str) -> None:
+    async def post(self, kernel_id: str, action: str) -> None:
         self.json_body(set())
-        caller, lease, rule = await self.own_kernel(kernel_id)
-        culler = self.ext.culler
+        ext, culler = self.ext, self.ext.culler
+        caller = self.caller()
+        if not ext.backend.enabled:
+            raise _error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
+        lease = (await ext.backend.snapshot()).lease_of_kernel(kernel_id)
+        if lease is None:
+            raise _error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
+                                                "(it ended, or it is not a GPU pool kernel).")
+        if lease.owner != caller.user and not caller.admin:
+            raise _error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels only.")
         if lease.phase or culler.busy(kernel_id):
             raise _error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
-        if lease.state == HIBERNATED:
+        if lease.state == HIBERNATED and action != "shutdown":
             raise _error(409, "not_holding", "This kernel is hibernated: it holds no GPU slice. "
                                              "Shut it down from the kernel menu if you no longer need it.")
-        action = culler.release(kernel_id, lease, rule)
-        self.send({"action": action, "kernel_id": kernel_id}, status=202)
+        by = caller.user if lease.owner != caller.user else None
+        if kernel_id not in culler.km:
+            if not caller.admin:
+                raise _error(409, "other_server", f"Kernel {kernel_id!r} runs in another Jupyter server; act on it "
+                                                  "from that server.")
+            await admin_requests.ask(culler, lease, action, caller.user)
+            self.send({"action": action, "kernel_id": kernel_id, "requested": True}, status=202)
+            return
+        try:
+            done = admin_requests.carry_out(culler, lease, action, by)
+        except ValueError as e:
+            raise _error(409, "cannot_hibernate", f"This kernel cannot hibernate now: {e}.") from None
+        self.send({"action": done, "kernel_id": kernel_id}, status=202)
+
+
+class TelemetryHandler(PoolAPIHandler):
+    """``GET pool/telemetry?window=600``: readings over time for the admins' dashboard."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        caller = self.caller()
+        if not caller.admin:
+            raise _error(403, "not_admin", "The pool's readings are for the pool's admins "
+                                           "(GPUPoolExtension.admin_users, or JupyterHub admins).")
+        raw = self.get_argument("window", "600")
+        try:
+            window = float(raw)
+            if not 0 < window <= dashboard.WINDOW_MAX:
+                raise ValueError
+        except ValueError:
+            shown = raw if len(raw) < 40 else f"{raw[:30]}… ({len(raw)} characters)"
+            raise _error(400, "bad_window", f"'window' must be a number of seconds above 0 and at most "
+                                            f"{dashboard.WINDOW_MAX:g}, not {shown!r}.") from None
+        snapshot = await self.ext.backend.snapshot()
+        self.send(dashboard.telemetry(backend=self.ext.backend, culler=self.ext.culler, snapshot=snapshot,
+                                      window=window))
 
 
 def handlers() -> list[tuple[str, type]]:
@@ -171,5 +218,6 @@ def handlers() -> list[tuple[str, type]]:
         (rf"/{API}/me", MeHandler),
         (rf"/{API}/pool", PoolHandler),
         (rf"/{API}/kernels/{_KERNEL_ID}/snooze", SnoozeHandler),
-        (rf"/{API}/kernels/{_KERNEL_ID}/release", ReleaseHandler),
+        (rf"/{API}/pool/telemetry", TelemetryHandler),
+        (rf"/{API}/kernels/{_KERNEL_ID}/(?P<action>release|hibernate|shutdown)", KernelActionHandler),
     ]

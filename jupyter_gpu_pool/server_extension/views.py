@@ -8,11 +8,13 @@ the ledger holds at that moment.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ..pool import policy as P
 from ..pool.phases import display_state
+from . import dashboard
 from .backend import PoolBackend
 
 if TYPE_CHECKING:
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
 RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
-DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released")
+DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed")
 
 
 def _iso_ts(value) -> float | None:
@@ -67,6 +69,14 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
         w = kstate.warning
         warning = {"action": w.action, "reason": w.reason, "message": w.message, "deadline": w.deadline,
                    "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze}
+    next_action = None
+    seen = culler.seen.get(kid) if here else None
+    if seen is not None and warning is None and not lease.phase and execution_state != "busy":
+        # When the policy acts if the kernel stays idle: the last pass's facts, with any activity since.
+        facts = replace(seen.facts, last_activity=max(seen.facts.last_activity, last_activity or 0.0))
+        found = P.next_action(facts, rule, kstate, pressure=bool(snapshot.waiters))
+        if found is not None and found[0] > now:
+            next_action = {"at": found[0], "reason": found[1], "action": found[2]}
     actions = []
     if here and not lease.phase and not culler.busy(kid):
         if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] == P.OVER_MEMORY):
@@ -98,6 +108,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
         "queue_position": queue_position,
         "queue_reason": culler.hibernator.queue_reason(kid) if here and queue_position is not None else None,
         "warning": warning,
+        "next_action": next_action,
         "snoozed_until": kstate.snoozed_until if kstate.snoozed_until > now else None,
         "can_hibernate": can,
         "hibernate_unavailable": None if can else why,
@@ -109,12 +120,33 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
     }
 
 
+def _kernel(culler: Culler, kernel_id: str):
+    """This server's kernel manager of the kernel, or None (another server's, or shut down meanwhile)."""
+    try:
+        return culler.km.get_kernel(kernel_id) if kernel_id in culler.km else None
+    except KeyError:
+        return None
+
+
+def admin_actions(lease: Lease, culler: Culler) -> list[str]:
+    """What an admin may do to a lease from the dashboard: nothing while a move is under way; a
+    hibernated kernel can only be shut down; one of another server is asked of that server."""
+    if lease.phase or culler.busy(lease.kernel_id):
+        return []
+    if lease.state == HIBERNATED:
+        return ["shutdown"]
+    if lease.kernel_id in culler.km and not culler.hibernation(lease)[0]:
+        return ["release", "shutdown"]
+    return ["release", "hibernate", "shutdown"]
+
+
 def journal_item(e: JournalEntry) -> dict:
     d = e.detail
     message = d.get("message") or (f"Lease released: {e.reason}" if e.kind == "reclaimed" else "")
     return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner, "name": d.get("name", ""),
             "profile": d.get("profile"), "reason": e.reason, "message": message,
-            "dry_run": bool(d.get("dry_run", False)), "rule": d.get("rule")}
+            "dry_run": bool(d.get("dry_run", False)), "rule": d.get("rule"), "action": d.get("action"),
+            "note": d.get("note"), "declared": bool(d.get("declared", False))}
 
 
 def _ours(e: JournalEntry) -> bool:
@@ -160,6 +192,8 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
     recent = [journal_item(e) for e in await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100)
               if _ours(e) and not e.detail.get("dry_run")][:30]
     budget = await backend.budget(user, backend.groups_of(user))
+    starts = await backend.starts_now(user, backend.groups_of(user), snapshot)
+    profiles = [{**p.to_dict(), "starts_now": starts.get(name)} for name, p in backend.profiles().items()]
     return {
         "now": now,
         "user": user,
@@ -172,6 +206,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
         "kernels": kernels,
         "queue": queue,
         "recent": recent,
+        "profiles": profiles,
     }
 
 
@@ -190,7 +225,13 @@ async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
         item = lease.to_dict()
         reading = culler.sampler.reading(lease.kernel_id)
         kstate = culler.states.get(lease.kernel_id, P.FRESH)
-        item.update({"label": lease.label, "here": lease.kernel_id in culler.km,
+        kernel = _kernel(culler, lease.kernel_id)
+        here = kernel is not None
+        execution_state = getattr(kernel, "execution_state", None)
+        item.update({"label": lease.label, "here": here, "execution_state": execution_state,
+                     "idle_since": (_iso_ts(getattr(kernel, "last_activity", None))
+                                    if here and execution_state != "busy" else None),
+                     "actions": admin_actions(lease, culler),
                      "memory_used": reading.memory_used if reading else None,
                      "utilization": reading.utilization if reading else None,
                      "warning": ({"reason": kstate.warning.reason, "action": kstate.warning.action,
@@ -202,6 +243,7 @@ async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
     return {
         "now": now,
         "note": backend.note,
+        "budgets": await dashboard.budgets(backend=backend, snapshot=snapshot),
         "enabled": backend.enabled,
         "declared": backend.declared,
         "gpus": gpus,

@@ -80,3 +80,6 @@ async def ext(jp_serverapp):
     app = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
     await app._start_jupyter_server_extension(jp_serverapp)
     yield app
+    # Stop the loops before pool_home closes the ledger: a culling pass's read in a thread on a closed
+    # SQLite connection crashes the interpreter (the server's own cleanup comes after that teardown).
+    await app.stop_extension()

@@ -172,8 +172,10 @@ async def test_a_percent_in_a_refusal_reaches_both_start_endpoints_as_written(jp
             await call
         replies.append((err.value.code, json.loads(err.value.response.body)["message"]))
     for code, message in replies:
-        assert code == 403 and message.startswith("GPU quota exceeded") and "'half'" in message
-        assert "you hold 0% of 40%, and this kernel needs 50%" in message and "%%" not in message
+        assert code == 403 and message.startswith(
+            "GPU quota exceeded: 'Python 3 · GPU 20 GiB · 50%' needs a 50% SM share (of a GPU's compute), and you "
+            "hold 0% of your 40%.")
+        assert "'Python 3 · GPU 10 GiB' would start now." in message and "%%" not in message
     assert replies[0][1] == replies[1][1]  # the same words on both endpoints
 
 
