@@ -23,7 +23,7 @@ from ..local.pool import build_inventory
 from ..pool import PoolError
 from ..pool.policy import PolicyError, parse_policy
 from ..pool.units import format_duration, parse_seconds
-from . import tracefile
+from . import tables, tracefile
 from .agreement import agreement
 from .configuration import Configuration, PlanError
 from .costs import HIBERNATE, RESUME, Costs, parse_cost
@@ -394,40 +394,22 @@ def render(result: dict) -> str:
     lines = [f"Workload: {w.get('kind')} — {w['sessions']} kernel session(s) over {w['hours']:g} h "
              f"(culling interval {format_duration(w['culling_interval'])})",
              f"Goal: 95% of asks for a slice wait at most {format_duration(result['slo']['wait_seconds'])}", ""]
-    header = ["GPUs", "wait p50", "p95", "max", "refused", "shut down", "hibernated", "GPU-h held", "busy",
-              "peak", "mean", "goal"]
     for c in result["configurations"]:
         lines.append(f"Configuration {c['name']!r}: " + ", ".join(
             f"{name} {p['slice']} ({p['isolation']})" for name, p in c["profiles"].items()))
-        rows = []
-        for r in c["results"]:
-            ws = r["wait_seconds"]
-            rows.append([str(r["gpus"]), _w(ws["p50"]), _w(ws["p95"]), _w(ws["max"]), str(r["refusals"]["total"]),
-                         str(r["shut_down"]), str(r["hibernated"]), f"{r['gpu_hours']['held']:.1f}",
-                         f"{r['gpu_hours']['busy']:.1f}", f"{r['occupancy']['peak']:.0%}",
-                         f"{r['occupancy']['mean']:.0%}", "met" if r.get("meets_slo") else "-"])
-        widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
-        for row in [header, *rows]:
-            lines.append("  " + "  ".join(v.rjust(widths[i]) for i, v in enumerate(row)))
-        fewest = c["fewest_gpus"]
-        lines.append(f"  fewest GPUs meeting the goal: {fewest if fewest is not None else 'none of those replayed'}")
-        lines.append("")
+        rows, met = tables.results(c)
+        lines += _text_table(tables.RESULT_HEADER + ["goal"],
+                             [row + ["met" if ok else "-"] for row, ok in zip(rows, met)])
+        lines += [f"  fewest GPUs meeting the goal: {tables.fewest(c)}", ""]
     if "comparison" in result:
         cmp = result["comparison"]
         lines.append(f"{cmp['proposed']!r} against {cmp['base']!r} (proposed minus base):")
-        for d in cmp["difference"]:
-            lines.append(f"  {d['gpus']} GPU(s): shut down {d['shut_down']:+d}, hibernated {d['hibernated']:+d}, "
-                         f"refusals {d['refusals']:+d}, p95 wait "
-                         f"{'n/a' if d['p95_wait_seconds'] is None else format(d['p95_wait_seconds'], '+.1f') + 's'}, "
-                         f"GPU-h held {d['gpu_hours_held']:+.1f}, busy {d['gpu_hours_busy']:+.1f}")
+        lines += _text_table(tables.COMPARISON_HEADER, tables.comparison(cmp)) + [""]
     if "recorded" in result:
-        a = result["recorded"]
-        lines.append(f"Against the record: {a['matched']} decision(s) as recorded (within "
-                     f"{format_duration(a['tolerance_seconds'])}), {len(a['missing'])} recorded but not replayed, "
-                     f"{len(a['extra'])} replayed but not recorded; refusals "
-                     f"{'agree' if a['refusals_agree'] else 'differ'}.")
+        lines.append("Against the record: " + tables.agreement(result["recorded"]))
     return "\n".join(lines).rstrip()
 
 
-def _w(value) -> str:
-    return "never" if value is None else format_duration(value)
+def _text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return ["  " + "  ".join(v.rjust(widths[i]) for i, v in enumerate(row)) for row in [header, *rows]]

@@ -15,6 +15,7 @@ import os
 from matplotlib.figure import Figure
 
 from ..pool.units import format_duration
+from . import tables
 from .plan import Outcome
 from .workload import Workload
 
@@ -166,41 +167,20 @@ def _page(result: dict, plots, shown: dict[str, int]) -> str:
         f"{e(result['costs']['hibernate'])} (s, s/GiB), resume {e(result['costs']['resume'])}.</p>",
     ]
     for c in result["configurations"]:
-        fewest = c["fewest_gpus"]
-        parts.append(f"<h2>{e(c['name'])}</h2><p class='answer'>Fewest GPUs meeting the goal: <b>"
-                     f"{fewest if fewest is not None else 'none of the counts replayed'}</b></p>")
+        parts.append(f"<h2>{e(c['name'])}</h2><p class='answer'>Fewest GPUs meeting the goal: "
+                     f"<b>{e(tables.fewest(c))}</b></p>")
+        queue = format_duration(c["queue_timeout"]) if c["queue_timeout"] else "0 (refused at once)"
         parts.append("<p>Profiles: " + ", ".join(f"{e(n)} ({e(p['slice'])}, {e(p['isolation'])})"
                                                   for n, p in c["profiles"].items())
-                     + f". Start queue timeout {e(format_duration(c['queue_timeout']) if c['queue_timeout'] else '0 (refused at once)')}.</p>")
-        parts.append("<table><tr><th>GPUs</th><th>wait p50</th><th>p95</th><th>max</th><th>refused</th>"
-                     "<th>shut down</th><th>hibernated</th><th>restarts</th><th>GPU-h held</th><th>GPU-h busy</th>"
-                     "<th>peak</th><th>mean</th></tr>")
-        for r in c["results"]:
-            ws = r["wait_seconds"]
-            parts.append(
-                f"<tr class='{'met' if r.get('meets_slo') else ''}'><td>{r['gpus']}</td><td>{_w(ws['p50'])}</td>"
-                f"<td>{_w(ws['p95'])}</td><td>{_w(ws['max'])}</td><td>{r['refusals']['total']}</td>"
-                f"<td>{r['shut_down']}</td><td>{r['hibernated']}</td><td>{r['restarts']}</td>"
-                f"<td>{r['gpu_hours']['held']:.1f}</td><td>{r['gpu_hours']['busy']:.1f}</td>"
-                f"<td>{r['occupancy']['peak']:.0%}</td><td>{r['occupancy']['mean']:.0%}</td></tr>")
-        parts.append("</table>")
+                     + f". Start queue timeout {e(queue)}.</p>")
+        rows, met = tables.results(c)
+        parts.append(_html_table(tables.RESULT_HEADER, rows, met))
     if "comparison" in result:
         cmp = result["comparison"]
-        parts.append(f"<h2>{e(cmp['proposed'])} against {e(cmp['base'])}</h2><table><tr><th>GPUs</th>"
-                     "<th>shut down</th><th>hibernated</th><th>refusals</th><th>p95 wait</th><th>GPU-h held</th>"
-                     "<th>GPU-h busy</th></tr>")
-        for d in cmp["difference"]:
-            p95 = "n/a" if d["p95_wait_seconds"] is None else f"{d['p95_wait_seconds']:+.1f} s"
-            parts.append(f"<tr><td>{d['gpus']}</td><td>{d['shut_down']:+d}</td><td>{d['hibernated']:+d}</td>"
-                         f"<td>{d['refusals']:+d}</td><td>{p95}</td><td>{d['gpu_hours_held']:+.1f}</td>"
-                         f"<td>{d['gpu_hours_busy']:+.1f}</td></tr>")
-        parts.append("</table>")
+        parts.append(f"<h2>{e(cmp['proposed'])} against {e(cmp['base'])}</h2>")
+        parts.append(_html_table(tables.COMPARISON_HEADER, tables.comparison(cmp)))
     if "recorded" in result:
-        a = result["recorded"]
-        parts.append(f"<h2>Against the record</h2><p>{a['matched']} decision(s) replayed as recorded (within "
-                     f"{e(format_duration(a['tolerance_seconds']))}), {len(a['missing'])} recorded but not replayed, "
-                     f"{len(a['extra'])} replayed but not recorded; refusals "
-                     f"{'agree' if a['refusals_agree'] else 'differ'}.</p>")
+        parts.append(f"<h2>Against the record</h2><p>{e(tables.agreement(result['recorded']))}</p>")
     for name, title, _fig in plots:
         parts.append(f"<h2>{e(title)}</h2><img src='{e(name)}' alt='{e(title)}'>")
     parts.append("<p><small>Drawn at: " + ", ".join(f"{e(k)} on {v} GPU(s)" for k, v in shown.items())
@@ -208,5 +188,10 @@ def _page(result: dict, plots, shown: dict[str, int]) -> str:
     return "\n".join(parts)
 
 
-def _w(value) -> str:
-    return "never" if value is None else html.escape(format_duration(value))
+def _html_table(header: list[str], rows: list[list[str]], met: list[bool] | None = None) -> str:
+    e = html.escape
+    out = ["<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"]
+    for i, row in enumerate(rows):
+        mark = " class='met'" if met and met[i] else ""
+        out.append(f"<tr{mark}>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>")
+    return "".join(out) + "</table>"

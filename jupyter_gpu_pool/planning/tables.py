@@ -1,0 +1,48 @@
+"""The plan's tables as cells of text: the terminal (``cli.render``) and the HTML report draw the same."""
+
+from __future__ import annotations
+
+from ..pool.units import format_duration
+
+RESULT_HEADER = ["GPUs", "wait p50", "p95", "max", "refused", "shut down", "hibernated", "restarts", "GPU-h held",
+                 "GPU-h busy", "peak", "mean"]
+COMPARISON_HEADER = ["GPUs", "shut down", "hibernated", "refused", "p95 wait", "GPU-h held", "GPU-h busy"]
+
+
+def wait(value: float | None) -> str:
+    """A wait in words; None is an ask that never got a slice."""
+    return "never" if value is None else format_duration(value)
+
+
+def results(config: dict) -> tuple[list[list[str]], list[bool]]:
+    """A configuration's rows (under RESULT_HEADER), and which meet the goal."""
+    rows = []
+    for r in config["results"]:
+        ws, hours, occupancy = r["wait_seconds"], r["gpu_hours"], r["occupancy"]
+        rows.append([str(r["gpus"]), wait(ws["p50"]), wait(ws["p95"]), wait(ws["max"]), str(r["refusals"]["total"]),
+                     str(r["shut_down"]), str(r["hibernated"]), str(r["restarts"]), f"{hours['held']:.1f}",
+                     f"{hours['busy']:.1f}", f"{occupancy['peak']:.0%}", f"{occupancy['mean']:.0%}"])
+    return rows, [bool(r.get("meets_slo")) for r in config["results"]]
+
+
+def comparison(cmp: dict) -> list[list[str]]:
+    """The second configuration minus the first, per GPU count (under COMPARISON_HEADER)."""
+    return [[str(d["gpus"]), f"{d['shut_down']:+d}", f"{d['hibernated']:+d}", f"{d['refusals']:+d}",
+             "n/a" if d["p95_wait_seconds"] is None else f"{_signed(d['p95_wait_seconds'])} s",
+             _signed(d["gpu_hours_held"]), _signed(d["gpu_hours_busy"])] for d in cmp["difference"]]
+
+
+def _signed(value: float) -> str:
+    return f"{round(value, 1) + 0.0:+.1f}"  # (+ 0.0: never "-0.0")
+
+
+def fewest(config: dict) -> str:
+    n = config["fewest_gpus"]
+    return str(n) if n is not None else "none of the counts replayed"
+
+
+def agreement(recorded: dict) -> str:
+    return (f"{recorded['matched']} decision(s) replayed as recorded (within "
+            f"{format_duration(recorded['tolerance_seconds'])}), {len(recorded['missing'])} recorded but not "
+            f"replayed, {len(recorded['extra'])} replayed but not recorded; refusals "
+            f"{'agree' if recorded['refusals_agree'] else 'differ'}.")
