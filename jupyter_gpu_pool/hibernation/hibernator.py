@@ -317,7 +317,10 @@ class Hibernator:
             await self._settle_undone(lease)
             raise
         duration = time.monotonic() - started
-        lease = await asyncio.to_thread(self.ledger.hibernate, lease.id, moved, reason)
+        try:
+            lease = await asyncio.to_thread(self.ledger.hibernate, lease.id, moved, reason)
+        except Exception as e:  # the ledger (a pool service that still sees GPU memory held) refused to record it
+            raise await self._undo_checkpoint(lease, pids, e) from None
         await self._show(kernel_id, display_state(lease))
         log.info("kernel %s hibernated (%s): %s in %.1fs, pids %s%s", kernel_id, reason, format_size(moved), duration,
                  pids, f" ({cp.DECLARED_NOTE})" if cap.declared else "")
@@ -325,6 +328,19 @@ class Hibernator:
                    else f"{format_size(moved)} of GPU memory moved to host RAM in {duration:.1f} s.")
         return Outcome(kernel_id, "hibernated", duration, moved, tuple(pids), lease.last_gpus, lease=lease,
                        message=message, declared=cap.declared)
+
+    async def _undo_checkpoint(self, lease: Lease, pids: list[int], why: Exception) -> HibernationFailed:
+        """The kernel was checkpointed but the hibernation cannot be recorded: put it back on its GPU
+        (it still holds its slice), so that it is never left checkpointed with its slice counted held."""
+        states = await asyncio.to_thread(self._put_back_running, pids)
+        if all(s == cp.ProcessState.RUNNING.word for s in states.values()):
+            await self._settle_undone(lease)
+            return HibernationFailed(
+                "not_recorded", f"The pool did not record this kernel's hibernation ({why}); it was put back on its "
+                "GPU and runs as before.", recovered=True, states=states)
+        return await self._fail(lease, states, "not_recorded",
+                                f"The pool did not record this kernel's hibernation ({why}) and the checkpoint "
+                                "could not be undone")
 
     async def _settle_undone(self, lease: Lease) -> None:
         """A hibernation that did not happen: release its host-RAM claim and clear its phase."""

@@ -222,6 +222,29 @@ async def test_a_failed_checkpoint_is_undone_and_the_kernel_runs_on(rig):
     assert (lease.state, lease.phase, lease.host_bytes) == (ACTIVE, "", 0)
 
 
+async def test_a_hibernation_the_pool_will_not_record_is_undone_and_the_kernel_runs_on(rig, monkeypatch):
+    """The pool service refuses to count a slice free while NVML still sees the kernel's memory: the
+    checkpointed kernel is put back on its GPU, never left checkpointed with its slice held."""
+    from jupyter_gpu_pool.service.client import ServiceError
+
+    r = rig()
+    kid, pid = await r.gpu_kernel(gpu_bytes=300 * MiB)
+    await run_code(r.manager.get_kernel(kid), "x = 7")
+
+    def refuse(*args, **kwargs):
+        raise ServiceError("not_yours", 403, "the kernel's processes still hold 300 MiB on the GPU")
+
+    monkeypatch.setattr(r.pool.ledger, "hibernate", refuse)  # fault injected at the ledger's seam
+    with pytest.raises(HibernationFailed) as err:
+        await r.hibernator.hibernate(kid)
+    assert err.value.recovered and err.value.reason == "not_recorded" and err.value.states == {pid: "running"}
+    assert "still hold 300 MiB" in err.value.message and "runs as before" in err.value.message
+    assert r.standin.procs[pid].state == RUNNING
+    lease = r.lease(kid)
+    assert (lease.state, lease.phase, lease.host_bytes) == (ACTIVE, "", 0)
+    assert "7" in await run_code(r.manager.get_kernel(kid), "print(x)")
+
+
 async def test_a_failure_past_the_point_of_no_return_says_where_each_process_was_left(rig):
     r = rig()
     kid, pid = await r.gpu_kernel()
