@@ -22,11 +22,11 @@ from ..config import ConfigError, load_settings
 from ..local.pool import build_inventory
 from ..pool import PoolError
 from ..pool.policy import PolicyError, parse_policy
-from ..pool.units import format_duration, parse_seconds
+from ..pool.units import format_duration, parse_seconds, parse_size
 from . import tables, tracefile
 from .agreement import agreement
 from .configuration import Configuration, PlanError
-from .costs import HIBERNATE, RESUME, Costs, parse_cost
+from .costs import HIBERNATE, RESUME, GiB, Costs, parse_cost
 from .plan import run, summary
 from .synthetic import Hub, Lab
 
@@ -130,6 +130,15 @@ class SimulateApp(_PoolApp):
     users = Int(500, help="Synthetic hub: users.").tag(config=True)
     days = Unicode("7", help="Synthetic hub: days.").tag(config=True)
     seed = Int(0, help="Synthetic workloads: the random seed (the same seed, the same workload).").tag(config=True)
+    arrive_within = Unicode("", help="Synthetic lab: students arrive within this much of its start (default 10m).").tag(
+        config=True)
+    think = Unicode("", help="Synthetic workloads: the median pause between two cells (lab 60s, hub 35s).").tag(
+        config=True)
+    cell = Unicode("", help="Synthetic workloads: the median run time of a cell (lab 5s, hub 10s).").tag(config=True)
+    memory = Unicode("", help="Synthetic workloads: GPU memory a kernel holds, a range such as 1-6GiB (the "
+                              "default).").tag(config=True)
+    retry = Unicode("", help="Synthetic workloads: a refused user tries again this much later (lab 30s, "
+                             "hub 60s).").tag(config=True)
     profile = Unicode("", help="Synthetic workloads: the profile every kernel asks for (default: the "
                                "configuration's default profile).").tag(config=True)
     gpus = Unicode("", help="GPU counts to replay on: 4, 1-8 or 1,2,4 (default: the configured pool).").tag(config=True)
@@ -156,6 +165,8 @@ class SimulateApp(_PoolApp):
     aliases = {name.replace("_", "-"): f"SimulateApp.{trait}" for name, trait in (
         ("trace", "trace"), ("synthetic", "synthetic"), ("students", "students"), ("hours", "hours"),
         ("users", "users"), ("days", "days"), ("seed", "seed"), ("profile", "profile"), ("gpus", "gpus"),
+        ("arrive_within", "arrive_within"), ("think", "think"), ("cell", "cell"), ("memory", "memory"),
+        ("retry", "retry"),
         ("config", "configs"), ("compare_policy", "compare_policy"), ("slo_wait", "slo_wait"),
         ("queue_timeout", "queue_timeout"), ("cull_interval", "cull_interval"), ("hibernate_cost", "hibernate_cost"),
         ("resume_cost", "resume_cost"), ("report", "report"))}
@@ -257,13 +268,40 @@ class SimulateApp(_PoolApp):
             hours = _number(self.hours, "--hours")
             if self.students < 1:
                 raise PlanError(f"--students must be 1 or more, not {self.students}")
-            return Lab(students=self.students, hours=hours, profile=profile, seed=self.seed).workload()
-        if kind == "hub":
+            spec = Lab(students=self.students, hours=hours, profile=profile, seed=self.seed)
+            if self.arrive_within:
+                spec = _replace(spec, arrive_within=_seconds(self.arrive_within, "--arrive-within", zero=True))
+        elif kind == "hub":
             if self.users < 1:
                 raise PlanError(f"--users must be 1 or more, not {self.users}")
-            return Hub(users=self.users, days=_number(self.days, "--days"), profile=profile,
-                       seed=self.seed).workload()
-        raise PlanError(f"--synthetic {kind!r}: the synthetic workloads are 'lab' and 'hub'")
+            spec = Hub(users=self.users, days=_number(self.days, "--days"), profile=profile, seed=self.seed)
+        else:
+            raise PlanError(f"--synthetic {kind!r}: the synthetic workloads are 'lab' and 'hub'")
+        return _replace(spec, behaviour=self._behaviour(spec.behaviour),
+                        retry=_seconds(self.retry, "--retry") if self.retry else spec.retry).workload()
+
+    def _behaviour(self, behaviour):
+        changes = {}
+        if self.think:
+            changes["think_median"] = _seconds(self.think, "--think")
+        if self.cell:
+            changes["cell_median"] = _seconds(self.cell, "--cell")
+        if self.memory:
+            changes["memory_min"], changes["memory_max"] = parse_memory_range(self.memory)
+        return _replace(behaviour, **changes)
+
+
+def parse_memory_range(text: str) -> tuple[float, float]:
+    """``1-6GiB`` (or ``4GiB``): GiB a synthetic kernel holds, drawn uniformly from the range."""
+    low, _, high = text.partition("-")
+    try:
+        lo = parse_size(low if high else text) if low.strip()[-1:].isalpha() else parse_size(low + "GiB")
+        hi = parse_size(high) if high else lo
+    except (ValueError, IndexError):
+        raise PlanError(f"--memory {text!r}: write a size or a range, such as 4GiB or 1-6GiB") from None
+    if lo > hi:
+        raise PlanError(f"--memory {text!r}: the range goes from the smaller size to the larger")
+    return lo / GiB, hi / GiB
 
 
 def parse_counts(text: str) -> list[int]:
@@ -329,7 +367,11 @@ def _replace(config: Configuration, **changes) -> Configuration:
 
 def _seconds(text: str, option: str, zero: bool = False) -> float:
     try:
-        return parse_seconds(text, zero_allowed=zero)
+        value: str | float = float(text)  # a plain number of seconds, as traitlets' Seconds reads one
+    except ValueError:
+        value = text
+    try:
+        return parse_seconds(value, zero_allowed=zero)
     except ValueError as e:
         raise PlanError(f"{option} {text!r}: {e}") from None
 

@@ -86,6 +86,8 @@ def test_a_progress_bar_on_stderr_when_asked():
                                                    "its profiles are small, half, whole"),
     (["--synthetic", "lab", "--config", "/nonexistent.py"], "/nonexistent.py: no such file"),
     (["--trace", "/nonexistent.jsonl"], "--trace /nonexistent.jsonl: No such file or directory"),
+    (["--synthetic", "lab", "--memory", "6-1GiB"], "--memory '6-1GiB': the range goes from the smaller size"),
+    (["--synthetic", "lab", "--think", "a while"], "--think 'a while': must be a number of seconds above 0"),
 ])
 def test_bad_options_get_a_clear_error_and_nothing_else(argv, message, capsys):
     code, out, err = run_app(SimulateApp, [*argv, "--json", "--no-progress"], capsys)
@@ -127,3 +129,16 @@ def test_the_report_is_a_page_with_its_plots_and_tables(tmp_path):
     assert "lab-slices-cull" in page and "lab-slices-hibernate against lab-slices-cull" in page
     assert page.count("Fewest GPUs meeting the goal: <b>4</b>") == 2  # 16 students x 10 GiB, four a 40 GiB GPU
     assert done.stdout.count("fewest GPUs meeting the goal: 4") == 2
+
+
+def test_the_synthetic_users_behaviour_can_be_set_from_the_command_line(capsys):
+    base = ["--synthetic", "lab", "--students", "10", "--hours", "1", "--gpus", "3", "--json", "--no-progress"]
+    results = {}
+    for name, extra in (("default", []), ("long cells", ["--cell", "2m", "--think", "20s"]),
+                        ("over its slice", ["--memory", "12-16GiB"])):
+        code, out, err = run_app(SimulateApp, [*base, *extra], capsys)
+        assert code == 0, err
+        results[name] = json.loads(out)["configurations"][0]["results"][0]
+    assert results["long cells"]["gpu_hours"]["busy"] > 3 * results["default"]["gpu_hours"]["busy"]
+    # kernels holding more than their 10 GiB soft slice are released by the policy's over-memory rule
+    assert results["over its slice"]["hibernated"] >= 10 and results["default"]["hibernated"] == 0
