@@ -142,3 +142,31 @@ def test_the_synthetic_users_behaviour_can_be_set_from_the_command_line(capsys):
     assert results["long cells"]["gpu_hours"]["busy"] > 3 * results["default"]["gpu_hours"]["busy"]
     # kernels holding more than their 10 GiB soft slice are released by the policy's over-memory rule
     assert results["over its slice"]["hibernated"] >= 10 and results["default"]["hibernated"] == 0
+
+
+@pytest.mark.browser
+def test_the_report_renders_in_a_browser_with_every_plot(tmp_path):
+    """Debian's Chromium opens the page: every plot loads; a screenshot is kept in test-artifacts/planning/."""
+    from playwright.sync_api import sync_playwright
+
+    done = jupyter("simulate", "--synthetic", "lab", "--students", "16", "--hours", "1", "--gpus", "3-5",
+                   "--compare-policy", str(_policy(tmp_path)), "--report", str(tmp_path / "plan"), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    shots = Path(__file__).resolve().parents[2] / "test-artifacts" / "planning"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.goto((tmp_path / "plan" / "index.html").as_uri())
+        widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+        assert len(widths) == 4 and all(w > 500 for w in widths), widths
+        assert page.locator("tr.met").count() >= 2  # the GPU counts meeting the goal are marked, in each table
+        page.screenshot(path=str(shots / "report.png"), full_page=True)
+        browser.close()
+
+
+def _policy(tmp_path) -> Path:
+    path = tmp_path / "hibernate.json"
+    path.write_text(json.dumps([{"name": "lab", "idle_timeout": "10m", "gpu_idle_timeout": None, "warn": "2m",
+                                 "action": "hibernate"}]))
+    return path
