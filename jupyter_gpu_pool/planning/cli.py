@@ -89,7 +89,8 @@ class TraceExportApp(_PoolApp):
         if not pool.settings.trace_recording:
             print("note: recording is off (GPUPool.trace_recording = False): no new activity is recorded",
                   file=sys.stderr)
-        print(f"exported {n} event(s) of {owner or 'every user'} since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since)) if since else 'the start'}"
+        start = time.strftime("%Y-%m-%d %H:%M", time.localtime(since)) if since else "the start"
+        print(f"exported {n} event(s) of {owner or 'every user'} since {start}"
               + (f" to {self.output}" if self.output else ""), file=sys.stderr)
 
 

@@ -40,6 +40,9 @@ class Costs:
     resume: Cost = RESUME
 
 
+COSTS = Costs()  # the measured defaults
+
+
 def parse_cost(text: str, what: str) -> Cost:
     """``"1.5,0.55"``: fixed seconds, then seconds per GiB moved; ValueError saying what to write."""
     parts = text.split(",") if isinstance(text, str) else []

@@ -40,7 +40,7 @@ class Tally:
     end: float
     keep_decisions: bool = False
     waits: list[float] = field(default_factory=list)  # seconds to a slice, each ask that got one
-    waits_by_ask: Counter = field(default_factory=Counter)  # how many asks of each kind (start, restart, resume) got one
+    waits_by_ask: Counter = field(default_factory=Counter)  # asks of each kind (start, restart, resume) served
     unserved_asks: int = 0  # asks that never got a slice (refused for good, or still waiting at the end)
     refusals: Counter = field(default_factory=Counter)  # by reason
     resume_delays: list[float] = field(default_factory=list)  # from the cell that woke a kernel to its restore

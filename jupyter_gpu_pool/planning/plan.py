@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .configuration import Configuration
-from .costs import Costs
+from .costs import COSTS, Costs
 from .metrics import PERCENTILE, Tally
 from .simulator import replay
 from .workload import Workload
@@ -26,7 +26,7 @@ class Outcome:
         return met[0] if met else None
 
 
-def run(workload: Workload, configs: list[Configuration], counts: list[int | None], *, costs: Costs = Costs(),
+def run(workload: Workload, configs: list[Configuration], counts: list[int | None], *, costs: Costs = COSTS,
         keep_decisions: bool = False, progress: Callable[[str, float], None] | None = None) -> list[Outcome]:
     """Every configuration on every GPU count; ``progress(label, virtual time)`` as replays go."""
     outcomes = []

@@ -31,7 +31,7 @@ from ..pool import policy as P
 from ..pool.allocation import Ask, Grant
 from ..pool.gpu_use import GPUUse
 from .configuration import Configuration, PlanError
-from .costs import Costs
+from .costs import COSTS, Costs
 from .metrics import Tally
 from .virtual_pool import VirtualPool
 from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, IDLE, SNOOZE, Session, Workload
@@ -46,8 +46,8 @@ class _Kernel:
     """One session in one replay."""
 
     __slots__ = ("s", "events", "pending", "delay", "state", "lease", "starts", "ask_at", "asking", "waiter",
-                 "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid", "can", "why",
-                 "token", "profile", "wake")
+                 "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid",
+                 "can", "why", "token", "profile", "wake")
 
     def __init__(self, session: Session, profile: Profile, can: bool, why: str | None, grid: tuple[float, float]):
         self.s = session
@@ -78,7 +78,7 @@ class _Kernel:
 class Replay:
     """Replay ``workload`` under ``config`` on ``gpus``; :meth:`run` returns the :class:`Tally`."""
 
-    def __init__(self, workload: Workload, config: Configuration, gpus, *, costs: Costs = Costs(),
+    def __init__(self, workload: Workload, config: Configuration, gpus, *, costs: Costs = COSTS,
                  keep_decisions: bool = False, progress: Callable[[float], None] | None = None,
                  timeline_points: int = 1500, every_pass: bool = False):
         """``every_pass``: judge every kernel on every pass, as the live culler does, instead of skipping

@@ -66,8 +66,8 @@ class VirtualPool:
     def resume_ask(self, lease: Lease, profile, same_gpu: bool) -> Ask:
         """A hibernated lease's request, as the ledger builds it: its last GPUs first, else one of their model."""
         only = resume_candidates(list(self.usage.values()), lease.last_gpus, same_gpu=same_gpu, same_model=True)
-        return Ask(owner=lease.owner, kernel_id=lease.kernel_id, profile=dataclasses.replace(profile, slice=lease.slice),
-                   groups=lease.groups, new_kernel=False, prefer=lease.last_gpus, only=only)
+        return Ask(owner=lease.owner, kernel_id=lease.kernel_id, groups=lease.groups, new_kernel=False,
+                   profile=dataclasses.replace(profile, slice=lease.slice), prefer=lease.last_gpus, only=only)
 
     # -- changes -----------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ class Session:
     memory: int | None = None  # bytes it holds on its GPU when no reading says (None: its slice's)
     retry: float | None = None  # a refused start asks again this long after (synthetic users); None: it gives up
     grid: tuple[float, float] | None = None  # (first pass, interval) of the culler that ran it
-    once: bool = False  # refused in the recording: asks once and holds nothing (the user's retry is a session of its own)
+    once: bool = False  # refused when recorded: asks once, holds nothing (its user's retry is a session of its own)
     line: int = 0  # the trace line that introduced it (errors name it)
 
 

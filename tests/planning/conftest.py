@@ -15,7 +15,8 @@ import pytest
 import pytest_asyncio
 from traitlets.config import Config
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # server_helpers: kernels over REST and websockets
+# server_helpers (kernels over REST and websockets, scripted GPU readings), shared with the server tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
 OWNER = "alice"
 

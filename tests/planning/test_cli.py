@@ -63,7 +63,8 @@ def test_a_proposed_policy_is_replayed_beside_the_admins(tmp_path):
     diff = result["comparison"]["difference"]
     assert [d["gpus"] for d in diff] == [4, 5]
     for d, a, b in zip(diff, base["results"], strict["results"]):
-        assert d["shut_down"] == b["shut_down"] - a["shut_down"] and d["hibernated"] == b["hibernated"] - a["hibernated"]
+        assert d["shut_down"] == b["shut_down"] - a["shut_down"]
+        assert d["hibernated"] == b["hibernated"] - a["hibernated"]
     assert sum(r["shut_down"] for r in strict["results"]) > sum(r["shut_down"] for r in base["results"])
 
 

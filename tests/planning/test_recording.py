@@ -47,7 +47,8 @@ async def test_a_server_records_its_kernels_activity_and_never_their_code_or_out
     ScriptedReadings.set(memory=3 * GiB, utilization=0.0)
     await wait_until(lambda: any(e.kind == "warned" and e.kernel_id == kid for e in pool_home.ledger().journal()),
                      120, what="warned")
-    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST", body=json.dumps({"seconds": 10}))
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST",
+                       body=json.dumps({"seconds": 10}))
     assert r.code == 200
     ws.close()
     await jp_fetch("api", "kernels", kid, method="DELETE")
