@@ -154,6 +154,14 @@ def _ours(e: JournalEntry) -> bool:
     return e.detail.get("source") == "policy" or e.kind in ("refused", "reclaimed", "resumed")
 
 
+def _once(entries: list[JournalEntry]) -> list[JournalEntry]:
+    """One entry per happening: where the server put a resume on record (with what it moved), the
+    ledger's own entry of the same resume (within a minute) is left out."""
+    recorded = [e for e in entries if e.kind == "resumed" and e.detail.get("source") == "policy"]
+    return [e for e in entries if not (e.kind == "resumed" and e.detail.get("source") != "policy" and any(
+        r.kernel_id == e.kernel_id and abs(r.at - e.at) < 60 for r in recorded))]
+
+
 def pool_summary(backend: PoolBackend, snapshot: Snapshot) -> dict:
     return {
         "enabled": backend.enabled,
@@ -189,7 +197,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
             kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": w.label, "profile": w.profile,
                             "profile_display_name": profile.display_name if profile else w.profile,
                             "state": "queued", "queue_position": w.position, "warning": None, "actions": []})
-    recent = [journal_item(e) for e in await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100)
+    recent = [journal_item(e) for e in _once(await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100))
               if _ours(e) and not e.detail.get("dry_run")][:30]
     budget = await backend.budget(user, backend.groups_of(user))
     starts = await backend.starts_now(user, backend.groups_of(user), snapshot)

@@ -151,3 +151,26 @@ async def test_admin_actions_report_unknown_kernels_and_bad_bodies(jp_fetch):
     code, err = await fails(jp_fetch, *API, "kernels", "nope", "shutdown", method="POST", body=json.dumps({"x": 1}),
                             headers=ROOT)
     assert code == 400 and err["reason"] == "unknown_keys"
+
+
+async def test_a_resume_is_explained_once(jp_fetch, pool_home):
+    """The ledger journals a resume and the server records it with what it moved: the user reads it once."""
+    kid = await start_kernel(jp_fetch)
+    await jp_fetch(*API, "kernels", kid, "hibernate", method="POST", body="{}")
+    await wait_until(lambda: pool_home.ledger().by_kernel(kid).state == "hibernated", 30, what="the hibernation")
+    await jp_fetch(*API, "kernels", kid, "resume", method="POST", body="{}")
+    await wait_until(lambda: pool_home.ledger().by_kernel(kid).state == "active" and not
+                     pool_home.ledger().by_kernel(kid).phase, 30, what="the resume")
+    assert len(pool_home.ledger().journal(kinds=("resumed",))) == 2  # the ledger's entry and the server's
+
+    async def explained() -> list[dict]:
+        return [r for r in body(await jp_fetch(*API, "me"))["recent"] if r["kind"] == "resumed"]
+
+    resumed: list[dict] = []
+
+    async def recorded() -> bool:
+        resumed[:] = await explained()
+        return any(r["declared"] for r in resumed)
+
+    await wait_until(recorded, 30, what="the server's record of the resume")
+    assert len(resumed) == 1 and resumed[0]["declared"] is True and resumed[0]["name"] == ""
