@@ -9,7 +9,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import type { CullAction, IKernel, IMe, IPool } from './types';
+import { __ } from './i18n';
+import type { AdminAction, CullAction, IKernel, IMe, IPool, ITelemetry } from './types';
 
 export const API_PATH = 'gpu-pool/api/v1';
 
@@ -24,15 +25,32 @@ export class PoolApiError extends Error {
   }
 }
 
+/** What an action answered: what will be done, and whether this server does it or the kernel's own. */
+export interface IActionReply {
+  action: CullAction | AdminAction;
+  kernel_id: string;
+  /** True where the kernel runs in another server, which carries the action out at its next pass. */
+  requested?: boolean;
+}
+
 export class PoolClient {
   constructor(readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()) {}
 
   me(): Promise<IMe> {
-    return this._request<IMe>('me', { method: 'GET' }, true);
+    return this._request<IMe>('me', { method: 'GET' }, {});
   }
 
   pool(): Promise<IPool> {
-    return this._request<IPool>('pool', { method: 'GET' }, true);
+    return this._request<IPool>('pool', { method: 'GET' }, {});
+  }
+
+  /** Readings of the last `window` seconds (admins only). */
+  telemetry(window: number): Promise<ITelemetry> {
+    return this._request<ITelemetry>(
+      'pool/telemetry',
+      { method: 'GET' },
+      { window: String(window) }
+    );
   }
 
   snooze(kernelId: string, seconds?: number): Promise<IKernel> {
@@ -40,7 +58,7 @@ export class PoolClient {
     return this._post<IKernel>(`kernels/${encodeURIComponent(kernelId)}/snooze`, body);
   }
 
-  release(kernelId: string): Promise<{ action: CullAction }> {
+  release(kernelId: string): Promise<IActionReply> {
     return this._post(`kernels/${encodeURIComponent(kernelId)}/release`, {});
   }
 
@@ -48,20 +66,34 @@ export class PoolClient {
     return this._post<IKernel>(`kernels/${encodeURIComponent(kernelId)}/resume`, {});
   }
 
-  private _post<T>(path: string, body: unknown): Promise<T> {
-    return this._request<T>(path, { method: 'POST', body: JSON.stringify(body) }, false);
+  /** An admin's action on any lease (release, hibernate, shutdown). */
+  act(kernelId: string, action: AdminAction): Promise<IActionReply> {
+    return this._post(`kernels/${encodeURIComponent(kernelId)}/${action}`, {});
   }
 
-  private async _request<T>(path: string, init: RequestInit, read: boolean): Promise<T> {
+  private _post<T>(path: string, body: unknown): Promise<T> {
+    return this._request<T>(path, { method: 'POST', body: JSON.stringify(body) }, null);
+  }
+
+  /** `query` null: a write; an object: a read, with `no_track_activity=1` added. */
+  private async _request<T>(
+    path: string,
+    init: RequestInit,
+    query: Record<string, string> | null
+  ): Promise<T> {
     let url = URLExt.join(this.settings.baseUrl, API_PATH, path);
-    if (read) {
-      url += '?no_track_activity=1';
+    if (query !== null) {
+      url += URLExt.objectToQueryString({ ...query, no_track_activity: '1' });
     }
     let response: Response;
     try {
       response = await ServerConnection.makeRequest(url, init, this.settings);
     } catch (error) {
-      throw new PoolApiError(0, `The Jupyter server cannot be reached: ${error}`, 'network');
+      throw new PoolApiError(
+        0,
+        __('The Jupyter server cannot be reached: %1', String(error)),
+        'network'
+      );
     }
     let data: any = null;
     const text = await response.text();
@@ -76,7 +108,7 @@ export class PoolClient {
       const message =
         (data && typeof data.message === 'string' && data.message) ||
         (response.status === 404 && path === 'me'
-          ? 'the jupyter-gpu-pool server extension is not enabled on this server'
+          ? __('the jupyter-gpu-pool server extension is not enabled on this server')
           : `${response.status} ${response.statusText}`);
       throw new PoolApiError(response.status, message, (data && data.reason) || 'http');
     }

@@ -1,8 +1,10 @@
 /**
  * Formatting of sizes, times and percentages, the way the whole UI writes them.
  *
- * Pure functions: no DOM, no JupyterLab, so that they are unit-tested in Node.
+ * Pure functions: no DOM, so that they are unit-tested without a browser.
  */
+
+import { __, _n } from './i18n';
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
@@ -31,7 +33,7 @@ export function formatBytes(bytes: number | null | undefined): string {
 }
 
 /**
- * "used/limit GiB" in the limit's unit, as the status bar writes it: "10/40 GiB".
+ * "used / limit GiB" in the limit's unit, as jupyter-resource-usage writes it: "10 / 40 GiB".
  * Without a limit: "10 GiB".
  */
 export function formatUsedOf(used: number, limit: number | null | undefined): string {
@@ -40,7 +42,7 @@ export function formatUsedOf(used: number, limit: number | null | undefined): st
   }
   const unit = limit >= GiB || limit === 0 ? GiB : MiB;
   const name = unit === GiB ? 'GiB' : 'MiB';
-  return `${trimNumber(used / unit)}/${trimNumber(limit / unit)} ${name}`;
+  return `${trimNumber(used / unit)} / ${trimNumber(limit / unit)} ${name}`;
 }
 
 /** A utilization percentage: "37%"; null (no reading) -> "–". */
@@ -51,24 +53,29 @@ export function formatPercent(value: number | null | undefined): string {
   return `${Math.round(value)}%`;
 }
 
+/** GPU-hours: "6.2 h", "10 h". */
+export function formatHours(hours: number): string {
+  return __('%1 h', trimNumber(hours));
+}
+
 /** A duration for sentences: "45 s", "28 min", "1 h 5 min", "2 d 3 h". */
 export function formatDuration(seconds: number): string {
   const s = Math.max(0, Math.round(seconds));
   if (s < 60) {
-    return `${s} s`;
+    return __('%1 s', s);
   }
   const minutes = Math.floor(s / 60);
   if (minutes < 60) {
-    return `${minutes} min`;
+    return __('%1 min', minutes);
   }
   const hours = Math.floor(minutes / 60);
   if (hours < 24) {
     const rest = minutes % 60;
-    return rest ? `${hours} h ${rest} min` : `${hours} h`;
+    return rest ? __('%1 h %2 min', hours, rest) : __('%1 h', hours);
   }
   const days = Math.floor(hours / 24);
   const rest = hours % 24;
-  return rest ? `${days} d ${rest} h` : `${days} d`;
+  return rest ? __('%1 d %2 h', days, rest) : __('%1 d', days);
 }
 
 /** A ticking countdown: "0:09", "4:05", "1:02:03"; never negative. */
@@ -88,18 +95,19 @@ export function formatClock(unixSeconds: number): string {
   return `${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+/** A time of day with seconds, for tables of what happened: "14:05:09". */
+export function formatClockSeconds(unixSeconds: number): string {
+  const d = new Date(unixSeconds * 1000);
+  return `${formatClock(unixSeconds)}:${String(d.getSeconds()).padStart(2, '0')}`;
+}
+
 /** How long ago, for lists of past events: "just now", "3 min ago". */
 export function formatAgo(now: number, then: number): string {
   const s = now - then;
   if (s < 10) {
-    return 'just now';
+    return __('just now');
   }
-  return `${formatDuration(s)} ago`;
-}
-
-/** "1 kernel", "2 kernels". */
-export function plural(n: number, word: string): string {
-  return `${n} ${word}${n === 1 ? '' : 's'}`;
+  return __('%1 ago', formatDuration(s));
 }
 
 /** The notebook's file name without its folders: "analysis/Untitled.ipynb" -> "Untitled.ipynb". */
@@ -108,21 +116,29 @@ export function baseName(path: string): string {
   return parts.length ? parts[parts.length - 1] : path;
 }
 
+/** The short name of a GPU from its label: "GPU 0 · Demo GPU · 40 GiB (declared)" -> "GPU 0". */
+export function gpuShortName(label: string): string {
+  return label.split(' · ')[0];
+}
+
 /**
  * Points of an SVG polyline for a sparkline of [time, percent] samples, x by time and y by
  * percent (top = 100). The x axis spans the samples of the last `windowSeconds` (at most) and
  * at least `minSpan` seconds, ending at `now`: a young kernel's few samples use the width
- * instead of crowding at its right edge.
+ * instead of crowding at its right edge. Samples without a reading are left out.
  */
 export function sparklinePoints(
-  samples: ReadonlyArray<readonly [number, number]>,
+  samples: ReadonlyArray<readonly [number, number | null]>,
   now: number,
   windowSeconds: number,
   width: number,
   height: number,
   minSpan = 60
 ): string {
-  const recent = samples.filter(([t]) => t >= now - windowSeconds && t <= now);
+  const recent = samples.filter(
+    (s): s is readonly [number, number] =>
+      s[0] >= now - windowSeconds && s[0] <= now && s[1] !== null
+  );
   if (!recent.length) {
     return '';
   }
@@ -140,21 +156,46 @@ export function sparklinePoints(
     .join(' ');
 }
 
-const REASON_PHRASES: Record<string, string> = {
-  idle: 'idle too long',
-  gpu_idle: 'GPU memory held, GPU unused',
-  max_busy: 'busy longer than allowed',
-  max_age: 'maximum kernel age reached',
-  max_hibernated: 'hibernated too long',
-  over_memory: 'over its GPU memory slice',
-  quota_exceeded: 'your GPU quota is used up',
-  pool_exhausted: 'every GPU slice is taken',
-  queue_timeout: 'no slice freed up in time',
-  pressure: 'others wait for a GPU slice',
-  user: 'you asked'
-};
-
 /** Why the pool acts, in a few words: "idle too long". */
-export function reasonPhrase(reason: string | undefined): string {
-  return (reason && REASON_PHRASES[reason]) || (reason ? reason.replace(/_/g, ' ') : 'the pool’s policy');
+export function reasonPhrase(reason: string | undefined | null): string {
+  switch (reason) {
+    case 'idle':
+      return __('idle too long');
+    case 'gpu_idle':
+      return __('GPU memory held, GPU unused');
+    case 'max_busy':
+      return __('busy longer than allowed');
+    case 'max_age':
+      return __('maximum kernel age reached');
+    case 'max_hibernated':
+      return __('hibernated too long');
+    case 'over_memory':
+      return __('over its GPU memory slice');
+    case 'budget':
+    case 'budget_exceeded':
+      return __('your GPU time is used up');
+    case 'quota_exceeded':
+      return __('your GPU quota is used up');
+    case 'pool_exhausted':
+      return __('no GPU has room for it');
+    case 'queue_timeout':
+      return __('no slice freed up in time');
+    case 'pressure':
+      return __('others wait for a GPU slice');
+    case 'user':
+      return __('you asked');
+    case 'admin':
+      return __('an admin asked');
+    case undefined:
+    case null:
+    case '':
+      return __('the pool’s policy');
+    default:
+      return reason.replace(/_/g, ' ');
+  }
+}
+
+/** "1 kernel", "2 kernels". */
+export function kernelsText(n: number): string {
+  return _n('%1 kernel', '%1 kernels', n);
 }

@@ -1,45 +1,72 @@
 /**
  * jupyter-gpu-pool's JupyterLab extension: the user's GPU quota and kernels in
- * the status bar and a side panel, warnings before a cull or hibernation (with
- * Keep alive), explanations afterwards, and the slice of each notebook's kernel.
+ * the status bar and a side panel, warnings before a cull or hibernation,
+ * explanations afterwards, the slice of each notebook's kernel, commands on the
+ * current notebook's kernel (Kernel menu), and the admins' pool dashboard.
  */
 
-import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import {
-  Dialog,
-  ICommandPalette,
-  Notification,
-  showDialog
-} from '@jupyterlab/apputils';
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
 import { DocumentRegistry, DocumentWidget } from '@jupyterlab/docregistry';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator } from '@jupyterlab/translation';
+import { Signal } from '@lumino/signaling';
 
+import { adminAct, runAction } from './actions';
 import { PoolClient } from './api';
 import type { IActions } from './components';
+import { __, setTranslator } from './i18n';
+import { followLaunchers } from './launcher';
 import { PoolModel } from './model';
-import { INotice, INoticeChanges, NoticeBook, shortName } from './notices';
-import type { KernelAction } from './types';
-import { GpuPanel, SliceIndicator, StatusWidget } from './widgets';
+import { Notebooks } from './notebooks';
+import { Toasts } from './toasts';
+import type { IKernel, KernelAction } from './types';
+import { actionViews, complete } from './view';
+import { DashboardWidget, GpuPanel, SliceIndicator, StatusWidget, gpuIcon } from './widgets';
 
 const PLUGIN_ID = 'jupyter-gpu-pool:plugin';
 
 namespace CommandIDs {
   export const openPanel = 'gpu-pool:open-panel';
+  export const openDashboard = 'gpu-pool:open-dashboard';
+  export const keepAlive = 'gpu-pool:keep-alive';
+  export const release = 'gpu-pool:release';
+  export const resume = 'gpu-pool:resume';
 }
+
+/** The user's settings (schema/plugin.json). */
+interface ISettings {
+  pollInterval: number;
+  muteNotifications: boolean;
+  hideStatusItem: boolean;
+}
+
+const DEFAULTS: ISettings = { pollInterval: 3, muteNotifications: false, hideStatusItem: false };
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'GPU quota, slices, utilization and idle warnings of jupyter-gpu-pool.',
+  description:
+    'GPU quota, slices, utilization, idle warnings and the pool dashboard of jupyter-gpu-pool.',
   autoStart: true,
-  optional: [IStatusBar, ICommandPalette],
+  optional: [IStatusBar, ICommandPalette, ILayoutRestorer, ISettingRegistry, ITranslator],
   activate: (
     app: JupyterFrontEnd,
     statusBar: IStatusBar | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null,
+    settingRegistry: ISettingRegistry | null,
+    translator: ITranslator | null
   ) => {
+    if (translator) {
+      setTranslator(translator);
+    }
     const { serviceManager, commands, shell } = app;
     const client = new PoolClient(serviceManager.serverSettings);
     const model = new PoolModel({ client, events: serviceManager.events });
+    const notebooks = new Notebooks();
+    const settings: ISettings = { ...DEFAULTS };
+    const statusChanged = new Signal<unknown, void>(plugin);
 
     const openPanel = () => {
       if (!panel.isAttached) {
@@ -49,176 +76,159 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
 
     const actions: IActions = {
-      run: (kernelId, action, confirm) => runAction(app, model, kernelId, action, confirm),
-      open: path => void commands.execute('docmanager:open', { path })
+      run: (kernelId, action, opener) =>
+        runAction(app, model, { kernel_id: kernelId, name: kernelName(kernelId) }, action, opener),
+      open: path => void commands.execute('docmanager:open', { path }),
+      waiting: kernelId => notebooks.busy(kernelId)
+    };
+    const kernelName = (kernelId: string) =>
+      model.me?.kernels.find(k => k.kernel_id === kernelId)?.name ?? '';
+
+    const panel = new GpuPanel(
+      model,
+      notebooks,
+      actions,
+      () => void commands.execute(CommandIDs.openDashboard)
+    );
+    shell.add(panel, 'right', { rank: 700 });
+    restorer?.add(panel, 'jupyter-gpu-pool:panel');
+
+    // The admin dashboard: one main-area widget, restored with the layout.
+    const dashboards = new WidgetTracker<MainAreaWidget<DashboardWidget>>({
+      namespace: 'jupyter-gpu-pool-dashboard'
+    });
+    const openDashboard = () => {
+      let widget = dashboards.currentWidget;
+      if (!widget || widget.isDisposed) {
+        const content = new DashboardWidget(model, {
+          act: (row, action, opener) => adminAct(model, row, action, opener),
+          open: path => void commands.execute('docmanager:open', { path })
+        });
+        widget = new MainAreaWidget({ content });
+        widget.id = 'jp-gpu-pool-dashboard-area';
+        widget.title.icon = gpuIcon;
+        widget.title.label = __('GPU pool');
+        widget.title.closable = true;
+        void dashboards.add(widget);
+      }
+      if (!widget.isAttached) {
+        shell.add(widget, 'main');
+      }
+      shell.activateById(widget.id);
+      return widget;
+    };
+    restorer?.restore(dashboards, { command: CommandIDs.openDashboard, name: () => 'dashboard' });
+
+    // The current notebook's GPU kernel, for the Kernel menu's commands.
+    const current = (): IKernel | null => {
+      const id = notebooks.currentKernelId();
+      const found = id ? model.me?.kernels.find(k => k.kernel_id === id) : undefined;
+      return found ? complete(found) : null;
+    };
+    const currentAction = (action: KernelAction) =>
+      (() => {
+        const k = current();
+        return k ? (actionViews(k).find(a => a.action === action) ?? null) : null;
+      })();
+    const runCurrent = async (action: KernelAction) => {
+      const k = current();
+      const view = currentAction(action);
+      if (k && view) {
+        await runAction(app, model, k, view, document.activeElement as HTMLElement | null);
+      }
     };
 
-    const panel = new GpuPanel(model, actions);
-    shell.add(panel, 'right', { rank: 700 });
-
     commands.addCommand(CommandIDs.openPanel, {
-      label: 'Show the GPU pool panel',
-      caption: 'Your GPU kernels, their slices and your quota',
+      label: __('GPU Pool Panel'),
+      caption: __('Your GPU kernels, their slices and your quota'),
+      icon: args => (args['isPalette'] ? undefined : gpuIcon),
       execute: openPanel
     });
-    palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU pool' });
+    commands.addCommand(CommandIDs.openDashboard, {
+      label: __('GPU Pool Dashboard'),
+      caption: __('Every GPU, kernel and decision of the pool (admins)'),
+      icon: args => (args['isPalette'] ? undefined : gpuIcon),
+      isVisible: () => !!model.me?.admin || dashboards.size > 0,
+      isEnabled: () => !!model.me?.admin || dashboards.size > 0,
+      execute: () => openDashboard()
+    });
+    commands.addCommand(CommandIDs.keepAlive, {
+      label: __('Keep GPU Kernel Alive'),
+      caption: __('Postpone the pending shutdown or hibernation of this notebook’s GPU kernel'),
+      isEnabled: () => currentAction('snooze') !== null,
+      execute: () => runCurrent('snooze')
+    });
+    commands.addCommand(CommandIDs.release, {
+      label: __('Release GPU Slice'),
+      caption: __('Give this notebook’s GPU slice back now (hibernate where its rule says so)'),
+      isEnabled: () => currentAction('release') !== null,
+      execute: () => runCurrent('release')
+    });
+    commands.addCommand(CommandIDs.resume, {
+      label: __('Resume GPU Kernel'),
+      caption: __('Take a GPU slice again for this notebook’s hibernated kernel'),
+      isEnabled: () => currentAction('resume') !== null,
+      execute: () => runCurrent('resume')
+    });
+    const category = __('GPU Pool');
+    for (const command of Object.values(CommandIDs)) {
+      palette?.addItem({ command, category });
+    }
+    // Enabled states follow the pool and the current notebook.
+    const refreshCommands = () => {
+      for (const command of Object.values(CommandIDs)) {
+        commands.notifyCommandChanged(command);
+      }
+    };
+    model.changed.connect(refreshCommands);
+    notebooks.tracker.currentChanged.connect(refreshCommands);
 
     if (statusBar) {
       statusBar.registerStatusItem(PLUGIN_ID, {
         item: new StatusWidget(model, openPanel),
         align: 'left',
         rank: 50,
-        isActive: () => true
+        isActive: () => !settings.hideStatusItem,
+        activeStateChanged: statusChanged
       });
     }
 
     // The slice each notebook's kernel holds, next to the kernel's name.
     app.docRegistry.addWidgetExtension('Notebook', {
-      createNew: (widget: DocumentWidget, context: DocumentRegistry.IContext<DocumentRegistry.IModel>) => {
+      createNew: (
+        widget: DocumentWidget,
+        context: DocumentRegistry.IContext<DocumentRegistry.IModel>
+      ) => {
+        notebooks.add(widget, context);
         const indicator = new SliceIndicator(model, context.sessionContext, openPanel);
         widget.toolbar.insertAfter('kernelName', 'gpuPoolSlice', indicator);
         return indicator;
       }
     });
 
-    wireNotifications(app, model, openPanel);
+    const toasts = new Toasts(app, model, notebooks, openPanel);
+    followLaunchers(commands, model);
+
+    if (settingRegistry) {
+      const apply = (loaded: ISettingRegistry.ISettings) => {
+        const composite = loaded.composite as unknown as Partial<ISettings>;
+        settings.pollInterval = composite.pollInterval ?? DEFAULTS.pollInterval;
+        settings.muteNotifications = composite.muteNotifications ?? DEFAULTS.muteNotifications;
+        settings.hideStatusItem = composite.hideStatusItem ?? DEFAULTS.hideStatusItem;
+        model.interval = settings.pollInterval * 1000;
+        toasts.muted = settings.muteNotifications;
+        statusChanged.emit();
+      };
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(loaded => {
+          apply(loaded);
+          loaded.changed.connect(apply);
+        })
+        .catch(reason => console.error(`${PLUGIN_ID}: could not load the settings`, reason));
+    }
     console.debug(`${PLUGIN_ID} activated`);
   }
 };
-
-/** Turn notices (notices.ts) into JupyterLab notifications, with Keep alive and Open panel buttons. */
-function wireNotifications(app: JupyterFrontEnd, model: PoolModel, openPanel: () => void): void {
-  let book: NoticeBook | null = null;
-  const shown = new Map<string, string>(); // notice key -> notification id
-
-  const apply = (changes: INoticeChanges) => {
-    for (const key of changes.dismiss) {
-      const id = shown.get(key);
-      if (id) {
-        Notification.dismiss(id);
-        shown.delete(key);
-      }
-    }
-    for (const notice of changes.show) {
-      if (!shown.has(notice.key)) {
-        shown.set(notice.key, emit(notice));
-        if (notice.kernelGone) {
-          // JupyterLab learns of a kernel ended by the server only at its next poll; ask now,
-          // so that the notebook says "No Kernel" instead of a stale "Idle".
-          void app.serviceManager.sessions.refreshRunning();
-          void app.serviceManager.kernels.refreshRunning();
-        }
-      }
-    }
-  };
-
-  const emit = (notice: INotice): string => {
-    const buttons: Notification.IAction[] = [];
-    if (notice.keepAlive) {
-      buttons.push({
-        label: 'Keep alive',
-        caption: 'Postpone this action: the kernel keeps its GPU slice',
-        displayType: 'accent',
-        callback: () => {
-          shown.delete(notice.key); // the toast closes; its answer comes as a toast of its own
-          void keepAlive(model, notice);
-        }
-      });
-    }
-    if (notice.openPanel) {
-      buttons.push({ label: 'Open GPU panel', displayType: 'link', callback: openPanel });
-    }
-    return Notification.emit(notice.message, notice.type, {
-      autoClose: notice.autoClose,
-      actions: buttons
-    });
-  };
-
-  model.changed.connect(() => {
-    const me = model.me;
-    if (!me) {
-      return;
-    }
-    if (!book) {
-      book = new NoticeBook(me.now);
-    }
-    apply(book.fromState(me));
-  });
-  model.kernelEvent.connect((_, event) => {
-    if (book) {
-      apply(book.fromEvent(event, model.serverNow()));
-    }
-  });
-}
-
-async function keepAlive(model: PoolModel, notice: INotice): Promise<void> {
-  try {
-    const kernel = await model.client.snooze(notice.kernelId);
-    Notification.success(`${shortName(kernel?.name, 'The kernel')} is kept alive: it keeps its GPU slice.`, {
-      autoClose: 5000
-    });
-  } catch (error) {
-    Notification.error(`Could not keep the kernel alive: ${(error as Error).message}`, { autoClose: false });
-  }
-  await model.refresh();
-}
-
-async function runAction(
-  app: JupyterFrontEnd,
-  model: PoolModel,
-  kernelId: string,
-  action: KernelAction,
-  confirm: string | null
-): Promise<void> {
-  if (confirm) {
-    const result = await showDialog({
-      title: action === 'shutdown' ? 'Shut down kernel' : 'Release GPU',
-      body: confirm,
-      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: action === 'shutdown' ? 'Shut down' : 'Release' })]
-    });
-    if (!result.button.accept) {
-      return;
-    }
-  }
-  try {
-    switch (action) {
-      case 'snooze':
-        await model.client.snooze(kernelId);
-        break;
-      case 'release': {
-        const { action: done } = await model.client.release(kernelId);
-        Notification.info(
-          done === 'hibernate'
-            ? 'Hibernating: the GPU slice is given back, the variables stay in host memory.'
-            : 'Shutting the kernel down to give its GPU slice back.',
-          { autoClose: 4000 }
-        );
-        break;
-      }
-      case 'resume':
-        await model.client.resume(kernelId);
-        break;
-      case 'shutdown':
-        await shutdownKernel(app, kernelId);
-        break;
-    }
-  } catch (error) {
-    Notification.error(`GPU pool: ${(error as Error).message}`, { autoClose: false });
-  }
-  await model.refresh();
-}
-
-/** Shut down the kernel through its session (so the notebook shows "No Kernel"), else directly. */
-async function shutdownKernel(app: JupyterFrontEnd, kernelId: string): Promise<void> {
-  const { sessions, kernels } = app.serviceManager;
-  await sessions.refreshRunning();
-  for (const session of sessions.running()) {
-    if (session.kernel?.id === kernelId) {
-      await sessions.shutdown(session.id);
-      return;
-    }
-  }
-  await kernels.shutdown(kernelId);
-}
 
 export default plugin;

@@ -1,7 +1,8 @@
 /**
  * The client's picture of the pool: GET me every few seconds (paused while the
- * browser tab is hidden), GET pool for admins while the pool view is open, and
- * the pushed kernel-action events, which trigger an immediate refresh.
+ * browser tab is hidden), GET pool and GET pool/telemetry while an admin's
+ * dashboard is shown, and the pushed kernel-action events, which trigger an
+ * immediate refresh.
  */
 
 import type { Event } from '@jupyterlab/services';
@@ -9,7 +10,7 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { PoolApiError, PoolClient } from './api';
-import type { IKernelActionEvent, IMe, IPool } from './types';
+import type { IKernelActionEvent, IMe, IPool, ITelemetry } from './types';
 import { KERNEL_ACTION_SCHEMA } from './types';
 
 export interface IPoolModelOptions {
@@ -18,6 +19,9 @@ export interface IPoolModelOptions {
   /** Milliseconds between two reads of GET me. */
   interval?: number;
 }
+
+/** Seconds of readings the dashboard's plots show. */
+export const TELEMETRY_WINDOW = 600;
 
 export class PoolModel {
   constructor(options: IPoolModelOptions) {
@@ -58,8 +62,17 @@ export class PoolModel {
     return this._pool;
   }
 
+  get telemetry(): ITelemetry | null {
+    return this._telemetry;
+  }
+
   get poolError(): string | null {
     return this._poolError;
+  }
+
+  /** Why the dashboard's plots have no readings, or null. */
+  get telemetryError(): string | null {
+    return this._telemetryError;
   }
 
   /** The server's clock now, from the offset measured at the last read. */
@@ -75,12 +88,23 @@ export class PoolModel {
     return this._kernelEvent;
   }
 
+  /** Milliseconds between two reads of GET me (the dashboard's reads take twice as long). */
+  set interval(ms: number) {
+    this._mePoll.frequency = { ...this._mePoll.frequency, interval: ms };
+    this._poolPoll.frequency = { ...this._poolPoll.frequency, interval: ms * 2 };
+  }
+
   /** Read GET me now (after an action, or when an event says something changed). */
   refresh(): Promise<void> {
     return this._mePoll.refresh();
   }
 
-  /** Poll GET pool while the admin pool view is shown. */
+  /** Read GET pool (and the telemetry) now, where the dashboard is shown. */
+  refreshPool(): Promise<void> {
+    return this._poolWanted ? this._poolPoll.refresh() : Promise.resolve();
+  }
+
+  /** Poll GET pool and its telemetry while the admin dashboard is shown. */
   set poolWanted(value: boolean) {
     if (value === this._poolWanted) {
       return;
@@ -121,7 +145,14 @@ export class PoolModel {
 
   private async _readPool(): Promise<void> {
     try {
-      this._pool = await this.client.pool();
+      // The plots are a part of the dashboard: without readings it still shows the pool.
+      const [pool, telemetry] = await Promise.all([
+        this.client.pool(),
+        this.client.telemetry(TELEMETRY_WINDOW).catch((error: Error) => error)
+      ]);
+      this._pool = pool;
+      this._telemetry = telemetry instanceof Error ? null : telemetry;
+      this._telemetryError = telemetry instanceof Error ? telemetry.message : null;
       this._poolError = null;
     } catch (error) {
       this._poolError = (error as Error).message;
@@ -136,20 +167,22 @@ export class PoolModel {
       return;
     }
     const event = emission as unknown as IKernelActionEvent;
+    if (this._poolWanted) {
+      void this._poolPoll.refresh(); // the admin's dashboard shows every user's kernels
+    }
     if (this._me && event.user && event.user !== this._me.user) {
       return; // another user's kernel on a shared server: not ours to show
     }
     this._kernelEvent.emit(event);
     void this.refresh();
-    if (this._poolWanted) {
-      void this._poolPoll.refresh();
-    }
   }
 
   private _me: IMe | null = null;
   private _error: string | null = null;
   private _pool: IPool | null = null;
+  private _telemetry: ITelemetry | null = null;
   private _poolError: string | null = null;
+  private _telemetryError: string | null = null;
   private _offset = 0;
   private _poolWanted = false;
   private _mePoll: Poll;

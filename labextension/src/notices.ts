@@ -1,17 +1,18 @@
 /**
  * Which notifications to show, from the polled state and the pushed events.
  *
- * A warning before a cull or hibernation (with Keep alive), an explanation
- * afterwards (what happened and why, instead of a bare "kernel died"), and a
- * refusal with what to do. The NoticeBook remembers what it has shown so that a
- * poll and an event about the same happening give one notification. No DOM
- * here: the plugin turns notices into JupyterLab notifications.
+ * A warning before a cull or hibernation (what the user loses and what they can
+ * still do), an explanation afterwards (what happened and why, instead of a bare
+ * "kernel died"), and a refusal with advice that fits the limit hit. The
+ * NoticeBook remembers what it has shown so that a poll and an event about the
+ * same happening give one notification. No DOM here: the plugin turns notices
+ * into JupyterLab notifications.
  */
 
-import { baseName, formatClock, formatDuration, reasonPhrase } from './format';
-
-export { reasonPhrase };
+import { baseName, formatClock, reasonPhrase } from './format';
+import { __ } from './i18n';
 import type { IKernel, IKernelActionEvent, IMe, IRecent } from './types';
+import { canKeepAlive, declaredNote } from './view';
 
 export type NoticeType = 'info' | 'success' | 'warning' | 'error';
 
@@ -25,6 +26,8 @@ export interface INotice {
   keepAlive: boolean;
   /** Offer a button that opens the GPU panel. */
   openPanel: boolean;
+  /** Offer "Start a new kernel" for the notebook whose kernel is gone. */
+  newKernel: boolean;
   autoClose: number | false;
   /** The kernel no longer exists (culled, or its process ended). */
   kernelGone: boolean;
@@ -54,26 +57,19 @@ const SAME_HAPPENING = 120;
 /** JupyterLab cuts a toast's message after this many characters. */
 export const TOAST_LIMIT = 140;
 
-const REFUSAL_ADVICE: Record<string, string> = {
-  quota_exceeded: 'Release or shut down one of your GPU kernels, or pick a smaller GPU profile.',
-  pool_exhausted: 'Try again soon, pick a smaller profile, or release a kernel you no longer need.',
-  queue_timeout: 'Try again later or pick a smaller GPU profile.',
-  mps: 'Pick a profile without an SM share, or ask your admin to start NVIDIA MPS.',
-  config: 'Tell your admin: the GPU pool is misconfigured.'
-};
-
-/** What to do after a refused start. */
-export function refusalAdvice(reason: string | undefined): string {
-  return (reason && REFUSAL_ADVICE[reason]) || 'The GPU panel shows your quota and your kernels.';
-}
-
 /** A notebook's name short enough for a toast. */
-export function shortName(name: string | undefined, fallback = 'A GPU kernel'): string {
+export function shortName(name: string | undefined | null, fallback?: string): string {
   const base = name ? baseName(name) : '';
   if (!base) {
-    return fallback;
+    return fallback ?? __('A GPU kernel');
   }
-  return base.length > 32 ? `${base.slice(0, 31)}…` : base;
+  return base.length > 28 ? `${base.slice(0, 27)}…` : base;
+}
+
+/** "gpu-demo.ipynb’s kernel": it is the kernel that goes, not the notebook. */
+export function kernelOf(name: string | undefined | null): string {
+  const short = shortName(name, '');
+  return short ? __('%1’s kernel', short) : __('A GPU kernel');
 }
 
 /** Within the toast's limit (the templates are written to fit; this is the guarantee). */
@@ -81,35 +77,147 @@ export function fit(text: string): string {
   return text.length > TOAST_LIMIT ? `${text.slice(0, TOAST_LIMIT - 1)}…` : text;
 }
 
-/** End with a full stop unless it already ends a sentence. */
-export function sentence(text: string): string {
-  const t = text.trim();
-  return /[.!?…]$/.test(t) ? t : `${t}.`;
+/** The first (fullest) wording that fits the toast; the last one is written to fit a long name. */
+export function fitting(...wordings: string[]): string {
+  return wordings.find(w => w.length <= TOAST_LIMIT) ?? fit(wordings[wordings.length - 1]);
+}
+
+/** The launcher name of a profile id, from GET me's profiles. */
+function launcherName(me: IMe | null, profile: string | undefined): string {
+  const found = me?.profiles?.find(p => p.name === profile);
+  return found?.launcher_name ?? (profile ? profile : __('A GPU kernel'));
+}
+
+/**
+ * What to do after a refused start, fitted to the limit hit: a kernel-count quota is helped only
+ * by shutting one down; a memory quota or a full pool by what would start now; a pool without
+ * GPUs only by the admin.
+ */
+export function refusalAdvice(
+  reason: string | undefined,
+  me: IMe | null,
+  profile?: string
+): string {
+  const fits = (me?.profiles ?? [])
+    .filter(p => p.starts_now && p.name !== profile)
+    .map(p => `‘${p.launcher_name}’`);
+  const wouldStart = fits.length
+    ? __('%1 would start now.', fits.slice(0, 2).join(__(' or ')))
+    : '';
+  switch (reason) {
+    case 'quota_exceeded': {
+      if (me && me.quota.kernels !== null && me.usage.kernels >= me.quota.kernels) {
+        return __(
+          'You hold %1 of %2 GPU kernels: shut one down first.',
+          me.usage.kernels,
+          me.quota.kernels
+        );
+      }
+      return wouldStart || __('Shut a GPU kernel down to make room in your quota.');
+    }
+    case 'pool_exhausted':
+      if (me && me.pool.gpus === 0) {
+        return __('The pool has no GPUs: tell your admin.');
+      }
+      return wouldStart || __('Try again when an idle kernel gives its slice back.');
+    case 'queue_timeout':
+      return wouldStart || __('No slice freed up in time: try again later.');
+    case 'budget_exceeded':
+      return __('Save your work; your GPU time resets with the next period.');
+    case 'mps':
+    case 'mps_user_busy':
+      return __('Pick a profile without an SM share.');
+    case 'config':
+      return __('Tell your admin: the GPU pool is misconfigured.');
+    default:
+      return __('The GPU panel shows your quota and your kernels.');
+  }
 }
 
 /** What happened and how to go on, in one toast: short sentences of our own, not the server's long message. */
-export function explanation(kind: string, name: string | undefined, reason: string | undefined, message: string): string {
-  const who = shortName(name);
+export function explanation(
+  kind: string,
+  name: string | undefined,
+  reason: string | undefined,
+  message: string,
+  context: { me?: IMe | null; profile?: string; declared?: boolean; action?: string } = {}
+): string {
+  const who = kernelOf(name);
   const why = reasonPhrase(reason);
   switch (kind) {
     case 'culled':
-      return fit(`${who} was shut down to free its GPU slice (${why}). Start a kernel again to go on.`);
-    case 'hibernated':
-      return fit(`${who} hibernated (${why}); its variables are kept. Run a cell or Resume to go on.`);
+      return fitting(
+        __(
+          '%1 was shut down (%2): its variables are gone. Start a new kernel and run your cells again.',
+          who,
+          why
+        ),
+        __('%1 was shut down (%2): its variables are gone. Start a new kernel.', who, why),
+        __('%1 was shut down: its variables are gone. Start a new kernel.', who)
+      );
+    case 'hibernated': {
+      const declared = context.declared ? ` (${declaredNote()})` : '';
+      return fitting(
+        __(
+          '%1 hibernated (%2): its variables are kept%3. Run a cell to resume it.',
+          who,
+          why,
+          declared
+        ),
+        __('%1 hibernated: its variables are kept%2. Run a cell to resume it.', who, declared),
+        __('%1 hibernated: its variables are kept. Run a cell to resume it.', who)
+      );
+    }
     case 'refused':
-      return fit(`A GPU kernel could not start: ${why}. ${refusalAdvice(reason)}`);
+      if (context.action === 'resume') {
+        return fit(__('%1 could not resume: %2. Its variables are kept.', who, why));
+      }
+      if (context.action === 'hibernate') {
+        return fit(__('%1 did not hibernate now (%2); it keeps running.', who, why));
+      }
+      return fitting(
+        __(
+          '‘%1’ could not start: %2. %3',
+          launcherName(context.me ?? null, context.profile),
+          why,
+          refusalAdvice(reason, context.me ?? null, context.profile)
+        ),
+        __(
+          '‘%1’ could not start: %2. The GPU panel says why.',
+          launcherName(context.me ?? null, context.profile),
+          why
+        )
+      );
     case 'resumed':
-      return `${who} resumed: it holds a GPU slice again.`;
+      return fit(__('%1 resumed: it holds a GPU slice again.', who));
     case 'queued':
-      return `${who} waits for a GPU slice; it starts when one frees up (GPU panel shows its place).`;
+      return fit(
+        __(
+          '%1 waits for a GPU slice; it goes on when one frees up (the GPU panel shows its place).',
+          who
+        )
+      );
     case 'reclaimed':
-      return `${who}: its kernel process ended, so its GPU slice went back to the pool.`;
+      return fit(__('%1 ended, so its GPU slice went back to the pool.', who));
     case 'released':
-      return fit(`${who} gave its GPU slice back (${why}).`);
+      return context.action === 'hibernate'
+        ? fit(__('%1 gave its GPU slice back; its variables are kept.', who))
+        : fitting(
+            __(
+              '%1 was shut down to give its GPU slice back (%2): its variables are gone.',
+              who,
+              why
+            ),
+            __('%1 was shut down (%2): its variables are gone.', who, why)
+          );
     case 'over_memory':
-      return `${who} uses more GPU memory than its slice: free some, or it will be shut down.`;
-    default:
-      return fit(sentence(`${who}: ${message || kind}`));
+      return fit(
+        __('%1 uses more GPU memory than its slice: free some, or it will be shut down.', who)
+      );
+    default: {
+      const text = `${shortName(name)}: ${message || kind}`.trim();
+      return fit(/[.!?…]$/.test(text) ? text : `${text}.`);
+    }
   }
 }
 
@@ -127,15 +235,41 @@ function noticeType(kind: string): NoticeType {
   }
 }
 
-/** The toast before a cull or hibernation. */
-export function warningMessage(kernel: IKernel, now: number): string {
+/**
+ * The toast before a cull or hibernation: whose kernel, an absolute time (a toast does not tick),
+ * what is lost or kept, and what the user can still do (Keep alive only while snoozes are left).
+ */
+export function warningMessage(kernel: IKernel): string {
   const w = kernel.warning!;
-  const who = shortName(kernel.name);
-  const when = `at ${formatClock(w.deadline)} (in ${formatDuration(Math.max(0, w.deadline - now))})`;
-  return fit(
-    w.action === 'hibernate'
-      ? `${who} hibernates ${when}: ${reasonPhrase(w.reason)}. It keeps its variables, not its GPU slice.`
-      : `${who} shuts down ${when}: ${reasonPhrase(w.reason)}. Keep it alive to hold its GPU slice.`
+  const who = kernelOf(kernel.name);
+  const at = formatClock(w.deadline);
+  if (w.reason === 'over_memory') {
+    return fit(
+      __(
+        '%1 shuts down at %2: it uses more GPU memory than its slice. Free some to keep it.',
+        who,
+        at
+      )
+    );
+  }
+  if (w.reason === 'budget') {
+    return fit(__('%1 gives its GPU back at %2: your GPU time runs out. Save your work.', who, at));
+  }
+  const hibernates = w.action === 'hibernate';
+  const happens = hibernates
+    ? __('%1 hibernates at %2', who, at)
+    : __('%1 shuts down at %2', who, at);
+  const costs = hibernates
+    ? __('variables kept, slice given back')
+    : __('its variables will be lost');
+  const todo = canKeepAlive(kernel)
+    ? __('Run a cell or Keep alive to keep it.')
+    : hibernates
+      ? __('Run a cell to keep it.')
+      : __('Run a cell to keep it, or save your work.');
+  return fitting(
+    `${happens} (${reasonPhrase(w.reason)}): ${costs}. ${todo}`,
+    `${happens}: ${costs}. ${todo}`
   );
 }
 
@@ -150,29 +284,32 @@ export class NoticeBook {
 
   /** Notices from a fresh GET me. */
   fromState(me: IMe): INoticeChanges {
+    this._me = me;
     const show: INotice[] = [];
     const dismiss: string[] = [];
     const now = me.now;
     for (const kernel of me.kernels) {
       this._names.set(kernel.kernel_id, kernel.name);
     }
-    // Warnings: one per pending action (a new deadline is a new warning).
+    // Warnings: one per pending action (a new deadline, or no Keep alive left, is a new warning).
     const current = new Map<string, string>();
     for (const kernel of me.kernels) {
       const w = kernel.warning;
       if (!w || w.deadline <= now) {
         continue;
       }
-      const key = `warning:${kernel.kernel_id}:${Math.round(w.deadline)}`;
+      const keepAlive = canKeepAlive(kernel);
+      const key = `warning:${kernel.kernel_id}:${Math.round(w.deadline)}:${keepAlive ? 'k' : 'n'}`;
       current.set(kernel.kernel_id, key);
-      if (!this._warnings.has(kernel.kernel_id) || this._warnings.get(kernel.kernel_id) !== key) {
+      if (this._warnings.get(kernel.kernel_id) !== key) {
         show.push({
           key,
           kernelId: kernel.kernel_id,
           type: 'warning',
-          message: warningMessage(kernel, now),
-          keepAlive: (kernel.actions ?? []).includes('snooze') && w.snoozes_left > 0,
+          message: warningMessage(kernel),
+          keepAlive,
           openPanel: true,
+          newKernel: false,
           autoClose: false,
           kernelGone: false
         });
@@ -189,6 +326,7 @@ export class NoticeBook {
       const notice = this._fromRecent(entry);
       if (notice) {
         show.push(notice);
+        dismiss.push(...this._supersede(notice));
       }
     }
     return { show, dismiss };
@@ -204,10 +342,21 @@ export class NoticeBook {
       return { show: [], dismiss: [] };
     }
     this._remember(kind, event.kernel_id, now);
-    const dismiss = this._dropWarning(event.kernel_id, kind);
+    const notice = this._explain(
+      kind,
+      event.kernel_id,
+      this._names.get(event.kernel_id),
+      event.message ?? '',
+      event.reason,
+      now,
+      {
+        profile: event.profile,
+        declared: event.declared
+      }
+    );
     return {
-      show: [this._explain(kind, event.kernel_id, this._names.get(event.kernel_id), event.message ?? '', event.reason, now)],
-      dismiss
+      show: [notice],
+      dismiss: [...this._dropWarning(event.kernel_id, kind), ...this._supersede(notice)]
     };
   }
 
@@ -219,7 +368,19 @@ export class NoticeBook {
       return null;
     }
     this._remember(entry.kind, entry.kernel_id, entry.at);
-    return this._explain(entry.kind, entry.kernel_id, entry.name || this._names.get(entry.kernel_id), entry.message, entry.reason, entry.at);
+    return this._explain(
+      entry.kind,
+      entry.kernel_id,
+      entry.name || this._names.get(entry.kernel_id),
+      entry.message,
+      entry.reason,
+      entry.at,
+      {
+        profile: entry.profile ?? undefined,
+        declared: entry.declared,
+        action: entry.action ?? undefined
+      }
+    );
   }
 
   private _explain(
@@ -228,19 +389,32 @@ export class NoticeBook {
     name: string | undefined,
     message: string,
     reason: string | undefined,
-    at: number
+    at: number,
+    context: { profile?: string; declared?: boolean; action?: string }
   ): INotice {
-    const text = explanation(kind, name, reason, message);
+    const text = explanation(kind, name, reason, message, { ...context, me: this._me });
+    const gone =
+      kind === 'culled' ||
+      kind === 'reclaimed' ||
+      (kind === 'released' && context.action !== 'hibernate');
     return {
       key: `${kind}:${kernelId}:${Math.round(at)}`,
       kernelId,
       type: noticeType(kind),
       message: text,
       keepAlive: false,
-      openPanel: kind !== 'resumed',
-      autoClose: kind === 'resumed' || kind === 'released' ? 5000 : false,
-      kernelGone: kind === 'culled' || kind === 'reclaimed'
+      openPanel: kind !== 'resumed' && !gone,
+      newKernel: gone,
+      autoClose: kind === 'resumed' ? 5000 : false,
+      kernelGone: gone
     };
+  }
+
+  /** A kernel's explanation replaces the one before (it hibernated, then resumed: one toast, not two). */
+  private _supersede(notice: INotice): string[] {
+    const before = this._explained.get(notice.kernelId);
+    this._explained.set(notice.kernelId, notice.key);
+    return before && before !== notice.key ? [before] : [];
   }
 
   private _dropWarning(kernelId: string, kind: string): string[] {
@@ -262,7 +436,9 @@ export class NoticeBook {
   }
 
   private _since: number;
+  private _me: IMe | null = null;
   private _warnings = new Map<string, string>();
   private _shown = new Map<string, number>();
+  private _explained = new Map<string, string>(); // kernel id -> key of its latest explanation
   private _names = new Map<string, string>();
 }

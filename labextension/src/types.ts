@@ -6,14 +6,12 @@
  */
 
 export type KernelState =
-  | 'active'
-  | 'hibernating'
-  | 'hibernated'
-  | 'resuming'
-  | 'queued'
-  | 'released';
+  'active' | 'hibernating' | 'hibernated' | 'resuming' | 'queued' | 'released';
 
 export type KernelAction = 'snooze' | 'release' | 'resume' | 'shutdown';
+
+/** What an admin may do to any lease from the dashboard. */
+export type AdminAction = 'release' | 'hibernate' | 'shutdown';
 
 export type CullAction = 'hibernate' | 'shutdown';
 
@@ -61,10 +59,17 @@ export interface IWarning {
   snooze_seconds: number;
 }
 
+/** When the policy will act on an idle kernel if it stays idle (no warning yet). */
+export interface INextAction {
+  action: CullAction;
+  reason: string;
+  at: number;
+}
+
 export interface IUtilization {
   current: number | null;
   /** [time, percent] pairs, oldest first. */
-  samples: Array<[number, number]>;
+  samples: Array<[number, number | null]>;
 }
 
 export interface IKernel {
@@ -85,11 +90,14 @@ export interface IKernel {
   utilization: IUtilization | null;
   queue_position: number | null;
   warning: IWarning | null;
+  next_action?: INextAction | null;
   /** A Keep alive holds off the idle policy until then. */
   snoozed_until?: number | null;
   can_hibernate?: boolean;
   hibernate_unavailable?: string | null;
   release_action?: CullAction;
+  rule?: string;
+  here?: boolean;
   actions: KernelAction[];
 }
 
@@ -100,19 +108,53 @@ export interface IQueueEntry {
   for: 'start' | 'resume' | string;
 }
 
+/** A journal entry: what happened to a kernel, and why. */
 export interface IRecent {
   at: number;
   kind: string;
   kernel_id: string;
   name?: string;
+  owner?: string | null;
+  profile?: string | null;
   reason?: string;
   message: string;
+  rule?: string | null;
+  action?: string | null;
+  note?: string | null;
+  dry_run?: boolean;
+  /** A hibernation or resume on declared GPUs: nothing was moved. */
+  declared?: boolean;
 }
 
 export interface IGroup {
   name: string;
   quota: IQuota;
   usage: IUsage;
+}
+
+/** Where a user stands against their tightest GPU-hour budget. */
+export interface IBudget {
+  scope: string;
+  kind: 'user' | 'member' | 'shared' | string;
+  period: 'day' | 'week' | 'month' | string;
+  gpu_hours: number;
+  used_hours: number;
+  rate: number;
+  resets_at: number;
+}
+
+/** A profile as the launcher offers it, and whether it would start for this user now. */
+export interface IProfile {
+  name: string;
+  display_name: string;
+  launcher_name: string;
+  description: string;
+  slice_label: string;
+  memory: number | null;
+  sm_percent: number | null;
+  whole: boolean;
+  isolation: string;
+  starts_now: boolean | null;
 }
 
 export interface IMe {
@@ -126,6 +168,8 @@ export interface IMe {
   kernels: IKernel[];
   queue: IQueueEntry[];
   recent: IRecent[];
+  budget?: IBudget | null;
+  profiles?: IProfile[];
 }
 
 export interface IPoolGpu {
@@ -134,8 +178,10 @@ export interface IPoolGpu {
   name: string;
   memory: number;
   source?: string;
+  index?: number;
   used_memory: number;
   used_sm_percent: number;
+  free_memory?: number;
   exclusive: boolean;
   slices: number;
   utilization: number | null;
@@ -147,12 +193,21 @@ export interface IPoolLease {
   kernel_id: string;
   profile: string;
   state: string;
+  phase?: string;
   gpus: string[];
   memory: number | null;
   sm_percent: number | null;
+  whole?: boolean;
+  gpu_count?: number;
   created: number;
   label?: string;
-  [key: string]: unknown;
+  here?: boolean;
+  idle_since?: number | null;
+  execution_state?: string | null;
+  memory_used?: number | null;
+  utilization?: number | null;
+  warning?: { reason: string; action: string; deadline: number; message: string } | null;
+  actions?: AdminAction[];
 }
 
 export interface IPoolWaiter {
@@ -162,28 +217,50 @@ export interface IPoolWaiter {
   profile: string;
   slice?: string | null;
   lease_id?: string | null;
+  label?: string;
   enqueued: number;
-  [key: string]: unknown;
 }
 
-export interface IDecision {
-  at: number;
-  kind: string;
-  kernel_id: string;
-  owner?: string;
-  reason?: string;
-  dry_run?: boolean;
-  message: string;
+export interface IPoolBudget extends IBudget {
+  user: string;
 }
 
 export interface IPool {
   now: number;
   note: string;
+  declared?: boolean;
   gpus: IPoolGpu[];
   leases: IPoolLease[];
   queue: IPoolWaiter[];
-  decisions: IDecision[];
+  decisions: IRecent[];
+  budgets?: IPoolBudget[];
   policy?: { dry_run: boolean; rules: unknown[] };
+}
+
+/** GET pool/telemetry: readings over time, per GPU and per kernel. */
+export interface ITelemetry {
+  now: number;
+  window: number;
+  gpus: Array<{
+    uuid: string;
+    label: string;
+    memory: number;
+    /** [time, percent] */
+    utilization: Array<[number, number | null]>;
+  }>;
+  kernels: Array<{
+    kernel_id: string;
+    owner: string;
+    name: string;
+    profile: string;
+    gpus: string[];
+    /** Bytes the slice holds on each GPU: what the memory plot stacks where there is no reading. */
+    slice_memory: number | null;
+    /** Since when it holds its slice (a kernel without readings is drawn from then on). */
+    held_since?: number;
+    /** [time, memory bytes or null, utilization percent or null] */
+    samples: Array<[number, number | null, number | null]>;
+  }>;
 }
 
 /** An event of schema kernel-action (docs/api.md, "Events"). */
@@ -198,7 +275,7 @@ export interface IKernelActionEvent {
   dry_run?: boolean;
   duration?: number;
   bytes?: number;
+  declared?: boolean;
 }
 
-export const KERNEL_ACTION_SCHEMA =
-  'https://jupyter-gpu-pool.readthedocs.io/events/kernel-action';
+export const KERNEL_ACTION_SCHEMA = 'https://jupyter-gpu-pool.readthedocs.io/events/kernel-action';

@@ -1,9 +1,11 @@
 /**
- * From the server's state (GET me, GET pool) to what the widgets show.
+ * From the server's state (GET me) to what the user's widgets show: the status
+ * bar item, the panel's quota bars and kernel cards, the notebook toolbar's
+ * indicator and the "What happened" list.
  *
  * Pure functions of their arguments (the server time `now` included), so that
- * every label, colour level, countdown and button is unit-tested in Node and
- * the React widgets only lay them out.
+ * every label, colour level, countdown and button is unit-tested, and the React
+ * components only lay them out.
  */
 
 import {
@@ -12,27 +14,27 @@ import {
   formatClock,
   formatCountdown,
   formatDuration,
+  formatHours,
   formatPercent,
   formatUsedOf,
-  plural,
+  gpuShortName,
+  kernelsText,
   reasonPhrase,
   sparklinePoints
 } from './format';
-import type {
-  IDecision,
-  IKernel,
-  IMe,
-  IPool,
-  IPoolLease,
-  IPoolWaiter,
-  KernelAction
-} from './types';
+import { __ } from './i18n';
+import type { IBudget, IKernel, IMe, IRecent, KernelAction } from './types';
 
-/** Memory use at or above this share of the quota turns the status item to "near". */
+/** Use at or above this share of a quota (or budget) turns the status item to "near". */
 export const NEAR_QUOTA = 0.8;
 
 /** The sparkline shows this many seconds of utilization. */
 export const SPARKLINE_WINDOW = 300;
+
+/** What a card says of declared GPUs wherever a move is shown. */
+export function declaredNote(): string {
+  return __('declared: no GPU memory to move');
+}
 
 export type StatusLevel = 'loading' | 'off' | 'ok' | 'near' | 'warning';
 
@@ -54,61 +56,124 @@ export function meanUtilization(kernels: ReadonlyArray<IKernel>): number | null 
   return readings.reduce((a, b) => a + b, 0) / readings.length;
 }
 
-/** How close the user is to their quota: the largest used share among the limited resources. */
-export function quotaShare(me: IMe): number {
-  const shares: number[] = [];
-  if (me.quota.memory) {
-    shares.push(me.usage.memory / me.quota.memory);
-  }
-  if (me.quota.kernels) {
-    shares.push(me.usage.kernels / me.quota.kernels);
-  }
-  if (me.quota.sm_percent) {
-    shares.push(me.usage.sm_percent / me.quota.sm_percent);
-  }
-  return shares.length ? Math.max(...shares) : 0;
+/** Shares of each limited resource the user holds (1 = the limit). */
+function shares(me: IMe): { memory: number | null; kernels: number | null; sm: number | null } {
+  return {
+    memory: me.quota.memory ? me.usage.memory / me.quota.memory : null,
+    kernels: me.quota.kernels ? me.usage.kernels / me.quota.kernels : null,
+    sm: me.quota.sm_percent ? me.usage.sm_percent / me.quota.sm_percent : null
+  };
 }
 
-/** The status bar item: "GPU 10/40 GiB · 37%", its colour level and its tooltip. */
-export function statusView(
-  me: IMe | null,
-  error: string | null,
-  now: number
-): IStatusView {
+/** How close the user is to their quota: the largest used share among the limited resources. */
+export function quotaShare(me: IMe): number {
+  const s = shares(me);
+  const found = [s.memory, s.kernels, s.sm].filter((v): v is number => v !== null);
+  return found.length ? Math.max(...found) : 0;
+}
+
+/** "GPU time this week: 6.2 of 10 h" */
+export function budgetText(budget: IBudget): string {
+  const used = formatHours(budget.used_hours).replace(/ h$/, '');
+  switch (budget.period) {
+    case 'day':
+      return __('GPU time today: %1 of %2', used, formatHours(budget.gpu_hours));
+    case 'month':
+      return __('GPU time this month: %1 of %2', used, formatHours(budget.gpu_hours));
+    default:
+      return __('GPU time this week: %1 of %2', used, formatHours(budget.gpu_hours));
+  }
+}
+
+export function budgetShare(budget: IBudget): number {
+  return budget.gpu_hours > 0 ? budget.used_hours / budget.gpu_hours : 1;
+}
+
+/**
+ * The status bar item, "used / limit" with a label as jupyter-resource-usage writes it:
+ * "GPU mem: 10 / 40 GiB · 37%". Where the kernel count is the limit reached it says so
+ * ("GPU kernels: 2 / 2"); a GPU-hour budget adds "· time: 6.2 / 10 h".
+ */
+export function statusView(me: IMe | null, error: string | null, now: number): IStatusView {
   if (!me) {
     if (error) {
       return {
-        text: 'no GPU pool',
+        text: __('no GPU pool'),
         level: 'off',
-        title: `No GPU pool on this server: ${error}`
+        title: __('No GPU pool on this server: %1', error)
       };
     }
-    return { text: 'GPU …', level: 'loading', title: 'Reading the GPU pool…' };
+    return { text: __('GPU …'), level: 'loading', title: __('Reading the GPU pool…') };
   }
   if (!me.pool.enabled) {
     return {
-      text: 'no GPU pool',
+      text: __('no GPU pool'),
       level: 'off',
-      title: `No GPU pool on this server: ${me.pool.note}`
+      title: __('No GPU pool on this server: %1', me.pool.note)
     };
   }
+  const s = shares(me);
+  const kernelsBind =
+    s.kernels !== null && s.kernels >= 1 && (s.memory === null || s.kernels >= s.memory);
+  const parts: string[] = [];
+  if (kernelsBind) {
+    parts.push(__('GPU kernels: %1 / %2', me.usage.kernels, me.quota.kernels ?? ''));
+  } else if (me.quota.memory !== null) {
+    parts.push(__('GPU mem: %1', formatUsedOf(me.usage.memory, me.quota.memory)));
+  } else {
+    parts.push(__('GPU mem: %1 held', formatBytes(me.usage.memory)));
+  }
   const util = meanUtilization(me.kernels);
-  const text =
-    `GPU ${formatUsedOf(me.usage.memory, me.quota.memory)}` +
-    (util === null ? '' : ` · ${formatPercent(util)}`);
+  if (util !== null) {
+    parts.push(formatPercent(util));
+  }
+  if (me.budget) {
+    parts.push(
+      __(
+        'time: %1 / %2',
+        formatHours(me.budget.used_hours).replace(/ h$/, ''),
+        formatHours(me.budget.gpu_hours)
+      )
+    );
+  }
 
   const lines: string[] = [];
-  const held = `You hold ${formatBytes(me.usage.memory)} of GPU memory in ${plural(me.usage.kernels, 'kernel')}`;
+  const held = __(
+    'You hold %1 of GPU memory in %2',
+    formatBytes(me.usage.memory),
+    kernelsText(me.usage.kernels)
+  );
   const limits: string[] = [];
   if (me.quota.memory !== null) {
-    limits.push(`${formatBytes(me.quota.memory)}`);
+    limits.push(formatBytes(me.quota.memory));
   }
   if (me.quota.kernels !== null) {
-    limits.push(plural(me.quota.kernels, 'kernel'));
+    limits.push(kernelsText(me.quota.kernels));
   }
-  lines.push(limits.length ? `${held}; your quota is ${limits.join(', ')}.` : `${held}; no quota.`);
+  if (me.quota.sm_percent !== null) {
+    limits.push(__('%1% SM share', me.quota.sm_percent));
+  }
+  lines.push(
+    limits.length
+      ? __('%1; your quota is %2.', held, limits.join(', '))
+      : __('%1; you have no quota.', held)
+  );
+  if (kernelsBind) {
+    lines.push(
+      __('You hold as many GPU kernels as your quota allows: shut one down to start another.')
+    );
+  }
+  if (me.budget) {
+    lines.push(
+      __(
+        '%1 (resets %2).',
+        budgetText(me.budget),
+        new Date(me.budget.resets_at * 1000).toLocaleString()
+      )
+    );
+  }
   if (util !== null) {
-    lines.push(`GPU utilization of your kernels: ${formatPercent(util)}.`);
+    lines.push(__('GPU utilization of your kernels: %1.', formatPercent(util)));
   }
   const warned = me.kernels.filter(k => k.warning);
   for (const k of warned) {
@@ -116,26 +181,40 @@ export function statusView(
   }
   const queued = me.kernels.filter(k => k.state === 'queued');
   for (const k of queued) {
-    lines.push(`${baseName(k.name)}: queued at position ${k.queue_position ?? '?'}.`);
+    lines.push(__('%1: queued at position %2.', baseName(k.name), k.queue_position ?? '?'));
   }
-  lines.push(`Pool: ${me.pool.note}`);
-  lines.push('Click to open the GPU panel.');
+  lines.push(__('Pool: %1', me.pool.note));
+  lines.push(__('Click to open the GPU panel.'));
 
   let level: StatusLevel = 'ok';
   if (warned.length) {
     level = 'warning';
-  } else if (quotaShare(me) >= NEAR_QUOTA || queued.length) {
+  } else if (
+    quotaShare(me) >= NEAR_QUOTA ||
+    queued.length ||
+    (me.budget && budgetShare(me.budget) >= NEAR_QUOTA)
+  ) {
     level = 'near';
   }
-  return { text, level, title: lines.join('\n') };
+  return { text: parts.join(' · '), level, title: lines.join('\n') };
 }
 
 export interface IActionView {
   action: KernelAction;
   label: string;
   title: string;
-  /** Ask before doing it: it loses the kernel's state. */
-  confirm: string | null;
+  /** Ask before doing it: it loses the kernel's state, or stops a computation. */
+  confirm: { title: string; body: string; button: string } | null;
+}
+
+export interface IMeterView {
+  label: string;
+  text: string;
+  /** 0..1, or null where there is no reading or no limit (then it is no meter). */
+  fraction: number | null;
+  level: 'ok' | 'near' | 'over';
+  /** Said beside the label: "no reading (declared GPU)". */
+  note: string;
 }
 
 export interface ICardView {
@@ -145,24 +224,17 @@ export interface ICardView {
   profile: string;
   sliceLabel: string;
   gpu: string;
-  memory: {
-    used: number | null;
-    limit: number | null;
-    /** 0..1 of the slice, or null when there is no reading or no limit. */
-    fraction: number | null;
-    text: string;
-    /** Said beside the label: "no reading" where NVML has none (declared GPUs). */
-    note: string;
-  };
+  declared: boolean;
+  memory: IMeterView;
   utilization: {
     text: string;
     points: string;
     label: string;
   };
-  state: { kind: string; label: string };
+  state: { kind: string; label: string; detail: string };
   countdown: {
     text: string;
-    /** Why and what it costs, in our words; the server's sentence is `detail`. */
+    /** What happens and what the user can still do, in our words; the server's sentence is `detail`. */
     message: string;
     detail: string;
     level: 'warning';
@@ -170,72 +242,159 @@ export interface ICardView {
   actions: IActionView[];
 }
 
+/** Whether every GPU the kernel holds (or held) is declared: a pool without real GPUs. */
+export function onDeclaredGpus(kernel: IKernel): boolean {
+  const gpus = kernel.gpus ?? [];
+  return gpus.length > 0 && gpus.every(g => g.source === 'declared');
+}
+
 export function countdownText(kernel: IKernel, now: number): string {
   const w = kernel.warning;
   if (!w) {
     return '';
   }
-  const verb = w.action === 'hibernate' ? 'hibernates' : 'shuts down';
   const left = w.deadline - now;
-  return left > 0
-    ? `${verb} in ${formatCountdown(left)}`
-    : `${w.action === 'hibernate' ? 'hibernating' : 'shutting down'} now`;
+  if (left <= 0) {
+    return w.action === 'hibernate' ? __('hibernating now') : __('shutting down now');
+  }
+  return w.action === 'hibernate'
+    ? __('hibernates in %1 (at %2)', formatCountdown(left), formatClock(w.deadline))
+    : __('shuts down in %1 (at %2)', formatCountdown(left), formatClock(w.deadline));
 }
 
-/** The line under a countdown: why, and what happens to the kernel. */
+/** Whether the user can still Keep alive (snooze) the pending action. */
+export function canKeepAlive(kernel: IKernel): boolean {
+  const w = kernel.warning;
+  return !!w && w.snoozes_left > 0 && (kernel.actions ?? []).includes('snooze');
+}
+
+/** The line under a countdown: why, what it costs, and what the user can still do. */
 export function warningConsequence(kernel: IKernel): string {
   const w = kernel.warning;
   if (!w) {
     return '';
   }
   const why = reasonPhrase(w.reason);
+  const Why = why.charAt(0).toUpperCase() + why.slice(1);
+  if (w.reason === 'over_memory') {
+    return __(
+      '%1: free GPU memory in the kernel (del tensors, empty the cache) or it shuts down.',
+      Why
+    );
+  }
+  if (w.reason === 'budget') {
+    return __('%1: its GPU slice goes back when the time runs out. Save your work.', Why);
+  }
   const what =
     w.action === 'hibernate'
-      ? 'its GPU slice goes back to the pool, its variables are kept'
-      : 'its GPU slice goes back to the pool, its variables are lost';
-  return `${why.charAt(0).toUpperCase()}${why.slice(1)}: ${what}.`;
+      ? __('its GPU slice goes back to the pool, its variables are kept')
+      : __('its variables will be lost');
+  const todo =
+    w.action === 'hibernate'
+      ? canKeepAlive(kernel)
+        ? __('Run a cell or Keep alive to keep the slice.')
+        : __('Run a cell to keep the slice.')
+      : canKeepAlive(kernel)
+        ? __('Run a cell or Keep alive to keep it.')
+        : __('Run a cell to keep it, or save your work.');
+  return `${Why}: ${what}. ${todo}`;
 }
 
-export function stateView(kernel: IKernel, now: number): { kind: string; label: string } {
-  switch (kernel.state) {
+/** "will be hibernated at 14:05 if still idle" */
+function nextActionText(kernel: IKernel, now: number): string {
+  const next = kernel.next_action;
+  if (!next || next.at <= now) {
+    return '';
+  }
+  const when = formatClock(next.at);
+  if (next.reason === 'idle' || next.reason === 'gpu_idle') {
+    return next.action === 'hibernate'
+      ? __('will be hibernated at %1 if still idle', when)
+      : __('will be shut down at %1 if still idle', when);
+  }
+  return next.action === 'hibernate'
+    ? __('will be hibernated at %1 (%2)', when, reasonPhrase(next.reason))
+    : __('will be shut down at %1 (%2)', when, reasonPhrase(next.reason));
+}
+
+/**
+ * The card's state line. `waiting`: a cell of this browser's notebook waits on the kernel (its
+ * connection says busy); on a hibernated kernel that means the server is resuming it for the cell.
+ */
+export function stateView(
+  kernel: IKernel,
+  now: number,
+  waiting = false
+): { kind: string; label: string; detail: string } {
+  const declared = onDeclaredGpus(kernel);
+  const movedNote = declared ? ` (${declaredNote()})` : '';
+  const state = kernel.state === 'hibernated' && waiting ? 'resuming' : kernel.state;
+  switch (state) {
     case 'active': {
       const exec = kernel.execution_state;
       if (exec === 'busy') {
-        return { kind: 'running', label: 'running' };
+        return { kind: 'running', label: __('running'), detail: '' };
       }
       if (exec === 'starting') {
-        return { kind: 'starting', label: 'starting' };
+        return { kind: 'starting', label: __('starting'), detail: '' };
       }
+      // A pending warning says everything (its countdown); no stale "kept alive until" beside it.
+      const next = kernel.warning ? '' : nextActionText(kernel, now);
       const kept =
-        kernel.snoozed_until && kernel.snoozed_until > now
-          ? ` · kept alive until ${formatClock(kernel.snoozed_until)}`
+        !kernel.warning && kernel.snoozed_until && kernel.snoozed_until > now
+          ? __('kept alive until %1', formatClock(kernel.snoozed_until))
           : '';
-      if (kernel.idle_since) {
-        return {
-          kind: 'idle',
-          label: `idle since ${formatClock(kernel.idle_since)} (${formatDuration(now - kernel.idle_since)})${kept}`
-        };
-      }
-      return { kind: 'idle', label: `idle${kept}` };
+      const label = kernel.idle_since
+        ? __(
+            'idle since %1 (%2)',
+            formatClock(kernel.idle_since),
+            formatDuration(now - kernel.idle_since)
+          )
+        : __('idle');
+      return { kind: 'idle', label, detail: [kept, next].filter(Boolean).join(' · ') };
     }
     case 'hibernating':
-      return { kind: 'hibernating', label: 'hibernating: moving GPU memory to host RAM…' };
+      return {
+        kind: 'hibernating',
+        label: declared
+          ? __('hibernating: giving the GPU slice back%1…', movedNote)
+          : __('hibernating: moving GPU memory to host RAM…'),
+        detail: ''
+      };
     case 'hibernated':
       return {
         kind: 'hibernated',
-        label: 'hibernated: GPU slice given back, variables kept (Resume or run a cell)'
+        label: __('hibernated: GPU slice given back, variables kept%1', movedNote),
+        detail: __('Run a cell (or Resume) to take a slice again and go on.')
       };
     case 'resuming':
-      return { kind: 'resuming', label: 'resuming: taking a GPU slice again…' };
-    case 'queued':
       return {
-        kind: 'queued',
-        label: `queued at position ${kernel.queue_position ?? '?'}: waiting for a free slice`
+        kind: 'resuming',
+        label: __('resuming: taking a GPU slice again%1…', movedNote),
+        detail: __('Your cell runs as soon as it holds the slice.')
       };
+    case 'queued':
+      return kernel.lease_id
+        ? {
+            kind: 'queued',
+            label: __(
+              'queued at position %1: waits for a free slice to resume',
+              kernel.queue_position ?? '?'
+            ),
+            detail: __('Your cell runs once a slice frees up and the kernel resumes.')
+          }
+        : {
+            kind: 'queued',
+            label: __(
+              'queued at position %1: starts when a slice frees up',
+              kernel.queue_position ?? '?'
+            ),
+            detail: ''
+          };
     case 'released':
-      return { kind: 'released', label: 'released: no GPU held' };
+      return { kind: 'released', label: __('released: no GPU held'), detail: '' };
     default:
-      return { kind: String(kernel.state), label: String(kernel.state) };
+      return { kind: String(kernel.state), label: String(kernel.state), detail: '' };
   }
 }
 
@@ -243,19 +402,31 @@ const ACTION_ORDER: KernelAction[] = ['snooze', 'release', 'resume', 'shutdown']
 
 export function actionViews(kernel: IKernel): IActionView[] {
   const views: IActionView[] = [];
+  const name = baseName(kernel.name) || __('this kernel');
+  const running = kernel.execution_state === 'busy';
+  const stops = running
+    ? ' ' + __('It is running a computation now: that computation stops too.')
+    : '';
   for (const action of ACTION_ORDER) {
     if (!(kernel.actions ?? []).includes(action)) {
       continue;
     }
     switch (action) {
       case 'snooze': {
+        // Keep alive only postpones a pending action: without one it would spend a snooze on nothing.
         const w = kernel.warning;
+        if (!w || !canKeepAlive(kernel)) {
+          break;
+        }
         views.push({
           action,
-          label: 'Keep alive',
-          title: w
-            ? `Postpone the ${w.action === 'hibernate' ? 'hibernation' : 'shutdown'} by ${formatDuration(w.snooze_seconds)} (${plural(w.snoozes_left, 'snooze')} left)`
-            : 'Postpone the idle timeout: count the kernel as active now',
+          label: __('Keep alive'),
+          title: __(
+            'Postpone the %1 by %2 (%3 left)',
+            w.action === 'hibernate' ? __('hibernation') : __('shutdown'),
+            formatDuration(w.snooze_seconds),
+            w.snoozes_left === 1 ? __('1 snooze') : __('%1 snoozes', w.snoozes_left)
+          ),
           confirm: null
         });
         break;
@@ -264,31 +435,54 @@ export function actionViews(kernel: IKernel): IActionView[] {
         const hibernates = kernel.release_action === 'hibernate';
         views.push({
           action,
-          label: 'Release GPU now',
+          label: __('Release GPU'),
           title: hibernates
-            ? 'Hibernate now: give the GPU slice back and keep the variables in host memory'
-            : 'Shut the kernel down now to give its GPU slice back (its variables are lost)' +
-              (kernel.hibernate_unavailable ? `; it cannot hibernate: ${kernel.hibernate_unavailable}` : ''),
+            ? __('Hibernate now: give the GPU slice back and keep the variables in host memory')
+            : __('Shut the kernel down now to give its GPU slice back (its variables are lost)') +
+              (kernel.hibernate_unavailable
+                ? __('; it cannot hibernate: %1', kernel.hibernate_unavailable)
+                : ''),
           confirm: hibernates
-            ? null
-            : `Shut down ${baseName(kernel.name) || 'this kernel'} to give its GPU slice back? Its variables will be lost.`
+            ? running
+              ? {
+                  title: __('Release GPU'),
+                  body: __(
+                    '%1 is running a computation now. A busy kernel cannot hibernate: the pool will refuse until the cell finishes.',
+                    name
+                  ),
+                  button: __('Try anyway')
+                }
+              : null
+            : {
+                title: __('Release GPU'),
+                body:
+                  __('Shut down %1 to give its GPU slice back? Its variables will be lost.', name) +
+                  stops,
+                button: __('Shut down')
+              }
         });
         break;
       }
       case 'resume':
         views.push({
           action,
-          label: 'Resume',
-          title: 'Take a GPU slice again and restore the kernel’s GPU memory',
+          label: __('Resume'),
+          title: onDeclaredGpus(kernel)
+            ? __('Take a GPU slice again (declared GPU: no GPU memory to restore)')
+            : __('Take a GPU slice again and restore the kernel’s GPU memory'),
           confirm: null
         });
         break;
       case 'shutdown':
         views.push({
           action,
-          label: 'Shut down',
-          title: 'Shut the kernel down (its variables are lost)',
-          confirm: `Shut down ${baseName(kernel.name) || 'this kernel'}? Its variables will be lost.`
+          label: __('Shut down'),
+          title: __('Shut the kernel down (its variables are lost)'),
+          confirm: {
+            title: __('Shut down kernel'),
+            body: __('Shut down %1? Its variables will be lost.', name) + stops,
+            button: __('Shut down')
+          }
         });
         break;
     }
@@ -314,50 +508,82 @@ export function complete(kernel: IKernel): IKernel {
   };
 }
 
-export function cardView(given: IKernel, now: number): ICardView {
+export function cardView(given: IKernel, now: number, waiting = false): ICardView {
   const kernel = complete(given);
+  const declared = onDeclaredGpus(kernel);
   const sliceLabel = kernel.slice?.label ?? '';
   const limit = kernel.memory_limit ?? kernel.slice?.memory ?? null;
   const used = kernel.memory_used;
-  const holdsGpu = kernel.gpus.length > 0 && !['hibernated', 'queued', 'released'].includes(kernel.state);
-  let memoryText: string;
-  let memoryNote = '';
+  const holdsGpu =
+    kernel.gpus.length > 0 && !['hibernated', 'queued', 'released'].includes(kernel.state);
+  let memory: IMeterView;
   if (!holdsGpu) {
-    memoryText = limit === null ? 'none held' : `0 of ${formatBytes(limit)}`;
+    memory = {
+      label: __('Memory'),
+      text: limit === null ? __('none held') : __('0 of %1', formatBytes(limit)),
+      fraction: 0,
+      level: 'ok',
+      note: ''
+    };
   } else if (used === null) {
-    memoryText = limit === null ? '–' : `${formatBytes(limit)} slice`;
-    memoryNote = 'no reading';
+    memory = {
+      label: __('Memory'),
+      text: limit === null ? '–' : __('%1 slice', formatBytes(limit)),
+      fraction: null,
+      level: 'ok',
+      note: declared ? __('no reading (declared GPU)') : __('no reading')
+    };
   } else {
-    memoryText = limit === null ? formatBytes(used) : `${formatBytes(used)} of ${formatBytes(limit)}`;
+    const fraction = limit ? Math.min(1, Math.max(0, used / limit)) : null;
+    memory = {
+      label: __('Memory'),
+      text:
+        limit === null ? formatBytes(used) : __('%1 of %2', formatBytes(used), formatBytes(limit)),
+      fraction,
+      level: fraction !== null && fraction >= 0.9 ? 'near' : 'ok',
+      note: ''
+    };
   }
-  const fraction =
-    holdsGpu && used !== null && limit ? Math.min(1, Math.max(0, used / limit)) : holdsGpu ? null : 0;
   const util = kernel.utilization;
-  const current = holdsGpu ? util?.current ?? null : null;
+  const current = holdsGpu ? (util?.current ?? null) : null;
   const samples = util?.samples ?? [];
   const gpu = holdsGpu
     ? kernel.gpus.map(g => g.label).join(', ')
     : kernel.state === 'queued'
-      ? 'waiting for a GPU'
-      : 'no GPU held';
+      ? __('waiting for a GPU')
+      : __('no GPU held');
+  const recentValues = samples
+    .filter(([t, p]) => t >= now - SPARKLINE_WINDOW && p !== null)
+    .map(([, p]) => p as number);
   return {
     kernelId: kernel.kernel_id,
-    title: baseName(kernel.name) || `kernel ${kernel.kernel_id.slice(0, 8)}`,
+    title: baseName(kernel.name) || __('kernel %1', kernel.kernel_id.slice(0, 8)),
     path: kernel.name,
     profile: kernel.profile_display_name || kernel.profile,
     sliceLabel,
     gpu,
-    memory: { used: holdsGpu ? used : 0, limit, fraction, text: memoryText, note: memoryNote },
+    declared,
+    memory,
     utilization: {
-      text: current === null ? 'no reading' : formatPercent(current),
+      text: current === null ? __('no reading') : formatPercent(current),
       points: sparklinePoints(samples, now, SPARKLINE_WINDOW, 100, 24),
       label:
         current === null
-          ? 'GPU utilization: no reading'
-          : `GPU utilization ${formatPercent(current)} now; last ${formatDuration(SPARKLINE_WINDOW)}: ` +
-            summarize(samples.filter(([t]) => t >= now - SPARKLINE_WINDOW).map(([, p]) => p))
+          ? __('GPU utilization: no reading')
+          : __(
+              'GPU utilization %1 now; last %2: %3',
+              formatPercent(current),
+              formatDuration(SPARKLINE_WINDOW),
+              recentValues.length
+                ? __(
+                    'min %1, max %2',
+                    formatPercent(Math.min(...recentValues)),
+                    formatPercent(Math.max(...recentValues))
+                  )
+                : __('no samples')
+            )
     },
-    state: stateView(kernel, now),
+    state: stateView(kernel, now, waiting),
     countdown: kernel.warning
       ? {
           text: countdownText(kernel, now),
@@ -370,50 +596,68 @@ export function cardView(given: IKernel, now: number): ICardView {
   };
 }
 
-function summarize(values: number[]): string {
-  if (!values.length) {
-    return 'no samples';
-  }
-  return `min ${formatPercent(Math.min(...values))}, max ${formatPercent(Math.max(...values))}`;
-}
-
-/** The panel's header: the user's quota use, one bar per limited resource. */
-export interface IQuotaBar {
-  label: string;
-  text: string;
-  fraction: number | null;
-  level: 'ok' | 'near' | 'over';
-}
-
-export function quotaBars(me: IMe): IQuotaBar[] {
-  const level = (f: number): IQuotaBar['level'] => (f > 1 ? 'over' : f >= NEAR_QUOTA ? 'near' : 'ok');
-  const bars: IQuotaBar[] = [];
+/** The panel's header: the user's quota use, one bar per resource (a meter only where there is a limit). */
+export function quotaBars(me: IMe): IMeterView[] {
+  const level = (f: number): IMeterView['level'] =>
+    f > 1 ? 'over' : f >= NEAR_QUOTA ? 'near' : 'ok';
+  const bars: IMeterView[] = [];
   const mem = me.quota.memory;
   bars.push({
-    label: 'GPU memory',
-    text: mem === null ? `${formatBytes(me.usage.memory)} (no quota)` : `${formatBytes(me.usage.memory)} of ${formatBytes(mem)}`,
+    label: __('GPU memory'),
+    text:
+      mem === null
+        ? __('%1 (no limit)', formatBytes(me.usage.memory))
+        : __('%1 of %2', formatBytes(me.usage.memory), formatBytes(mem)),
     fraction: mem ? Math.min(1, me.usage.memory / mem) : null,
-    level: mem ? level(me.usage.memory / mem) : 'ok'
+    level: mem ? level(me.usage.memory / mem) : 'ok',
+    note: ''
   });
   const k = me.quota.kernels;
   bars.push({
-    label: 'GPU kernels',
-    text: k === null ? `${me.usage.kernels} (no quota)` : `${me.usage.kernels} of ${k}`,
+    label: __('GPU kernels'),
+    text: k === null ? __('%1 (no limit)', me.usage.kernels) : __('%1 of %2', me.usage.kernels, k),
     fraction: k ? Math.min(1, me.usage.kernels / k) : null,
-    level: k ? level(me.usage.kernels / k) : 'ok'
+    level: k ? level(me.usage.kernels / k) : 'ok',
+    note: k !== null && me.usage.kernels >= k ? __('limit reached') : ''
   });
   if (me.quota.sm_percent !== null) {
     bars.push({
-      label: 'SM share',
-      text: `${me.usage.sm_percent}% of ${me.quota.sm_percent}%`,
+      label: __('SM share'),
+      text: __('%1% of %2%', me.usage.sm_percent, me.quota.sm_percent),
       fraction: me.quota.sm_percent ? Math.min(1, me.usage.sm_percent / me.quota.sm_percent) : null,
-      level: me.quota.sm_percent ? level(me.usage.sm_percent / me.quota.sm_percent) : 'ok'
+      level: me.quota.sm_percent ? level(me.usage.sm_percent / me.quota.sm_percent) : 'ok',
+      note: ''
+    });
+  }
+  if (me.budget) {
+    const share = budgetShare(me.budget);
+    bars.push({
+      label: budgetText(me.budget).split(':')[0],
+      text: __(
+        '%1 of %2',
+        formatHours(me.budget.used_hours).replace(/ h$/, ''),
+        formatHours(me.budget.gpu_hours)
+      ),
+      fraction: Math.min(1, share),
+      level: level(share),
+      note: ''
+    });
+  }
+  for (const g of me.groups) {
+    bars.push({
+      label: __('Group %1', g.name),
+      text: g.quota.memory
+        ? __('%1 of %2', formatBytes(g.usage.memory), formatBytes(g.quota.memory))
+        : __('%1 (no limit)', formatBytes(g.usage.memory)),
+      fraction: g.quota.memory ? Math.min(1, g.usage.memory / g.quota.memory) : null,
+      level: g.quota.memory ? level(g.usage.memory / g.quota.memory) : 'ok',
+      note: ''
     });
   }
   return bars;
 }
 
-/** The notebook toolbar's slice indicator for the kernel with this id. */
+/** The notebook toolbar's indicator for the kernel with this id: where its slice is. */
 export interface IIndicatorView {
   visible: boolean;
   text: string;
@@ -431,89 +675,124 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
     return hidden;
   }
   const k = complete(found);
-  const slice = k.slice?.label ? `GPU ${k.slice.label}` : k.profile_display_name || k.profile;
-  const gpuShort = k.gpus.map(g => g.label.split(' · ')[0]).join('+');
+  const declared = onDeclaredGpus(k);
+  const where = k.gpus.map(g => gpuShortName(g.label)).join('+');
   let text: string;
   switch (k.state) {
     case 'active':
-      text = gpuShort ? `${slice} · ${gpuShort}` : slice;
+      text = !where
+        ? __('GPU')
+        : k.slice?.whole
+          ? declared
+            ? __('on %1 (whole, declared)', where)
+            : __('on %1 (whole)', where)
+          : declared
+            ? __('on %1 (declared)', where)
+            : __('on %1', where);
       break;
     case 'queued':
-      text = `${slice} · queued #${k.queue_position ?? '?'}`;
+      text = __('queued #%1', k.queue_position ?? '?');
+      break;
+    case 'hibernating':
+      text = __('hibernating');
+      break;
+    case 'hibernated':
+      text = __('hibernated');
+      break;
+    case 'resuming':
+      text = __('resuming');
       break;
     default:
-      text = `${slice} · ${k.state}`;
+      text = k.state;
   }
-  const title =
-    `This kernel holds a GPU slice of profile ${k.profile_display_name || k.profile}` +
-    (k.slice?.label ? ` (${k.slice.label}${k.isolation ? `, ${k.isolation} isolation` : ''})` : '') +
-    (k.gpus.length ? ` on ${k.gpus.map(g => g.label).join(', ')}` : '') +
-    `; state: ${stateView(k, me.now).label}. Click to open the GPU panel.`;
-  return { visible: true, text, title, kind: k.state };
+  const slice = k.slice?.label
+    ? __('a %1 slice%2', k.slice.label, k.isolation ? ` (${__('%1 isolation', k.isolation)})` : '')
+    : k.profile_display_name || k.profile;
+  const lines = [
+    k.gpus.length
+      ? __('This kernel holds %1 of %2.', slice, k.gpus.map(g => g.label).join(', '))
+      : __('This kernel holds no GPU slice now (%1).', slice)
+  ];
+  if (declared) {
+    lines.push(
+      __(
+        'Declared GPUs exist only in the pool’s inventory: the kernel holds no GPU memory, so hibernating it moves nothing.'
+      )
+    );
+  }
+  lines.push(__('State: %1.', stateView(k, me.now).label));
+  lines.push(__('Click to open the GPU panel.'));
+  return { visible: true, text, title: lines.join('\n'), kind: k.state };
 }
 
-/** The admins' view of the whole pool. */
-export interface IPoolView {
-  note: string;
-  gpus: Array<{
-    uuid: string;
-    label: string;
-    memoryText: string;
-    fraction: number;
-    slices: string;
-    utilization: string;
-    exclusive: boolean;
-  }>;
-  owners: Array<{ owner: string; memoryText: string; leases: Array<{ id: string; text: string; state: string }> }>;
-  queue: Array<{ position: number; text: string }>;
-  decisions: Array<{ key: string; when: string; text: string; dryRun: boolean }>;
-  dryRun: boolean;
+/** One line of "What happened": a plain sentence, the rule that decided it last. */
+export function historyLine(entry: IRecent): string {
+  const why = reasonPhrase(entry.reason);
+  const declared = entry.declared ? ` (${declaredNote()})` : '';
+  let text: string;
+  switch (entry.kind) {
+    case 'culled':
+      text = entry.note
+        ? __('Shut down because it was %1 and could not hibernate; its variables are gone.', why)
+        : __('Shut down because it was %1; its variables are gone.', why);
+      break;
+    case 'hibernated':
+      text =
+        entry.reason === 'admin'
+          ? __('Hibernated by an admin; its variables are kept%1.', declared)
+          : entry.reason === 'user'
+            ? __('Hibernated at your request; its variables are kept%1.', declared)
+            : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
+      break;
+    case 'resumed':
+      text = __('Resumed: it holds a GPU slice again%1.', declared);
+      break;
+    case 'released':
+      text =
+        entry.action === 'hibernate'
+          ? __('Gave its GPU slice back at your request; its variables are kept.')
+          : entry.reason === 'admin'
+            ? __('Shut down by an admin; its variables are gone.')
+            : __('Shut down at your request; its variables are gone.');
+      break;
+    case 'refused':
+      text =
+        entry.action === 'resume'
+          ? __('Could not resume: %1.', why)
+          : entry.action === 'hibernate'
+            ? __('Could not hibernate now (%1); it kept running.', why)
+            : __('Could not start: %1.', why);
+      break;
+    case 'reclaimed':
+      text = __('Its kernel process ended, so its GPU slice went back to the pool.');
+      break;
+    case 'over_memory':
+      text = __('Used more GPU memory than its slice.');
+      break;
+    case 'queued':
+      text = __('Waited in the queue for a GPU slice.');
+      break;
+    case 'warned':
+      text = __('Warned: %1.', why);
+      break;
+    case 'snoozed':
+      text = __('Kept alive.');
+      break;
+    default:
+      text = entry.message || entry.kind;
+  }
+  const rule = entry.rule && entry.rule !== 'hibernation' ? ' ' + __('Rule: %1.', entry.rule) : '';
+  return `${text}${rule}`;
 }
 
-export function poolView(pool: IPool, now: number): IPoolView {
-  const byOwner = new Map<string, IPoolLease[]>();
-  for (const lease of pool.leases) {
-    const list = byOwner.get(lease.owner) ?? [];
-    list.push(lease);
-    byOwner.set(lease.owner, list);
-  }
-  const gpuName = new Map(pool.gpus.map(g => [g.uuid, g.label.split(' · ')[0]]));
-  const leaseText = (l: IPoolLease) =>
-    [
-      l.label ? baseName(String(l.label)) : `kernel ${l.kernel_id.slice(0, 8)}`,
-      l.profile,
-      l.memory === null ? 'whole GPU' : formatBytes(l.memory) + (l.sm_percent ? ` · ${l.sm_percent}% SM` : ''),
-      l.gpus.length ? l.gpus.map(u => gpuName.get(u) ?? u.slice(0, 12)).join('+') : 'no GPU',
-      `for ${formatDuration(now - l.created)}`
-    ].join(' · ');
-  const waiterText = (w: IPoolWaiter) =>
-    `${w.owner} · ${w.profile}${w.slice ? ` (${w.slice})` : ''} · ${w.lease_id ? 'resume' : 'start'} · waiting ${formatDuration(now - w.enqueued)}`;
-  const decisions = [...pool.decisions].sort((a, b) => b.at - a.at).slice(0, 20);
-  return {
-    note: pool.note,
-    gpus: pool.gpus.map(g => ({
-      uuid: g.uuid,
-      label: g.label,
-      memoryText: `${formatBytes(g.used_memory)} of ${formatBytes(g.memory)} in ${plural(g.slices, 'slice')}`,
-      fraction: g.memory ? Math.min(1, g.used_memory / g.memory) : 0,
-      slices: plural(g.slices, 'slice'),
-      utilization: formatPercent(g.utilization),
-      exclusive: g.exclusive
-    })),
-    owners: [...byOwner.entries()]
-      .sort(([a], [b]) => a.localeCompare(b))
-      .map(([owner, leases]) => ({
-        owner,
-        memoryText: formatBytes(leases.reduce((s, l) => s + (l.memory ?? 0), 0)),
-        leases: leases.map(l => ({ id: l.id, text: leaseText(l), state: l.state }))
-      })),
-    queue: [...pool.queue].sort((a, b) => a.position - b.position).map(w => ({ position: w.position, text: waiterText(w) })),
-    decisions: decisions.map((d: IDecision, i) => ({
-      key: `${d.at}-${d.kernel_id}-${d.kind}-${i}`,
-      when: formatClock(d.at),
-      text: `${d.kind}${d.owner ? ` · ${d.owner}` : ''}${d.reason ? ` · ${d.reason}` : ''}: ${d.message}`,
-      dryRun: !!d.dry_run
-    })),
-    dryRun: !!pool.policy?.dry_run
-  };
-}
+/** Kinds of `recent` entries the user's "What happened" list shows (warnings show as countdowns). */
+export const HISTORY_KINDS = new Set([
+  'culled',
+  'hibernated',
+  'resumed',
+  'released',
+  'refused',
+  'reclaimed',
+  'over_memory',
+  'queued'
+]);

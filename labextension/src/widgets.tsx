@@ -1,16 +1,20 @@
 /**
  * The Lumino widgets JupyterLab places: the status bar item, the GPU side
- * panel and the notebook toolbar's slice indicator. Each re-renders when the
- * model changes.
+ * panel, the notebook toolbar's slice indicator and the admin dashboard. Each
+ * re-renders when the model changes.
  */
 
 import type { ISessionContext } from '@jupyterlab/apputils';
 import { LabIcon, ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
 import * as React from 'react';
+import { flushSync } from 'react-dom';
 
-import { IActions, MyKernels, PoolPanel, StatusItem } from './components';
+import { IActions, MyKernels, StatusItem } from './components';
+import { Dashboard, IAdminActions } from './dashboard';
+import { __ } from './i18n';
 import type { PoolModel } from './model';
+import type { Notebooks } from './notebooks';
 import { indicatorView, statusView } from './view';
 
 const GPU_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
@@ -21,6 +25,18 @@ const GPU_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" 
 </svg>`;
 
 export const gpuIcon = new LabIcon({ name: 'jupyter-gpu-pool:gpu', svgstr: GPU_SVG });
+
+/**
+ * Opened from the palette, the status bar or a notification, the keyboard goes where the eyes go:
+ * into the widget, a frame later (the palette gives the focus back to the notebook as it closes).
+ */
+function focusSoon(widget: ReactWidget): void {
+  requestAnimationFrame(() => {
+    if (widget.isVisible && !widget.node.contains(document.activeElement)) {
+      widget.node.focus();
+    }
+  });
+}
 
 export class StatusWidget extends ReactWidget {
   constructor(
@@ -47,7 +63,7 @@ export class StatusWidget extends ReactWidget {
   }
 }
 
-/** Re-render every second while a countdown is shown, so that it ticks. */
+/** Re-render every second while something ticks (a countdown), so that it counts down. */
 function useTick(active: boolean): void {
   const [, setTick] = React.useState(0);
   React.useEffect(() => {
@@ -59,18 +75,32 @@ function useTick(active: boolean): void {
   }, [active]);
 }
 
+/**
+ * Re-render at once (synchronously) when a notebook's kernel connection changes status: a cell sent
+ * to a hibernated kernel shows it resuming, which on a declared GPU lasts a moment only.
+ */
+function useStatus(notebooks: Notebooks): void {
+  const [, rerender] = React.useReducer((n: number) => n + 1, 0);
+  React.useEffect(() => {
+    const now = () => flushSync(rerender);
+    notebooks.statusChanged.connect(now);
+    return () => {
+      notebooks.statusChanged.disconnect(now);
+    };
+  }, [notebooks]);
+}
+
 function PanelBody(props: {
   model: PoolModel;
+  notebooks: Notebooks;
   actions: IActions;
   visible: boolean;
+  openDashboard: () => void;
 }): JSX.Element {
   const { model } = props;
-  const [tab, setTab] = React.useState<'mine' | 'pool'>('mine');
+  useStatus(props.notebooks);
   const me = model.me;
   const admin = !!me?.admin && !!me?.pool.enabled;
-  React.useEffect(() => {
-    model.poolWanted = props.visible && admin && tab === 'pool';
-  }, [props.visible, admin, tab]);
   useTick(props.visible && !!me?.kernels.some(k => k.warning));
   const now = model.serverNow();
   const status = statusView(me, model.error, now);
@@ -78,58 +108,27 @@ function PanelBody(props: {
   if (!me) {
     body = <p className="jp-GpuPool-empty">{status.title}</p>;
   } else if (!me.pool.enabled) {
-    body = (
-      <p className="jp-GpuPool-empty">
-        No GPU pool on this server. {me.pool.note}
-      </p>
-    );
-  } else if (tab === 'pool' && admin) {
-    body = <PoolPanel pool={model.pool} error={model.poolError} now={now} />;
+    body = <p className="jp-GpuPool-empty">{__('No GPU pool on this server. %1', me.pool.note)}</p>;
   } else {
     body = <MyKernels me={me} now={now} actions={props.actions} />;
   }
-  const onTabKey = (event: React.KeyboardEvent) => {
-    if (event.key === 'ArrowRight' || event.key === 'ArrowLeft') {
-      setTab(tab === 'mine' ? 'pool' : 'mine');
-      event.preventDefault();
-    }
-  };
   return (
     <div className="jp-GpuPool-panelBody">
       <div className="jp-GpuPool-panelHeader">
-        <h1 className="jp-GpuPool-panelTitle">GPU pool</h1>
+        <h1 className="jp-GpuPool-panelTitle">{__('GPU pool')}</h1>
         <span
           className={`jp-GpuPool-pill jp-mod-${status.level} jp-GpuPool-headerStatus`}
-          title={status.title.replace(/\n?Click to open the GPU panel\.$/, '')}
+          title={status.title.replace(/\n?[^\n]*GPU panel\.$/, '')}
         >
           {status.text}
         </span>
       </div>
       {admin ? (
-        <div className="jp-GpuPool-tabs" role="tablist" aria-label="GPU pool views" onKeyDown={onTabKey}>
-          {(['mine', 'pool'] as const).map(t => (
-            <button
-              key={t}
-              role="tab"
-              id={`jp-GpuPool-tab-${t}`}
-              aria-selected={tab === t}
-              aria-controls="jp-GpuPool-tabpanel"
-              tabIndex={tab === t ? 0 : -1}
-              className={`jp-GpuPool-tab${tab === t ? ' jp-mod-active' : ''}`}
-              onClick={() => setTab(t)}
-            >
-              {t === 'mine' ? 'My kernels' : 'Whole pool'}
-            </button>
-          ))}
-        </div>
+        <button className="jp-Button jp-GpuPool-dashboardLink" onClick={props.openDashboard}>
+          {__('Open the pool dashboard')}
+        </button>
       ) : null}
-      <div
-        id="jp-GpuPool-tabpanel"
-        role={admin ? 'tabpanel' : undefined}
-        aria-labelledby={admin ? `jp-GpuPool-tab-${tab}` : undefined}
-      >
-        {body}
-      </div>
+      {body}
     </div>
   );
 }
@@ -137,23 +136,42 @@ function PanelBody(props: {
 export class GpuPanel extends ReactWidget {
   constructor(
     private readonly _model: PoolModel,
-    private readonly _actions: IActions
+    private readonly _notebooks: Notebooks,
+    private readonly _actions: IActions,
+    private readonly _openDashboard: () => void
   ) {
     super();
+    // A cell that starts waiting on a hibernated kernel: GET me is read again at once, so that a place
+    // in the queue shows without waiting for the next poll.
+    _notebooks.statusChanged.connect(() => void this._model.refresh());
     this.id = 'jp-gpu-pool-panel';
     this.addClass('jp-GpuPool-panel');
     this.title.icon = gpuIcon;
-    this.title.caption = 'GPU pool: your GPU kernels and quota';
+    this.title.caption = __('GPU pool: your GPU kernels and quota');
     this.node.setAttribute('role', 'region');
-    this.node.setAttribute('aria-label', 'GPU pool');
+    this.node.setAttribute('aria-label', __('GPU pool'));
+    this.node.tabIndex = -1;
   }
 
   render(): JSX.Element {
     return (
       <UseSignal signal={this._model.changed}>
-        {() => <PanelBody model={this._model} actions={this._actions} visible={this.isVisible} />}
+        {() => (
+          <PanelBody
+            model={this._model}
+            notebooks={this._notebooks}
+            actions={this._actions}
+            visible={this.isVisible}
+            openDashboard={this._openDashboard}
+          />
+        )}
       </UseSignal>
     );
+  }
+
+  protected onActivateRequest(msg: Message): void {
+    super.onActivateRequest(msg);
+    focusSoon(this);
   }
 
   protected onAfterShow(msg: Message): void {
@@ -164,12 +182,64 @@ export class GpuPanel extends ReactWidget {
 
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
-    this._model.poolWanted = false;
     this.update();
   }
 }
 
-/** "GPU 10 GiB · GPU 0" next to the notebook's kernel name. */
+/** The admin dashboard's content; polling GET pool runs only while it is shown. */
+export class DashboardWidget extends ReactWidget {
+  constructor(
+    private readonly _model: PoolModel,
+    private readonly _actions: IAdminActions
+  ) {
+    super();
+    this.id = 'jp-gpu-pool-dashboard';
+    this.addClass('jp-GpuPool-dashboardWidget');
+    this.title.icon = gpuIcon;
+    this.title.label = __('GPU pool');
+    this.title.caption = __('GPU pool dashboard: GPUs, kernels, queue and the policy’s decisions');
+    this.node.tabIndex = -1;
+  }
+
+  render(): JSX.Element {
+    return (
+      <UseSignal signal={this._model.changed}>
+        {() => (
+          <Dashboard
+            pool={this._model.pool}
+            telemetry={this._model.telemetry}
+            error={this._model.poolError}
+            telemetryError={this._model.telemetryError}
+            now={this._model.serverNow()}
+            actions={this._actions}
+          />
+        )}
+      </UseSignal>
+    );
+  }
+
+  protected onActivateRequest(msg: Message): void {
+    super.onActivateRequest(msg);
+    focusSoon(this);
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._model.poolWanted = true;
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._model.poolWanted = false;
+  }
+
+  dispose(): void {
+    this._model.poolWanted = false;
+    super.dispose();
+  }
+}
+
+/** "on GPU 0 (declared)" next to the notebook's kernel name. */
 export class SliceIndicator extends ReactWidget {
   constructor(
     private readonly _model: PoolModel,
@@ -193,7 +263,7 @@ export class SliceIndicator extends ReactWidget {
             <button
               className={`jp-GpuPool-indicatorButton jp-mod-${v.kind}`}
               title={v.title}
-              aria-label={`GPU slice of this kernel: ${v.text}. Open the GPU panel.`}
+              aria-label={__('GPU slice of this kernel: %1. Open the GPU panel.', v.text)}
               onClick={this._open}
             >
               <gpuIcon.react tag="span" className="jp-GpuPool-indicatorIcon" />

@@ -1,8 +1,10 @@
-"""The JupyterLab extension's own unit tests (formatting, state -> view, notifications), in CI.
+"""The JupyterLab extension's own unit tests and lint, in CI.
 
-They are TypeScript tests run by Node's test runner (``jlpm test`` in labextension/);
-this runs them from pytest so that one ``pytest`` covers the frontend logic too,
-and checks that the committed lockfile installs unchanged.
+The unit tests (formatting, state -> view, notifications, the dashboard's view models, the React
+components in jsdom) run with Jest and ``@jupyterlab/testing`` as the extension template sets them
+up (``jlpm test`` in labextension/); the lint is the template's ESLint and Prettier (``jlpm
+lint:check``). This runs both from pytest so that one ``pytest`` covers the frontend too, and checks
+that the committed lockfile installs unchanged.
 """
 
 from __future__ import annotations
@@ -23,24 +25,43 @@ def _jlpm() -> str | None:
     return shutil.which("jlpm", path=os.path.dirname(sys.executable)) or shutil.which("jlpm")
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed (the frontend needs Node 20+)")
-def test_frontend_unit_tests_pass():
+needs_node = pytest.mark.skipif(shutil.which("node") is None,
+                                reason="Node.js is not installed (the frontend needs Node 20+)")
+
+
+def _installed() -> tuple[str, dict]:
+    """jlpm, and an environment in which the package's scripts find it (and jupyter) by name, as the
+    extension template's do; the committed lockfile installed unchanged."""
     jlpm = _jlpm()
     assert jlpm, "jlpm not found: it comes with JupyterLab (pip install jupyterlab)"
-    # The package's scripts call jlpm (and jupyter) by name, as the extension template's do.
     env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(jlpm), os.environ.get("PATH", "")])}
     install = subprocess.run([jlpm, "install", "--immutable"], cwd=LABEXTENSION, capture_output=True, text=True,
                              timeout=600, env=env)
     assert install.returncode == 0, f"the lockfile does not install as committed:\n{install.stdout[-3000:]}"
+    return jlpm, env
+
+
+@pytest.mark.timeout(900)
+@needs_node
+def test_frontend_unit_tests_pass():
+    jlpm, env = _installed()
     run = subprocess.run([jlpm, "test"], cwd=LABEXTENSION, capture_output=True, text=True, timeout=600, env=env)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report[-6000:]
-    passed = re.search(r"^# pass (\d+)$", report, re.M)
-    failed = re.search(r"^# fail (\d+)$", report, re.M)
-    assert passed and failed, report[-3000:]
-    assert int(failed.group(1)) == 0
-    assert int(passed.group(1)) >= 50, f"only {passed.group(1)} frontend tests ran"
+    totals = re.search(r"^Tests:\s+(?:(\d+) failed, )?(?:\d+ skipped, )?(\d+) passed, (\d+) total$", report, re.M)
+    assert totals, report[-3000:]
+    failed, passed, total = int(totals.group(1) or 0), int(totals.group(2)), int(totals.group(3))
+    assert failed == 0 and passed == total
+    assert passed >= 80, f"only {passed} frontend tests ran"
+
+
+@pytest.mark.timeout(900)
+@needs_node
+def test_frontend_lint_passes():
+    """ESLint (typescript-eslint, the template's rules) and Prettier, as `jlpm lint:check` runs them."""
+    jlpm, env = _installed()
+    run = subprocess.run([jlpm, "lint:check"], cwd=LABEXTENSION, capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
 
 
 def test_extension_version_is_the_package_version():

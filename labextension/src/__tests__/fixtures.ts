@@ -1,6 +1,6 @@
 /** Payloads shaped like docs/api.md's examples, for the unit tests. */
 
-import type { IKernel, IMe, IPool } from '../types';
+import type { IKernel, IMe, IPool, IProfile, ITelemetry } from '../types';
 
 export const GiB = 1024 ** 3;
 export const NOW = 1732270000;
@@ -21,7 +21,13 @@ export function kernel(overrides: Partial<IKernel> = {}): IKernel {
     idle_since: NOW - 1000,
     memory_used: 3 * GiB,
     memory_limit: 10 * GiB,
-    utilization: { current: 37, samples: [[NOW - 10, 35], [NOW - 5, 37]] },
+    utilization: {
+      current: 37,
+      samples: [
+        [NOW - 10, 35],
+        [NOW - 5, 37]
+      ]
+    },
     queue_position: null,
     warning: null,
     can_hibernate: true,
@@ -68,27 +74,175 @@ export function pool(overrides: Partial<IPool> = {}): IPool {
     ],
     leases: [
       {
-        id: 'L1', owner: 'bob', kernel_id: 'k-bob-1', profile: 'gpu-10g', state: 'active',
-        gpus: ['GPU-1'], memory: 10 * GiB, sm_percent: null, created: NOW - 600, label: 'b.ipynb'
+        id: 'L1',
+        owner: 'bob',
+        kernel_id: 'k-bob-1',
+        profile: 'gpu-10g',
+        state: 'active',
+        gpus: ['GPU-1'],
+        memory: 10 * GiB,
+        sm_percent: null,
+        created: NOW - 600,
+        label: 'b.ipynb'
       },
       {
-        id: 'L2', owner: 'alice', kernel_id: 'k-alice-1', profile: 'gpu-20g-50', state: 'active',
-        gpus: ['GPU-1'], memory: 10 * GiB, sm_percent: 50, created: NOW - 60, label: 'x/a.ipynb'
+        id: 'L2',
+        owner: 'alice',
+        kernel_id: 'k-alice-1',
+        profile: 'gpu-20g-50',
+        state: 'active',
+        gpus: ['GPU-1'],
+        memory: 10 * GiB,
+        sm_percent: 50,
+        created: NOW - 60,
+        label: 'x/a.ipynb'
       },
       {
-        id: 'L3', owner: 'bob', kernel_id: 'k-bob-2', profile: 'gpu-10g', state: 'hibernated',
-        gpus: [], memory: 10 * GiB, sm_percent: null, created: NOW - 7200, label: ''
+        id: 'L3',
+        owner: 'bob',
+        kernel_id: 'k-bob-2',
+        profile: 'gpu-10g',
+        state: 'hibernated',
+        gpus: [],
+        memory: 10 * GiB,
+        sm_percent: null,
+        created: NOW - 7200,
+        label: ''
       }
     ],
     queue: [
-      { position: 2, owner: 'carol', kernel_id: 'k-c2', profile: 'gpu-whole', slice: 'whole', lease_id: null, enqueued: NOW - 30 },
-      { position: 1, owner: 'dave', kernel_id: 'k-d1', profile: 'gpu-10g', slice: '10GiB', lease_id: 'L9', enqueued: NOW - 90 }
+      {
+        position: 2,
+        owner: 'carol',
+        kernel_id: 'k-c2',
+        profile: 'gpu-whole',
+        slice: 'whole',
+        lease_id: null,
+        enqueued: NOW - 30
+      },
+      {
+        position: 1,
+        owner: 'dave',
+        kernel_id: 'k-d1',
+        profile: 'gpu-10g',
+        slice: '10GiB',
+        lease_id: 'L9',
+        enqueued: NOW - 90
+      }
     ],
     decisions: [
-      { at: NOW - 100, kind: 'warned', kernel_id: 'k-bob-1', owner: 'bob', reason: 'idle', dry_run: false, message: 'Idle for 28 min' },
-      { at: NOW - 50, kind: 'culled', kernel_id: 'k-bob-0', owner: 'bob', reason: 'idle', dry_run: true, message: 'Would shut down' }
+      {
+        at: NOW - 100,
+        kind: 'warned',
+        kernel_id: 'k-bob-1',
+        owner: 'bob',
+        name: 'b.ipynb',
+        profile: 'gpu-10g',
+        reason: 'idle',
+        rule: 'students',
+        action: 'shutdown',
+        dry_run: false,
+        message: 'Idle for 28 min'
+      },
+      {
+        at: NOW - 50,
+        kind: 'culled',
+        kernel_id: 'k-bob-0',
+        owner: 'bob',
+        name: 'old/b0.ipynb',
+        profile: 'gpu-10g',
+        reason: 'idle',
+        rule: 'students',
+        action: 'shutdown',
+        dry_run: true,
+        message: 'Would shut down'
+      },
+      {
+        at: NOW - 20,
+        kind: 'hibernated',
+        kernel_id: 'k-alice-1',
+        owner: 'alice',
+        name: 'x/a.ipynb',
+        profile: 'gpu-20g-50',
+        reason: 'gpu_idle',
+        rule: 'default',
+        action: 'hibernate',
+        dry_run: false,
+        message: 'Hibernated'
+      }
     ],
     policy: { dry_run: false, rules: [] },
     ...overrides
+  };
+}
+
+const PROFILE_SIZES: Record<string, [string, number | null]> = {
+  'gpu-10g': ['GPU 10 GiB', 10],
+  'gpu-20g': ['GPU 20 GiB', 20],
+  'gpu-whole': ['whole GPU', null]
+};
+
+/** The three demo profiles; `startsNow` says which would start for the user now. */
+export function profiles(startsNow: Record<string, boolean>): IProfile[] {
+  return Object.entries(PROFILE_SIZES).map(([name, [display, gib]]) => ({
+    name,
+    display_name: display,
+    launcher_name: `Python 3 · ${display}`,
+    description: `${display} of a demo GPU`,
+    slice_label: gib === null ? 'whole GPU' : `${gib} GiB`,
+    memory: gib === null ? null : gib * GiB,
+    sm_percent: null,
+    whole: gib === null,
+    isolation: gib === null ? 'exclusive' : 'soft',
+    starts_now: !!startsNow[name]
+  }));
+}
+
+/** Readings of two kernels on GPU-1 over three samples (alice's without a memory reading). */
+export function telemetry(): ITelemetry {
+  return {
+    now: NOW,
+    window: 600,
+    gpus: [
+      {
+        uuid: 'GPU-1',
+        label: 'GPU 0 · Demo · 40 GiB (declared)',
+        memory: 40 * GiB,
+        utilization: [[NOW - 10, 50]]
+      },
+      {
+        uuid: 'GPU-2',
+        label: 'GPU 1 · Demo · 40 GiB (declared)',
+        memory: 40 * GiB,
+        utilization: []
+      }
+    ],
+    kernels: [
+      {
+        kernel_id: 'k-bob-1',
+        owner: 'bob',
+        name: 'b.ipynb',
+        profile: 'gpu-10g',
+        gpus: ['GPU-1'],
+        slice_memory: 10 * GiB,
+        samples: [
+          [NOW - 10, 3 * GiB, 20],
+          [NOW - 5, 4 * GiB, 30],
+          [NOW, 5 * GiB, 40]
+        ]
+      },
+      {
+        kernel_id: 'k-alice-1',
+        owner: 'alice',
+        name: 'x/a.ipynb',
+        profile: 'gpu-20g-50',
+        gpus: ['GPU-1'],
+        slice_memory: 10 * GiB,
+        samples: [
+          [NOW - 5, null, 10],
+          [NOW, null, null]
+        ]
+      }
+    ]
   };
 }

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
 
 import {
   baseName,
@@ -8,9 +7,13 @@ import {
   formatClock,
   formatCountdown,
   formatDuration,
+  formatClockSeconds,
+  formatHours,
   formatPercent,
   formatUsedOf,
-  plural,
+  gpuShortName,
+  kernelsText,
+  reasonPhrase,
   sparklinePoints,
   trimNumber
 } from '../format';
@@ -36,11 +39,11 @@ describe('formatBytes', () => {
 });
 
 describe('formatUsedOf', () => {
-  it('writes used/limit in the limit’s unit, as the status bar shows it', () => {
-    assert.equal(formatUsedOf(10 * GiB, 40 * GiB), '10/40 GiB');
-    assert.equal(formatUsedOf(0, 40 * GiB), '0/40 GiB');
-    assert.equal(formatUsedOf(2.5 * GiB, 40 * GiB), '2.5/40 GiB');
-    assert.equal(formatUsedOf(256 * MiB, 512 * MiB), '256/512 MiB');
+  it('writes "used / limit" in the limit’s unit, as jupyter-resource-usage does', () => {
+    assert.equal(formatUsedOf(10 * GiB, 40 * GiB), '10 / 40 GiB');
+    assert.equal(formatUsedOf(0, 40 * GiB), '0 / 40 GiB');
+    assert.equal(formatUsedOf(2.5 * GiB, 40 * GiB), '2.5 / 40 GiB');
+    assert.equal(formatUsedOf(256 * MiB, 512 * MiB), '256 / 512 MiB');
   });
   it('writes only the use without a limit', () => {
     assert.equal(formatUsedOf(10 * GiB, null), '10 GiB');
@@ -64,9 +67,10 @@ describe('durations and times', () => {
     assert.equal(formatCountdown(8.2), '0:09');
     assert.equal(formatCountdown(-3), '0:00');
   });
-  it('formatClock writes hours and minutes', () => {
+  it('formatClock writes hours and minutes; tables add the seconds', () => {
     // The test script runs with TZ=UTC.
     assert.equal(formatClock(Date.UTC(2024, 10, 22, 14, 5, 59) / 1000), '14:05');
+    assert.equal(formatClockSeconds(Date.UTC(2024, 10, 22, 14, 5, 9) / 1000), '14:05:09');
   });
   it('formatAgo', () => {
     assert.equal(formatAgo(1000, 995), 'just now');
@@ -79,9 +83,23 @@ describe('small words', () => {
     assert.equal(formatPercent(37.4), '37%');
     assert.equal(formatPercent(null), '–');
   });
-  it('plural', () => {
-    assert.equal(plural(1, 'kernel'), '1 kernel');
-    assert.equal(plural(0, 'kernel'), '0 kernels');
+  it('counts kernels in the right number', () => {
+    assert.equal(kernelsText(1), '1 kernel');
+    assert.equal(kernelsText(0), '0 kernels');
+  });
+  it('formatHours keeps one decimal of GPU time', () => {
+    assert.equal(formatHours(6.24), '6.2 h');
+    assert.equal(formatHours(10), '10 h');
+  });
+  it('gpuShortName keeps the GPU’s index from its label', () => {
+    assert.equal(gpuShortName('GPU 0 · Demo GPU · 40 GiB (declared)'), 'GPU 0');
+  });
+  it('reasonPhrase says why in a few words, an unknown reason readably', () => {
+    assert.equal(reasonPhrase('gpu_idle'), 'GPU memory held, GPU unused');
+    assert.equal(reasonPhrase('pool_exhausted'), 'no GPU has room for it');
+    assert.equal(reasonPhrase('admin'), 'an admin asked');
+    assert.equal(reasonPhrase('new_reason'), 'new reason');
+    assert.equal(reasonPhrase(undefined), 'the pool’s policy');
   });
   it('baseName keeps the notebook’s file name', () => {
     assert.equal(baseName('analysis/Untitled.ipynb'), 'Untitled.ipynb');
@@ -124,9 +142,50 @@ describe('sparklinePoints', () => {
   });
   it('spreads a young kernel’s samples over the width (at least a minute), not at the right edge', () => {
     // 30 s of samples: the axis spans the minimum 60 s.
-    assert.equal(sparklinePoints([[970, 0], [1000, 100]], 1000, 300, 100, 24), '50,24 100,0');
+    assert.equal(
+      sparklinePoints(
+        [
+          [970, 0],
+          [1000, 100]
+        ],
+        1000,
+        300,
+        100,
+        24
+      ),
+      '50,24 100,0'
+    );
     // 2 min of samples: the axis spans them.
-    assert.equal(sparklinePoints([[880, 0], [940, 50], [1000, 100]], 1000, 300, 100, 24), '0,24 50,12 100,0');
+    assert.equal(
+      sparklinePoints(
+        [
+          [880, 0],
+          [940, 50],
+          [1000, 100]
+        ],
+        1000,
+        300,
+        100,
+        24
+      ),
+      '0,24 50,12 100,0'
+    );
     assert.equal(sparklinePoints([], 1000, 300, 100, 24), '');
+  });
+  it('leaves samples without a reading out', () => {
+    assert.equal(
+      sparklinePoints(
+        [
+          [700, 0],
+          [850, null],
+          [1000, 100]
+        ],
+        1000,
+        300,
+        100,
+        24
+      ),
+      '0,24 100,0'
+    );
   });
 });

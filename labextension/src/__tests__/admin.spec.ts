@@ -1,0 +1,229 @@
+import assert from 'node:assert/strict';
+
+import { dashboardView, filterDecisions, gpuPlots } from '../admin';
+import { GiB, NOW, pool, telemetry } from './fixtures';
+
+describe('dashboardView', () => {
+  it('lists every lease with user, notebook, profile, GPU, state, age and idle time', () => {
+    const v = dashboardView(
+      pool({
+        leases: [
+          {
+            id: 'L1',
+            owner: 'bob',
+            kernel_id: 'k-bob-1',
+            profile: 'gpu-10g',
+            state: 'active',
+            gpus: ['GPU-1'],
+            memory: 10 * GiB,
+            sm_percent: null,
+            created: NOW - 600,
+            label: 'dir/b.ipynb',
+            here: false,
+            idle_since: NOW - 120,
+            execution_state: 'idle',
+            actions: ['release', 'hibernate', 'shutdown']
+          },
+          {
+            id: 'L2',
+            owner: 'alice',
+            kernel_id: 'k-alice-1',
+            profile: 'gpu-20g-50',
+            state: 'active',
+            gpus: ['GPU-1'],
+            memory: 10 * GiB,
+            sm_percent: 50,
+            created: NOW - 60,
+            label: 'x/a.ipynb',
+            here: true,
+            execution_state: 'busy',
+            actions: ['release', 'shutdown']
+          },
+          {
+            id: 'L3',
+            owner: 'bob',
+            kernel_id: 'k-bob-2',
+            profile: 'gpu-10g',
+            state: 'hibernated',
+            gpus: [],
+            memory: 10 * GiB,
+            sm_percent: null,
+            created: NOW - 7200,
+            label: '',
+            actions: ['shutdown']
+          }
+        ]
+      }),
+      NOW
+    );
+    assert.deepEqual(
+      v.leases.map(l => [l.owner, l.notebook, l.profile, l.slice, l.gpu, l.state, l.age, l.idle]),
+      [
+        ['alice', 'a.ipynb', 'gpu-20g-50', '10 GiB · 50%', 'GPU 0', 'running', '1 min', 'busy'],
+        ['bob', 'kernel k-bob-2', 'gpu-10g', '10 GiB', '–', 'hibernated', '2 h', '–'],
+        ['bob', 'b.ipynb', 'gpu-10g', '10 GiB', 'GPU 0', 'active', '10 min', '2 min']
+      ]
+    );
+    assert.deepEqual(
+      v.leases[2].actions.map(a => a.label),
+      ['Release', 'Hibernate', 'Shut down']
+    );
+    assert.match(v.leases[2].actions[2].title, /another Jupyter server/); // bob's runs elsewhere
+    assert.doesNotMatch(v.leases[0].actions[0].title, /another Jupyter server/);
+    assert.deepEqual(
+      v.leases[0].actions.map(a => a.action),
+      ['release', 'shutdown']
+    ); // as the server allows
+  });
+
+  it('orders the queue, shows GPUs and newest decisions first', () => {
+    const v = dashboardView(pool(), NOW);
+    assert.deepEqual(
+      v.queue.map(q => [q.position, q.owner, q.what, q.waiting]),
+      [
+        [1, 'dave', 'resume', '1 min'],
+        [2, 'carol', 'start', '30 s']
+      ]
+    );
+    assert.equal(v.gpus[0].memoryText, '20 GiB of 40 GiB held');
+    assert.equal(v.gpus[0].fraction, 0.5);
+    assert.equal(v.gpus[0].utilization, 'no reading');
+    assert.equal(v.gpus[0].declared, true);
+    assert.deepEqual(
+      v.decisions.map(d => [
+        d.kind,
+        d.user,
+        d.notebook,
+        d.profile,
+        d.action,
+        d.reason,
+        d.rule,
+        d.dryRun
+      ]),
+      [
+        [
+          'hibernated',
+          'alice',
+          'a.ipynb',
+          'gpu-20g-50',
+          'hibernate',
+          'GPU memory held, GPU unused',
+          'default',
+          false
+        ],
+        ['culled', 'bob', 'b0.ipynb', 'gpu-10g', 'shutdown', 'idle too long', 'students', true],
+        ['warned', 'bob', 'b.ipynb', 'gpu-10g', 'shutdown', 'idle too long', 'students', false]
+      ]
+    );
+    assert.match(v.decisions[0].time, /^\d\d:\d\d:\d\d$/);
+  });
+
+  it('lists everyone’s GPU time, the most spent first', () => {
+    const v = dashboardView(
+      pool({
+        budgets: [
+          {
+            user: 'ann',
+            scope: 'ann',
+            kind: 'user',
+            period: 'week',
+            gpu_hours: 10,
+            used_hours: 2,
+            rate: 0,
+            resets_at: NOW
+          },
+          {
+            user: 'bob',
+            scope: 'students',
+            kind: 'member',
+            period: 'week',
+            gpu_hours: 10,
+            used_hours: 9.5,
+            rate: 0,
+            resets_at: NOW
+          }
+        ]
+      }),
+      NOW
+    );
+    assert.deepEqual(
+      v.budgets.map(b => [b.user, b.scope, b.text, b.level]),
+      [
+        ['bob', 'group students', '9.5 h of 10 h this week', 'near'],
+        ['ann', 'own', '2 h of 10 h this week', 'ok']
+      ]
+    );
+  });
+});
+
+describe('filterDecisions', () => {
+  const rows = dashboardView(pool(), NOW).decisions;
+  it('filters by kind, by user and by words anywhere in the row', () => {
+    assert.deepEqual(filterDecisions(rows, { text: '', kind: '', user: '' }).length, 3);
+    assert.deepEqual(
+      filterDecisions(rows, { text: '', kind: 'culled', user: '' }).map(r => r.notebook),
+      ['b0.ipynb']
+    );
+    assert.deepEqual(
+      filterDecisions(rows, { text: '', kind: '', user: 'alice' }).map(r => r.kind),
+      ['hibernated']
+    );
+    assert.deepEqual(
+      filterDecisions(rows, { text: 'students idle', kind: '', user: '' }).length,
+      2
+    );
+    assert.deepEqual(
+      filterDecisions(rows, { text: 'GPU unused', kind: '', user: '' }).map(r => r.user),
+      ['alice']
+    );
+    assert.deepEqual(filterDecisions(rows, { text: 'nothing-like-this', kind: '', user: '' }), []);
+  });
+});
+
+describe('gpuPlots', () => {
+  it('stacks each kernel’s memory and utilization on its GPU over a shared time axis', () => {
+    const [gpu0, gpu1] = gpuPlots(telemetry());
+    assert.equal(gpu0.name, 'GPU 0');
+    assert.equal(gpu0.slicesOnly, false); // bob's kernel has memory readings
+    assert.deepEqual(gpu0.memory.times, [NOW - 10, NOW - 5, NOW]);
+    assert.deepEqual(
+      gpu0.memory.series.map(s => s.label),
+      ['bob · b.ipynb', 'alice · a.ipynb']
+    );
+    // bob's readings; alice's kernel has none, so its slice's 10 GiB is what it holds.
+    assert.deepEqual(gpu0.memory.series[0].values, [3, 4, 5]);
+    assert.deepEqual(gpu0.memory.series[1].values, [null, 10, 10]);
+    assert.deepEqual(gpu0.memory.series[1].stacked, [3, 14, 15]);
+    assert.equal(gpu0.memory.max, 40);
+    assert.deepEqual(gpu0.utilization.series[0].stacked, [20, 30, 40]);
+    assert.deepEqual(gpu0.utilization.series[1].stacked, [20, 40, 40]);
+    assert.equal(gpu0.utilization.max, 100);
+    assert.equal(gpu0.utilization.summary, 'bob · b.ipynb 40%; alice · a.ipynb 10%');
+    assert.equal(gpu0.memory.summary, 'bob · b.ipynb 5 GiB; alice · a.ipynb 10 GiB');
+    assert.deepEqual(gpu1.memory.series, []);
+    assert.equal(gpu1.memory.summary, 'no readings');
+    assert.equal(gpu1.slicesOnly, false); // nothing on it: nothing to explain
+  });
+
+  it('holds each reading until the next one, so kernels sampled at other times stack evenly', () => {
+    const t = telemetry();
+    t.kernels[1].samples = [[NOW - 8, 2 * GiB, 50]]; // alice's one reading, between bob's
+    const [gpu0] = gpuPlots(t);
+    assert.deepEqual(gpu0.memory.times, [NOW - 10, NOW - 8, NOW - 5, NOW]);
+    assert.deepEqual(gpu0.memory.series[0].values, [3, 3, 4, 5]); // bob's 3 GiB holds at NOW - 8
+    assert.deepEqual(gpu0.memory.series[1].values, [null, 2, 2, 2]); // alice's holds until now
+    assert.deepEqual(gpu0.memory.series[1].stacked, [3, 5, 6, 7]);
+  });
+
+  it('draws a kernel without readings (a declared GPU) as its slice, from when it took it', () => {
+    const t = telemetry();
+    t.kernels = [{ ...t.kernels[0], samples: [], held_since: NOW - 120 }];
+    const [gpu0] = gpuPlots(t);
+    assert.equal(gpu0.slicesOnly, true);
+    assert.deepEqual(gpu0.memory.times, [NOW - 120, NOW]);
+    assert.deepEqual(gpu0.memory.series[0].values, [10, 10]);
+    assert.deepEqual(gpu0.utilization.series[0].values, [null, null]);
+    t.kernels[0].held_since = NOW - 5000; // held for longer than the window: from the window's start
+    assert.deepEqual(gpuPlots(t)[0].memory.times, [NOW - 600, NOW]);
+  });
+});

@@ -1,0 +1,391 @@
+/**
+ * From GET pool and GET pool/telemetry to what the admin dashboard shows: the
+ * GPU table, the stacked series of each GPU's plots, the lease table with its
+ * actions, the queue, everyone's GPU time and the filterable decision log.
+ *
+ * Pure functions, unit-tested; dashboard.tsx lays them out.
+ */
+
+import {
+  baseName,
+  formatBytes,
+  formatClockSeconds,
+  formatDuration,
+  formatHours,
+  formatPercent,
+  gpuShortName,
+  reasonPhrase
+} from './format';
+import { __ } from './i18n';
+import type { AdminAction, IPool, IPoolLease, IRecent, ITelemetry } from './types';
+import { budgetShare, NEAR_QUOTA } from './view';
+
+const GiB = 1024 ** 3;
+
+export interface IGpuRow {
+  uuid: string;
+  name: string;
+  label: string;
+  declared: boolean;
+  memoryText: string;
+  fraction: number;
+  slices: string;
+  utilization: string;
+}
+
+export interface ILeaseRow {
+  id: string;
+  kernelId: string;
+  owner: string;
+  notebook: string;
+  path: string;
+  profile: string;
+  slice: string;
+  gpu: string;
+  state: string;
+  age: string;
+  idle: string;
+  here: boolean;
+  actions: Array<{ action: AdminAction; label: string; title: string }>;
+}
+
+export interface IQueueRow {
+  position: number;
+  owner: string;
+  what: string;
+  profile: string;
+  waiting: string;
+}
+
+export interface IBudgetRow {
+  user: string;
+  scope: string;
+  text: string;
+  fraction: number;
+  level: 'ok' | 'near' | 'over';
+  resets: string;
+}
+
+export interface IDecisionRow {
+  key: string;
+  at: number;
+  time: string;
+  user: string;
+  notebook: string;
+  profile: string;
+  action: string;
+  kind: string;
+  reason: string;
+  rule: string;
+  dryRun: boolean;
+  message: string;
+}
+
+export interface IDashboardView {
+  note: string;
+  dryRun: boolean;
+  declared: boolean;
+  gpus: IGpuRow[];
+  leases: ILeaseRow[];
+  queue: IQueueRow[];
+  budgets: IBudgetRow[];
+  decisions: IDecisionRow[];
+}
+
+function leaseSlice(l: IPoolLease): string {
+  if (l.whole || l.memory === null) {
+    return l.gpu_count && l.gpu_count > 1 ? __('%1 whole GPUs', l.gpu_count) : __('whole GPU');
+  }
+  return formatBytes(l.memory) + (l.sm_percent ? ` · ${l.sm_percent}%` : '');
+}
+
+function leaseState(l: IPoolLease): string {
+  if (l.phase) {
+    return l.phase;
+  }
+  if (l.state === 'active') {
+    return l.execution_state === 'busy' ? __('running') : __('active');
+  }
+  return l.state;
+}
+
+const ADMIN_ACTIONS: AdminAction[] = ['release', 'hibernate', 'shutdown'];
+
+function adminActions(l: IPoolLease): ILeaseRow['actions'] {
+  const allowed = l.actions ?? [];
+  const where = l.here
+    ? ''
+    : ' ' + __('(it runs in another Jupyter server: that server carries it out at its next pass)');
+  return ADMIN_ACTIONS.filter(a => allowed.includes(a)).map(action => {
+    switch (action) {
+      case 'release':
+        return {
+          action,
+          label: __('Release'),
+          title:
+            __(
+              'Give its GPU slice back as its rule says (hibernate where it can, else shut down)'
+            ) + where
+        };
+      case 'hibernate':
+        return {
+          action,
+          label: __('Hibernate'),
+          title: __('Hibernate it: its slice goes back, its variables are kept') + where
+        };
+      default:
+        return {
+          action,
+          label: __('Shut down'),
+          title: __('Shut the kernel down: its variables are lost') + where
+        };
+    }
+  });
+}
+
+export function decisionRow(d: IRecent, i: number): IDecisionRow {
+  return {
+    key: `${d.at}-${d.kernel_id}-${d.kind}-${i}`,
+    at: d.at,
+    time: formatClockSeconds(d.at),
+    user: d.owner ?? '',
+    notebook: d.name ? baseName(d.name) : d.kernel_id ? d.kernel_id.slice(0, 8) : '',
+    profile: d.profile ?? '',
+    action: d.action ?? '',
+    kind: d.kind,
+    reason: reasonPhrase(d.reason),
+    rule: d.rule ?? '',
+    dryRun: !!d.dry_run,
+    message: d.message
+  };
+}
+
+export function dashboardView(pool: IPool, now: number): IDashboardView {
+  const gpuName = new Map(pool.gpus.map(g => [g.uuid, gpuShortName(g.label)]));
+  const leases = [...pool.leases].sort(
+    (a, b) => a.owner.localeCompare(b.owner) || a.created - b.created
+  );
+  return {
+    note: pool.note,
+    dryRun: !!pool.policy?.dry_run,
+    declared: !!pool.declared,
+    gpus: pool.gpus.map(g => ({
+      uuid: g.uuid,
+      name: gpuShortName(g.label),
+      label: g.label,
+      declared: g.source === 'declared',
+      memoryText: __('%1 of %2 held', formatBytes(g.used_memory), formatBytes(g.memory)),
+      fraction: g.memory ? Math.min(1, g.used_memory / g.memory) : 0,
+      slices: String(g.slices) + (g.exclusive ? ` (${__('whole GPU')})` : ''),
+      utilization: g.utilization === null ? __('no reading') : formatPercent(g.utilization)
+    })),
+    leases: leases.map(l => ({
+      id: l.id,
+      kernelId: l.kernel_id,
+      owner: l.owner,
+      notebook: l.label ? baseName(String(l.label)) : __('kernel %1', l.kernel_id.slice(0, 8)),
+      path: String(l.label ?? ''),
+      profile: l.profile,
+      slice: leaseSlice(l),
+      gpu: l.gpus.length ? l.gpus.map(u => gpuName.get(u) ?? u.slice(0, 12)).join('+') : '–',
+      state: leaseState(l),
+      age: formatDuration(now - l.created),
+      idle:
+        l.execution_state === 'busy'
+          ? __('busy')
+          : l.idle_since
+            ? formatDuration(now - l.idle_since)
+            : '–',
+      here: !!l.here,
+      actions: adminActions(l)
+    })),
+    queue: [...pool.queue]
+      .sort((a, b) => a.position - b.position)
+      .map(w => ({
+        position: w.position,
+        owner: w.owner,
+        what: w.lease_id ? __('resume') : __('start'),
+        profile: w.profile + (w.slice ? ` (${w.slice})` : ''),
+        waiting: formatDuration(now - w.enqueued)
+      })),
+    budgets: (pool.budgets ?? [])
+      .map(b => {
+        const share = budgetShare(b);
+        return {
+          user: b.user,
+          scope: b.kind === 'user' ? __('own') : __('group %1', b.scope),
+          text: __(
+            '%1 of %2 this %3',
+            formatHours(b.used_hours),
+            formatHours(b.gpu_hours),
+            b.period
+          ),
+          fraction: Math.min(1, share),
+          level: (share >= 1 ? 'over' : share >= NEAR_QUOTA ? 'near' : 'ok') as IBudgetRow['level'],
+          resets: new Date(b.resets_at * 1000).toLocaleString()
+        };
+      })
+      .sort((a, b) => b.fraction - a.fraction || a.user.localeCompare(b.user)),
+    decisions: [...pool.decisions].sort((a, b) => b.at - a.at).map(decisionRow)
+  };
+}
+
+export interface IDecisionFilter {
+  text: string;
+  kind: string;
+  user: string;
+}
+
+/** The decision log's rows that pass the filter: a kind, a user, and words anywhere in the row. */
+export function filterDecisions(rows: IDecisionRow[], filter: IDecisionFilter): IDecisionRow[] {
+  const words = filter.text.trim().toLowerCase().split(/\s+/).filter(Boolean);
+  return rows.filter(r => {
+    if (filter.kind && r.kind !== filter.kind) {
+      return false;
+    }
+    if (filter.user && r.user !== filter.user) {
+      return false;
+    }
+    const hay = [
+      r.time,
+      r.user,
+      r.notebook,
+      r.profile,
+      r.kind,
+      r.action,
+      r.reason,
+      r.rule,
+      r.message
+    ]
+      .join(' ')
+      .toLowerCase();
+    return words.every(w => hay.includes(w));
+  });
+}
+
+/** One stacked plot: a shared time axis, one series per kernel (values already stacked). */
+export interface IStackedSeries {
+  /** Unix seconds. */
+  times: number[];
+  series: Array<{
+    key: string;
+    label: string;
+    /** This kernel's own value at each time (null: none). */
+    values: Array<number | null>;
+    /** The running total up to and including this kernel: what the plot draws. */
+    stacked: number[];
+  }>;
+  /** The axis maximum: the GPU's memory (GiB) or 100 (%). */
+  max: number;
+  unit: 'GiB' | '%';
+  /** For screen readers and tests: each kernel's latest value. */
+  summary: string;
+}
+
+export interface IGpuPlots {
+  uuid: string;
+  name: string;
+  /** No kernel on it has readings (a declared GPU): the memory plot shows what the slices hold. */
+  slicesOnly: boolean;
+  memory: IStackedSeries;
+  utilization: IStackedSeries;
+}
+
+type Sample = [number, number | null, number | null];
+
+/** A kernel's value at time `t`: its last sample then (a step), or null before its first. */
+function stepAt(samples: Sample[], t: number, pick: (s: Sample) => number | null): number | null {
+  let found: number | null = null;
+  for (const s of samples) {
+    if (s[0] > t) {
+      break;
+    }
+    found = pick(s);
+  }
+  return found;
+}
+
+function stack(
+  times: number[],
+  rows: Array<{ key: string; label: string; at: (t: number) => number | null }>
+): IStackedSeries['series'] {
+  const running = times.map(() => 0);
+  return rows.map(r => {
+    const values = times.map(t => r.at(t));
+    const stacked = values.map((v, i) => (running[i] += v ?? 0));
+    return { key: r.key, label: r.label, values, stacked };
+  });
+}
+
+function summarize(series: IStackedSeries['series'], unit: string): string {
+  const latest = series
+    .map(s => {
+      const v = [...s.values].reverse().find(x => x !== null);
+      if (v === undefined || v === null) {
+        return null;
+      }
+      return `${s.label} ${unit === '%' ? formatPercent(v) : `${Math.round(v * 10) / 10} GiB`}`;
+    })
+    .filter(Boolean);
+  return latest.length ? latest.join('; ') : __('no readings');
+}
+
+/**
+ * Per GPU, its kernels' memory and utilization over time, stacked: what each kernel's share of
+ * the GPU was. Each kernel's readings hold until its next one (a step); its memory is the reading
+ * where there is one, else what its slice holds. A kernel without readings (another server's, or
+ * any on a declared GPU) holds its slice from when it took it until now.
+ */
+export function gpuPlots(telemetry: ITelemetry): IGpuPlots[] {
+  const start = telemetry.now - telemetry.window;
+  const label = (k: ITelemetry['kernels'][number]) =>
+    `${k.owner} · ${baseName(k.name) || k.kernel_id.slice(0, 8)}`;
+  return telemetry.gpus.map(g => {
+    const kernels = telemetry.kernels.filter(k => k.gpus.includes(g.uuid));
+    const since = (k: ITelemetry['kernels'][number]) => Math.max(start, k.held_since ?? start);
+    const all = [telemetry.now];
+    for (const k of kernels) {
+      all.push(...(k.samples.length ? k.samples.map(s => s[0]) : [since(k)]));
+    }
+    const times = kernels.length ? [...new Set(all)].sort((a, b) => a - b) : [];
+    const memoryAt = (k: ITelemetry['kernels'][number]) => (t: number) => {
+      const slice = k.slice_memory === null ? null : k.slice_memory / GiB;
+      if (!k.samples.length) {
+        return t >= since(k) ? slice : null;
+      }
+      const held = stepAt(k.samples, t, ([, m]) => (m === null ? -1 : m / GiB));
+      return held === -1 ? slice : held; // a reading without memory: the slice
+    };
+    const memory = stack(
+      times,
+      kernels.map(k => ({ key: k.kernel_id, label: label(k), at: memoryAt(k) }))
+    );
+    const utilization = stack(
+      times,
+      kernels.map(k => ({
+        key: k.kernel_id,
+        label: label(k),
+        at: (t: number) => stepAt(k.samples, t, ([, , u]) => u)
+      }))
+    );
+    return {
+      uuid: g.uuid,
+      name: gpuShortName(g.label),
+      slicesOnly: kernels.length > 0 && kernels.every(k => !k.samples.some(s => s[1] !== null)),
+      memory: {
+        times,
+        series: memory,
+        max: g.memory / GiB,
+        unit: 'GiB',
+        summary: summarize(memory, 'GiB')
+      },
+      utilization: {
+        times,
+        series: utilization,
+        max: 100,
+        unit: '%',
+        summary: summarize(utilization, '%')
+      }
+    };
+  });
+}

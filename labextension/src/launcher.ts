@@ -1,0 +1,111 @@
+/**
+ * The launcher's GPU kernel cards, explained: the admin's description of the
+ * profile and what its slice means as the card's tooltip ("50%" is a share of
+ * the GPU's compute, enforced by NVIDIA MPS), and "(demo)" where the pool's GPUs
+ * are declared. (The GPU badge itself is the kernelspec's logo.)
+ *
+ * JupyterLab's launcher titles a kernel card with the kernelspec's display name
+ * and offers no other hook, so the cards JupyterLab rendered are annotated in
+ * place; they are recognised by that display name, the launcher name of a
+ * profile in GET me.
+ */
+
+import type { CommandRegistry } from '@lumino/commands';
+import type { Widget } from '@lumino/widgets';
+
+import { __ } from './i18n';
+import type { PoolModel } from './model';
+import type { IMe, IProfile } from './types';
+
+/** What a profile's slice means, in words. */
+export function profileTooltip(profile: IProfile, declared: boolean): string {
+  const lines: string[] = [];
+  if (profile.description) {
+    lines.push(profile.description);
+  }
+  if (profile.whole) {
+    lines.push(__('A whole GPU of its own.'));
+  } else if (profile.sm_percent) {
+    lines.push(
+      __(
+        'A slice of %1 of GPU memory and %2% of the GPU’s compute (its streaming multiprocessors), enforced by NVIDIA MPS.',
+        profile.slice_label.split(' · ')[0],
+        profile.sm_percent
+      )
+    );
+  } else {
+    lines.push(
+      __('A slice of %1 of GPU memory; the GPU’s compute is shared.', profile.slice_label)
+    );
+  }
+  if (declared) {
+    lines.push(
+      __(
+        'Demo: the pool’s GPUs are declared, not real. The kernel holds no GPU memory and cannot run CUDA code.'
+      )
+    );
+  }
+  if (profile.starts_now === false) {
+    lines.push(
+      __(
+        'It would not start right now (your quota, or no room in the pool): the GPU panel says why.'
+      )
+    );
+  }
+  return lines.join('\n');
+}
+
+/** Annotate the GPU kernel cards under `root` (a launcher). */
+export function annotateLauncher(root: HTMLElement, me: IMe | null): void {
+  if (!me?.pool.enabled || !me.profiles?.length) {
+    return;
+  }
+  const byName = new Map(me.profiles.map(p => [p.launcher_name, p]));
+  const declared = !!me.pool.declared;
+  for (const card of Array.from(root.querySelectorAll<HTMLElement>('.jp-LauncherCard'))) {
+    const label = card.querySelector('.jp-LauncherCard-label p')?.textContent ?? '';
+    const profile = byName.get(label);
+    if (!profile) {
+      continue;
+    }
+    const tooltip = profileTooltip(profile, declared);
+    card.title = tooltip;
+    card.querySelector('.jp-LauncherCard-label')?.setAttribute('title', tooltip);
+    card.classList.add('jp-GpuPool-launcherCard');
+    const labelBox = card.querySelector('.jp-LauncherCard-label');
+    const demo = labelBox?.querySelector('.jp-GpuPool-launcherDemo');
+    if (declared && labelBox && !demo) {
+      const mark = document.createElement('span');
+      mark.className = 'jp-GpuPool-launcherDemo';
+      mark.textContent = __('(demo)');
+      labelBox.appendChild(mark);
+    } else if (!declared && demo) {
+      demo.remove();
+    }
+  }
+}
+
+/**
+ * Keep every launcher annotated: each one JupyterLab's `launcher:create` command opens (at start
+ * too, when the layout is restored), as its cards render, and when GET me changes.
+ */
+export function followLaunchers(commands: CommandRegistry, model: PoolModel): void {
+  const launchers = new Set<HTMLElement>();
+  commands.commandExecuted.connect((_, executed) => {
+    if (executed.id !== 'launcher:create') {
+      return;
+    }
+    void executed.result.then((widget: Widget) => {
+      const node = widget.node;
+      launchers.add(node);
+      widget.disposed.connect(() => {
+        launchers.delete(node);
+        observer.disconnect();
+      });
+      const observer = new MutationObserver(() => annotateLauncher(node, model.me));
+      observer.observe(node, { childList: true, subtree: true });
+      annotateLauncher(node, model.me);
+    });
+  });
+  model.changed.connect(() => launchers.forEach(node => annotateLauncher(node, model.me)));
+}

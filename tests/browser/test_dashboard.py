@@ -1,0 +1,177 @@
+"""The admins' pool dashboard in real Chromium, and a card with GPU readings.
+
+Two real servers share one ledger, as two users' servers of one machine do: the admin's (the
+owner of a personal server is the pool's admin) and bob's. This machine has no GPU, so the
+admin's server reads its kernels' GPU memory and utilization from the scripted telemetry source
+(``scripted_telemetry.py``, the extension's ``telemetry_source_class``), at the telemetry boundary
+only. The dashboard draws each GPU's memory and utilization over time with each kernel's share
+stacked, lists every lease with its actions, and the admin shuts down bob's kernel, which bob's
+own server carries out and explains to bob.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from browser_helpers import (
+    assert_accessible,
+    command,
+    open_notebook,
+    run_cell,
+    set_theme,
+    shoot,
+    toast,
+    wait_for,
+)
+from lab_server import LabServer
+from scripted_telemetry import READINGS_ENV
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
+
+expect = pytest.importorskip("playwright.sync_api").expect
+expect.set_options(timeout=15_000)
+
+GiB = 1024**3
+BUDGETS = {"root": {"gpu_hours": 10}, "bob": {"gpu_hours": 5}}
+
+# Pixels of a plot in its kernels' colours: the plot was drawn from the readings.
+PLOT_PIXELS = """(figure) => {
+  const palette = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7',
+                   '#9c755f', '#bab0ac'].map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
+  const canvas = figure.querySelector('canvas');
+  if (!canvas) { return 0; }
+  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let n = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    if (data[i + 3] > 0 && palette.some(([r, g, b]) =>
+        Math.abs(data[i] - r) < 40 && Math.abs(data[i + 1] - g) < 40 && Math.abs(data[i + 2] - b) < 40)) { n++; }
+  }
+  return n;
+}"""
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory, artifacts):
+    root = tmp_path_factory.mktemp("dash")
+    readings = root / "readings.json"
+    admin = LabServer(
+        root / "admin", pool={"budgets": BUDGETS},
+        extension={"cull_interval": 1.0, "telemetry_interval": 1.0,
+                   "telemetry_source_class": "scripted_telemetry.FileReadings"},
+        env={READINGS_ENV: str(readings),
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))},
+    )
+    bob = LabServer(root / "bob", pool={"owner": "bob", "ledger_path": str(admin.ledger), "budgets": BUDGETS},
+                    extension={"cull_interval": 1.0, "telemetry_interval": 1.0})
+    admin.start()
+    bob.start()
+    yield admin, bob, readings
+    for server, name in ((bob, "bob"), (admin, "admin")):
+        server.stop()
+        server.copy_log(artifacts / f"dashboard-{name}.server.log")
+
+
+def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
+    admin, bob, readings = servers
+    # bob's kernel, in bob's own server, on the same ledger.
+    status, session = bob.api("POST", "api/sessions", {"path": "bob-model.ipynb", "type": "notebook",
+                                                       "name": "bob-model.ipynb", "kernel": {"name": "gpu-pool-gpu-20g"}})
+    assert status == 201, session
+    bobs_kernel = session["kernel"]["id"]
+
+    admin.write_notebook("train.ipynb", "gpu-pool-gpu-10g", ["import time\nx = 1"])
+    open_notebook(page, admin, "train.ipynb")
+    expect(page.locator(".jp-GpuPool-indicatorButton")).to_be_visible(timeout=120_000)
+    run_cell(page, 0)
+    command(page, "gpu-pool:open-panel")
+    card = page.locator("section.jp-GpuPool-card")
+    expect(card).to_be_visible()
+    for i, utilization in enumerate([12, 35, 61, 88, 74, 52, 90, 67, 41, 58, 83, 37]):
+        readings.write_text(json.dumps({"memory": (3 + (i % 3)) * GiB, "utilization": utilization}))
+        page.wait_for_timeout(1000)
+    readings.write_text(json.dumps({"memory": 3 * GiB, "utilization": 37}))
+    page.wait_for_timeout(2500)
+
+    # The card and the status bar with readings; GPU time against the budget.
+    expect(page.locator("button.jp-GpuPool-status")).to_have_text(re.compile(r"^GPU mem: 10 / 40 GiB · 37% · time: "
+                                                                               r"[\d.]+ / 10 h$"))
+    memory = card.get_by_role("meter")
+    expect(memory).to_have_attribute("aria-valuetext", "3 GiB of 10 GiB")
+    expect(memory).to_have_attribute("aria-valuenow", "30")
+    expect(card.locator(".jp-GpuPool-spark .jp-GpuPool-meterText")).to_have_text("37%")
+    points = card.locator("polyline.jp-GpuPool-sparkLine").get_attribute("points").split()
+    assert len(points) >= 8 and len({float(p.split(",")[1]) for p in points}) >= 5, points
+    expect(card.get_by_role("img", name=re.compile(r"37% now; last 5 min: min \d+%"))).to_be_visible()
+    expect(page.locator(".jp-GpuPool-quota")).to_contain_text(re.compile(r"GPU time this week\s*[\d.]+ of 10 h"))
+    shoot(page, artifacts, "08-readings", small=False)
+
+    # The dashboard, from the panel's button.
+    card.page.get_by_role("button", name="Open the pool dashboard").click()
+    dashboard = page.locator(".jp-GpuPool-dashboard")
+    expect(dashboard.locator(".jp-GpuPool-gpuTable tbody tr")).to_have_count(2)
+    expect(dashboard.locator(".jp-GpuPool-gpuTable")).to_contain_text("37%")  # the GPU's own reading
+    leases = dashboard.locator(".jp-GpuPool-leaseTable tbody tr")
+    expect(leases).to_have_count(2)
+    expect(leases.nth(0)).to_contain_text(re.compile(r"^bob\s*bob-model\.ipynb\s*gpu-20g"))
+    expect(leases.nth(1)).to_contain_text(re.compile(r"^root\s*train\.ipynb\s*gpu-10g"))
+
+    # Each GPU's plots: the admin's kernel from its readings (stacked), bob's from its slice.
+    plots = dashboard.locator(".jp-GpuPool-gpuPlots")
+    expect(plots).to_have_count(2)
+    mine = dashboard.locator(".jp-GpuPool-gpuPlots", has_text="root · train.ipynb")
+    memory_plot = mine.locator("figure.jp-GpuPool-chart").nth(0)
+    util_plot = mine.locator("figure.jp-GpuPool-chart").nth(1)
+    expect(memory_plot.locator(".jp-GpuPool-legend")).to_contain_text(re.compile(r"root · train\.ipynb\s*3 GiB"))
+    expect(util_plot.locator(".jp-GpuPool-legend")).to_contain_text(re.compile(r"root · train\.ipynb\s*37%"))
+    assert int(util_plot.get_attribute("data-points")) >= 8
+    wait_for(lambda: util_plot.evaluate(PLOT_PIXELS) > 200, timeout=15, what="the utilization plot to be drawn")
+    expect(util_plot.get_by_role("img")).to_have_attribute("aria-label", re.compile(r"root · train\.ipynb 37%"))
+    expect(dashboard.locator(".jp-GpuPool-gpuPlots", has_text="bob · bob-model.ipynb").locator(
+        ".jp-GpuPool-legend").first).to_contain_text(re.compile(r"bob · bob-model\.ipynb\s*20 GiB"))
+    assert_accessible(page, "the dashboard, light theme")
+    page.wait_for_timeout(800)
+    shoot(page, artifacts, "10-dashboard")
+    set_theme(page, "JupyterLab Dark")
+    assert_accessible(page, "the dashboard, dark theme")
+    shoot(page, artifacts, "10-dashboard-dark", small=False)
+    set_theme(page, "JupyterLab Light")
+
+    # An admin's action on another user's lease: bob's own server carries it out and tells bob.
+    shut = dashboard.get_by_role("button", name="Shut down: bob-model.ipynb of bob")
+    expect(shut).to_have_attribute("title", re.compile(r"another Jupyter server"))
+    shut.click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Shut down bob’s bob-model.ipynb now?")
+    dialog.get_by_role("button", name="Shut down").click()
+    expect(toast(page, "Asked")).to_contain_text("bob’s bob-model.ipynb")
+    wait_for(lambda: not bob.kernel_alive(bobs_kernel), timeout=60, what="bob's server to shut his kernel down")
+    expect(leases).to_have_count(1, timeout=30_000)
+    told = bob.me()["recent"]
+    assert any(r["kind"] == "released" and r["reason"] == "admin" and "by an admin (root)" in r["message"]
+               for r in told), told
+
+    # The decision log: a table, filtered as the admin types; the tabs follow the arrow keys.
+    tab = page.get_by_role("tab", name="GPUs and kernels")
+    tab.focus()
+    page.keyboard.press("ArrowRight")
+    log_tab = page.get_by_role("tab", name="Decision log")
+    expect(log_tab).to_be_focused()
+    expect(log_tab).to_have_attribute("aria-selected", "true")
+    rows = dashboard.locator(".jp-GpuPool-logTable tbody tr")
+    expect(rows.first).to_be_visible()
+    dashboard.get_by_role("searchbox").fill("admin")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text(re.compile(r"bob\s*bob-model\.ipynb\s*gpu-20g\s*released"))
+    assert_accessible(page, "the decision log")
+    shoot(page, artifacts, "11-decision-log", small=False)
+    page.keyboard.press("Shift+Tab")  # back to the tabs
+    page.get_by_role("tab", name="Decision log").focus()
+    page.keyboard.press("End")
+    expect(page.get_by_role("tab", name="GPU time")).to_be_focused()
+    budgets = dashboard.locator(".jp-GpuPool-budgetTable tbody tr")
+    expect(budgets).to_have_count(2)
+    expect(budgets.first).to_contain_text(re.compile(r"^(bob|root)\s*own\s*[\d.]+ h of (5|10) h this week"))
