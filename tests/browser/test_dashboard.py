@@ -175,3 +175,8 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     budgets = dashboard.locator(".jp-GpuPool-budgetTable tbody tr")
     expect(budgets).to_have_count(2)
     expect(budgets.first).to_contain_text(re.compile(r"^(bob|root)\s*own\s*[\d.]+ h of (5|10) h this week"))
+
+    # The dashboard comes back with the layout.
+    page.wait_for_timeout(1500)  # the layout is saved a moment after it changes
+    page.reload()
+    expect(page.locator(".jp-GpuPool-dashboard .jp-GpuPool-gpuTable tbody tr")).to_have_count(2, timeout=120_000)

@@ -364,8 +364,10 @@ def test_settings_poll_interval_mute_and_hide_the_status_item(lab, page):
     url = "lab/api/settings/jupyter-gpu-pool:plugin"
     status, body = lab.api("GET", url)
     assert status == 200 and body["schema"]["properties"]["pollInterval"]["default"] == 3
-    status, body = lab.api("PUT", url, {"raw": json.dumps({"hideStatusItem": True, "pollInterval": 1})})
+    status, body = lab.api("PUT", url, {"raw": json.dumps({"hideStatusItem": True, "pollInterval": 1,
+                                                           "muteNotifications": True})})
     assert status == 204, body
+    bob = OtherUser(lab)
     try:
         reads: list[float] = []
         page.on("request", lambda r: "/gpu-pool/api/v1/me" in r.url and reads.append(time.monotonic()))
@@ -375,7 +377,19 @@ def test_settings_poll_interval_mute_and_hide_the_status_item(lab, page):
         expect(page.locator(".jp-GpuPool-statusItem")).to_be_hidden()
         recent = [t for t in reads if t > reads[-1] - 5]
         assert len(recent) >= 4, f"one read a second expected, got {len(recent)} in 5 s"
+        # Muted: a refused start shows JupyterLab's dialog and the panel's history, no toast of the pool's.
+        for i in range(4):
+            bob.hold("gpu-20g", f"bobs-{i}.ipynb")
+        lab.write_notebook("muted.ipynb", "gpu-pool-gpu-10g", [CELL])
+        open_notebook(page, lab, "muted.ipynb", workspace="settings")
+        expect(page.locator(".jp-Dialog")).to_contain_text("The GPU pool is full", timeout=60_000)
+        page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
+        command(page, "gpu-pool:open-panel")
+        expect(page.locator(".jp-GpuPool-recent li").first).to_contain_text(
+            "Could not start: no GPU has room for it.", timeout=30_000)
+        expect(page.locator(".Toastify__toast")).to_have_count(0)
     finally:
+        bob.release_all()
         lab.api("PUT", url, {"raw": "{}"})
 
 
