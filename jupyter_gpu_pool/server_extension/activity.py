@@ -18,6 +18,7 @@ Never any code, output or notebook name.  A failure to write is logged and never
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot
@@ -39,13 +40,14 @@ class _Kernel:
 
 
 class ActivityRecorder:
-    def __init__(self, backend: PoolBackend, *, sample_interval: float, thresholds: tuple[float, ...]):
+    def __init__(self, backend: PoolBackend, *, sample_interval: float, thresholds: tuple[float, ...],
+                 clock=time.time):
         self.backend = backend
         self.sample_interval = sample_interval
         self.thresholds = thresholds
         self.kernels: dict[str, _Kernel] = {}
-        self._journal_seq: int | None = None
-        self._journal_at = 0.0
+        self._journal_seq = 0
+        self._started = self._journal_at = clock()  # the journal from when this server started
         self._waiters: set[str] = set()
 
     async def observe(self, snapshot: Snapshot, kernels: dict, *, now: float, culler) -> None:
@@ -128,16 +130,14 @@ class ActivityRecorder:
     # -- what the journal says ----------------------------------------------------------------------
 
     async def _journal(self, events: list[TraceEvent]) -> None:
-        entries = await self.backend.journal(since=self._journal_at, kinds=_JOURNAL, owner=self.backend.owner,
+        # (a minute's margin: an entry's time is taken before its write waits for the lock, so a later row may
+        # carry an earlier time; rows already taken are told apart by their number)
+        entries = await self.backend.journal(since=self._journal_at - 60, kinds=_JOURNAL, owner=self.backend.owner,
                                              limit=1000)
-        if self._journal_seq is None:  # from when this server started
-            self._journal_seq = max((e.seq for e in entries), default=0)
-            self._journal_at = max((e.at for e in entries), default=0.0)
-            return
         for e in sorted(entries, key=lambda e: e.seq):
-            if e.seq <= self._journal_seq:
+            if e.seq <= self._journal_seq or e.at < self._started:
                 continue
-            self._journal_seq, self._journal_at = e.seq, e.at
+            self._journal_seq, self._journal_at = e.seq, max(self._journal_at, e.at)
             event = self._from_journal(e)
             if event is not None:
                 events.append(event)
