@@ -52,3 +52,6 @@ async def ext(jp_serverapp):
     app = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
     await app._start_jupyter_server_extension(jp_serverapp)
     yield app
+    # Its loops stop before pool_home closes the ledger: a pass reading a closed SQLite connection in a
+    # thread crashes the interpreter (the server's own cleanup comes after that teardown).
+    await app.stop_extension()
