@@ -48,7 +48,6 @@ def make_kernels(n: int, now: float, rng: random.Random) -> list[tuple[str, tupl
             started=now - rng.uniform(0, 86400 * 2),
             state_since=now - rng.uniform(0, 86400 * 2),
             busy_since=now - rng.uniform(0, 7200) if 0.1 <= kind < 0.3 else None,
-            connections=rng.randint(0, 2),
             isolation="mps" if profile == "gpu-20g-50" else "soft",
             memory_used=rng.randint(0, 12 * 2**30),
             memory_limit=10 * 2**30,
