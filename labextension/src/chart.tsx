@@ -50,11 +50,14 @@ function options(data: IStackedSeries, width: number, height: number): uPlot.Opt
     ...(values ? { values } : {})
   });
   // The top of the stack first: each band is filled down to zero and the ones below are drawn over it.
+  // Steps: a reading holds until the next one (what the stacked values mean).
+  const steps = uPlot.paths.stepped!({ align: 1 });
   const series: uPlot.Series[] = [...data.series].reverse().map(s => ({
     label: s.label,
     stroke: colourOf(s.key),
     fill: colourOf(s.key) + 'cc',
     width: 1,
+    paths: steps,
     points: { show: false }
   }));
   return {
