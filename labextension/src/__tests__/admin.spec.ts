@@ -5,53 +5,20 @@ import { GiB, NOW, pool, telemetry } from './fixtures';
 
 describe('dashboardView', () => {
   it('lists every lease with user, notebook, profile, GPU, state, age and idle time', () => {
+    const [bobs, alices, bobsHibernated] = pool().leases;
     const v = dashboardView(
       pool({
         leases: [
           {
-            id: 'L1',
-            owner: 'bob',
-            kernel_id: 'k-bob-1',
-            profile: 'gpu-10g',
-            state: 'active',
-            gpus: ['GPU-1'],
-            memory: 10 * GiB,
-            sm_percent: null,
-            created: NOW - 600,
+            ...bobs,
             label: 'dir/b.ipynb',
             here: false,
             idle_since: NOW - 120,
             execution_state: 'idle',
             actions: ['release', 'hibernate', 'shutdown']
           },
-          {
-            id: 'L2',
-            owner: 'alice',
-            kernel_id: 'k-alice-1',
-            profile: 'gpu-20g-50',
-            state: 'active',
-            gpus: ['GPU-1'],
-            memory: 10 * GiB,
-            sm_percent: 50,
-            created: NOW - 60,
-            label: 'x/a.ipynb',
-            here: true,
-            execution_state: 'busy',
-            actions: ['release', 'shutdown']
-          },
-          {
-            id: 'L3',
-            owner: 'bob',
-            kernel_id: 'k-bob-2',
-            profile: 'gpu-10g',
-            state: 'hibernated',
-            gpus: [],
-            memory: 10 * GiB,
-            sm_percent: null,
-            created: NOW - 7200,
-            label: '',
-            actions: ['shutdown']
-          }
+          { ...alices, here: true, execution_state: 'busy', actions: ['release', 'shutdown'] },
+          { ...bobsHibernated, actions: ['shutdown'] }
         ]
       }),
       NOW
