@@ -146,10 +146,16 @@ export async function adminAct(
   }
   try {
     const reply = await model.client.act(row.kernelId, action);
+    const done =
+      reply.action === 'hibernate'
+        ? __('%1 hibernates', who)
+        : reply.action === 'shutdown'
+          ? __('%1 shuts down', who)
+          : __('%1 gives its GPU slice back', who);
     Notification.info(
       reply.requested
-        ? __('Asked the server of %1 to %2 it: it does so at its next pass.', who, action)
-        : __('%1: %2 under way.', who, action),
+        ? __('%1 at the next pass of its own server (asked of it now).', done)
+        : __('%1 now.', done),
       { autoClose: 5000 }
     );
   } catch (error) {

@@ -143,6 +143,35 @@ function adminActions(l: IPoolLease): ILeaseRow['actions'] {
   });
 }
 
+/** A journal kind as the decision log writes it. */
+export function kindWord(kind: string): string {
+  switch (kind) {
+    case 'warned':
+      return __('warned');
+    case 'snoozed':
+      return __('kept alive');
+    case 'culled':
+    case 'shutdown':
+      return __('shut down');
+    case 'hibernate':
+      return __('hibernate');
+    case 'resume':
+      return __('resume');
+    case 'hibernated':
+      return __('hibernated');
+    case 'released':
+      return __('released');
+    case 'resumed':
+      return __('resumed');
+    case 'refused':
+      return __('refused');
+    case 'reclaimed':
+      return __('reclaimed');
+    default:
+      return kind.replace(/_/g, ' ');
+  }
+}
+
 export function decisionRow(d: IRecent, i: number): IDecisionRow {
   return {
     key: `${d.at}-${d.kernel_id}-${d.kind}-${i}`,

@@ -13,7 +13,8 @@ import {
   gpuPlots,
   IDashboardView,
   IDecisionFilter,
-  ILeaseRow
+  ILeaseRow,
+  kindWord
 } from './admin';
 import { StackedChart } from './chart';
 import { MeterTrack } from './components';
@@ -298,7 +299,7 @@ export function DecisionLog(props: { view: IDashboardView }): JSX.Element {
             <option value="">{__('everything')}</option>
             {kinds.map(k => (
               <option key={k} value={k}>
-                {k}
+                {kindWord(k)}
               </option>
             ))}
           </select>
@@ -342,8 +343,10 @@ export function DecisionLog(props: { view: IDashboardView }): JSX.Element {
               <td className="jp-GpuPool-nameCell">{r.notebook}</td>
               <td>{r.profile}</td>
               <td>
-                {r.kind}
-                {r.action && r.action !== r.kind ? ` (${r.action})` : ''}
+                {kindWord(r.kind)}
+                {r.action && ['warned', 'released', 'refused'].includes(r.kind)
+                  ? ` (${kindWord(r.action)})`
+                  : ''}
                 {r.dryRun ? ` · ${__('dry run')}` : ''}
               </td>
               <td>{r.reason}</td>

@@ -147,7 +147,7 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     dialog = page.locator(".jp-Dialog")
     expect(dialog).to_contain_text("Shut down bob’s bob-model.ipynb now?")
     dialog.get_by_role("button", name="Shut down").click()
-    expect(toast(page, "Asked")).to_contain_text("bob’s bob-model.ipynb")
+    expect(toast(page, "at the next pass of its own server")).to_contain_text("bob’s bob-model.ipynb shuts down")
     wait_for(lambda: not bob.kernel_alive(bobs_kernel), timeout=60, what="bob's server to shut his kernel down")
     expect(leases).to_have_count(1, timeout=30_000)
     told = bob.me()["recent"]

@@ -220,7 +220,7 @@ describe('DecisionLog', () => {
     assert.equal(rows().length, 1);
     assert.match(
       rows()[0].textContent!,
-      /alicea\.ipynbgpu-20g-50hibernated \(hibernate\)GPU memory held, GPU unuseddefault/
+      /^[\d:]+alicea\.ipynbgpu-20g-50hibernatedGPU memory held, GPU unuseddefault$/
     );
     assert.equal(host.querySelector('[role="status"]')!.textContent, '1 of 3 shown');
   });
