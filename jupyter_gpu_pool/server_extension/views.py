@@ -246,8 +246,8 @@ async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
                                   "deadline": kstate.warning.deadline, "message": kstate.warning.message}
                                  if kstate.warning else None)})
         leases.append(item)
-    decisions = [journal_item(e) for e in await backend.journal(kinds=DECISION_KINDS + ("refused", "reclaimed"),
-                                                                limit=200) if _ours(e)]
+    decisions = [journal_item(e) for e in _once(await backend.journal(kinds=DECISION_KINDS + ("refused", "reclaimed"),
+                                                                      limit=200)) if _ours(e)]
     return {
         "now": now,
         "note": backend.note,

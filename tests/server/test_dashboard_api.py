@@ -174,3 +174,5 @@ async def test_a_resume_is_explained_once(jp_fetch, pool_home):
 
     await wait_until(recorded, 30, what="the server's record of the resume")
     assert len(resumed) == 1 and resumed[0]["declared"] is True and resumed[0]["name"] == ""
+    decisions = body(await jp_fetch(*API, "pool", headers=ROOT))["decisions"]
+    assert [d["declared"] for d in decisions if d["kind"] == "resumed"] == [True]  # the admin's log, once too
