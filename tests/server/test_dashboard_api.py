@@ -161,7 +161,6 @@ async def test_a_resume_is_explained_once(jp_fetch, pool_home):
     await jp_fetch(*API, "kernels", kid, "resume", method="POST", body="{}")
     await wait_until(lambda: pool_home.ledger().by_kernel(kid).state == "active" and not
                      pool_home.ledger().by_kernel(kid).phase, 30, what="the resume")
-    assert len(pool_home.ledger().journal(kinds=("resumed",))) == 2  # the ledger's entry and the server's
 
     async def explained() -> list[dict]:
         return [r for r in body(await jp_fetch(*API, "me"))["recent"] if r["kind"] == "resumed"]
@@ -173,6 +172,7 @@ async def test_a_resume_is_explained_once(jp_fetch, pool_home):
         return any(r["declared"] for r in resumed)
 
     await wait_until(recorded, 30, what="the server's record of the resume")
+    assert len(pool_home.ledger().journal(kinds=("resumed",))) == 2  # the ledger's entry and the server's
     assert len(resumed) == 1 and resumed[0]["declared"] is True and resumed[0]["name"] == ""
     decisions = body(await jp_fetch(*API, "pool", headers=ROOT))["decisions"]
     assert [d["declared"] for d in decisions if d["kind"] == "resumed"] == [True]  # the admin's log, once too
