@@ -321,7 +321,8 @@ class PoolService:
         profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
         manager = Holder(peer.pid, await asyncio.to_thread(_start_of, peer.pid), processes.hostname())
         request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
-                               label=args.text("label", default=""), manager=manager)
+                               label=args.text("label", default=""), manager=manager,
+                               alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
         waiter_id = args.text("waiter_id", required=False)
         if waiter_id is not None:
             await self._own_waiter(caller, waiter_id)

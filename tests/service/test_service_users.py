@@ -121,3 +121,19 @@ def test_bob_cannot_take_alices_kernel_id_nor_queue_for_more_than_the_admins_pro
     assert {r["error"]["reason"] for r in replies[4 + MAX_WAITERS - 1:]} == {"too_many"}
     [mine] = raw(lab, "alice", [request("by_kernel", kernel_id=kid)])
     assert mine["result"]["id"] == lease_id  # her kernel's lease is still the one found by its id
+
+
+def test_a_refusal_through_the_service_names_what_would_start_now(lab):
+    """The advice is the pool's own, judged by the service on the admin's profiles: a memory quota that
+    refuses a 20 GiB kernel names the 10 GiB one that fits, by the name the launcher shows."""
+    from jupyter_gpu_pool.pool import parse_profiles
+
+    lab.configure(default_user_quota={"memory": "30GiB", "kernels": 4})
+    lab.service()
+    alice = lab.server("alice")
+    assert alice.start_kernel("half")[0] == 201
+    code, refused = alice.start_kernel("half")
+    small = parse_profiles({"small": {"slice": "10GiB", "isolation": "soft"}})["small"]
+    assert code == 403 and "GPU quota exceeded" in refused["message"], refused
+    assert f"'{small.launcher_name}' would start now" in refused["message"]
+    assert alice.start_kernel("small")[0] == 201  # and it does
