@@ -182,7 +182,11 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
         if not self.lease_id or self._pool is None:
             return
         lease_id, self.lease_id = self.lease_id, None
-        released = await self._pool.arelease(lease_id, reason)
+        try:
+            released = await self._pool.arelease(lease_id, reason)
+        except PoolError as e:  # the pool service is away: the kernel still goes (see _unreachable)
+            self._unreachable("release its slice", e)
+            return
         if released:
             self.log.info("GPU lease %s of kernel %s released (%s)", lease_id[:8], self.kernel_id, reason)
 
@@ -239,6 +243,14 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
                 await asyncio.to_thread(self._pool.ledger.stop, self.lease_id)
             except LeaseNotFound:
                 self.lease_id = None
+            except PoolError as e:
+                self._unreachable("mark it stopping", e)
+
+    def _unreachable(self, what: str, error: Exception) -> None:
+        """A kernel's shutdown never waits on the pool: where it cannot be told (the pool service is
+        down), its reconcile gives the slice back once it sees the kernel's process gone."""
+        self.log.warning("kernel %s: could not %s (%s); the pool reclaims the slice when it sees the kernel's "
+                         "process gone", self.kernel_id, what, error)
 
     async def shutdown_requested(self, restart: bool = False) -> None:
         await super().shutdown_requested(restart=restart)
@@ -283,6 +295,8 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
                 await asyncio.to_thread(self._pool.ledger.set_holder, self.lease_id, None)
             except LeaseNotFound:
                 self.lease_id = None
+            except PoolError as e:
+                self._unreachable("record the restart", e)
         else:
             await self._release(self.release_reason)
             self._release_reason = "shutdown"

@@ -85,7 +85,7 @@ def lab(unix_users, tmp_path_factory):
     lab = Lab(root, conf, share)
     lab.configure()
     yield lab
-    for proc in lab.processes:
+    for proc in reversed(lab.processes):  # users' servers first, while the service can still release their leases
         proc.stop()
     shutil.rmtree(root, ignore_errors=True)
 

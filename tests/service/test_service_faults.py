@@ -85,6 +85,26 @@ def test_a_service_killed_and_started_again_keeps_every_lease_and_clients_reconn
     assert ledger_before != ledger_dump(lab)  # (the dump sees changes: the check below means something)
 
 
+def test_with_the_service_gone_a_users_server_still_shuts_down_and_the_slice_comes_back_later(lab):
+    """A user's server stopped while the service is down (JupyterHub stopping it, say) exits at once: the
+    kernel's shutdown never waits on the pool.  The service, back, gives the slice back by itself."""
+    lab.configure(holder_grace=1)
+    service = lab.service()
+    alice = lab.server("alice")
+    code, kernel = alice.start_kernel()
+    assert code == 201
+    service.stop()
+    started = time.monotonic()
+    alice.proc.terminate()
+    alice.proc.wait(timeout=20)  # before: the kernel's release raised and the server never exited
+    assert time.monotonic() - started < 10
+    assert "the pool reclaims the slice when it sees the kernel's process gone" in alice.log()
+    lab.service()
+    released = wait_for(lambda: [x for x in raw(lab, "alice", [request("leases", states=["released"])])[0]["result"]
+                                 if x["kernel_id"] == kernel["id"]], what="the dead kernel's lease released")
+    assert released[0]["reason"] != "shutdown"  # reclaimed by the service's reconcile, not by the gone server
+
+
 ARGS = ["lease_id", "kernel_id", "waiter_id", "pid", "profile", "slice", "to", "expect", "phase", "host_bytes",
         "owner", "kind", "reason", "message", "detail", "states", "kinds", "limit", "since", "label", "last_gpus"]
 # Values that are never right for these arguments (no short text: a kernel id or a kind of their own is
