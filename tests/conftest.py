@@ -58,6 +58,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="no real cluster: KUBECONFIG is not set"))
         if "browser" in item.keywords and not Path("/usr/bin/chromium").exists():
             item.add_marker(pytest.mark.skip(reason="no /usr/bin/chromium (apt-get install chromium)"))
+        # Under pytest-xdist (scripts/test runs with --dist loadgroup): a file's tests run in one worker, so
+        # its module fixtures (a lab server, a built environment) are made once; the service tests share
+        # the real Unix users their session creates, so they all run in one worker (and the GPU tests share a GPU).
+        item.add_marker(pytest.mark.xdist_group(_group_of(item)))
+
+
+def _group_of(item) -> str:
+    if "gpu" in item.keywords:
+        return "gpu"  # one at a time: some fill the GPU's memory on purpose
+    path = Path(str(item.fspath))
+    return "unix-users" if "service" in path.parts else str(path)
 
 
 class PoolHome:
