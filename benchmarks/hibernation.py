@@ -118,7 +118,7 @@ async def main(sizes: list[int], out: str | None) -> None:
     if not info.available:
         sys.exit(f"hibernation is unavailable here: {info.reason}")
     kernelspecs.install(list(load_settings().profiles.values()), user=True)
-    manager = AsyncMultiKernelManager()
+    manager = AsyncMultiKernelManager(connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])  # not the cwd
     hibernator = Hibernator(pool, Kernels(manager))
     gpu = pool.gpus[0]
     print(f"{gpu.label}, driver {pool.inventory.discovery.driver_version} (CUDA {info.cuda_version_text})",

@@ -160,7 +160,7 @@ async def main(args) -> dict:
     gpu = pool.gpus[0]
     print(f"{gpu.label}; {n} loops, {seconds:g} s each; {'SMOKE (CPU, figures mean nothing)' if smoke else ''}",
           file=sys.stderr)
-    manager = AsyncMultiKernelManager()
+    manager = AsyncMultiKernelManager(connection_dir=os.environ["JUPYTER_RUNTIME_DIR"])  # not the cwd
     rows, efficiency = [], []
     result = {"gpu": gpu.name, "driver": pool.inventory.discovery.driver_version, "smoke": smoke,
               "workload": "8-layer 1024-wide MLP, batch 64, Adam" if not smoke else "2-layer 64-wide MLP on CPU",
