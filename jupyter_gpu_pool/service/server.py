@@ -261,7 +261,10 @@ class PoolService:
     # -- whose is it -----------------------------------------------------------------------------
 
     async def _lease(self, caller: Caller, lease_id: str, *, held: bool = True) -> Lease:
-        lease = await asyncio.to_thread(self.ledger.get, lease_id)
+        return await asyncio.to_thread(self._lease_of, caller, lease_id, held=held)
+
+    def _lease_of(self, caller: Caller, lease_id: str, *, held: bool = True) -> Lease:
+        lease = self.ledger.get(lease_id)
         if lease is None or (held and lease.state not in HELD):
             raise LeaseNotFound(lease_id)
         if lease.owner != caller.user and not caller.admin:
@@ -286,14 +289,14 @@ class PoolService:
     async def _kernel(self, caller: Caller, args: Args) -> tuple[str, Lease | None]:
         """A kernel id for a new lease or place in the queue, and the caller's lease of it if one is held:
         refused where another user's kernel holds it."""
-        kernel_id = args.text("kernel_id")
-        if not KERNEL_ID.fullmatch(kernel_id):
-            raise protocol.ProtocolError(f"'kernel_id' must be a kernel's id (letters, digits, '-', '_', '.'; at most "
-                                         f"128), not {kernel_id[:40]!r}")
-        held = await asyncio.to_thread(self.ledger.by_kernel, kernel_id)
+        kernel_id = _kernel_id(args)
+        return kernel_id, await asyncio.to_thread(self._held_kernel, caller, kernel_id)
+
+    def _held_kernel(self, caller: Caller, kernel_id: str) -> Lease | None:
+        held = self.ledger.by_kernel(kernel_id)
         if held is not None and held.owner != caller.user:
             raise Denied(f"kernel id {kernel_id[:36]!r} is another user's kernel's")
-        return kernel_id, held
+        return held
 
     # -- operations: who am I, what is the pool -------------------------------------------------------
 
@@ -315,18 +318,25 @@ class PoolService:
     # -- operations: leases ---------------------------------------------------------------------------
 
     async def op_allocate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
-        kernel_id, existing = await self._kernel(caller, args)
-        if existing is not None:
-            return existing  # a retry after a lost reply: the same lease, not a second one
-        profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
-        manager = Holder(peer.pid, await asyncio.to_thread(_start_of, peer.pid), processes.hostname())
-        request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
-                               label=args.text("label", default=""), manager=manager,
-                               alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
+        kernel_id = _kernel_id(args)
+        profile_name = args.text("profile", required=False, default="")
+        label = args.text("label", default="")
         waiter_id = args.text("waiter_id", required=False)
-        if waiter_id is not None:
-            await self._own_waiter(caller, waiter_id)
-        return await asyncio.to_thread(self.pool.allocate, request, waiter_id, args.flag("record_refusal", True))
+        record_refusal = args.flag("record_refusal", True)
+
+        def allocate() -> Lease:  # one trip to the ledger's thread: the service's own cost of a start
+            existing = self._held_kernel(caller, kernel_id)
+            if existing is not None:
+                return existing  # a retry after a lost reply: the same lease, not a second one
+            profile = self.pool.settings.profile(profile_name)
+            manager = Holder(peer.pid, _start_of(peer.pid), processes.hostname())
+            request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
+                                   label=label, manager=manager,
+                                   alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
+            if waiter_id is not None:
+                self._own_waiter_of(caller, waiter_id)
+            return self.pool.allocate(request, waiter_id, record_refusal)
+        return await asyncio.to_thread(allocate)
 
     async def op_resume(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
@@ -337,12 +347,15 @@ class PoolService:
                                        args.flag("record_refusal", True))
 
     async def op_release(self, caller: Caller, peer: Peer, args: Args) -> Lease | None:
-        lease_id = args.text("lease_id")
-        lease = await asyncio.to_thread(self.ledger.get, lease_id)
-        if lease is None or lease.state not in HELD:
-            return None  # releasing is idempotent
-        await self._lease(caller, lease_id)
-        return await asyncio.to_thread(self.ledger.release, lease_id, args.text("reason", default="shutdown"))
+        lease_id, reason = args.text("lease_id"), args.text("reason", default="shutdown")
+
+        def release() -> Lease | None:
+            lease = self.ledger.get(lease_id)
+            if lease is None or lease.state not in HELD:
+                return None  # releasing is idempotent
+            self._lease_of(caller, lease_id)
+            return self.ledger.release(lease_id, reason)
+        return await asyncio.to_thread(release)
 
     async def op_set_holder(self, caller: Caller, peer: Peer, args: Args) -> None:
         lease = await self._lease(caller, args.text("lease_id"))
@@ -470,7 +483,10 @@ class PoolService:
     # -- operations: the queue and the journal -------------------------------------------------------------
 
     async def _own_waiter(self, caller: Caller, waiter_id: str) -> None:
-        for w in await asyncio.to_thread(self.ledger.waiters):
+        await asyncio.to_thread(self._own_waiter_of, caller, waiter_id)
+
+    def _own_waiter_of(self, caller: Caller, waiter_id: str) -> None:
+        for w in self.ledger.waiters():
             if w.id == waiter_id and not self._visible(caller, w.owner):
                 raise Denied("that place in the queue is not yours")
 
@@ -612,6 +628,14 @@ def _error(request_id, reason: str, status: int, message: str, detail: dict | No
     if detail:
         error["detail"] = detail
     return {"id": request_id, "ok": False, "error": error}
+
+
+def _kernel_id(args: Args) -> str:
+    kernel_id = args.text("kernel_id")
+    if not KERNEL_ID.fullmatch(kernel_id):
+        raise protocol.ProtocolError(f"'kernel_id' must be a kernel's id (letters, digits, '-', '_', '.'; at most "
+                                     f"128), not {kernel_id[:40]!r}")
+    return kernel_id
 
 
 def _start_of(pid: int) -> float:
