@@ -17,7 +17,24 @@ def _words(text: str | None) -> tuple[str, ...]:
     return tuple(t for t in (text or "").split(" ") if t)
 
 
+# Decoded leases by their rows' values (a Lease is a pure function of its LEASE_SELECT row, and frozen):
+# every allocation reads the asker's held leases, mostly unchanged since the last read, and building
+# a Lease costs several times hashing its row. Bounded; cleared when full.
+_DECODED: dict[tuple, Lease] = {}
+_DECODED_MAX = 8192
+
+
 def lease(row: sqlite3.Row) -> Lease:
+    key = tuple(row)
+    found = _DECODED.get(key)
+    if found is None:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        found = _DECODED[key] = _lease(row)
+    return found
+
+
+def _lease(row: sqlite3.Row) -> Lease:
     return Lease(
         id=row["id"], owner=row["owner"], kernel_id=row["kernel_id"], profile=row["profile"],
         isolation=row["isolation"], memory=row["memory"], sm_percent=row["sm_percent"],
