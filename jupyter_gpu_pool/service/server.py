@@ -317,26 +317,25 @@ class PoolService:
 
     # -- operations: leases ---------------------------------------------------------------------------
 
+    # Allocate and release run on the loop, not in a thread: the ledger file is the service's alone, so
+    # its write lock is only ever waited on for the service's own short transactions, and an allocation
+    # (about a millisecond) costs less than handing it to a thread and back (measured: 502 against 946
+    # allocations/s from 16 clients). A refusal's reconcile checks holders with psutil at most once a second.
+
     async def op_allocate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         kernel_id = _kernel_id(args)
-        profile_name = args.text("profile", required=False, default="")
-        label = args.text("label", default="")
+        existing = self._held_kernel(caller, kernel_id)
+        if existing is not None:
+            return existing  # a retry after a lost reply: the same lease, not a second one
+        profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
+        manager = Holder(peer.pid, _start_of(peer.pid), processes.hostname())
+        request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
+                               label=args.text("label", default=""), manager=manager,
+                               alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
         waiter_id = args.text("waiter_id", required=False)
-        record_refusal = args.flag("record_refusal", True)
-
-        def allocate() -> Lease:  # one trip to the ledger's thread: the service's own cost of a start
-            existing = self._held_kernel(caller, kernel_id)
-            if existing is not None:
-                return existing  # a retry after a lost reply: the same lease, not a second one
-            profile = self.pool.settings.profile(profile_name)
-            manager = Holder(peer.pid, _start_of(peer.pid), processes.hostname())
-            request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
-                                   label=label, manager=manager,
-                                   alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
-            if waiter_id is not None:
-                self._own_waiter_of(caller, waiter_id)
-            return self.pool.allocate(request, waiter_id, record_refusal)
-        return await asyncio.to_thread(allocate)
+        if waiter_id is not None:
+            self._own_waiter_of(caller, waiter_id)
+        return self.pool.allocate(request, waiter_id, args.flag("record_refusal", True))
 
     async def op_resume(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
@@ -347,15 +346,12 @@ class PoolService:
                                        args.flag("record_refusal", True))
 
     async def op_release(self, caller: Caller, peer: Peer, args: Args) -> Lease | None:
-        lease_id, reason = args.text("lease_id"), args.text("reason", default="shutdown")
-
-        def release() -> Lease | None:
-            lease = self.ledger.get(lease_id)
-            if lease is None or lease.state not in HELD:
-                return None  # releasing is idempotent
-            self._lease_of(caller, lease_id)
-            return self.ledger.release(lease_id, reason)
-        return await asyncio.to_thread(release)
+        lease_id = args.text("lease_id")
+        lease = self.ledger.get(lease_id)  # on the loop, as an allocation
+        if lease is None or lease.state not in HELD:
+            return None  # releasing is idempotent
+        self._lease_of(caller, lease_id)
+        return self.ledger.release(lease_id, args.text("reason", default="shutdown"))
 
     async def op_set_holder(self, caller: Caller, peer: Peer, args: Args) -> None:
         lease = await self._lease(caller, args.text("lease_id"))
