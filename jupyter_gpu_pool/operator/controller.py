@@ -31,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..pool import PoolError, QuotaExceeded
 from ..pool.policy import PolicyError, parse_policy
+from ..pool.units import format_rfc3339
 from ..cluster import resources
 from ..cluster.quotas import read_quotas
 from ..cluster.resources import claim_template_name
@@ -509,7 +510,7 @@ class Controller:
 
     async def announce(self, kernel: dict, type_: str, reason: str, message: str) -> None:
         """An Event on the GPUKernel (``kubectl describe gpukernel`` shows it)."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        now = format_rfc3339(self.clock())
         event = {"apiVersion": "v1", "kind": "Event",
                  "metadata": {"generateName": f"{meta(kernel)['name']}.", "namespace": meta(kernel)["namespace"]},
                  "involvedObject": {"apiVersion": resources.API_VERSION, "kind": resources.KERNEL_KIND,

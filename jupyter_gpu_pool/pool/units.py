@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from datetime import datetime
 
 # Binary and decimal units, matched case-insensitively.  "G" or "GB" alone are
 # accepted as the decimal units they are; admins who mean 2**30 write GiB.
@@ -132,6 +133,14 @@ def format_clock(at: float) -> str:
 def format_rfc3339(at: float) -> str:
     """A Unix time as RFC 3339 UTC (``2024-05-01T12:00:00Z``), as Kubernetes writes times."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def unix_time(value) -> float | None:
+    """A moment as Unix seconds: jupyter_server gives a kernel's last activity as a datetime, the pool
+    keeps numbers; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    return value.timestamp() if isinstance(value, datetime) else float(value)
 
 
 def parse_seconds(value, *, zero_allowed: bool) -> float:

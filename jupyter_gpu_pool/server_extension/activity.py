@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot
 from ..pool.trace import RESUME, START, TraceEvent
+from ..pool.units import unix_time
 from .backend import PoolBackend
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class ActivityRecorder:
 
     def _kernel(self, events: list[TraceEvent], kid: str, kernel, lease: Lease, now: float, culler) -> None:
         busy = getattr(kernel, "execution_state", "") == "busy"
-        last = _ts(getattr(kernel, "last_activity", None))
+        last = unix_time(getattr(kernel, "last_activity", None))
         seen = self.kernels.get(kid)
         owner = lease.owner
         if seen is None:
@@ -192,8 +193,3 @@ def _act(e: JournalEntry, action: str) -> dict:
         out["rule"] = str(d["rule"])[:200]
     return out
 
-
-def _ts(value) -> float | None:
-    if value is None:
-        return None
-    return value.timestamp() if hasattr(value, "timestamp") else float(value)

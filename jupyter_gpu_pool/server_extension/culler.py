@@ -30,7 +30,7 @@ from ..pool import culling as C
 from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.profiles import MPS
-from ..pool.units import format_clock
+from ..pool.units import format_clock, unix_time
 from . import admin_requests, metrics
 from .activity import ActivityRecorder
 from .backend import PoolBackend
@@ -120,7 +120,7 @@ class Culler:
     def facts(self, kernel_id: str, kernel, lease: Lease, rule: P.Rule, now: float,
               budget: Standing | None = None) -> P.Facts:
         execution_state = getattr(kernel, "execution_state", "unknown") or "unknown"
-        last_activity = _ts(getattr(kernel, "last_activity", None))
+        last_activity = unix_time(getattr(kernel, "last_activity", None))
         since = C.busy_since(self.busy_since.get(kernel_id), execution_state, last_activity, now)
         if since is None:
             self.busy_since.pop(kernel_id, None)
@@ -351,8 +351,3 @@ class Culler:
             except Exception:
                 task.cancel()
 
-
-def _ts(value) -> float | None:
-    if value is None:
-        return None
-    return value.timestamp() if hasattr(value, "timestamp") else float(value)

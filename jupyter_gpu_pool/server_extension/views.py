@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ..pool import policy as P
 from ..pool.phases import display_state
+from ..pool.units import unix_time
 from . import dashboard
 from .backend import PoolBackend
 
@@ -24,11 +25,6 @@ if TYPE_CHECKING:
 RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
 DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed")
 
-
-def _iso_ts(value) -> float | None:
-    if value is None:
-        return None
-    return value.timestamp() if hasattr(value, "timestamp") else float(value)
 
 
 def gpu_refs(backend: PoolBackend, uuids) -> list[dict]:
@@ -58,7 +54,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
     waiter = snapshot.waiter_of_kernel(kid)
     queue_position = waiter.position if waiter is not None else None
     execution_state = getattr(kernel, "execution_state", None) if here else None
-    last_activity = _iso_ts(getattr(kernel, "last_activity", None)) if here else None
+    last_activity = unix_time(getattr(kernel, "last_activity", None)) if here else None
     reading = culler.sampler.reading(kid) if here and lease.state != HIBERNATED else None
     samples = culler.sampler.samples(kid) if here else []
     can, why = culler.hibernation(lease) if here else (False, "the kernel runs in another server")
@@ -237,7 +233,7 @@ async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
         here = kernel is not None
         execution_state = getattr(kernel, "execution_state", None)
         item.update({"label": lease.label, "here": here, "execution_state": execution_state,
-                     "idle_since": (_iso_ts(getattr(kernel, "last_activity", None))
+                     "idle_since": (unix_time(getattr(kernel, "last_activity", None))
                                     if here and execution_state != "busy" else None),
                      "actions": admin_actions(lease, culler),
                      "memory_used": reading.memory_used if reading else None,
