@@ -109,7 +109,7 @@ async def main(sizes: list[int], out: str | None) -> None:
     from jupyter_gpu_pool.devices import checkpoint as cp
     from jupyter_gpu_pool.hibernation import Hibernator, Kernels
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-    from jupyter_gpu_pool.local.pool import pool_for
+    from jupyter_gpu_pool.pools import pool_for
 
     pool = pool_for()
     if not pool.gpus or pool.inventory.declared:

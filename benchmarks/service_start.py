@@ -41,7 +41,7 @@ async def main(starts: int) -> None:
     os.environ["JUPYTER_GPU_POOL_SOCKET"] = sock
     try:
         from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-        from jupyter_gpu_pool.local.pool import pool_for
+        from jupyter_gpu_pool.pools import pool_for
 
         pool = pool_for()
         kernelspecs.install(list(pool.settings.profiles.values()), user=True)

@@ -150,7 +150,7 @@ async def main(args) -> dict:
 
     from jupyter_gpu_pool.config import load_settings
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-    from jupyter_gpu_pool.local.pool import pool_for
+    from jupyter_gpu_pool.pools import pool_for
 
     pool = pool_for()
     device = "cpu" if smoke else "cuda"

@@ -63,7 +63,7 @@ async def main(starts: int) -> None:
     isolate()
     from jupyter_gpu_pool.config import load_settings
     from jupyter_gpu_pool.kernel_provisioner import kernelspecs
-    from jupyter_gpu_pool.local.pool import pool_for
+    from jupyter_gpu_pool.pools import pool_for
 
     kernelspecs.install(list(load_settings().profiles.values()), user=True)
     pool = pool_for()

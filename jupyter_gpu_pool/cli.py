@@ -16,6 +16,7 @@ from . import __version__
 from .config import CONFIG_FILE, DEMO_INVENTORY, DEMO_POLICY, ConfigError, GPUPool, config_files, load_settings
 from .devices.nvml import discover
 from .local.pool import LocalPool, Pool, build_inventory
+from .pools import open_pool
 from .pool import PoolError, Snapshot, format_size
 from .pool.budgets import Standing
 from .pool.units import format_age
@@ -46,11 +47,7 @@ class _PoolApp(JupyterApp):
         """The pool: through the pool service where one is configured, else this machine's ledger."""
         settings = self.settings()
         try:
-            if settings.service_socket:
-                from .service.client import ServiceClient, ServicePool
-
-                return ServicePool(ServiceClient(settings.service_socket))
-            return LocalPool(settings)
+            return open_pool(settings)
         except ConfigError as e:
             self.exit_error(f"Bad GPU pool configuration: {e}")
         except PoolError as e:  # the service is not answering, or refused

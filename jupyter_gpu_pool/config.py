@@ -33,7 +33,6 @@ from traitlets import Bool, Enum, TraitError, Undefined, Unicode, default
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
-from .local.database import check_path
 from .pool import (
     BINPACK,
     GPU,
@@ -80,10 +79,25 @@ def _all_of(value, kind: type, empty: bool = False) -> bool:
     return isinstance(value, dict) and (empty or bool(value)) and all(isinstance(v, kind) for v in value.values())
 
 
+class LedgerPathError(ValueError):
+    """A ledger path that cannot hold a shared ledger."""
+
+
+def check_ledger_path(path: str) -> str:
+    """The ledger must be a file every process of the pool opens: not empty, not in memory."""
+    path = os.fspath(path)
+    if not path.strip():
+        raise LedgerPathError("the ledger path is empty; give a file such as /var/lib/jupyter-gpu-pool/ledger.sqlite")
+    if path.strip() == ":memory:" or path.startswith("file::memory:"):
+        raise LedgerPathError(f"{path!r} is an in-memory database, which no other process can see; give a file "
+                              "such as /var/lib/jupyter-gpu-pool/ledger.sqlite")
+    return path
+
+
 def _ledger_path(path) -> str:
     if not isinstance(path, str):
         raise ValueError(f"must be a file path, not {path!r}")
-    return os.path.expanduser(check_path(path))
+    return os.path.expanduser(check_ledger_path(path))
 
 
 def _timezone(name) -> str:

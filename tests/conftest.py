@@ -82,7 +82,7 @@ class PoolHome:
 
     def configure(self, **settings) -> PoolHome:
         """Write the pool's config file: test defaults, overridden by ``settings``."""
-        from jupyter_gpu_pool.local import pool as local_pool
+        from jupyter_gpu_pool.pools import forget_pools
 
         merged = {
             "inventory": TEST_INVENTORY,
@@ -95,7 +95,7 @@ class PoolHome:
         self.settings = merged
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text("".join(f"c.GPUPool.{k} = {v!r}\n" for k, v in merged.items()))
-        local_pool._cache.clear()
+        forget_pools()
         return self
 
     def install_kernelspecs(self) -> list[str]:
@@ -106,7 +106,7 @@ class PoolHome:
         return [name for name, _ in installed]
 
     def pool(self):
-        from jupyter_gpu_pool.local.pool import pool_for
+        from jupyter_gpu_pool.pools import pool_for
 
         return pool_for()
 
@@ -122,11 +122,9 @@ def pool_home(jp_environ, jp_config_dir, tmp_path) -> PoolHome:
     home = PoolHome(Path(jp_config_dir), Path(tmp_path)).configure()
     home.install_kernelspecs()
     yield home
-    from jupyter_gpu_pool.local import pool as local_pool
+    from jupyter_gpu_pool.pools import forget_pools
 
-    for pool in local_pool._cache.values():
-        pool.ledger.close()
-    local_pool._cache.clear()
+    forget_pools(close=True)
 
 
 @pytest.fixture

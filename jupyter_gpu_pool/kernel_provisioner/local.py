@@ -34,7 +34,8 @@ from ..compat import VerbatimHTTPError, forget_pending_start
 from ..config import ConfigError
 from ..devices import checkpoint
 from ..devices.mps import MPSUnavailable
-from ..local.pool import Pool, pool_for
+from ..local.pool import Pool
+from ..pools import pool_for
 from ..local.waiting import Place, QueueTimeout, wait_for_slice
 from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
 from ..pool.budgets import BudgetExceeded

@@ -14,6 +14,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from ..config import check_ledger_path
+
 SCHEMA = [
     # version 1
     """
@@ -75,26 +77,11 @@ SCHEMA = [
 ]
 
 
-class LedgerPathError(ValueError):
-    """A ledger path that cannot hold a shared ledger."""
-
-
-def check_path(path: str) -> str:
-    """The ledger must be a file every process of the pool opens: not empty, not in memory."""
-    path = os.fspath(path)
-    if not path.strip():
-        raise LedgerPathError("the ledger path is empty; give a file such as /var/lib/jupyter-gpu-pool/ledger.sqlite")
-    if path.strip() == ":memory:" or path.startswith("file::memory:"):
-        raise LedgerPathError(f"{path!r} is an in-memory database, which no other process can see; give a file "
-                              "such as /var/lib/jupyter-gpu-pool/ledger.sqlite")
-    return path
-
-
 class Database:
     """One SQLite file: per-thread connections, read and write transactions, migrations."""
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout: float = 30.0, mode: int | None = None):
-        self.path = check_path(os.fspath(path))
+        self.path = check_ledger_path(os.fspath(path))
         self.busy_timeout = busy_timeout
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []

@@ -9,15 +9,11 @@ this machine's process table judging who is alive).  Its blocking calls have asy
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from traitlets.config import Config
-
-from ..config import GPUPool, check_profiles_fit, load_settings
+from ..config import GPUPool, check_profiles_fit
 from ..devices.mps import MPSDaemon
 from ..devices.nvml import Discovery, discover
 from ..pool import GPU, Holder, Lease, LeaseRequest, Profile
@@ -155,37 +151,3 @@ class LocalPool(Pool):
     def stop_mps(self) -> list[str]:
         """Stop every GPU's MPS daemon that runs; return the GPUs whose daemon was stopped."""
         return [g.uuid for g in self.gpus if self.mps_daemon(g.uuid).stop()]
-
-
-_cache: dict[str, Pool] = {}
-_cache_lock = threading.Lock()
-
-
-def _cache_key(parent_config: Config | None) -> str:
-    from ..config import config_files
-
-    files = [(str(p), p.stat().st_mtime) for p in config_files()]
-    section = parent_config.get("GPUPool", {}) if parent_config is not None else {}
-    env = {k: os.environ.get(k) for k in ("JUPYTER_CONFIG_DIR", "JUPYTER_CONFIG_PATH", "JUPYTERHUB_USER",
-                                          "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTER_GPU_POOL_SOCKET")}
-    return json.dumps([files, repr(section), env], sort_keys=True, default=str)
-
-
-def pool_for(parent_config: Config | None = None) -> Pool:
-    """The pool for this process's configuration: through the pool service where one is configured
-    (``GPUPool.service_socket``), else kept by this process.  Built once (NVML discovery is not free)
-    and rebuilt when a config file changes."""
-    key = _cache_key(parent_config)
-    with _cache_lock:
-        pool = _cache.get(key)
-        if pool is None:
-            settings = load_settings(parent_config)
-            if settings.service_socket:
-                from ..service.client import ServiceClient, ServicePool
-
-                pool = ServicePool(ServiceClient(settings.service_socket))
-            else:
-                pool = LocalPool(settings)
-            _cache.clear()
-            _cache[key] = pool
-        return pool

@@ -17,7 +17,7 @@ from traitlets import Bool, Enum, Instance, TraitError, Type, default
 from ..compat import start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
-from ..local.pool import pool_for
+from ..pools import pool_for
 from ..traits import Count, Names, Seconds
 from . import events
 from .activity import ActivityRecorder

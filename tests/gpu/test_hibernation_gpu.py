@@ -73,7 +73,7 @@ async def kernels(gpu_pool, tmp_path):
 
 def make_hibernator(kernels, **settings):
     from jupyter_gpu_pool.hibernation import Hibernator, Kernels
-    from jupyter_gpu_pool.local.pool import pool_for
+    from jupyter_gpu_pool.pools import pool_for
 
     pool = pool_for()
     return Hibernator(pool, Kernels(kernels), replace(pool.settings.hibernation, queue_poll=0.5, **settings))

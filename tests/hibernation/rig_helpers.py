@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from jupyter_gpu_pool.devices import checkpoint as cp
 from jupyter_gpu_pool.hibernation import HibernationSettings, Hibernator, Kernels
-from jupyter_gpu_pool.local.pool import pool_for
+from jupyter_gpu_pool.pools import pool_for
 from jupyter_gpu_pool.pool import LeaseRequest
 
 GiB = 2**30

@@ -21,7 +21,7 @@ from server_hibernation_helpers import Server, body, texts
 
 from jupyter_gpu_pool.devices.checkpoint import DECLARED_NOTE
 from jupyter_gpu_pool.hibernation import HibernationSettings, Hibernator, Kernels
-from jupyter_gpu_pool.local.pool import pool_for
+from jupyter_gpu_pool.pools import pool_for
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, LeaseRequest, Profile, SliceSpec
 
 GiB = 2**30

@@ -1,0 +1,91 @@
+"""The layers of docs/architecture.md, checked against the code: every import of one part of the
+package by another (at module level or inside a function) must be one the layer table allows, so
+that arrows only point down and the next person can trust the map."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_gpu_pool"
+
+# What each part may import of the others (a dotted prefix: "local" is all of local/,
+# "local.processes" only that module).  Mirrors the table in docs/architecture.md.
+ALLOWED: dict[str, set[str]] = {
+    "pool": set(),
+    "periodic": set(),
+    "compat": set(),
+    "traits": {"pool"},
+    "config": {"pool", "traits"},
+    "devices": {"pool", "periodic", "local.processes"},
+    "local": {"pool", "config", "devices"},
+    "service": {"pool", "config", "traits", "periodic", "devices", "local"},
+    "pools": {"config", "local", "service"},
+    "cluster": {"pool", "config"},
+    "kernel_provisioner": {"pool", "config", "compat", "devices", "local", "pools", "cluster"},
+    "hibernation": {"pool", "devices", "local", "kernel_provisioner.base"},
+    "server_extension": {"pool", "config", "traits", "periodic", "compat", "devices", "local", "pools", "cluster",
+                         "hibernation", "kernel_provisioner.base"},
+    "operator": {"pool", "config", "devices", "cluster"},
+    "planning": {"pool", "config", "local", "cli"},
+    "cli": {"pool", "config", "devices", "local", "pools", "kernel_provisioner"},
+    "tljh": {"config", "kernel_provisioner", "service"},
+    "__init__": {"server_extension"},
+}
+
+
+def _part(module: str) -> str:
+    """``jupyter_gpu_pool.local.ledger`` → ``local``; the package's own ``__init__`` → ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports_between_parts() -> list[tuple[str, str, str]]:
+    """(file, importing part, imported module relative to the package) for each cross-part import."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        module = ".".join(rel.parts)
+        package = module[: -len(".__init__")] if module.endswith(".__init__") else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target == "jupyter_gpu_pool" or node.module is None:
+                    targets = [f"{target}.{a.name}" for a in node.names]
+                else:
+                    targets = [target]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for target in targets:
+                if not target.startswith("jupyter_gpu_pool.") or target == "jupyter_gpu_pool.__version__":
+                    continue  # the package's root holds only its version and entry points
+                if _part(target) != _part(module):
+                    found.append((str(rel), _part(module), target.split(".", 1)[1]))
+    return found
+
+
+def test_the_import_scan_sees_relative_absolute_and_function_level_imports():
+    seen = {(f, t) for f, _, t in imports_between_parts()}
+    assert ("jupyter_gpu_pool/pools", "service.client") in seen  # inside a function
+    assert ("jupyter_gpu_pool/local/database", "config") in seen  # relative, module level
+    assert any(part == "server_extension" for _, part, _ in imports_between_parts())
+
+
+def test_every_part_of_the_package_is_in_the_layer_table():
+    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.is_file() and p.suffix == ".py") or (p / "__init__.py").exists()}
+    assert parts == set(ALLOWED), "a new part of the package: give it a row in docs/architecture.md and ALLOWED"
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED))
+def test_each_part_imports_only_what_its_layer_allows(part):
+    wrong = [f"{f} imports {t}" for f, p, t in imports_between_parts()
+             if p == part and not any(t == ok or t.startswith(ok + ".") for ok in ALLOWED[part])]
+    assert not wrong, "imports against docs/architecture.md's layers:\n" + "\n".join(wrong)
