@@ -223,7 +223,7 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
         return Grant(gpus=(), memory=asked.memory, asked=asked)
     if chosen is None:
         if mps_blocked:
-            return MPSUserBusy(profile=ask.profile.name, users=sorted(
+            return MPSUserBusy(profile=ask.profile.name, launcher_name=ask.profile.launcher_name, users=sorted(
                 {o for owners in holdings.mps_users.values() for o in owners} - {ask.owner}))
         return pool_full(ask, usage, holdings, now, suggestions() if usage else ())
     return Grant(gpus=tuple(chosen), memory=spec.memory_on(chosen[0].memory), asked=asked)

@@ -136,12 +136,16 @@ class MPSUserBusy(PoolError):
 
     reason = "mps_user_busy"
 
-    def __init__(self, *, profile: str, users: list[str]):
+    def __init__(self, *, profile: str, users: list[str], launcher_name: str = ""):
         self.profile, self.users = profile, users
+        self.launcher_name = launcher_name or profile
         super().__init__(
-            f"No GPU can take profile {profile!r} now: it runs under NVIDIA MPS, which serves one user at a time "
+            f"No GPU can take '{self.launcher_name}' now: it runs under NVIDIA MPS, which serves one user at a time "
             f"on a GPU, and every GPU with room is serving another user's MPS kernels. Pick a profile without an "
             "SM share (it shares the GPU without MPS), or try again when those kernels end.")
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "profile": self.profile, "launcher_name": self.launcher_name}
 
 
 class LeaseNotFound(PoolError, KeyError):

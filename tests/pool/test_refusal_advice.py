@@ -3,9 +3,12 @@ as the launcher shows them, and what would start now, judged by the same allocat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ledger_helpers import GiB, NO_QUOTA, gpus
 
 from jupyter_gpu_pool.pool import Lease, PoolExhausted, QuotaExceeded, build_quota_book
+from jupyter_gpu_pool.pool.errors import MPSUserBusy
 from jupyter_gpu_pool.pool.allocation import Ask, Holdings, allocate
 from jupyter_gpu_pool.pool.profiles import parse_profiles
 
@@ -107,3 +110,13 @@ def test_without_alternatives_nothing_is_suggested():
     refusal = allocate(holdings, ask("gpu-20g", alternatives=()), NO_QUOTA, now=0)
     assert isinstance(refusal, PoolExhausted) and refusal.starts_now == ()
     assert "would start now" not in str(refusal)
+
+
+def test_an_mps_gpu_serving_another_user_names_the_profile_as_the_launcher_does():
+    mps = parse_profiles({"gpu-20g-50": {"slice": "20GiB,50%", "isolation": "mps", "display_name": "GPU 20 GiB · 50%"}})
+    bobs = replace(held("bob", 20), isolation="mps", sm_percent=50)
+    refusal = allocate(Holdings.of(gpus(40), [bobs]), Ask("alice", "k-new", mps["gpu-20g-50"]), NO_QUOTA, now=0)
+    assert isinstance(refusal, MPSUserBusy) and refusal.users == ["bob"]
+    text = str(refusal)
+    assert text.startswith("No GPU can take 'Python 3 · GPU 20 GiB · 50%' now: it runs under NVIDIA MPS")
+    assert "gpu-20g-50" not in text and refusal.to_dict()["launcher_name"] == "Python 3 · GPU 20 GiB · 50%"
