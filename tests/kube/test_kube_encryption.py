@@ -148,28 +148,19 @@ async def test_with_encryption_off_the_wire_carries_the_code_in_the_clear(cluste
         await kube.close()
 
 
-class EncryptingProvisioner(GPUPoolProvisioner):
-    """The local gpu-pool provisioner with the encryption hook (the one line gpu-pool's pre_launch calls)."""
-
-    async def pre_launch(self, **kwargs):
-        return await super().pre_launch(**local_launch_kwargs(self, kwargs))
+def local_kernel(managers, config=None) -> AsyncKernelManager:
+    """A local kernel of the gpu-pool-small kernelspec: the real ``gpu-pool`` provisioner, as a server starts it."""
+    return managers("gpu-pool-small", config=config)
 
 
-def encrypted_local(config=None) -> AsyncKernelManager:
-    km = AsyncKernelManager(kernel_name="gpu-pool-small", config=config)
-    km.kernel_id = str(uuid.uuid4())
-    km.provisioner = EncryptingProvisioner(kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km,
-                                           profile="small")
-    return km
-
-
-async def test_local_kernels_are_encrypted_when_the_admin_turns_it_on(pool_home, tmp_path):
+async def test_local_kernels_are_encrypted_when_the_admin_turns_it_on(pool_home, managers, tmp_path):
     from traitlets.config import Config
 
-    on = encrypted_local(Config({"KernelEncryption": {"local_kernels": True}}))
+    on = local_kernel(managers, Config({"KernelEncryption": {"local_kernels": True}}))
     stderr = open(tmp_path / "kernel.log", "w")
     try:
         await on.start_kernel(stderr=stderr)
+        assert type(on.provisioner) is GPUPoolProvisioner  # the kernelspec's own provisioner, nothing test-made
         with open(on.connection_file) as f:
             written = json.load(f)
         assert len(written["curve_secretkey"]) == 40  # in the connection file, beside the HMAC key
@@ -178,7 +169,7 @@ async def test_local_kernels_are_encrypted_when_the_admin_turns_it_on(pool_home,
                                         f"print('{marker}')")
         assert out.strip() == marker and marker.encode() not in wire
         plain = {k: v for k, v in on.get_connection_info().items() if not k.startswith("curve_")}
-        assert not await answers(plain)
+        assert not await answers(plain)  # a client with the HMAC key but not the CurveZMQ keys gets no answer
         await on.restart_kernel()  # the same keys for the next process, as with the HMAC key
         assert on.curve_secretkey == written["curve_secretkey"].encode() and await answers(on.get_connection_info())
     finally:
@@ -186,11 +177,11 @@ async def test_local_kernels_are_encrypted_when_the_admin_turns_it_on(pool_home,
         stderr.close()
     assert PLAIN_TCP_WARNING not in (tmp_path / "kernel.log").read_text()
 
-    off = encrypted_local()  # the default: local kernels as jupyter_client starts them
+    off = local_kernel(managers)  # the default: local kernels as jupyter_client starts them
     stderr = open(tmp_path / "plain.log", "w")
     try:
         await off.start_kernel(stderr=stderr)
-        assert off.curve_publickey is None
+        assert type(off.provisioner) is GPUPoolProvisioner and off.curve_publickey is None
         assert await answers({k: v for k, v in off.get_connection_info().items() if not k.startswith("curve_")})
     finally:
         await off.shutdown_kernel(now=True)
@@ -198,10 +189,28 @@ async def test_local_kernels_are_encrypted_when_the_admin_turns_it_on(pool_home,
     assert PLAIN_TCP_WARNING in (tmp_path / "plain.log").read_text()
 
 
+def test_jupyter_client_is_required_at_a_version_with_curvezmq():
+    """CurveZMQ keys in connection files and channels came with jupyter_client 8.9: the package's minimum
+    must be at least that (an older one would start every encrypted kernel unreachable)."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import jupyter_client
+    from jupyter_client.connect import ConnectionFileMixin
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    [dep] = [d for d in pyproject["project"]["dependencies"] if re.match(r"jupyter[_-]client\b", d)]
+    minimum = tuple(int(x) for x in re.search(r">=\s*([0-9.]+)", dep).group(1).split("."))
+    assert minimum >= (8, 9), dep
+    assert "curve_publickey" in ConnectionFileMixin.class_trait_names()  # what the installed one offers
+    assert tuple(int(x) for x in jupyter_client.__version__.split(".")[:2]) >= minimum[:2]
+
+
 def test_the_local_setting_is_read_from_the_pools_config_file(pool_home):
     assert KernelEncryption().local_kernels is False
     (pool_home.config_dir / "jupyter_gpu_pool_config.py").write_text(
         pool_home.config_file.read_text() + "c.KernelEncryption.local_kernels = True\n")
     km = AsyncKernelManager(kernel_name="gpu-pool-small")
-    provisioner = EncryptingProvisioner(kernel_id="k", kernel_spec=km.kernel_spec, parent=km)
+    provisioner = GPUPoolProvisioner(kernel_id="k", kernel_spec=km.kernel_spec, parent=km)
     assert local_launch_kwargs(provisioner, {"env": {}}) == {"env": {}, "transport_encryption": "required"}
