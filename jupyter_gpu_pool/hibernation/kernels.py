@@ -12,7 +12,7 @@ import logging
 
 import psutil
 
-from ..kernel_provisioner.base import shut_down
+from ..kernel_provisioner.base import PoolKernelProvisioner, shut_down
 from ..local.processes import process_tree
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Kernels:
             provisioner = self._km(kernel_id).provisioner
         except KeyError:
             return None
-        return getattr(provisioner, "pid", None)
+        return provisioner.pid if isinstance(provisioner, PoolKernelProvisioner) else None
 
     def pids(self, kernel_id: str, fallback: int | None = None) -> list[int]:
         return process_tree(self.pid(kernel_id) or fallback)
@@ -63,6 +63,7 @@ class Kernels:
     def execution_state(self, kernel_id: str) -> str | None:
         """jupyter_server's record of the kernel (idle, busy, starting, dead…); None where untracked."""
         try:
+            # jupyter_server's kernel managers track it; a bare jupyter_client one (a test rig, a benchmark) does not
             return getattr(self._km(kernel_id), "execution_state", None)
         except KeyError:
             return None
@@ -85,7 +86,7 @@ class Kernels:
         if not self.is_python(kernel_id):
             return "skipped"
         km = self._km(kernel_id)
-        before_kernel = getattr(km, "last_activity", None)
+        before_kernel = getattr(km, "last_activity", None)  # jupyter_server's, as execution_state
         before_server = getattr(self.manager, "last_kernel_activity", None)
         client = km.client()
         client.start_channels()

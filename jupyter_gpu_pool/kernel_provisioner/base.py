@@ -10,6 +10,7 @@ class PoolKernelProvisioner:
     """A provisioner whose kernel holds a slice of the pool."""
 
     _release_reason = "shutdown"
+    pid: int | None = None  # the kernel's process on this machine (jupyter_client's local provisioner sets it)
 
     def release(self, reason: str) -> None:
         """The kernel is about to be shut down for ``reason`` (culled, released by its user, evicted

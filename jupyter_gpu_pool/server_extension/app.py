@@ -129,6 +129,7 @@ class GPUPoolExtension(ExtensionApp):
                              web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
                              exempt_server_culler=self.exempt_from_server_culler, activity=activity)
         self._tasks: list[asyncio.Task] = []
+        self._stop: asyncio.Event | None = None  # set once the loops run
         self._check_server_culler(km)
         policy = self.backend.policy
         self.log.info("GPU pool: %s; policy: %d rule(s)%s, pass every %gs; hibernation %s", self.backend.note,
@@ -195,7 +196,7 @@ class GPUPoolExtension(ExtensionApp):
 
     async def stop_extension(self) -> None:
         """Let the loops finish what they are doing (threads cannot be cancelled), then stop."""
-        if getattr(self, "_stop", None) is not None:
+        if self._stop is not None:
             self._stop.set()
         if self._tasks:
             _done, pending = await asyncio.wait(self._tasks, timeout=30)

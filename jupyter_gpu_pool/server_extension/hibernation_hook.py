@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from abc import ABC
 
 from ..hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
+from ..periodic import every
 from ..pool import Lease
 from ..pool.phases import QUEUED, RESUMING
 from .hibernation_handlers import resume_handlers
@@ -25,8 +27,11 @@ from .hibernation_websocket import install_transparent_resume
 log = logging.getLogger(__name__)
 
 
-class HibernationHook:
-    """No hibernation on this server: the base every hook builds on, and what runs without one."""
+class HibernationHook(ABC):
+    """No hibernation on this server: the base every hook builds on, and what runs without one.
+
+    Every seam the culler, the handlers and the websockets use is declared here with its no-op
+    default, so that a caller never asks whether a hook has it."""
 
     enabled = False
 
@@ -74,6 +79,7 @@ class PoolHibernation(HibernationHook):
         self.hibernator = Hibernator(backend.pool, Kernels(parent.serverapp.kernel_manager))
         self.upkeep_interval = min(upkeep_interval, parent.cull_interval)
         self._task: asyncio.Task | None = None
+        self._stop = asyncio.Event()
         self._recording: set[asyncio.Future] = set()
         self._watched: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
         parent.handlers.extend(resume_handlers())
@@ -140,26 +146,26 @@ class PoolHibernation(HibernationHook):
 
     def start(self) -> None:
         if self._task is None:
+            self._stop.clear()
             self._task = asyncio.ensure_future(self._upkeep())
 
     async def _upkeep(self) -> None:
         # Load libcuda and cuInit once, in a thread, before the culler's first can_hibernate asks for it.
         await asyncio.to_thread(self.hibernator.driver.info)
-        while True:
-            try:
-                for notice in await self.hibernator.tick():
-                    await self.recorder.record(notice.kind, notice.lease, reason=notice.reason, message=notice.message,
-                                               rule="hibernation", deadline=notice.deadline,
-                                               action="shutdown" if notice.kind in ("warned", "culled") else None)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # one bad pass must not end the upkeep for good
-                log.exception("GPU pool hibernation upkeep failed")
-            await asyncio.sleep(self.upkeep_interval)
+        await every(self.upkeep_interval, self._upkeep_pass, self._stop, what="hibernation upkeep")
+
+    async def _upkeep_pass(self) -> None:
+        for notice in await self.hibernator.tick():
+            await self.recorder.record(notice.kind, notice.lease, reason=notice.reason, message=notice.message,
+                                       rule="hibernation", deadline=notice.deadline,
+                                       action="shutdown" if notice.kind in ("warned", "culled") else None)
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
+            self._stop.set()  # a pass under way finishes (its blocking parts run in threads)
+            _done, pending = await asyncio.wait([self._task], timeout=10)
+            for task in pending:
+                task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await asyncio.gather(*self._recording, return_exceptions=True)

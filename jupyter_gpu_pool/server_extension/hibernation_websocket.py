@@ -40,6 +40,7 @@ class TransparentResume:
 
     _held: list | None = None
     _resumer: asyncio.Task | None = None
+    _notice_id: str | None = None
 
     @property
     def _hook(self):
@@ -66,7 +67,7 @@ class TransparentResume:
 
     @property
     def _display_id(self) -> str:
-        if not hasattr(self, "_notice_id"):
+        if self._notice_id is None:
             self._notice_id = f"gpu-pool-resume-{uuid.uuid4().hex}"
         return self._notice_id
 
