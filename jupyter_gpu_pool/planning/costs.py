@@ -1,11 +1,12 @@
 """What hibernating and resuming a kernel costs in time, as a replay charges it.
 
-The defaults are fitted to hand measurements on an H100 (driver 580, PyTorch; docs/architecture.md,
-"Checkpoint time against memory held"): lock + checkpoint took 1.9 s for 1 GiB, 4.7 s for 4 GiB, 13.1 s
-for 16 GiB and 17.8 s for 32 GiB; restore + unlock 0.5 s, 1.1 s, 3.0 s and 6.1 s.  A least-squares line
-through those points with the fixed costs seen for small kernels gives 1.5 s + 0.55 s/GiB to hibernate
-and 0.3 s + 0.18 s/GiB (about 5.5 GiB/s) to resume.  A kernel on declared GPUs moves nothing and costs
-nothing, as the hibernator treats it.
+The defaults are the least-squares lines (fixed seconds + seconds per GiB, nothing imposed) through hand
+measurements on an H100 (driver 580, PyTorch; docs/architecture.md, "Checkpoint time against memory
+held"): lock + checkpoint took 1.9 s for 1 GiB, 4.7 s for 4 GiB, 13.1 s for 16 GiB and 17.8 s for 32 GiB;
+restore + unlock 0.5 s, 1.1 s, 3.0 s and 6.1 s.  That gives 2.62 s + 0.51 s/GiB to hibernate (off by up
+to 2.3 s at a point: the checkpoint grows more slowly than a line past 16 GiB) and 0.31 s + 0.18 s/GiB
+(about 5.6 GiB/s) to resume.  A kernel on declared GPUs moves nothing and costs nothing, as the
+hibernator treats it.
 """
 
 from __future__ import annotations
@@ -30,8 +31,21 @@ class Cost:
         return f"{self.fixed:g},{self.per_gib:g}"
 
 
-HIBERNATE = Cost(1.5, 0.55)
-RESUME = Cost(0.3, 0.18)
+# (GiB moved, seconds): the measurements above
+MEASURED_HIBERNATE = ((1, 1.9), (4, 4.7), (16, 13.1), (32, 17.8))
+MEASURED_RESUME = ((1, 0.5), (4, 1.1), (16, 3.0), (32, 6.1))
+
+
+def fit(points) -> Cost:
+    """The least-squares line through (GiB, seconds) points."""
+    n = len(points)
+    mean_x, mean_y = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points))
+    return Cost(mean_y - slope * mean_x, slope)
+
+
+HIBERNATE = fit(MEASURED_HIBERNATE)  # 2.624 s + 0.5095 s/GiB
+RESUME = fit(MEASURED_RESUME)  # 0.3063 s + 0.1788 s/GiB
 
 
 @dataclass(frozen=True)

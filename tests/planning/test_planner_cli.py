@@ -12,6 +12,7 @@ import pytest
 from planning_helpers import jupyter, simulate_json
 
 from jupyter_gpu_pool.planning.cli import SimulateApp, TraceExportApp
+from jupyter_gpu_pool.planning.costs import HIBERNATE
 
 pytestmark = pytest.mark.usefixtures("pool_home")  # an isolated pool: two declared 40 GiB GPUs
 
@@ -82,7 +83,7 @@ def test_a_progress_bar_on_stderr_when_asked():
     (["--synthetic", "lab", "--slo-wait", "soon"], "--slo-wait 'soon': must be a number of seconds"),
     (["--synthetic", "lab", "--hours", "-1"], "--hours '-1': write a number above 0"),
     (["--synthetic", "lab", "--hibernate-cost", "fast"], "--hibernate-cost: hibernate cost 'fast': write fixed "
-                                                          "seconds and seconds per GiB, such as '1.5,0.55'"),
+                                                          f"seconds and seconds per GiB, such as '{HIBERNATE}'"),
     (["--synthetic", "lab", "--profile", "huge"], "--profile: 'huge' is not a profile of configuration 'current'; "
                                                    "its profiles are small, half, whole"),
     (["--synthetic", "lab", "--config", "/nonexistent.py"], "/nonexistent.py: no such file"),
