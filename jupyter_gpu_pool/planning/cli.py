@@ -19,13 +19,14 @@ from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from ..cli import _PoolApp
 from ..config import ConfigError, load_settings
+from ..devices.nvml import discover
 from ..local.pool import build_inventory
 from ..pool import PoolError
 from ..pool.policy import PolicyError, parse_policy
 from ..pool.units import format_duration, parse_seconds, parse_size
 from . import tables, tracefile
 from .agreement import agreement
-from .configuration import Configuration, PlanError
+from .configuration import DEFAULT_GPU, Configuration, PlanError
 from .costs import HIBERNATE, RESUME, GiB, Costs, parse_cost
 from .plan import run, summary
 from .synthetic import Hub, Lab
@@ -201,6 +202,14 @@ class SimulateApp(_PoolApp):
                     raise PlanError(f"--profile: {e}") from None
         workload = self._workload()
         counts = parse_counts(self.gpus) if self.gpus else [None]
+        for config in configs if counts == [None] else ():
+            if not config.gpus:
+                where = "your jupyter_gpu_pool_config.py" if config.name == "current" else "its --config file"
+                raise PlanError(f"configuration {config.name!r} has no GPUs to replay on (none was found on this "
+                                "machine and GPUPool.inventory declares none): pass --gpus N to plan on N GPUs "
+                                f"({DEFAULT_GPU.memory // 2**30} GiB H100s, as none is declared), or declare the "
+                                f"inventory in {where}, e.g. c.GPUPool.inventory = [{{'name': 'NVIDIA A100', "
+                                "'memory': '80GiB', 'count': 4}]")
         show = self.progress if self.progress is not None else sys.stderr.isatty()
         bar = _Progress(workload, len(configs) * len(counts)) if show else None
         try:
@@ -230,16 +239,31 @@ class SimulateApp(_PoolApp):
     # -- inputs --------------------------------------------------------------------------------
 
     def _configurations(self, base) -> list[Configuration]:
-        try:
-            gpus = build_inventory(base).gpus
-        except Exception as e:  # NVML trouble: plan on the declared or default GPU model
-            self.log.warning("GPU discovery failed (%s): planning on the declared GPUs", e)
-            gpus = base.declared
+        found = []  # this machine's GPUs, asked of NVML once, whatever the configurations
+
+        def gpus_of(settings, declares: bool):
+            """A configuration's own pool: its file's declared GPUs where it declares some (a plan for GPUs
+            this machine need not have), else what its settings find, as the pool would."""
+            if declares:
+                return settings.declared
+            try:
+                if not found and settings.gpu_discovery != "declared":
+                    found.append(discover())
+                return build_inventory(settings, found[0] if found else None).gpus
+            except Exception as e:  # NVML trouble: plan on the declared or default GPU model
+                self.log.warning("GPU discovery failed (%s): planning on the declared GPUs", e)
+                return settings.declared
+
         configs = []
         for path in self.configs or [""]:
-            settings = base if not path else self._settings_with(path)
+            if path:
+                extra = _load_file(path).get("GPUPool", {})
+                settings = self._settings_with(path, extra)
+                declares = "inventory" in extra and "gpu_discovery" not in extra
+            else:
+                settings, declares = base, False
             name = Path(path).stem if path else "current"
-            config = Configuration.of(name, settings, gpus)
+            config = Configuration.of(name, settings, gpus_of(settings, declares))
             if self.queue_timeout:
                 config = _replace(config, queue_timeout=_seconds(self.queue_timeout, "--queue-timeout", zero=True))
             configs.append(config)
@@ -248,10 +272,9 @@ class SimulateApp(_PoolApp):
                                                           read_policy(self.compare_policy, configs[0]))]
         return configs
 
-    def _settings_with(self, path: str):
-        extra = _load_file(path)
+    def _settings_with(self, path: str, extra: dict):
         try:
-            return load_settings(Config({"GPUPool": {**self.config.get("GPUPool", {}), **extra.get("GPUPool", {})}}))
+            return load_settings(Config({"GPUPool": {**self.config.get("GPUPool", {}), **extra}}))
         except ConfigError as e:
             raise PlanError(f"--config {path}: {e}") from None
 

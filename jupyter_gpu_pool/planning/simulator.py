@@ -84,7 +84,8 @@ class Replay:
         """``every_pass``: judge every kernel on every pass, as the live culler does, instead of skipping
         the passes ``policy.quiet_until`` says cannot change a kernel's answer (slower; the same result)."""
         if not gpus:
-            raise PlanError("a replay needs at least one GPU")
+            raise PlanError(f"configuration {config.name!r} has no GPU to replay on: give a count (--gpus N) or "
+                            "declare the pool's GPUs (GPUPool.inventory)")
         self.w, self.config, self.costs = workload, config, costs
         self.pool = VirtualPool(config, list(gpus))
         self.policy = config.policy

@@ -96,6 +96,39 @@ def test_bad_options_get_a_clear_error_and_nothing_else(argv, message, capsys):
     assert code == 2 and out == "" and message in err, err
 
 
+def test_each_config_file_is_replayed_on_its_own_inventory(tmp_path, capsys):
+    """The admin's pool is two 40 GiB test GPUs; a --config declaring three A100s is planned on A100s
+    (--gpus N: N of them), one declaring none on the admin's."""
+    a100 = tmp_path / "a100.json"
+    a100.write_text(json.dumps({"GPUPool": {"inventory": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB",
+                                                           "count": 3}]}}))
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps({"GPUPool": {"policy": []}}))
+    argv = ["--synthetic", "lab", "--students", "4", "--hours", "1", "--config", str(a100), "--config", str(same),
+            "--json", "--no-progress"]
+    code, out, err = run_app(SimulateApp, argv, capsys)
+    assert code == 0, err
+    mine, admins = json.loads(out)["configurations"]
+    assert mine["gpu_model"]["name"] == "NVIDIA A100-SXM4-40GB" and [r["gpus"] for r in mine["results"]] == [3]
+    assert admins["gpu_model"]["name"] == "Test GPU" and [r["gpus"] for r in admins["results"]] == [2]
+    code, out, err = run_app(SimulateApp, [*argv, "--gpus", "5"], capsys)
+    assert code == 0, err
+    mine, admins = json.loads(out)["configurations"]
+    assert (mine["gpu_model"]["name"], mine["results"][0]["gpus"]) == ("NVIDIA A100-SXM4-40GB", 5)
+    assert (admins["gpu_model"]["name"], admins["results"][0]["gpus"]) == ("Test GPU", 5)
+
+
+def test_without_gpus_anywhere_the_error_says_what_to_do(pool_home, capsys):
+    pool_home.configure(inventory=[])  # declared discovery, nothing declared: the pool is empty
+    code, out, err = run_app(SimulateApp, ["--synthetic", "lab", "--json", "--no-progress"], capsys)
+    assert code == 2 and out == ""
+    assert "configuration 'current' has no GPUs to replay on" in err and "pass --gpus N" in err, err
+    assert "declare the inventory in your jupyter_gpu_pool_config.py" in err, err
+    code, out, err = run_app(SimulateApp, ["--synthetic", "lab", "--gpus", "5", "--json", "--no-progress"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["configurations"][0]["gpu_model"]["name"] == "NVIDIA H100 80GB HBM3 (planned)"
+
+
 def test_a_bad_proposed_policy_names_the_rule_and_field(tmp_path, capsys):
     proposed = tmp_path / "bad.json"
     proposed.write_text(json.dumps([{"name": "oops", "idle_timeout": "soon"}]))
