@@ -49,6 +49,7 @@ class Tally:
     resumed: int = 0
     restarts: int = 0  # users who came back to a kernel that was shut down and started another
     hibernations_refused: int = 0  # a hibernation asked of a kernel running a cell: it runs on
+    requested: int = 0  # hibernations (or, where it cannot, shutdowns) its user or an admin asked for
     snoozes: int = 0
     snoozes_refused: int = 0
     warnings: int = 0
@@ -135,6 +136,8 @@ class Tally:
         }
         if self.hibernations_refused:
             out["hibernations_refused_busy"] = self.hibernations_refused
+        if self.requested:  # (counted in hibernated or shut_down too)
+            out["requested_by_users"] = self.requested
         if slo_wait is not None:
             out["meets_slo"] = self.meets(slo_wait)
         return out

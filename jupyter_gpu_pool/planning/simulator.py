@@ -12,7 +12,9 @@ start giving up.  What the pool decides is the pool core's, called as the live p
   ``pool.gpu_use.GPUUse``), the rule from ``Policy.rule_for``, the decision from
   ``pool.policy.decide`` under ``pool.culling.pressure``; a snooze through ``pool.policy.snooze``;
 - carrying out: a shutdown frees the slice at once; a hibernation holds it for the checkpoint's time
-  (``costs``) and then frees it, and the policy's memory of the kernel starts afresh, as the culler's.
+  (``costs``) and then frees it, and the policy's memory of the kernel starts afresh, as the culler's;
+- a hibernation its user or an admin asked for (Release GPU) happens when they asked, as the culler's
+  ``release`` does it: refused while a cell runs, a shutdown where the kernel cannot hibernate.
 
 What a user does to a kernel the replay shut down is a restart (a new start; its state is lost); a
 cell run on a hibernated kernel resumes it first.  Nothing here reads a file or a clock.
@@ -34,7 +36,7 @@ from .configuration import Configuration, PlanError
 from .costs import COSTS, Costs
 from .metrics import Tally
 from .virtual_pool import VirtualPool
-from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, IDLE, SNOOZE, Session, Workload
+from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Session, Workload
 
 # Where a session's kernel is.
 ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE = range(7)
@@ -107,7 +109,7 @@ class Replay:
         for s in workload.sessions:
             profile = config.profiles.get(s.profile or config.default_profile)
             if profile is None:
-                where = f"line {s.line}: " if s.line else ""
+                where = f"{workload.source.get('file', 'trace')} line {s.line}: " if s.line else ""
                 raise PlanError(f"{where}profile {s.profile!r} of kernel {s.id} is not a profile of configuration "
                                 f"{config.name!r} (its profiles: {', '.join(config.profiles)}); replay it under a "
                                 "configuration that has it (--config)")
@@ -234,6 +236,17 @@ class Replay:
             k.reading = value
         elif code == SNOOZE:
             self._snooze(k, now, value)
+        elif code == HIBERNATE and k.state == RUNNING:  # (asleep or shut down in this replay: nothing to do)
+            self._requested(k, now)
+
+    def _requested(self, k: _Kernel, now: float) -> None:
+        """Its user (or an admin) asked for its hibernation: a shutdown where it cannot hibernate, as the
+        culler's ``release`` falls back; the checkpoint is refused while a cell runs, as the hibernator does."""
+        if k.can and k.busy:
+            self.tally.hibernations_refused += 1
+            return
+        self.tally.requested += 1
+        self._act(k, now, P.HIBERNATE if k.can else P.SHUTDOWN)
 
     def _stop_busy(self, k: _Kernel, now: float) -> None:
         self.tally.busy(k.busy_share * (now - k.busy_at))

@@ -42,7 +42,7 @@ def fewest(config: dict) -> str:
 
 
 def agreement(recorded: dict) -> str:
-    return (f"{recorded['matched']} decision(s) replayed as recorded (within "
+    return (f"{recorded['matched']} decision(s) replayed as recorded (within one culling pass, "
             f"{format_duration(recorded['tolerance_seconds'])}), {len(recorded['missing'])} recorded but not "
             f"replayed, {len(recorded['extra'])} replayed but not recorded; refusals "
             f"{'agree' if recorded['refusals_agree'] else 'differ'}.")

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
-from ..pool.trace import FORMAT, VERSION, TraceError, TraceEvent, check
+from ..pool.trace import FORMAT, REQUESTED, VERSION, TraceError, TraceEvent, check
 from .configuration import PlanError
-from .workload import ACTIVE, BUSY, END, GPU, IDLE, SNOOZE, Activity, Session, Workload
+from .workload import ACTIVE, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Activity, Session, Workload
 
 
 @dataclass
@@ -134,7 +134,9 @@ def to_workload(trace: Trace, *, interval: float | None = None) -> Workload:
     - a kernel's session starts when it asked: its start, or its place in the queue before it;
     - the pool's own delays (queue, a resume's wait and restore) are taken out of what follows;
     - a kernel the live policy shut down has no end of its own (the replayed policy decides); any
-      other end is its user's (or its crash's) and stays;
+      other end is its user's (or its crash's, or an admin's) and stays;
+    - a hibernation its user or an admin asked for (an ``act`` with reason ``user`` or ``admin``) is
+      something a person did: the replay carries it out then, and it is no decision of the policy's;
     - a start the live pool refused is asked once and holds nothing (the user's retry is a kernel of
       its own in the trace)."""
     lives: dict[str, _Life] = {}
@@ -177,6 +179,9 @@ def to_workload(trace: Trace, *, interval: float | None = None) -> Workload:
         elif kind == "restored":  # the user woke it (a cell) when the resume began: their time, less the wait
             life.activity.append((e.at - data["w"] - life.shift, ACTIVE, None))
             life.shift += data["w"]
+        elif kind in ("warn", "act") and data["r"] in REQUESTED:
+            if kind == "act" and data["a"] == "hibernate" and not data.get("dry"):
+                life.activity.append((e.at - life.shift, HIBERNATE, data["r"]))
         elif kind in ("warn", "act"):
             decisions.append({"t": e.at, "kernel": e.kernel_id, "verb": kind, "reason": data["r"],
                               "action": data["a"], **({"dry_run": True} if data.get("dry") else {})})

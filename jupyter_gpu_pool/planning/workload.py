@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-# Activity codes (small ints: a week of a hub is a million of them).
-BUSY, IDLE, ACTIVE, GPU, SNOOZE, END = range(1, 7)
-NAMES = {BUSY: "busy", IDLE: "idle", ACTIVE: "active", GPU: "gpu", SNOOZE: "snooze", END: "end"}
+# Activity codes (small ints: a week of a hub is a million of them).  HIBERNATE: its user (or an admin)
+# asked for the kernel's hibernation (Release GPU): what a person did, carried out whatever the policy.
+BUSY, IDLE, ACTIVE, GPU, SNOOZE, END, HIBERNATE = range(1, 8)
+NAMES = {BUSY: "busy", IDLE: "idle", ACTIVE: "active", GPU: "gpu", SNOOZE: "snooze", END: "end",
+         HIBERNATE: "hibernate"}
 
-Activity = tuple[float, int, object]  # (user time, code, value): GPU (memory, utilization), SNOOZE seconds
+# (user time, code, value): GPU (memory, utilization), SNOOZE seconds, HIBERNATE who asked (user or admin)
+Activity = tuple[float, int, object]
 
 
 @dataclass

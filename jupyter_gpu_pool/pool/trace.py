@@ -45,6 +45,10 @@ FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 KINDS = tuple(FIELDS)
 MAX_TEXT = 256  # characters in one text field (names, reasons): a trace carries no free text
+MAX_LIST = 64  # entries in one list field (a kernel's groups)
+# An "act" whose reason is one of these was asked for by a person (Release GPU, an admin's action), not
+# decided by the policy: a replay carries it out when it was asked, and compares it with no decision.
+REQUESTED = ("user", "admin")
 
 
 class TraceError(ValueError):
@@ -101,14 +105,63 @@ def check(raw) -> TraceEvent:
             raise TraceError(f"'{name}' must be a finite number, not {value!r}")
         if isinstance(value, str) and len(value) > MAX_TEXT:
             raise TraceError(f"'{name}' is too long ({len(value)} characters; at most {MAX_TEXT})")
-        if isinstance(value, list) and (len(value) > 64 or not all(
+        if isinstance(value, list) and (len(value) > MAX_LIST or not all(
                 isinstance(v, str if name == "g" else _NUMBER) and not isinstance(v, bool) for v in value)):
-            raise TraceError(f"'{name}' must be a list of at most 64 "
+            raise TraceError(f"'{name}' must be a list of at most {MAX_LIST} "
                              f"{'names' if name == 'g' else 'numbers'}, not {value!r}")
         data[name] = value
-    if kind == "kernel" and "grid" in data and (len(data["grid"]) != 2 or not data["grid"][1] > 0):
+    if kind == "kernel" and "grid" in data and (len(data["grid"]) != 2 or not data["grid"][1] > 0
+                                                or not all(math.isfinite(v) for v in data["grid"])):
         raise TraceError(f"'grid' must be [first pass, interval above 0], not {data['grid']!r}")
+    _in_range(kind, at, data)
     return TraceEvent(float(at), kind, kernel_id, owner, data)
+
+
+def _in_range(kind: str, at: float, data: dict) -> None:
+    """Values that cannot happen (a negative size, a share over 100%, a snooze that ended before it began)."""
+    def low(name: str, least: float, what: str) -> None:
+        value = data.get(name)
+        if value is not None and value < least:
+            raise TraceError(f"'{name}' of a '{kind}' event must be {what}, not {value!r}")
+
+    if kind == "gpu":
+        low("mem", 0, "bytes held, 0 or more (null: held, size unknown)")
+        util = data.get("util")
+        if util is not None and not 0 <= util <= 100:
+            raise TraceError(f"'util' of a 'gpu' event must be a percentage from 0 to 100, not {util!r}")
+    elif kind == "hibernated":
+        low("bytes", 0, "bytes moved, 0 or more")
+    elif kind == "restored":
+        low("w", 0, "seconds, 0 or more")
+    elif kind == "snooze":
+        low("until", at, f"a time no earlier than the event's 't' ({at!r})")
+
+
+def clipped(event: TraceEvent, *, first=lambda group: False) -> TraceEvent:
+    """``event`` within what :func:`check` reads: each text cut to ``MAX_TEXT`` characters, the groups
+    to ``MAX_LIST`` (those ``first`` says matter, such as the ones the admin's policy and quotas name,
+    kept before the rest).  Every recording path writes events through this, so what is recorded can be
+    replayed (a user in 70 Unix groups, a long failure message in 'why')."""
+    data = event.data
+    if any(isinstance(v, str) and len(v) > MAX_TEXT or isinstance(v, list) and len(v) > MAX_LIST
+           for v in data.values()):
+        data = {name: _clip(name, value, first) for name, value in data.items()}
+    kernel_id, owner = (_cut(v) if isinstance(v, str) else v for v in (event.kernel_id, event.owner))
+    if data is event.data and kernel_id == event.kernel_id and owner == event.owner:
+        return event
+    return TraceEvent(event.at, event.kind, kernel_id, owner, data)
+
+
+def _clip(name: str, value, first):
+    if isinstance(value, str):
+        return _cut(value)
+    if isinstance(value, list) and name == "g" and len(value) > MAX_LIST:
+        return (sorted(value, key=lambda g: not first(g)))[:MAX_LIST]  # (sorted is stable: the order kept)
+    return value
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
 
 
 def _name(t: type) -> str:

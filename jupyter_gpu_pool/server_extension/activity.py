@@ -7,22 +7,26 @@ one batch through the backend (the ledger, or the pool service):
   whether its GPUs are declared, and the culler's pass schedule;
 - its execution: ``busy`` and ``idle`` at the times jupyter_server saw them (the kernel's own last
   activity), ``active`` when it was used without a change of state;
-- its GPU readings, coarsely: at once when it starts or stops holding memory or crosses one of the
-  policy's GPU-idle thresholds, else at most every ``GPUPool.trace_sample_interval``;
+- its GPU readings, coarsely: at once when it starts or stops holding memory, goes over or back under
+  its soft slice's memory, or crosses one of the policy's GPU-idle thresholds, else at most every
+  ``GPUPool.trace_sample_interval``;
 - from the journal (exact times): its lease (start, end, hibernation, resume, refusals), its place in
-  the queue, its user's snoozes, and the policy's warnings and actions.
+  the queue, its user's snoozes, the policy's warnings and actions, and the hibernations its user or an
+  admin asked for (an ``act`` with reason ``user`` or ``admin``, at the time asked).
 
-Never any code, output or notebook name.  A failure to write is logged and never stops the culler.
+Never any code, output or notebook name.  Every event goes out through ``pool.trace.clipped``, so that
+what is recorded is within what a reader accepts.  A failure to write is logged and never stops the culler.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import time
 from dataclasses import dataclass
 
-from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot
-from ..pool.trace import RESUME, START, TraceEvent
+from ..pool import HIBERNATED, SOFT, JournalEntry, Lease, Snapshot
+from ..pool.trace import REQUESTED, RESUME, START, TraceEvent, clipped
 from ..pool.units import unix_time
 from .backend import PoolBackend
 
@@ -38,6 +42,7 @@ class _Kernel:
     last_activity: float | None
     state: str
     sample: tuple[float, int | None, float | None] | None = None  # the last reading written: (at, memory, utilization)
+    limit: int | None = None  # the memory of its soft slice: the policy acts on a kernel over it
 
 
 class ActivityRecorder:
@@ -62,9 +67,15 @@ class ActivityRecorder:
         try:
             await self._journal(events)
             if events:
-                await self.backend.trace(events)
+                await self.backend.trace([clipped(e, first=self._named) for e in events])
         except Exception:  # the trace is for planning: its failure must not stop the policy
             log.exception("GPU pool: could not write %d activity trace event(s)", len(events))
+
+    def _named(self, group: str) -> bool:
+        """Whether the admin's settings name ``group`` (a policy rule's match, a group quota): kept first
+        where a user has more groups than a trace event holds."""
+        patterns = [p for rule in self.backend.policy.rules for p in rule.match.group]
+        return self.backend.group_quota(group) is not None or any(fnmatch.fnmatchcase(group, p) for p in patterns)
 
     # -- what the culler saw ---------------------------------------------------------------------
 
@@ -84,7 +95,8 @@ class ActivityRecorder:
             events.append(TraceEvent(now, "kernel", kid, owner, info))
             if last is not None:
                 events.append(TraceEvent(last, "busy" if busy else "active", kid, owner))
-            seen = self.kernels[kid] = _Kernel(busy, last, lease.state)
+            seen = self.kernels[kid] = _Kernel(busy, last, lease.state,
+                                               limit=lease.total_memory if lease.isolation == SOFT else None)
         elif lease.state != HIBERNATED and not lease.phase:
             # (While it sleeps or moves, what the kernel does is the hibernator's, not its user's: a use that
             # wakes it shows as the resume, and its activity from the first pass that sees it awake.)
@@ -105,15 +117,20 @@ class ActivityRecorder:
         last = seen.sample
         if last is not None and (at <= last[0] or (memory, util) == last[1:]):
             return
-        if last is not None and not self._matters(last, memory, util) and at - last[0] < self.sample_interval:
+        if (last is not None and not self._matters(last, memory, util, seen.limit)
+                and at - last[0] < self.sample_interval):
             return
         seen.sample = (at, memory, util)
         events.append(TraceEvent(at, "gpu", kid, owner, {"mem": memory, "util": util}))
 
-    def _matters(self, last: tuple, memory: int | None, util: float | None) -> bool:
-        """Whether a reading changes what the policy reads: holding memory or not, or a threshold crossed."""
+    def _matters(self, last: tuple, memory: int | None, util: float | None, limit: int | None) -> bool:
+        """Whether a reading changes what the policy reads: holding memory or not, over its soft slice or
+        not (the over-memory rule), or a GPU-idle threshold crossed."""
         _, was_memory, was_util = last
         if (was_memory is None or was_memory > 0) != (memory is None or memory > 0):
+            return True
+        if limit is not None and (was_memory is not None and was_memory > limit) != (memory is not None
+                                                                                    and memory > limit):
             return True
         if (was_util is None) != (util is None):
             return True
@@ -182,7 +199,9 @@ class ActivityRecorder:
             return None
         if not e.kernel_id:
             return None
-        at = d.get("decided", e.at) if kind == "act" else e.at  # an action: when the pass decided it
+        at = e.at
+        if kind == "act":  # an action: when the pass decided it; one a person asked for: when it began
+            at = d.get("decided", e.at - float(d.get("duration") or 0) if e.reason in REQUESTED else e.at)
         return TraceEvent(at, kind, e.kernel_id, e.owner, data)
 
 

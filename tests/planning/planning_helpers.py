@@ -39,10 +39,12 @@ def workload(sessions, hours: float = 1.0, *, interval: float = 30.0) -> Workloa
 
 
 def jupyter(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``jupyter gpu-pool ARGS`` as a user runs it (this environment's jupyter, the test's Jupyter paths)."""
+    """``jupyter gpu-pool ARGS`` as a user runs it (this environment's jupyter, the test's Jupyter paths).
+    The test's config directory comes before this environment's etc/jupyter (jupyter_core puts a
+    virtualenv's first), where a developer's `jupyter gpu-pool lab` may have left a pool config."""
     exe = os.path.join(os.path.dirname(sys.executable), "jupyter")
     return subprocess.run([exe, "gpu-pool", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", "JUPYTER_PREFER_ENV_PATH": "0"})
 
 
 def simulate_json(*args) -> dict:

@@ -1,7 +1,9 @@
 """The simulator agrees with the live pool: real kernels on a declared pool under a short policy, a
 scripted pattern of use, the trace recorded by the server extension and exported with the real CLI,
 replayed by ``jupyter gpu-pool simulate``: the same kernels warned, culled and hibernated, for the same
-reasons, each within one culling interval of when it really happened, and the same refusals."""
+reasons, each at most one culling pass from when it really happened, and the same refusals.  Idle rules,
+GPU-idle and over-memory rules (GPU readings from the scripted telemetry source, NVML's stand-in), and
+hibernations a user asked for (replayed when asked, no decision of the policy's)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ import json
 import time
 
 import pytest
-from planning_helpers import jupyter, simulate_json
-from server_helpers import body, execute, start_kernel, wait_until
+from planning_helpers import GiB, jupyter, simulate_json
+from server_helpers import ScriptedReadings, body, execute, start_kernel, wait_until
 from tornado.httpclient import HTTPClientError
 
+from jupyter_gpu_pool.planning.agreement import passes_apart
 from jupyter_gpu_pool.pool import HIBERNATED, RELEASED
 
 pytestmark = [pytest.mark.usefixtures("ext"), pytest.mark.timeout(600)]
@@ -46,6 +49,23 @@ def live_decisions(pool_home) -> tuple[dict[str, list[tuple]], list[tuple[str, s
             at = e.at if verb == "warn" else e.detail["decided"]
             decisions.setdefault(e.kernel_id, []).append((at, verb, e.reason, e.detail["action"]))
     return decisions, refusals
+
+
+def replayed_by_kernel(result: dict) -> dict[str, list[tuple]]:
+    found: dict[str, list[tuple]] = {}
+    for d in result["decisions"]:
+        found.setdefault(d["kernel"], []).append((d["t"], d["verb"], d["reason"], d["action"]))
+    return found
+
+
+def assert_same_decisions(live: dict, replayed: dict) -> None:
+    """The same kernels, the same decisions in the same order, each at most one culling pass from when
+    the live pool decided (a pass runs a few milliseconds after its scheduled time: passes are counted)."""
+    assert set(replayed) == set(live), (replayed, live)
+    for kernel, decisions in live.items():
+        assert [x[1:] for x in replayed[kernel]] == [x[1:] for x in decisions], (kernel, replayed[kernel], decisions)
+        for (t_live, *what), (t_replay, *_) in zip(decisions, replayed[kernel]):
+            assert passes_apart(t_live, t_replay, INTERVAL) <= 1, (kernel, what, t_live, t_replay)
 
 
 @pytest.mark.policy(rules=POLICY)
@@ -100,13 +120,86 @@ async def test_a_replay_of_the_recorded_trace_decides_what_the_live_pool_decided
     [config] = replay["configurations"]
     [result] = config["results"]
     assert result["gpus"] == 2  # the configured pool
-    replayed: dict[str, list[tuple]] = {}
-    for d in result["decisions"]:
-        replayed.setdefault(d["kernel"], []).append((d["t"], d["verb"], d["reason"], d["action"]))
-    assert set(replayed) == set(live), (replayed, live)
-    for kernel, decisions in live.items():
-        assert [x[1:] for x in replayed[kernel]] == [x[1:] for x in decisions], (kernel, replayed[kernel], decisions)
-        for (t_live, *what), (t_replay, *_) in zip(decisions, replayed[kernel]):
-            assert abs(t_live - t_replay) <= INTERVAL, (kernel, what, t_live, t_replay)
+    assert_same_decisions(live, replayed_by_kernel(result))
     assert sorted((x["kernel"], x["reason"]) for x in result["refused"]) == sorted(refused)
     assert replay["recorded"]["agrees"], replay["recorded"]
+
+
+GPU_RULES = [
+    {"name": "soft", "match": {"profile": "small"}, "idle_timeout": None, "gpu_idle_timeout": 4, "warn": 2,
+     "over_memory_grace": 2, "action": "shutdown", "max_hibernated": None},
+    {"name": "whole", "match": {"profile": "whole"}, "idle_timeout": None, "gpu_idle_timeout": 4, "warn": 2,
+     "action": "shutdown", "max_hibernated": None},
+]
+
+
+@pytest.mark.policy(rules=GPU_RULES)
+async def test_a_replay_decides_gpu_idle_and_over_memory_as_the_live_pool_did(jp_fetch, ext, pool_home, tmp_path):
+    """GPU readings from the scripted telemetry source (NVML's stand-in), read by the live sampler every
+    0.5 s: a kernel on a 10 GiB soft slice goes to 12 GiB (over its slice: warned, then shut down after the
+    grace), a whole-GPU kernel stops using its GPU while holding memory (GPU-idle: warned, then shut down).
+    The recorded readings replayed through the same rules give the same decisions, each within a pass."""
+    ScriptedReadings.set(memory=2 * GiB, utilization=60.0)  # both hold 2 GiB and use their GPU
+    a = await start_kernel(jp_fetch, "gpu-pool-small")
+    b = await start_kernel(jp_fetch, "gpu-pool-whole")
+    await wait_until(lambda: ext.sampler.reading(a) is not None and ext.sampler.reading(b) is not None, 60,
+                     what="readings of both")
+    await asyncio.sleep(3 * INTERVAL)  # passes judge both active; nothing is due
+
+    ScriptedReadings.set(memory=12 * GiB, utilization=60.0)  # a is over its 10 GiB; b's 40 GiB GPU is not
+    await wait_until(lambda: lease_of(pool_home, a).state == RELEASED, 120, what="a shut down for its memory")
+    assert lease_of(pool_home, b).state == "active"
+    ScriptedReadings.set(memory=12 * GiB, utilization=0.0)  # b's loop ended: memory held, GPU idle
+    await wait_until(lambda: lease_of(pool_home, b).state == RELEASED, 120, what="b shut down, GPU idle")
+    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+
+    live, _ = live_decisions(pool_home)
+    assert [x[1:] for x in live[a]] == [("warn", "over_memory", "shutdown"), ("act", "over_memory", "shutdown")]
+    assert [x[1:] for x in live[b]] == [("warn", "gpu_idle", "shutdown"), ("act", "gpu_idle", "shutdown")]
+
+    trace = tmp_path / "trace.jsonl"
+    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
+    assert done.returncode == 0, done.stderr
+    replay = simulate_json("--trace", str(trace), "--decisions")
+    [result] = replay["configurations"][0]["results"]
+    assert_same_decisions(live, replayed_by_kernel(result))
+    assert result["shut_down"] == 2 and replay["recorded"]["agrees"], replay["recorded"]
+
+
+@pytest.mark.policy(rules=[{"name": "keep", "idle_timeout": None, "gpu_idle_timeout": None, "max_hibernated": None,
+                            "action": "hibernate"}])
+async def test_a_hibernation_its_user_asked_for_is_replayed_when_they_asked(jp_fetch, jp_ws_fetch, ext, pool_home,
+                                                                            tmp_path):
+    """Release GPU on an idle kernel, then a cell that wakes it: the replay hibernates it when its user
+    asked (the policy never would) and resumes it for the cell; neither is a decision of the policy's."""
+    kid = await start_kernel(jp_fetch, "gpu-pool-small")
+    tab = await execute(jp_ws_fetch, kid, "x = 1")
+    km = ext.serverapp.kernel_manager
+    await wait_until(lambda: any(e.kind == "allocated" for e in pool_home.ledger().journal()), 60)
+    await asyncio.sleep(2 * INTERVAL)
+    await wait_until(lambda: km.get_kernel(kid).execution_state == "idle", 60, what="idle")
+    asked = time.time()
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "release", method="POST", body="{}")
+    assert r.code == 202 and body(r)["action"] == "hibernate"
+    await wait_until(lambda: lease_of(pool_home, kid).state == HIBERNATED, 60, what="hibernated at its user's request")
+    await asyncio.sleep(2 * INTERVAL)
+    tab.close()
+    tab = await execute(jp_ws_fetch, kid, "y = 2")  # wakes it
+    await wait_until(lambda: lease_of(pool_home, kid).state == "active" and not lease_of(pool_home, kid).phase, 60,
+                     what="resumed")
+    await asyncio.sleep(3 * INTERVAL)
+    tab.close()
+    await jp_fetch("api", "kernels", kid, method="DELETE")
+    await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED, 60, what="shut down by its user")
+    await asyncio.sleep(2 * INTERVAL)
+
+    trace = tmp_path / "trace.jsonl"
+    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
+    assert done.returncode == 0, done.stderr
+    [request] = [e for e in map(json.loads, trace.read_text().splitlines()[1:-1]) if e["e"] == "act"]
+    assert (request["r"], request["a"]) == ("user", "hibernate") and asked <= request["t"] <= asked + INTERVAL
+    replay = simulate_json("--trace", str(trace), "--decisions")
+    [result] = replay["configurations"][0]["results"]
+    assert result["hibernated"] == 1 and result["requested_by_users"] == 1 and result["resumed"] == 1
+    assert result["decisions"] == [] and result["shut_down"] == 0
+    assert replay["recorded"]["agrees"] and replay["recorded"]["matched"] == 0, replay["recorded"]

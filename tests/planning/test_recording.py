@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from planning_helpers import GiB, jupyter
+from planning_helpers import GiB, jupyter, simulate_json
 from server_helpers import ScriptedReadings, execute, start_kernel, wait_until
 
 from jupyter_gpu_pool.config import GPUPool
@@ -17,7 +17,7 @@ from jupyter_gpu_pool.local.pool import Inventory, LocalPool
 from jupyter_gpu_pool.devices.nvml import Discovery
 from jupyter_gpu_pool.pool import RELEASED
 from jupyter_gpu_pool.pool.gpus import parse_inventory
-from jupyter_gpu_pool.pool.trace import TraceEvent
+from jupyter_gpu_pool.pool.trace import MAX_LIST, MAX_TEXT, TraceEvent, clipped
 from jupyter_gpu_pool.service.identity import Caller, Peer
 from jupyter_gpu_pool.service.server import PoolService
 
@@ -96,6 +96,38 @@ async def test_with_recording_off_nothing_is_written(jp_fetch, pool_home, tmp_pa
     assert exported(tmp_path) == []
 
 
+MANY_GROUPS = {f"lab{i:02d}": ["alice"] for i in range(70)}
+
+
+@pytest.mark.usefixtures("ext")
+@pytest.mark.pool_settings(group_members={"students": ["alice"], **MANY_GROUPS})
+@pytest.mark.policy(rules=[{"name": "lab69", "match": {"group": "lab69"}, "idle_timeout": 3, "gpu_idle_timeout": None,
+                            "warn": 1, "action": "shutdown"}])
+async def test_a_user_in_71_groups_and_a_long_failure_message_are_recorded_as_a_trace_that_replays(
+        jp_fetch, ext, pool_home, tmp_path, monkeypatch):
+    """More groups than a trace event holds (the ones the policy names are kept) and a hibernator's
+    failure message longer than a text field: the export is read and replayed, with the same decisions."""
+    def broken(lease):
+        raise RuntimeError("cuCheckpointProcessLock returned 999: " + "driver detail, " * 40)
+
+    monkeypatch.setattr(ext.hibernator, "can_hibernate", broken)
+    kid = await start_kernel(jp_fetch, "gpu-pool-small")
+    await wait_until(lambda: _ended_in_trace(pool_home, kid), 120, what="culled by rule lab69, on the trace")
+
+    events = exported(tmp_path)
+    kernel = next(e for e in events if e["e"] == "kernel" and e["k"] == kid)
+    start = next(e for e in events if e["e"] == "start" and e["k"] == kid)
+    for event in (kernel, start):
+        assert len(event["g"]) == MAX_LIST and "lab69" in event["g"], event["g"]
+    assert kernel["why"].startswith("the hibernator failed: cuCheckpointProcessLock returned 999: driver detail")
+    assert len(kernel["why"]) == MAX_TEXT and kernel["hib"] is False
+    replay = simulate_json("--trace", str(tmp_path / "trace.jsonl"), "--decisions")
+    [result] = replay["configurations"][0]["results"]
+    assert [(d["verb"], d["reason"], d["action"]) for d in result["decisions"] if d["kernel"] == kid] == [
+        ("warn", "idle", "shutdown"), ("act", "idle", "shutdown")]  # rule lab69 matched: its group was kept
+    assert replay["recorded"]["agrees"], replay["recorded"]
+
+
 def test_old_events_go_after_the_retention(tmp_path):
     now = [1_700_000_000.0]
     ledger = Ledger(tmp_path / "ledger.sqlite", clock=lambda: now[0])
@@ -162,6 +194,19 @@ def test_through_the_service_users_record_and_export_their_own_and_admins_all(tm
     rest = box.ask("alice", "trace_export", after=page["next"])["result"]
     assert len(rest["events"]) == 1 and rest["next"] is None
     assert box.ask("alice", "trace_export", after=["x", 1])["error"]["reason"] == "bad_request"
+
+
+def test_the_service_takes_what_the_recorder_clips_where_it_refuses_the_whole_batch_unclipped(tmp_path):
+    box = _Service(tmp_path)
+    t = time.time()
+    long = TraceEvent(t, "kernel", "ka", "alice", {"p": "small", "g": [f"g{i:02d}" for i in range(70)],
+                                                   "why": "the hibernator failed: " + "x" * 300, "hib": False})
+    batch = [TraceEvent(t, "busy", "ka", "alice"), long]
+    refused = box.ask("alice", "trace_record", events=[e.to_dict() for e in batch])
+    assert refused["error"]["reason"] == "bad_request" and "events[1]" in refused["error"]["message"]
+    assert box.ask("alice", "trace_record", events=[clipped(e).to_dict() for e in batch])["result"] == 2
+    kept = box.pool.ledger.trace_export()[0][1]
+    assert len(kept.data["g"]) == MAX_LIST and len(kept.data["why"]) == MAX_TEXT
 
 
 def test_the_service_keeps_no_trace_where_its_admin_turned_recording_off(tmp_path):

@@ -7,13 +7,15 @@ import io
 import json
 
 import pytest
-from planning_helpers import T0, configuration, jupyter
+from planning_helpers import NEVER_CULL, T0, GiB, configuration, jupyter
 
 from jupyter_gpu_pool.planning import tracefile
+from jupyter_gpu_pool.planning.agreement import agreement
 from jupyter_gpu_pool.planning.configuration import PlanError
-from jupyter_gpu_pool.planning.simulator import Replay
-from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, GPU, IDLE, SNOOZE
-from jupyter_gpu_pool.pool.trace import VERSION, TraceEvent
+from jupyter_gpu_pool.planning.costs import HIBERNATE as COST
+from jupyter_gpu_pool.planning.simulator import Replay, replay
+from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE
+from jupyter_gpu_pool.pool.trace import MAX_LIST, MAX_TEXT, VERSION, TraceEvent, check, clipped
 
 
 def E(dt: float, kind: str, kernel: str = "k1", owner: str = "alice", **data) -> TraceEvent:
@@ -91,9 +93,88 @@ def test_a_trace_from_a_newer_version_is_refused_with_what_to_do():
 
 def test_an_unknown_profile_is_refused_naming_the_line_that_introduced_it():
     workload = tracefile.to_workload(read(text([E(0, "start", p="gpu-80g", g=[]), E(5, "busy")])))
-    with pytest.raises(PlanError, match=r"line 2: profile 'gpu-80g' of kernel k1 is not a profile of configuration "
-                                        r"'test' \(its profiles: slice, whole\)"):
+    with pytest.raises(PlanError, match=r"^trace.jsonl line 2: profile 'gpu-80g' of kernel k1 is not a profile of "
+                                        r"configuration 'test' \(its profiles: slice, whole\)"):
         Replay(workload, configuration(), configuration().pool_of(1))
+
+
+def test_the_cli_names_the_file_and_line_of_an_unknown_profile(tmp_path, pool_home):
+    trace = tmp_path / "a4.jsonl"
+    trace.write_text(text([E(0, "start", p="small", g=[]), E(5, "start", kernel="k2", p="nope", g=[])]))
+    done = jupyter("simulate", "--trace", str(trace), "--json", "--no-progress")
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"{trace} line 3: profile 'nope' of kernel k2 is not a profile of configuration 'current'" in done.stderr
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"t": 5, "e": "gpu", "k": "k1", "mem": -5, "util": 10}', "'mem' of a 'gpu' event must be bytes held, 0 or more"),
+    ('{"t": 5, "e": "gpu", "k": "k1", "mem": 10, "util": 500}',
+     "'util' of a 'gpu' event must be a percentage from 0 to 100, not 500"),
+    ('{"t": 5, "e": "gpu", "k": "k1", "mem": 10, "util": -1.5}', "'util' of a 'gpu' event must be a percentage"),
+    ('{"t": 500, "e": "snooze", "k": "k1", "until": 499}',
+     "'until' of a 'snooze' event must be a time no earlier than the event's 't' (500), not 499"),
+    ('{"t": 5, "e": "restored", "k": "k1", "w": -2.0}', "'w' of a 'restored' event must be seconds, 0 or more"),
+    ('{"t": 5, "e": "hibernated", "k": "k1", "bytes": -1}', "'bytes' of a 'hibernated' event must be bytes moved"),
+])
+def test_impossible_values_are_refused_naming_the_line(line, message):
+    lines = text().splitlines(keepends=True)
+    with pytest.raises(PlanError) as refused:
+        read("".join(lines[:2] + [line + "\n"] + lines[2:]))
+    assert str(refused.value).startswith(f"trace.jsonl line 3: {message}"), refused.value
+
+
+def test_possible_values_at_the_edges_are_read():
+    for raw in ({"t": 5, "e": "gpu", "k": "k1", "mem": 0, "util": 100}, {"t": 5, "e": "gpu", "k": "k1", "mem": None},
+                {"t": 5, "e": "snooze", "k": "k1", "until": 5}, {"t": 5, "e": "restored", "k": "k1", "w": 0}):
+        assert check(raw).data == {k: v for k, v in raw.items() if k not in ("t", "e", "k")}
+
+
+def test_a_clipped_event_is_one_a_reader_accepts_and_keeps_the_groups_that_matter():
+    groups = [f"g{i:03d}" for i in range(MAX_LIST + 6)]
+    long = "the hibernator failed: " + "x" * 400
+    event = TraceEvent(T0, "kernel", "k1", "alice", {"p": "slice", "g": groups, "why": long, "hib": False})
+    with pytest.raises(Exception, match="'g' must be a list of at most 64"):
+        check(event.to_dict())
+    fitted = clipped(event, first=lambda g: g in ("g068", "g069"))
+    assert check(fitted.to_dict()) == fitted
+    assert fitted.data["g"][:2] == ["g068", "g069"] and fitted.data["g"][2:] == groups[:MAX_LIST - 2]
+    assert len(fitted.data["why"]) == MAX_TEXT and fitted.data["why"].startswith("the hibernator failed: xxx")
+    small = TraceEvent(T0, "busy", "k1", "alice")
+    assert clipped(small) is small
+
+
+def test_a_hibernation_its_user_asked_for_is_replayed_when_asked_and_is_no_policy_decision():
+    """Release GPU at T0+60 (an "act" with reason user): the replay hibernates the kernel then and its
+    slice is free from the checkpoint on; an admin's request likewise; neither is compared as a decision."""
+    trace = read(text([
+        E(0, "start", p="slice", g=["students"]), E(1, "kernel", p="slice", hib=True, declared=False),
+        E(5, "busy"), E(10, "idle"), E(60, "act", r="user", a="hibernate", dry=False, rule="lab"),
+        E(63, "hibernated", bytes=0),
+        E(100, "start", kernel="k2", owner="bob", p="slice"), E(700, "act", kernel="k2", owner="bob", r="admin",
+                                                                a="hibernate", dry=False)]))
+    workload = tracefile.to_workload(trace)
+    assert workload.recorded["decisions"] == []
+    mine = {s.id: list(s.activity()) for s in workload.sessions}
+    assert (T0 + 60, HIBERNATE, "user") in mine["k1"] and (T0 + 700, HIBERNATE, "admin") in mine["k2"]
+    config = configuration(policy=NEVER_CULL, gpus=1)  # 8 slices of 10 GiB on one 80 GiB GPU
+    tally = replay(workload, config, config.pool_of(1), keep_decisions=True)
+    assert tally.hibernated == 2 and tally.to_dict()["requested_by_users"] == 2 and tally.shut_down == 0
+    checkpoint = COST.seconds(10 * GiB)  # no reading: its slice's 10 GiB is what moves
+    assert tally.held_seconds == pytest.approx(0.125 * (60 + checkpoint) + 0.125 * (600 + checkpoint))
+    assert tally.decisions == [] and agreement(workload.recorded["decisions"], [], 30.0)["agrees"]
+
+
+def test_a_requested_hibernation_waits_for_a_running_cell_and_falls_back_to_a_shutdown():
+    """The hibernator refuses a kernel running a cell (it runs on); a kernel that cannot hibernate (an MPS
+    slice) is shut down instead, as Release GPU does live."""
+    events = [E(0, "start", p="slice"), E(50, "busy"), E(60, "act", r="user", a="hibernate", dry=False),
+              E(0, "start", kernel="k2", p="mps"), E(60, "act", kernel="k2", r="user", a="hibernate", dry=False)]
+    workload = tracefile.to_workload(read(text(events)))
+    config = configuration(policy=NEVER_CULL, profiles={"slice": {"slice": "10GiB"},
+                                                        "mps": {"slice": "10GiB,50%", "isolation": "mps"}})
+    tally = replay(workload, config, config.pool_of(1))
+    assert tally.hibernated == 0 and tally.hibernations_refused == 1
+    assert tally.shut_down == 1 and tally.requested == 1
 
 
 def test_the_cli_refuses_a_bad_trace_with_the_line_and_prints_nothing_else(tmp_path):
