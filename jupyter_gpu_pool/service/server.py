@@ -7,8 +7,10 @@ control daemons (one per GPU: an MPS server serves one Unix user at a time), and
 act on their own leases only (admins on any).  The decisions are the pool core's, through the local
 :class:`~jupyter_gpu_pool.local.Ledger`: the service is an adapter, not a second allocator.
 
-Each connection is served by its own task; the ledger runs in threads, so a slow or stuck client
+Each connection is served by its own task; the ledger's reads run in threads, so a slow or stuck client
 holds up nobody but itself, and one user holds at most :data:`MAX_CONNECTIONS` connections at once.
+Writes take turns (:meth:`PoolService._writing`): one at a time, one user's at a time, so the event loop
+never sleeps on SQLite's write lock and one user's flood of writes delays another's by one write.
 
 The idle policy runs in each user's own Jupyter server, which its user controls.  The GPU-hour budget
 is the rule the service also enforces itself: a kernel still active ``budget_grace`` seconds after its
@@ -18,6 +20,7 @@ owner's budget ran out (its server did not act on it) is ended by the service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -25,6 +28,8 @@ import os
 import re
 import signal
 import stat
+import socket
+import sqlite3
 import time
 from collections.abc import Callable
 
@@ -158,12 +163,14 @@ class PoolService:
             os.chmod(path, 0o666)  # who may act on what is decided per request, from the peer's uid
         log.info("GPU pool service: listening on %s; ledger %s", path, self.ledger.path)
 
+        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock, dict] | None = None  # see _writing
+        self._impatient = None  # the loop's ledger connection, which never waits on SQLite's lock
     async def upkeep_forever(self, stop: asyncio.Event) -> None:
         """Every ``reconcile_interval``: release dead kernels' leases, and end kernels past their budget."""
         from ..periodic import every
 
         async def upkeep() -> None:
-            await self.pool.areconcile()
+            await self._write(None, self.pool.reconcile)
             await self.enforce_budgets()
 
         await every(self.reconcile_interval, upkeep, stop, what="the service's upkeep")
@@ -225,6 +232,43 @@ class PoolService:
             return True
         except (TimeoutError, ConnectionError):
             return False
+    # -- writes take turns ------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, uid: int | None):
+        """A turn to write to the ledger: the caller's own turn first (so one user's queued writes wait
+        among themselves), then the service's one write lock.  Every write to the ledger, on the loop or
+        in a thread, holds it: the loop never finds SQLite's lock taken by a thread of the service."""
+        loop = asyncio.get_running_loop()
+        if self._turns is None or self._turns[0] is not loop:
+            self._turns = (loop, asyncio.Lock(), {})
+        _, lock, per_uid = self._turns
+        async with per_uid.setdefault(uid, asyncio.Lock()), lock:  # (one lock per user of the machine)
+            yield
+
+    async def _write(self, uid: int | None, fn: Callable, *args, **kwargs):
+        """``fn`` (a write to the ledger) in a thread, in its turn."""
+        async with self._writing(uid):
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _write_here(self, uid: int | None, fn: Callable):
+        """``fn`` on the loop, in its turn: an allocation costs less than a trip to a thread and back.
+        Should SQLite's lock be held all the same (by a process other than the service, or a thread of a
+        request whose client hung up), ``fn`` runs again in a thread instead of the loop waiting on it:
+        the loop's connection does not wait (its busy timeout is 0), and asking again is safe (each of
+        ``fn``'s transactions happened wholly or not at all; an allocation asked again finds its lease)."""
+        async with self._writing(uid):
+            conn = self.ledger.db.connection()
+            if conn is not self._impatient:
+                conn.execute("PRAGMA busy_timeout = 0")
+                self._impatient = conn
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+            return await asyncio.to_thread(fn)
+
 
     async def handle(self, caller: Caller, peer: Peer, line: bytes) -> dict:
         """One request line → one reply; nothing changes on an error."""
@@ -317,61 +361,67 @@ class PoolService:
 
     # -- operations: leases ---------------------------------------------------------------------------
 
-    # Allocate and release run on the loop, not in a thread: the ledger file is the service's alone, so
-    # its write lock is only ever waited on for the service's own short transactions, and an allocation
-    # (about a millisecond) costs less than handing it to a thread and back (measured: 502 against 946
-    # allocations/s from 16 clients). A refusal's reconcile checks holders with psutil at most once a second.
+    # Allocate and release run on the loop, not in a thread (see _write_here): an allocation (about a
+    # millisecond) costs less than handing it to a thread and back (measured: 502 against 946 allocations/s
+    # from 16 clients). A refusal's reconcile checks holders with psutil at most once a second.
 
     async def op_allocate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         kernel_id = _kernel_id(args)
-        existing = self._held_kernel(caller, kernel_id)
-        if existing is not None:
-            return existing  # a retry after a lost reply: the same lease, not a second one
         profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
         manager = Holder(peer.pid, _start_of(peer.pid), processes.hostname())
-        request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
-                               label=args.text("label", default=""), manager=manager,
-                               alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
-        waiter_id = args.text("waiter_id", required=False)
-        if waiter_id is not None:
-            self._own_waiter_of(caller, waiter_id)
-        return self.pool.allocate(request, waiter_id, args.flag("record_refusal", True))
+
+        def allocate() -> Lease:
+            existing = self._held_kernel(caller, kernel_id)
+            if existing is not None:
+                return existing  # a retry after a lost reply: the same lease, not a second one
+            request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
+                                   label=label, manager=manager,
+                                   alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
+            if waiter_id is not None:
+                self._own_waiter_of(caller, waiter_id)
+            return self.pool.allocate(request, waiter_id, record_refusal)
+
+        return await self._write_here(caller.uid, allocate)
 
     async def op_resume(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
         waiter_id = args.text("waiter_id", required=False)
         if waiter_id is not None:
             await self._own_waiter(caller, waiter_id)
-        return await asyncio.to_thread(self.pool.resume, lease, args.flag("same_gpu"), waiter_id,
-                                       args.flag("record_refusal", True))
+        return await self._write(caller.uid, self.pool.resume, lease, args.flag("same_gpu"), waiter_id,
+                                 args.flag("record_refusal", True))
 
     async def op_release(self, caller: Caller, peer: Peer, args: Args) -> Lease | None:
-        lease_id = args.text("lease_id")
-        lease = self.ledger.get(lease_id)  # on the loop, as an allocation
-        if lease is None or lease.state not in HELD:
-            return None  # releasing is idempotent
-        self._lease_of(caller, lease_id)
-        return self.ledger.release(lease_id, args.text("reason", default="shutdown"))
+        lease_id, reason = args.text("lease_id"), args.text("reason", default="shutdown")
+
+        def release() -> Lease | None:
+            lease = self.ledger.get(lease_id)
+            if lease is None or lease.state not in HELD:
+                return None  # releasing is idempotent
+            self._lease_of(caller, lease_id)
+            return self.ledger.release(lease_id, reason)
+
+        return await self._write_here(caller.uid, release)  # on the loop, as an allocation
 
     async def op_set_holder(self, caller: Caller, peer: Peer, args: Args) -> None:
         lease = await self._lease(caller, args.text("lease_id"))
         pid = args.integer("pid")
         holder = await asyncio.to_thread(self._holder, caller, pid) if pid is not None else None
-        await asyncio.to_thread(self.ledger.set_holder, lease.id, holder, args.phase("phase", required=False))
+        await self._write(caller.uid, self.ledger.set_holder, lease.id, holder, args.phase("phase", required=False))
 
     async def op_stop(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
-        return await asyncio.to_thread(self.ledger.stop, lease.id, expect=args.phase("expect", required=False))
+        return await self._write(caller.uid, self.ledger.stop, lease.id, expect=args.phase("expect", required=False))
 
     async def op_set_phase(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
-        return await asyncio.to_thread(self.ledger.set_phase, lease.id, args.phase("to"),
-                                       expect=args.phase("expect", required=False), deadline=args.number("deadline"))
+        return await self._write(caller.uid, self.ledger.set_phase, lease.id, args.phase("to"),
+                                 expect=args.phase("expect", required=False), deadline=args.number("deadline"))
 
     async def op_adopt(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
         manager = Holder(peer.pid, await asyncio.to_thread(_start_of, peer.pid), processes.hostname())
-        return await asyncio.to_thread(self.ledger.adopt, lease.id, manager)
+        return await self._write(caller.uid, self.ledger.adopt, lease.id, manager)
 
     async def op_hibernate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         """The caller's server checkpointed its kernel: the slice goes back, but on a real GPU only once
@@ -381,12 +431,14 @@ class PoolService:
         host_bytes = args.integer("host_bytes", default=0)
         if host_bytes < 0:
             raise protocol.ProtocolError("'host_bytes' must be 0 or more")
+        label, waiter_id = args.text("label", default=""), args.text("waiter_id", required=False)
+        record_refusal = args.flag("record_refusal", True)
         real = {u for u in lease.gpus if (g := self.pool.gpu(u)) is not None and not g.declared}
         if real:
             await asyncio.to_thread(self._check_gpu_free, lease, real, caller.uid)
-        return await asyncio.to_thread(self.ledger.hibernate, lease.id, host_bytes,
-                                       args.text("reason", default="idle"),
-                                       tuple(args.texts("last_gpus")) or None, args.phase("phase", required=False) or "")
+        return await self._write(caller.uid, self.ledger.hibernate, lease.id, host_bytes,
+                                 args.text("reason", default="idle"),
+                                 tuple(args.texts("last_gpus")) or None, args.phase("phase", required=False) or "")
 
     def _check_gpu_free(self, lease: Lease, gpus: set[str], caller_uid: int) -> None:
         """Raise :class:`Denied` unless no process of the lease's owner holds memory on ``gpus``,
@@ -415,8 +467,8 @@ class PoolService:
         if host_bytes < 0:
             raise protocol.ProtocolError("'host_bytes' must be 0 or more")
         cap = self.pool.settings.hibernation.cap_bytes(psutil.virtual_memory().total)  # the admin's, not the caller's
-        granted, others = await asyncio.to_thread(self.ledger.reserve_host_bytes, lease.id, host_bytes,
-                                                  cap if host_bytes else None, lease.host)
+        granted, others = await self._write(caller.uid, self.ledger.reserve_host_bytes, lease.id, host_bytes,
+                                            cap if host_bytes else None, lease.host)
         return [granted, others]
 
     # -- operations: reading ----------------------------------------------------------------------------
@@ -502,18 +554,18 @@ class PoolService:
         mine = [w for w in await asyncio.to_thread(self.ledger.waiters) if w.owner == caller.user]
         if len(mine) >= MAX_WAITERS:
             raise Busy(f"you hold {len(mine)} places in the GPU queue already (at most {MAX_WAITERS})")
-        return await asyncio.to_thread(self.ledger.enqueue, caller.user, kernel_id, profile, spec,
-                                       lease_id=lease_id, label=args.text("label", default=""))
+        return await self._write(caller.uid, self.ledger.enqueue, caller.user, kernel_id, profile, spec,
+                                 lease_id=lease_id, label=args.text("label", default=""))
 
     async def op_heartbeat(self, caller: Caller, peer: Peer, args: Args):
         waiter_id = args.text("waiter_id")
         await self._own_waiter(caller, waiter_id)
-        return await asyncio.to_thread(self.ledger.heartbeat, waiter_id)
+        return await self._write(caller.uid, self.ledger.heartbeat, waiter_id)
 
     async def op_dequeue(self, caller: Caller, peer: Peer, args: Args) -> None:
         waiter_id = args.text("waiter_id")
         await self._own_waiter(caller, waiter_id)
-        await asyncio.to_thread(self.ledger.dequeue, waiter_id)
+        await self._write(caller.uid, self.ledger.dequeue, waiter_id)
 
     async def op_record(self, caller: Caller, peer: Peer, args: Args) -> None:
         """An entry on the journal about one of the caller's kernels (its owner is the caller)."""
@@ -524,23 +576,23 @@ class PoolService:
         detail = args.raw.get("detail") or {}
         if not isinstance(detail, dict) or len(protocol.dumps(detail)) > 64 * 1024:
             raise protocol.ProtocolError("'detail' must be an object of at most 64 KiB")
-        await asyncio.to_thread(self.ledger.record, args.word("kind"), lease_id=lease_id,
-                                kernel_id=args.text("kernel_id", required=False), owner=owner,
-                                reason=args.text("reason", default=""), detail=detail)
+        await self._write(caller.uid, self.ledger.record, args.word("kind"), lease_id=lease_id,
+                          kernel_id=args.text("kernel_id", required=False), owner=owner,
+                          reason=args.text("reason", default=""), detail=detail)
 
     async def op_record_refusal(self, caller: Caller, peer: Peer, args: Args) -> None:
         refusal = PoolError(args.text("message"))
         refusal.reason = args.word("reason")
         kernel_id, _held = await self._kernel(caller, args)
-        await asyncio.to_thread(self.ledger.record_refusal, kernel_id, caller.user,
-                                args.text("profile"), refusal)
+        await self._write(caller.uid, self.ledger.record_refusal, kernel_id, caller.user,
+                          args.text("profile"), refusal)
 
     async def op_reconcile(self, caller: Caller, peer: Peer, args: Args) -> list:
         """The service reconciles on its own interval; a caller's ask runs one now, unless one ran in
         the last second (a refused allocation reconciles as often)."""
         if self.ledger.reconciled_within(1.0):
             return []
-        return await self.pool.areconcile()
+        return await self._write(caller.uid, self.pool.reconcile)
 
     # -- the activity trace (pool.trace) -----------------------------------------------------------------
 
@@ -564,7 +616,7 @@ class PoolService:
         settings = self.pool.settings
         if not settings.trace_recording:
             return 0
-        await asyncio.to_thread(self.ledger.trace_record, events, settings.trace_retention)
+        await self._write(caller.uid, self.ledger.trace_record, events, settings.trace_retention)
         return len(events)
 
     async def op_trace_export(self, caller: Caller, peer: Peer, args: Args) -> dict:
@@ -611,8 +663,8 @@ class PoolService:
             log.warning("GPU pool service: %s's GPU time is used up and kernel %s still runs %.0fs later; "
                         "ending it", lease.owner, lease.kernel_id, now - since)
             await asyncio.to_thread(_end_tree, lease.holder_pid)
-            released = await asyncio.to_thread(
-                self.ledger.release, lease.id, "budget: GPU time used up (ended by the pool service)")
+            released = await self._write(None, self.ledger.release, lease.id,
+                                         "budget: GPU time used up (ended by the pool service)")
             if released is not None:
                 ended.append(released)
         self._spent_since = {k: v for k, v in self._spent_since.items() if k in {x.id for x in active}}

@@ -214,3 +214,117 @@ def test_one_users_flood_of_connections_locks_nobody_else_out(lab):
         flood.wait()
     [who] = raw(lab, "bob", [request("whoami")])  # and bob once his flood is gone
     assert who["ok"]
+
+
+FLOOD = """
+import json, socket, sys, threading, time
+path, seconds, conns = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+events = [{"t": time.time(), "e": "busy", "k": "k-flood"} for _ in range(1000)]  # the most one request may carry
+lines = [json.dumps({"id": 1, "op": "trace_record", "args": {"events": events}}).encode() + b"\\n",
+         json.dumps({"id": 2, "op": "record", "args": {"kind": "noted", "detail": {"x": "y" * 60000}}}).encode() + b"\\n"]
+done = []
+def flood():
+    s = socket.socket(socket.AF_UNIX); s.connect(path); replies = s.makefile("rb")
+    n, waited, end = 0, 0.0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.monotonic()
+        s.sendall(lines[n % 2])
+        reply = json.loads(replies.readline())
+        waited += time.monotonic() - started
+        assert reply["ok"], reply
+        n += 1
+    done.append([n, waited])
+threads = [threading.Thread(target=flood) for _ in range(conns)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps(done), flush=True)
+"""
+
+PROBE = """
+import json, socket, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_UNIX); s.connect(path); s.settimeout(60); replies = s.makefile("rb")
+def ask(op, **args):
+    started = time.monotonic()
+    s.sendall(json.dumps({"id": 1, "op": op, "args": args}).encode() + b"\\n")
+    reply = json.loads(replies.readline())
+    assert reply["ok"], reply
+    return reply["result"], time.monotonic() - started
+waits, i, end = {"whoami": [], "allocate": [], "release": []}, 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    waits["whoami"].append(ask("whoami")[1])
+    lease, took = ask("allocate", kernel_id=f"k-alice-{i}", profile="small")
+    waits["allocate"].append(took)
+    waits["release"].append(ask("release", lease_id=lease["id"])[1])
+    i += 1
+    time.sleep(0.05)
+print(json.dumps(waits), flush=True)
+"""
+
+
+def test_one_users_flood_of_writes_holds_up_nobody_elses_requests(lab):
+    """bob writes to the ledger as fast as several connections allow (the largest trace batches and
+    journal entries a request may carry); alice's who-am-I, allocations and releases are each answered
+    within 2 s all the while, though bob's writes together keep the ledger busy far longer."""
+    lab.service()
+    seconds = 8.0
+    flood = subprocess.Popen([sys.executable, "-c", FLOOD, lab.socket, str(seconds + 2), "32"], **identity("bob"),
+                             env=user_env(lab, "bob"), stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # the flood under way
+        probe = subprocess.run([sys.executable, "-c", PROBE, lab.socket, str(seconds)], **identity("alice"),
+                               env=user_env(lab, "alice"), capture_output=True, text=True, timeout=120)
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        out, _ = flood.communicate(timeout=120)
+    finally:
+        flood.kill()
+        flood.wait()
+    waits = json.loads(probe.stdout)
+    flooded = json.loads(out)
+    assert flood.returncode == 0 and len(flooded) == 32
+    assert len(waits["allocate"]) >= 3  # alice was served all along, not once at the end
+    slowest = {op: max(w) for op, w in waits.items()}
+    assert all(w < 2.0 for w in slowest.values()), slowest
+    writes, waited = sum(n for n, _ in flooded), sum(w for _, w in flooded)
+    assert writes >= 50 and waited > 10 * 2.0, (writes, waited)  # bob's writes would have kept her waiting long
+
+
+HOLDER_PROBE = """
+import json, socket, sys, time
+def connect():
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(60); return s, s.makefile("rb")
+(a, a_replies), (w, w_replies) = connect(), connect()
+started = time.monotonic()
+a.sendall(b'{"id": 1, "op": "allocate", "args": {"kernel_id": "k-alice-1", "profile": "small"}}\\n')
+time.sleep(0.3)  # the allocation waits on the ledger's lock by now
+asked = time.monotonic()
+w.sendall(b'{"id": 2, "op": "whoami"}\\n')
+who = json.loads(w_replies.readline())
+answered = time.monotonic() - asked
+lease = json.loads(a_replies.readline())
+print(json.dumps({"whoami": answered, "who": who, "allocate": time.monotonic() - started, "lease": lease}))
+"""
+
+
+def test_the_service_never_sleeps_on_the_ledgers_lock_whoever_holds_it(lab):
+    """SQLite's write lock held from outside the service's turns (here root's own connection; a thread of a
+    request whose client hung up could too): alice's allocation waits for it, in a thread, while her
+    who-am-I on another connection is answered at once (the loop once slept in SQLite's busy handler)."""
+    import sqlite3
+
+    lab.service()
+    holder = sqlite3.connect(lab.ledger, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        probe = subprocess.Popen([sys.executable, "-c", HOLDER_PROBE, lab.socket], **identity("alice"),
+                                 env=user_env(lab, "alice"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3.0)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    out, err = probe.communicate(timeout=60)
+    assert probe.returncode == 0, err[-3000:]
+    seen = json.loads(out)
+    assert seen["who"]["result"]["user"] == "alice" and seen["whoami"] < 1.0, seen
+    assert seen["lease"]["ok"] and seen["lease"]["result"]["kernel_id"] == "k-alice-1", seen
+    assert seen["allocate"] > 2.0  # it did wait for the lock (then took the slice)
