@@ -64,6 +64,18 @@ class Busy(RuntimeError):
     reason, status = "too_many", 429
 
 
+class GPUMemoryHeld(RuntimeError):
+    """A hibernation the service will not record: NVML still shows the kernel's user holding GPU memory."""
+
+    reason, status = "gpu_memory_held", 409
+
+
+class GPUUnreadable(RuntimeError):
+    """A hibernation the service cannot check: NVML does not say what the kernel holds."""
+
+    reason, status = "gpu_unreadable", 503
+
+
 class Args:
     """A request's arguments, each checked for its type: a bad one is a :class:`ProtocolError`."""
 
@@ -130,7 +142,7 @@ class PoolService:
 
     def __init__(self, pool: LocalPool, identities: Identities, *, reconcile_interval: float = 15.0,
                  frame_timeout: float = 30.0, idle_timeout: float = 3600.0, budget_grace: float = 300.0,
-                 gpu_processes: GPUProcesses | None = None):
+                 gpu_processes: GPUProcesses | None = None, gpu_settle: float = 3.0):
         self.pool = pool
         self.ledger = pool.ledger
         self.identities = identities
@@ -138,6 +150,7 @@ class PoolService:
         self.frame_timeout, self.idle_timeout = frame_timeout, idle_timeout
         self.budget_grace = budget_grace
         self._gpu_processes = gpu_processes or _nvml_processes
+        self.gpu_settle = gpu_settle  # seconds NVML may lag behind a checkpoint before a hibernation is refused
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task] = set()
         self._per_uid: dict[int, int] = {}
@@ -296,7 +309,7 @@ class PoolService:
             return _error(request_id, "phase_error", 409, str(e))
         except PoolError as e:
             return _error(request_id, e.reason, getattr(e, "status", 409), str(e), e.to_dict())
-        except (Denied, Busy) as e:
+        except (Denied, Busy, GPUMemoryHeld, GPUUnreadable) as e:
             return _error(request_id, e.reason, e.status, str(e))
         except Exception as e:  # a bug must not take the service down: the request fails, others go on
             log.exception("GPU pool service: %s failed", line[:200])
@@ -435,31 +448,50 @@ class PoolService:
         record_refusal = args.flag("record_refusal", True)
         real = {u for u in lease.gpus if (g := self.pool.gpu(u)) is not None and not g.declared}
         if real:
-            await asyncio.to_thread(self._check_gpu_free, lease, real, caller.uid)
+            await self._gpu_freed(lease, real, caller.uid)
         return await self._write(caller.uid, self.ledger.hibernate, lease.id, host_bytes,
                                  args.text("reason", default="idle"),
                                  tuple(args.texts("last_gpus")) or None, args.phase("phase", required=False) or "")
 
-    def _check_gpu_free(self, lease: Lease, gpus: set[str], caller_uid: int) -> None:
-        """Raise :class:`Denied` unless no process of the lease's owner holds memory on ``gpus``,
-        but for the process trees of the owner's other active kernels."""
+    async def _gpu_freed(self, lease: Lease, gpus: set[str], caller_uid: int) -> None:
+        """Return once NVML shows no process of the lease's owner holding memory on ``gpus`` but for the
+        process trees of the owner's other active kernels; NVML may lag a moment behind a checkpoint, so
+        it is asked again for up to ``gpu_settle`` seconds before the hibernation is refused."""
+        deadline = time.monotonic() + self.gpu_settle
+        while True:
+            held = await asyncio.to_thread(self._gpu_held, lease, gpus, caller_uid)
+            if held is not None and not held:
+                return
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        if held is None:
+            raise GPUUnreadable("NVML cannot say what the kernel holds on the GPU, so its slice stays held "
+                                "(the admin may check the driver: nvidia-smi)")
+        total = sum(held.values())
+        pids = ", ".join(f"{pid} ({used // 2**20} MiB)" if used else f"{pid}" for pid, used in sorted(held.items()))
+        amount = f"{max(total, 2**20) // 2**20} MiB" if total else "memory"  # (NVML need not say how much)
+        raise GPUMemoryHeld(f"NVML still shows the kernel's user holding {amount} on the GPU "
+                            f"{self.gpu_settle:g} s after its checkpoint (processes {pids}): a hibernated kernel holds "
+                            "none, so its slice stays held")
+
+    def _gpu_held(self, lease: Lease, gpus: set[str], caller_uid: int) -> dict[int, int] | None:
+        """Per pid, the memory NVML shows the owner's processes holding on ``gpus`` (0 where NVML does not
+        say how much), leaving out the owner's other active kernels; None where NVML cannot be read."""
         found = self._gpu_processes(gpus)
         if found is None:
-            raise Denied("NVML cannot say what the kernel holds on the GPU, so its slice stays held "
-                         "(the admin may check the driver: nvidia-smi)")
+            return None
         uid = next((u for u in (_uid_of(lease.holder_pid), _uid_of(lease.manager_pid)) if u is not None), caller_uid)
         others = {pid for other in self.ledger.leases(lease.owner, states=(ACTIVE,)) if other.id != lease.id
                   for pid in processes.process_tree(other.holder_pid)}
         kernel = set(processes.process_tree(lease.holder_pid))
-        held = 0
+        held: dict[int, int] = {}
         for per_pid in found.values():
             for pid, used in per_pid.items():
                 if pid in others or (pid not in kernel and _uid_of(pid) != uid):
                     continue
-                held += used if used is not None else 1
-        if held:
-            raise Denied(f"the kernel's user still holds {max(held, 2**20) // 2**20} MiB on the GPU: a hibernated "
-                         "kernel holds none, so its slice stays held")
+                held[pid] = held.get(pid, 0) + (used or 0)
+        return held
 
     async def op_reserve_host_bytes(self, caller: Caller, peer: Peer, args: Args) -> list:
         lease = await self._lease(caller, args.text("lease_id"))
