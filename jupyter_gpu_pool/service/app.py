@@ -38,8 +38,13 @@ class PoolService(Configurable):
         machine; each caller still acts on their own kernels only).""").tag(config=True)
 
     user_prefix = Unicode("", help="""Stripped from Unix user names to make pool user names: TLJH names its users
-        'jupyter-<name>', so with 'jupyter-' their pool names (quotas, budgets, the UI) are the hub's names.""").tag(
-        config=True)
+        'jupyter-<name>', so with 'jupyter-' their pool names (quotas, budgets, the UI) are the hub's names.  With a
+        prefix, Unix users without it may not use the pool (but for unprefixed_users): 'alice' and 'jupyter-alice'
+        would otherwise be one pool user.""").tag(config=True)
+
+    unprefixed_users = Names(["root"], help="""With user_prefix, the Unix users who use the pool under their own
+        name (root, by default, to administer it); a prefixed user whose pool name would be one of these is
+        refused.""").tag(config=True)
 
     admin_groups = Names(["jupyterhub-admins"], help="""Unix or JupyterHub groups whose members administer the pool
         (see every lease, act on any kernel).  TLJH puts its admins in 'jupyterhub-admins'.  Root always
@@ -87,7 +92,12 @@ class ServeApp(JupyterApp):
         except Exception as e:  # a TraitError names the setting
             sys.exit(f"Bad GPU pool configuration: {e}")
         settings.config_files = tuple(str(f) for f in files)
-        asyncio.run(serve(settings, PoolService(config=config)))
+        from .server import StartError
+
+        try:
+            asyncio.run(serve(settings, PoolService(config=config)))
+        except StartError as e:
+            sys.exit(f"The GPU pool service cannot start: {e}")
 
 
 def service_defaults(config: Config, socket_path: str) -> dict:
@@ -119,7 +129,8 @@ async def serve(settings: GPUPool, options: PoolService) -> None:
         os.makedirs(directory, mode=0o700)  # the ledger is the service's alone
     pool = LocalPool(settings, ledger_mode=0o600)
     os.chmod(settings.ledger_path, 0o600)  # (SQLite gives its -wal and -shm files the database's mode)
-    identities = Identities(user_prefix=options.user_prefix, admin_groups=tuple(options.admin_groups),
+    identities = Identities(user_prefix=options.user_prefix, unprefixed=tuple(options.unprefixed_users),
+                            admin_groups=tuple(options.admin_groups),
                             unix_groups=settings.unix_groups, group_members=settings.group_members,
                             hub_api_url=os.environ.get("JUPYTERHUB_API_URL", ""),
                             hub_api_token=os.environ.get("JUPYTERHUB_API_TOKEN", ""))

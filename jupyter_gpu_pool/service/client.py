@@ -76,8 +76,10 @@ def _rebuild(error: dict) -> Exception:
 class ServiceClient:
     """Requests to the pool service on ``path``, one connection per thread."""
 
-    def __init__(self, path: str, *, timeout: float = 15.0, connect_timeout: float = 1.0):
+    def __init__(self, path: str, *, timeout: float = 15.0, connect_timeout: float = 1.0,
+                 max_reply: int = protocol.MAX_REPLY):
         self.path, self.timeout, self.connect_timeout = path, timeout, connect_timeout
+        self.max_reply = max_reply
         self._local = threading.local()
         self._ids = 0
 
@@ -110,7 +112,7 @@ class ServiceClient:
             sock, reader = self._connection()
             try:
                 sock.sendall(request)
-                line = reader.readline(protocol.MAX_FRAME + 1)
+                line = reader.readline(self.max_reply + 1)
             except TimeoutError:  # there, but stuck: asking again would wait as long again
                 self.close()
                 raise ServiceUnavailable(self.path, f"no answer within {self.timeout:g} s") from None
@@ -120,7 +122,11 @@ class ServiceClient:
                 why = "the service closed the connection"
             if line.endswith(b"\n"):
                 break
-            self.close()  # dropped (the service restarted): one new connection
+            self.close()
+            if len(line) > self.max_reply:  # the service's whole answer, cut: asking again gets the same
+                raise ServiceError("too_large", 413, f"The pool service's reply is longer than the {self.max_reply} "
+                                   "bytes this client reads; ask for less (a smaller 'limit', a shorter time span).")
+            # dropped (the service restarted): one new connection
             if attempt == 2:
                 raise ServiceUnavailable(self.path, why)
         reply = protocol.decode(protocol.loads(line))

@@ -4,6 +4,10 @@ The kernel reports the connecting process's uid (``SO_PEERCRED``); the service m
 user name (the Unix name, less a prefix such as TLJH's ``jupyter-``) and to groups (the Unix groups,
 the admin's ``group_members``, and, when the service runs as a JupyterHub service, the user's hub
 groups).  Admins are the members of a configured Unix or hub group, or hub admins.
+
+With a prefix, one pool name must not stand for two Unix users (``jupyter-alice`` and ``alice``):
+only names with the prefix are pool users, but for the few the admin lets in as they are
+(``unprefixed``, root by default), whose names no prefixed user may take.
 """
 
 from __future__ import annotations
@@ -51,12 +55,21 @@ class Caller:
 class NoSuchUser(PermissionError):
     """A uid with no name on this machine: such a process may not use the pool."""
 
+    reason = "no_such_user"
+
+
+class NotAPoolUser(NoSuchUser):
+    """A Unix user whose name would not be theirs alone in the pool (see ``Identities.unprefixed``)."""
+
+    reason = "not_a_pool_user"
+
 
 @dataclass
 class Identities:
     """Maps peers to callers, with a short cache (a hub lookup is an HTTP request)."""
 
     user_prefix: str = ""  # stripped from Unix names: TLJH names its users jupyter-<name>
+    unprefixed: tuple[str, ...] = ("root",)  # with a prefix, the Unix users who are pool users under their own name
     admin_groups: tuple[str, ...] = ()  # Unix or hub groups whose members administer the pool
     unix_groups: bool = True
     group_members: dict | None = None  # the admin's own group lists (GPUPool.group_members)
@@ -79,12 +92,31 @@ class Identities:
     def by_name(self, user: str) -> Caller | None:
         """The pool user ``user`` as the service would know them on the socket (their Unix user is
         ``user_prefix + user``, or ``user``), or None where this machine has no such user."""
-        for name in dict.fromkeys((self.user_prefix + user, user)):
+        names = (self.user_prefix + user, user) if user in self.unprefixed or not self.user_prefix else \
+            (self.user_prefix + user,)
+        for name in dict.fromkeys(names):
             try:
                 return self.caller(Peer(pid=0, uid=pwd.getpwnam(name).pw_uid, gid=-1))
-            except KeyError:
+            except (KeyError, NotAPoolUser):
                 continue
         return None
+
+    def pool_name(self, unix_name: str) -> str:
+        """The pool user a Unix user is, or :class:`NotAPoolUser` where that name would not be theirs alone."""
+        prefix = self.user_prefix
+        if not prefix:
+            return unix_name
+        if unix_name in self.unprefixed:
+            return unix_name
+        user = unix_name[len(prefix):] if unix_name.startswith(prefix) else ""
+        if not user:
+            raise NotAPoolUser(f"Unix user {unix_name!r} is not a user of the GPU pool: its users are named "
+                               f"{prefix}<name> (PoolService.user_prefix); the admin may let others in by name "
+                               "(PoolService.unprefixed_users)")
+        if user in self.unprefixed:
+            raise NotAPoolUser(f"Unix user {unix_name!r} would be the GPU pool's user {user!r}, which is the Unix user "
+                               f"{user!r} (PoolService.unprefixed_users): one pool name cannot be two users")
+        return user
 
     def _look_up(self, uid: int) -> Caller:
         try:
@@ -92,8 +124,7 @@ class Identities:
         except KeyError:
             raise NoSuchUser(f"uid {uid} has no user name on this machine") from None
         unix_name = entry.pw_name
-        user = unix_name[len(self.user_prefix):] if self.user_prefix and unix_name.startswith(self.user_prefix) \
-            else unix_name
+        user = self.pool_name(unix_name)
         groups: set[str] = set()
         if self.unix_groups:
             groups |= {grp.getgrgid(g).gr_name for g in os.getgrouplist(unix_name, entry.pw_gid)

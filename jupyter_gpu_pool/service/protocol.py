@@ -2,9 +2,11 @@
 
 A request is ``{"id": 7, "op": "allocate", "args": {...}}``; the reply is ``{"id": 7, "ok": true,
 "result": ...}`` or ``{"id": 7, "ok": false, "error": {"reason": ..., "message": ..., "status": ...}}``.
-A line longer than :data:`MAX_FRAME` bytes is refused (the connection is then closed: the rest of
-the line cannot be told from the next request); a line that is not a JSON object, an unknown
-operation or bad arguments get an error reply and change nothing.
+A request line longer than :data:`MAX_FRAME` bytes is refused (the connection is then closed: the
+rest of the line cannot be told from the next request); a line that is not a JSON object, an unknown
+operation or bad arguments get an error reply and change nothing.  A reply may be up to
+:data:`MAX_REPLY` bytes (a pool's journal or leases); the service answers one that would be longer
+with an error (``too_large``), and a client reads that much and no more.
 
 The pool's domain types travel as plain JSON: :func:`encode` turns them into dicts (tagged with
 their type), :func:`decode` turns such dicts back into the types.
@@ -18,7 +20,8 @@ import json
 from ..pool import GPU, GPUUsage, JournalEntry, Lease, SliceSpec, Snapshot, Waiter
 from ..pool.budgets import Budget, Scope, Standing
 
-MAX_FRAME = 1 << 20  # bytes in one request or reply line
+MAX_FRAME = 1 << 20  # bytes in one request line
+MAX_REPLY = 32 << 20  # bytes in one reply line
 DEFAULT_SOCKET = "/run/jupyter-gpu-pool/pool.sock"
 HELP = "ask your admin to check the pool service (systemctl status jupyter-gpu-pool)"
 

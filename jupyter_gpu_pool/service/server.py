@@ -26,10 +26,12 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
-import stat
 import socket
 import sqlite3
+import stat
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -74,6 +76,10 @@ class GPUUnreadable(RuntimeError):
     """A hibernation the service cannot check: NVML does not say what the kernel holds."""
 
     reason, status = "gpu_unreadable", 503
+
+
+class StartError(RuntimeError):
+    """The service cannot listen where it was told to (the message says why and what to do)."""
 
 
 class Args:
@@ -142,7 +148,8 @@ class PoolService:
 
     def __init__(self, pool: LocalPool, identities: Identities, *, reconcile_interval: float = 15.0,
                  frame_timeout: float = 30.0, idle_timeout: float = 3600.0, budget_grace: float = 300.0,
-                 gpu_processes: GPUProcesses | None = None, gpu_settle: float = 3.0):
+                 gpu_processes: GPUProcesses | None = None, gpu_settle: float = 3.0,
+                 max_reply: int = protocol.MAX_REPLY):
         self.pool = pool
         self.ledger = pool.ledger
         self.identities = identities
@@ -151,33 +158,59 @@ class PoolService:
         self.budget_grace = budget_grace
         self._gpu_processes = gpu_processes or _nvml_processes
         self.gpu_settle = gpu_settle  # seconds NVML may lag behind a checkpoint before a hibernation is refused
+        self.max_reply = max_reply
         self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_uid: dict[int, int] = {}
         self._spent_since: dict[str, float] = {}  # lease id -> when its owner's budget was first seen spent
+        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock, dict] | None = None  # see _writing
+        self._impatient = None  # the loop's ledger connection, which never waits on SQLite's lock
         self.served = 0
 
     # -- serving ---------------------------------------------------------------------------------
 
     async def start(self, path: str, *, group: str | None = None) -> None:
         """Listen on ``path``: a socket every user may connect to (``group``: only its members)."""
-        directory = os.path.dirname(path)
-        if directory and not os.path.isdir(directory):
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
             os.makedirs(directory, mode=0o755)  # an existing directory (/run, /tmp) keeps its own mode
-        if os.path.exists(path):
-            os.unlink(path)  # a socket left by a service that was killed
-        self._server = await asyncio.start_unix_server(self._serve, path=path, limit=protocol.MAX_FRAME)
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            found = None
+        if found is not None and not stat.S_ISSOCK(found.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(found.st_mode) else "a directory" if stat.S_ISDIR(
+                found.st_mode) else "a file"
+            raise StartError(f"{path} is {kind}, not a socket: the pool service does not replace it. Remove it, or "
+                             "give the service another path (PoolService.socket)")
+        gid = None
         if group:
             import grp
 
-            os.chown(path, -1, grp.getgrnam(group).gr_gid)
-            os.chmod(path, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP)
-        else:
-            os.chmod(path, 0o666)  # who may act on what is decided per request, from the peer's uid
+            try:
+                gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise StartError(f"PoolService.socket_group: there is no Unix group {group!r} on this machine") from None
+        # The socket is made, given its group and mode in a directory of the service's own, then renamed into
+        # place (which replaces a socket left by a killed service, and follows no link): its path is never
+        # chmod-ed or chown-ed where someone could have swapped it for a link to another file.
+        private = tempfile.mkdtemp(prefix=".pool-sock-", dir=directory)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            made = os.path.join(private, "s")
+            sock.bind(made)
+            if gid is not None:
+                os.chown(made, -1, gid)
+            os.chmod(made, 0o660 if gid is not None else 0o666)  # who may act on what is decided per request
+            os.rename(made, path)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=protocol.MAX_FRAME)
         log.info("GPU pool service: listening on %s; ledger %s", path, self.ledger.path)
 
-        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock, dict] | None = None  # see _writing
-        self._impatient = None  # the loop's ledger connection, which never waits on SQLite's lock
     async def upkeep_forever(self, stop: asyncio.Event) -> None:
         """Every ``reconcile_interval``: release dead kernels' leases, and end kernels past their budget."""
         from ..periodic import every
@@ -191,60 +224,14 @@ class PoolService:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        for task, writer in list(self._connections.items()):
+            writer.close()  # its reader then ends too: Python 3.11's wait_for can swallow a cancellation
             task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=10)
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self._connections.add(task)
-        peer = None
-        try:
-            peer = peer_of(writer.get_extra_info("socket"))
-            self._per_uid[peer.uid] = self._per_uid.get(peer.uid, 0) + 1
-            if self._per_uid[peer.uid] > MAX_CONNECTIONS:
-                await self._reply(writer, _error(None, Busy.reason, Busy.status,
-                                                 f"uid {peer.uid} has {MAX_CONNECTIONS} connections to the pool "
-                                                 "service open already; close some"))
-                return
-            try:
-                caller = await asyncio.to_thread(self.identities.caller, peer)
-            except NoSuchUser as e:
-                await self._reply(writer, _error(None, "no_such_user", 403, str(e)))
-                return
-            while True:
-                try:
-                    line = await asyncio.wait_for(reader.readline(), self.idle_timeout)
-                except ValueError:  # longer than a frame: the rest of it cannot be told from the next request
-                    await self._reply(writer, _error(None, "too_large", 413,
-                                                     f"a message may be at most {protocol.MAX_FRAME} bytes"))
-                    return
-                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                    return
-                if not line or not line.endswith(b"\n"):
-                    return  # closed, or closed in the middle of a message: nothing to answer
-                reply = await self.handle(caller, peer, line)
-                if not await self._reply(writer, reply):
-                    return
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if peer is not None:
-                self._per_uid[peer.uid] -= 1
-                if not self._per_uid[peer.uid]:
-                    del self._per_uid[peer.uid]
-            self._connections.discard(task)
-            writer.close()
-
-    async def _reply(self, writer: asyncio.StreamWriter, reply: dict) -> bool:
-        try:
-            writer.write(protocol.dumps(reply))
-            await asyncio.wait_for(writer.drain(), self.frame_timeout)  # a client that never reads stalls itself
-            return True
-        except (TimeoutError, ConnectionError):
-            return False
     # -- writes take turns ------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -282,6 +269,59 @@ class PoolService:
                     raise
             return await asyncio.to_thread(fn)
 
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections[task] = writer
+        peer = None
+        try:
+            peer = peer_of(writer.get_extra_info("socket"))
+            self._per_uid[peer.uid] = self._per_uid.get(peer.uid, 0) + 1
+            if self._per_uid[peer.uid] > MAX_CONNECTIONS:
+                await self._reply(writer, _error(None, Busy.reason, Busy.status,
+                                                 f"uid {peer.uid} has {MAX_CONNECTIONS} connections to the pool "
+                                                 "service open already; close some"))
+                return
+            try:
+                caller = await asyncio.to_thread(self.identities.caller, peer)
+            except NoSuchUser as e:
+                await self._reply(writer, _error(None, e.reason, 403, str(e)))
+                return
+            while True:
+                try:
+                    line = await asyncio.wait_for(reader.readline(), self.idle_timeout)
+                except ValueError:  # longer than a frame: the rest of it cannot be told from the next request
+                    await self._reply(writer, _error(None, "too_large", 413,
+                                                     f"a message may be at most {protocol.MAX_FRAME} bytes"))
+                    return
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                    return
+                if not line or not line.endswith(b"\n"):
+                    return  # closed, or closed in the middle of a message: nothing to answer
+                reply = await self.handle(caller, peer, line)
+                if not await self._reply(writer, reply):
+                    return
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if peer is not None:
+                self._per_uid[peer.uid] -= 1
+                if not self._per_uid[peer.uid]:
+                    del self._per_uid[peer.uid]
+            self._connections.pop(task, None)
+            writer.close()
+
+    async def _reply(self, writer: asyncio.StreamWriter, reply: dict) -> bool:
+        line = protocol.dumps(reply)
+        if len(line) > self.max_reply:  # (only a read's reply grows: nothing was changed)
+            line = protocol.dumps(_error(reply.get("id"), "too_large", 413,
+                                         f"the reply would be {len(line)} bytes, more than the {self.max_reply} a "
+                                         "reply may be: ask for less (a smaller 'limit', a shorter time span)"))
+        try:
+            writer.write(line)
+            await asyncio.wait_for(writer.drain(), self.frame_timeout)  # a client that never reads stalls itself
+            return True
+        except (TimeoutError, ConnectionError):
+            return False
 
     async def handle(self, caller: Caller, peer: Peer, line: bytes) -> dict:
         """One request line → one reply; nothing changes on an error."""
@@ -381,6 +421,8 @@ class PoolService:
     async def op_allocate(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         kernel_id = _kernel_id(args)
         profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
+        label, waiter_id = args.text("label", default=""), args.text("waiter_id", required=False)
+        record_refusal = args.flag("record_refusal", True)
         manager = Holder(peer.pid, _start_of(peer.pid), processes.hostname())
 
         def allocate() -> Lease:
@@ -444,8 +486,6 @@ class PoolService:
         host_bytes = args.integer("host_bytes", default=0)
         if host_bytes < 0:
             raise protocol.ProtocolError("'host_bytes' must be 0 or more")
-        label, waiter_id = args.text("label", default=""), args.text("waiter_id", required=False)
-        record_refusal = args.flag("record_refusal", True)
         real = {u for u in lease.gpus if (g := self.pool.gpu(u)) is not None and not g.declared}
         if real:
             await self._gpu_freed(lease, real, caller.uid)
