@@ -68,9 +68,13 @@ class ServeApp(JupyterApp):
     config_dir = Unicode("", help="""Read the pool's settings (jupyter_gpu_pool_config.py/.json) from this directory
         only.  Default: this environment's etc/jupyter and /etc/jupyter (never a user's home).""").tag(config=True)
     systemd_unit = Bool(False, help="Print a systemd unit that runs this service, and exit.").tag(config=True)
+    unit_python = Unicode("", help="""With --systemd-unit: the Python the unit runs the service with (default: this
+        one, sys.executable).  The unit shipped in the package (jupyter_gpu_pool/service/jupyter-gpu-pool.service)
+        is the one printed for /usr/bin/python3.""").tag(config=True)
     classes = [PoolService]
     aliases = {"socket": "PoolService.socket", "socket-group": "PoolService.socket_group",
-               "config-dir": "ServeApp.config_dir", "log-level": "Application.log_level"}
+               "config-dir": "ServeApp.config_dir", "log-level": "Application.log_level",
+               "unit-python": "ServeApp.unit_python"}
     flags = {"systemd-unit": ({"ServeApp": {"systemd_unit": True}}, "Print a systemd unit for this service.")}
 
     def load_config_file(self, *args, **kwargs):
@@ -78,7 +82,9 @@ class ServeApp(JupyterApp):
 
     def start(self):
         if self.systemd_unit:
-            print(systemd_unit(self.config_dir))
+            # (print adds the newline the unit's text ends without)
+            print(systemd_unit(self.config_dir, python=self.unit_python or sys.executable,
+                               socket=PoolService(config=self.config).socket), end="")
             return
         logging.basicConfig(level=self.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         paths = [self.config_dir] if self.config_dir else system_config_paths()
@@ -152,12 +158,17 @@ async def serve(settings: GPUPool, options: PoolService) -> None:
     pool.ledger.close()
 
 
-def systemd_unit(config_dir: str = "", *, python: str = sys.executable, environment_file: str = "") -> str:
+def systemd_unit(config_dir: str = "", *, python: str = sys.executable, environment_file: str = "",
+                 socket: str = DEFAULT_SOCKET) -> str:
     """A unit that runs the service with ``python`` (this environment's), after the machine's GPUs are up
-    and before the hub; ``environment_file``: where a hub token for the service is kept (optional)."""
-    command = f"{python} -m jupyter_gpu_pool.cli serve" + (f" --config-dir={config_dir}" if config_dir else "")
+    and before the hub; ``environment_file``: where a hub token for the service is kept (optional).  The
+    unit for /usr/bin/python3 and the default socket is shipped beside this module (jupyter-gpu-pool.service)."""
+    command = f"{python} -m jupyter_gpu_pool.cli serve" + (f" --config-dir={config_dir}" if config_dir else "") + (
+        f" --socket={socket}" if socket != DEFAULT_SOCKET else "")
     environment = f"EnvironmentFile=-{environment_file}\n" if environment_file else ""
-    return f"""[Unit]
+    return f"""# The GPU pool service of a shared machine (docs/teaching-lab.md): `jupyter gpu-pool serve --systemd-unit`
+# prints this unit for the Python it runs with; ExecStart must name a Python where jupyter-gpu-pool is installed.
+[Unit]
 Description=GPU pool service for Jupyter (jupyter-gpu-pool)
 After=network.target nvidia-persistenced.service
 Before=jupyterhub.service

@@ -14,6 +14,7 @@ import shlex
 import socket
 import stat
 import subprocess
+import shutil
 import sys
 import time
 import tomllib
@@ -172,3 +173,26 @@ def test_without_the_install_the_hub_still_starts_and_says_what_is_missing(layou
     assert "no hub token" in capsys.readouterr().err
     assert jupyterhub.JupyterHub(config=c).services == []
     assert LocalProcessSpawner(config=c).environment == {"JUPYTER_GPU_POOL_SOCKET": DEFAULT_SOCKET}
+def _printed_unit(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "jupyter_gpu_pool.cli", "serve", "--systemd-unit", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_shipped_unit_is_the_one_serve_prints(tmp_path):
+    from importlib.resources import files
+
+    shipped = (files("jupyter_gpu_pool.service") / "jupyter-gpu-pool.service").read_text()
+    assert _printed_unit("--unit-python=/usr/bin/python3") == shipped  # the default socket, the machine's Python
+    here = _printed_unit()  # this environment's Python, unless told
+    assert here == shipped.replace("ExecStart=/usr/bin/python3 ", f"ExecStart={sys.executable} ")
+    elsewhere = _printed_unit("--socket=/srv/gpu/pool.sock")  # another socket is the unit's to pass on
+    assert f"ExecStart={sys.executable} -m jupyter_gpu_pool.cli serve --socket=/srv/gpu/pool.sock\n" in elsewhere
+    if shutil.which("systemd-analyze"):  # and systemd reads it without complaint
+        unit = tmp_path / "jupyter-gpu-pool.service"
+        unit.write_text(shipped)
+        done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+
+
