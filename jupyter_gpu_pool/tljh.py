@@ -6,7 +6,8 @@
 through the ``tljh`` entry point and calls its hooks:
 
 - ``tljh_extra_user_pip_packages``: the pool goes into the users' environment as well (its
-  provisioner and server extension run in each user's server);
+  provisioner and server extension run in each user's server), from where the hub's copy came from
+  (a git commit, a wheel, a directory: :func:`user_requirement`), else the same release from PyPI;
 - ``tljh_post_install``: writes a starting configuration an admin can edit
   (``/opt/tljh/user/etc/jupyter/jupyter_gpu_pool_config.py``), an API token of the hub for the pool
   service (root only), one kernelspec per profile into the users' environment, and the
@@ -22,6 +23,8 @@ the hub's, and gives ``jupyterhub-users`` a weekly GPU-hour budget.  docs/teachi
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import secrets
 import subprocess
@@ -39,6 +42,7 @@ from .service.protocol import DEFAULT_SOCKET
 
 hookimpl = pluggy.HookimplMarker("tljh")
 
+DISTRIBUTION = "jupyter-gpu-pool"
 SERVICE_NAME = "gpu-pool"  # the service's name in the hub
 HUB_API_URL = "http://127.0.0.1:15001/hub/api"  # TLJH's hub listens on port 15001 of the machine
 
@@ -177,9 +181,40 @@ def configure_hub(c, layout: Layout | None = None) -> None:
                                     "and groups", "scopes": ["read:users", "read:groups"], "services": [SERVICE_NAME]})
 
 
+def user_requirement(dist: importlib.metadata.Distribution | None = None) -> str:
+    """What pip installs into the users' environment: the hub's copy's own source where pip recorded one
+    (PEP 610's ``direct_url.json``: TLJH's ``--plugin git+https://…`` or a wheel's path), so that both
+    environments run the same code; else (installed from an index) the same release from the index."""
+    if dist is None:
+        try:
+            dist = importlib.metadata.distribution(DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError:
+            return f"{DISTRIBUTION}=={__version__}"
+    pin = f"{DISTRIBUTION}=={dist.version}"
+    try:
+        direct = json.loads(dist.read_text("direct_url.json") or "null")
+        url = direct["url"]
+    except (ValueError, KeyError, TypeError):
+        return pin  # no record (an index), or one pip would not have written
+    fragment = []
+    if "vcs_info" in direct:
+        vcs = direct["vcs_info"]
+        url = f"{vcs['vcs']}+{url}@{vcs['commit_id']}"  # the commit the hub got, not a branch that moved on since
+    elif "archive_info" in direct:
+        info = direct["archive_info"]
+        digest = (info.get("hashes") or {}).get("sha256")
+        fragment.append(f"sha256={digest}" if digest else info.get("hash", ""))
+    # dir_info (a local directory, editable or not): pip builds the directory again (not editable: the
+    # users' environment gets a copy of its code as it is now)
+    if direct.get("subdirectory"):
+        fragment.append(f"subdirectory={direct['subdirectory']}")
+    fragment = [f for f in fragment if f]
+    return f"{DISTRIBUTION} @ {url}" + (f"#{'&'.join(fragment)}" if fragment else "")
+
+
 @hookimpl
 def tljh_extra_user_pip_packages():
-    return [f"jupyter-gpu-pool=={__version__}"]
+    return [user_requirement()]
 
 
 @hookimpl

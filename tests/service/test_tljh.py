@@ -9,15 +9,19 @@ started with the unit's own command line, and the hub configuration read by Jupy
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.metadata
+import json
 import shlex
+import shutil
 import socket
 import stat
 import subprocess
-import shutil
 import sys
 import time
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pluggy
@@ -27,7 +31,7 @@ from jupyter_gpu_pool import __version__
 from jupyter_gpu_pool.config import load_settings
 from jupyter_gpu_pool.service.client import ServiceClient
 from jupyter_gpu_pool.service.protocol import DEFAULT_SOCKET
-from jupyter_gpu_pool.tljh import Layout, configure_hub, install
+from jupyter_gpu_pool.tljh import Layout, configure_hub, install, user_requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 hookspec = pluggy.HookspecMarker("tljh")
@@ -81,9 +85,68 @@ def layout(tmp_path, monkeypatch):
     return Layout(systemd_dir=tmp_path / "systemd")
 
 
-def test_the_plugin_puts_the_pool_into_the_users_environment(plugins):
+def test_the_plugin_puts_the_pool_into_the_users_environment_from_where_the_hubs_copy_came(plugins):
     packages = [p for found in plugins.hook.tljh_extra_user_pip_packages() for p in found]
-    assert packages == [f"jupyter-gpu-pool=={__version__}"]  # the same release as the hub's plugin
+    hubs = importlib.metadata.distribution("jupyter-gpu-pool")  # this environment plays the hub's
+    direct = json.loads(hubs.read_text("direct_url.json") or "null")
+    if direct is None:  # installed from an index: the same release
+        assert packages == [f"jupyter-gpu-pool=={__version__}"]
+    else:  # this checkout (pip install -e .): the users' environment is built from the same directory
+        assert packages == [f"jupyter-gpu-pool @ {direct['url']}"] and "dir_info" in direct
+
+
+def _distribution(where: Path, direct: dict | None) -> importlib.metadata.Distribution:
+    """An installed jupyter-gpu-pool's metadata as pip leaves it, with PEP 610's record of its source."""
+    info = where / f"jupyter_gpu_pool-{__version__}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: jupyter-gpu-pool\nVersion: {__version__}\n")
+    if direct is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct))
+    return importlib.metadata.PathDistribution(info)
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.mark.parametrize("direct, expected", [
+    (None, f"jupyter-gpu-pool=={__version__}"),  # from PyPI
+    ({"url": "https://github.com/example/jupyter-gpu-pool.git",
+      "vcs_info": {"vcs": "git", "requested_revision": "main", "commit_id": COMMIT}},
+     f"jupyter-gpu-pool @ git+https://github.com/example/jupyter-gpu-pool.git@{COMMIT}"),  # the commit, not 'main'
+    ({"url": "https://github.com/example/mono.git", "subdirectory": "py/pool",
+      "vcs_info": {"vcs": "git", "commit_id": COMMIT}},
+     f"jupyter-gpu-pool @ git+https://github.com/example/mono.git@{COMMIT}#subdirectory=py/pool"),
+    ({"url": "file:///srv/jupyter-gpu-pool", "dir_info": {"editable": True}},
+     "jupyter-gpu-pool @ file:///srv/jupyter-gpu-pool"),
+    ({"url": "file:///srv/w/jupyter_gpu_pool-0.1.0-py3-none-any.whl", "archive_info": {"hash": "sha256=" + "ab" * 32}},
+     "jupyter-gpu-pool @ file:///srv/w/jupyter_gpu_pool-0.1.0-py3-none-any.whl#sha256=" + "ab" * 32),
+])
+def test_the_users_requirement_names_the_hubs_source(tmp_path, direct, expected):
+    from packaging.requirements import Requirement
+
+    requirement = user_requirement(_distribution(tmp_path, direct))
+    assert requirement == expected
+    parsed = Requirement(requirement)  # as pip reads it
+    assert parsed.name == "jupyter-gpu-pool" and (parsed.url or None) == (expected.split(" @ ")[1] if direct else None)
+
+
+def test_pip_installs_the_users_copy_from_the_wheel_the_hubs_came_from(tmp_path):
+    """A plugin installed from a local wheel: pip, asked for the requirement, takes that very wheel (not PyPI)."""
+    wheel = tmp_path / f"jupyter_gpu_pool-{__version__}-py3-none-any.whl"
+    info = f"jupyter_gpu_pool-{__version__}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: jupyter-gpu-pool\nVersion: {__version__}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    hubs = _distribution(tmp_path / "hub", {"url": wheel.as_uri(), "archive_info": {"hashes": {"sha256": digest}}})
+    requirement = user_requirement(hubs)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
+                           "--ignore-installed", "--quiet", "--report", "-", requirement],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [item] = json.loads(done.stdout)["install"]
+    assert item["download_info"]["url"] == wheel.as_uri() and item["metadata"]["version"] == __version__
 
 
 def test_the_install_writes_a_starting_config_a_token_a_unit_and_kernelspecs(layout):
@@ -145,6 +208,29 @@ def test_the_units_command_runs_the_service_on_the_written_config(layout, tmp_pa
         service.wait(timeout=30)
 
 
+def _printed_unit(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "jupyter_gpu_pool.cli", "serve", "--systemd-unit", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_shipped_unit_is_the_one_serve_prints(tmp_path):
+    from importlib.resources import files
+
+    shipped = (files("jupyter_gpu_pool.service") / "jupyter-gpu-pool.service").read_text()
+    assert _printed_unit("--unit-python=/usr/bin/python3") == shipped  # the default socket, the machine's Python
+    here = _printed_unit()  # this environment's Python, unless told
+    assert here == shipped.replace("ExecStart=/usr/bin/python3 ", f"ExecStart={sys.executable} ")
+    elsewhere = _printed_unit("--socket=/srv/gpu/pool.sock")  # another socket is the unit's to pass on
+    assert f"ExecStart={sys.executable} -m jupyter_gpu_pool.cli serve --socket=/srv/gpu/pool.sock\n" in elsewhere
+    if shutil.which("systemd-analyze"):  # and systemd reads it without complaint
+        unit = tmp_path / "jupyter-gpu-pool.service"
+        unit.write_text(shipped)
+        done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+
+
 def test_the_hub_gives_every_server_the_socket_and_knows_the_service(plugins, layout):
     jupyterhub = pytest.importorskip("jupyterhub.app", reason="JupyterHub comes with the 'hub' extra")
     from jupyterhub.spawner import LocalProcessSpawner
@@ -173,26 +259,3 @@ def test_without_the_install_the_hub_still_starts_and_says_what_is_missing(layou
     assert "no hub token" in capsys.readouterr().err
     assert jupyterhub.JupyterHub(config=c).services == []
     assert LocalProcessSpawner(config=c).environment == {"JUPYTER_GPU_POOL_SOCKET": DEFAULT_SOCKET}
-def _printed_unit(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "jupyter_gpu_pool.cli", "serve", "--systemd-unit", *args],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def test_the_shipped_unit_is_the_one_serve_prints(tmp_path):
-    from importlib.resources import files
-
-    shipped = (files("jupyter_gpu_pool.service") / "jupyter-gpu-pool.service").read_text()
-    assert _printed_unit("--unit-python=/usr/bin/python3") == shipped  # the default socket, the machine's Python
-    here = _printed_unit()  # this environment's Python, unless told
-    assert here == shipped.replace("ExecStart=/usr/bin/python3 ", f"ExecStart={sys.executable} ")
-    elsewhere = _printed_unit("--socket=/srv/gpu/pool.sock")  # another socket is the unit's to pass on
-    assert f"ExecStart={sys.executable} -m jupyter_gpu_pool.cli serve --socket=/srv/gpu/pool.sock\n" in elsewhere
-    if shutil.which("systemd-analyze"):  # and systemd reads it without complaint
-        unit = tmp_path / "jupyter-gpu-pool.service"
-        unit.write_text(shipped)
-        done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0 and not done.stderr.strip(), done.stderr
-
-
