@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -65,6 +66,42 @@ def test_a_kernel_is_warned_at_90_percent_of_the_budget_and_shut_down_at_100_thr
     admin = subprocess.run([*status, "--json"], env={**os.environ, "JUPYTER_GPU_POOL_SOCKET": lab.socket},
                            capture_output=True, text=True, timeout=120)
     assert [x["user"] for x in json.loads(admin.stdout)["gpu_time"]] == ["alice"], admin.stderr
+
+
+def test_at_100_percent_a_kernel_on_a_declared_gpu_is_hibernated_and_its_resume_refused_until_the_reset(lab):
+    """The rule's action is hibernate: on a declared GPU the kernel keeps its process (nothing to move) and
+    gives its slice back; hibernated time is free, and resuming it is refused with when the budget resets."""
+    lab.configure(budgets=budget(20), policy=[{**POLICY[0], "action": "hibernate"}])
+    lab.service()
+    alice = lab.server("alice")
+    code, kernel = alice.start_kernel()
+    assert code == 201, kernel
+    kid = kernel["id"]
+    holder = wait_for(lambda: (x := _lease_of(lab, "alice", kid)) and x["holder_pid"], what="the kernel's process")
+    warned = wait_for(lambda: [e for e in _journal(lab, "alice", "warned") if e["kernel_id"] == kid], timeout=90,
+                      what="the budget warning")
+    assert warned[0]["reason"] == "budget" and "GPU time this day" in warned[0]["detail"]["message"]
+    assert _lease_of(lab, "alice", kid)["state"] == "active"  # warned at 90%, not acted on yet
+    hibernated = wait_for(lambda: [e for e in _journal(lab, "alice", "hibernated") if e["kernel_id"] == kid],
+                          timeout=90, what="the hibernation at 100%")
+    assert hibernated[0]["reason"] == "budget" and hibernated[0]["at"] > warned[0]["at"]
+    lease = _lease_of(lab, "alice", kid)
+    assert lease["state"] == "hibernated" and lease["gpus"] == []  # the slice is back in the pool
+    assert psutil.pid_exists(holder) and alice.request("GET", f"api/kernels/{kid}")[0] == 200  # the kernel lives on
+    assert not _journal(lab, "alice", "culled")  # hibernated, not shut down
+    # The resume's answer may come before the pool's refusal (202: it has begun; the refusal then reaches the
+    # user as an event and in GET me's recent entries, as any resume's outcome does).
+    code, reply = alice.request("POST", f"gpu-pool/api/v1/kernels/{kid}/resume", {})
+    assert code in (202, 403), reply
+    refused = wait_for(lambda: [e for e in alice.me()["recent"] if e["kind"] == "refused" and e["kernel_id"] == kid],
+                       what="the resume's refusal")
+    assert refused[0]["reason"] == "budget_exceeded" and refused[0]["action"] == "resume"
+    resets = time.strftime("%a %d %b at %H:%M", time.localtime(alice.me()["budget"]["resets_at"]))
+    assert "GPU time used up" in refused[0]["message"] and f"resets on {resets}" in refused[0]["message"]
+    if code == 403:
+        assert reply["message"] == refused[0]["message"]
+    lease = _lease_of(lab, "alice", kid)
+    assert lease["state"] == "hibernated" and lease["gpus"] == [] and not lease["phase"]  # and it stays so
 
 
 def test_the_service_ends_a_kernel_past_its_budget_when_its_server_does_not(lab):
