@@ -20,13 +20,41 @@ from jupyter_gpu_pool.service.server import MAX_CONNECTIONS, PoolService
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_with_the_service_down_a_start_is_refused_at_once_saying_who_to_ask(lab):
-    alice = lab.server("alice")  # the service never started
-    code, refused = alice.start_kernel()
+CLI_TIMED = """
+import sys, time
+from jupyter_gpu_pool import cli
+started = time.monotonic()
+try:
+    cli.main(sys.argv[1:])
+    code = 0
+except SystemExit as e:
+    code = e.code
+print(f"{code} {time.monotonic() - started:.3f}", file=sys.stderr)
+"""
+
+
+def _refused_through_the_users_server_and_the_cli_within_a_second(lab, alice) -> None:
+    started = time.monotonic()
+    code, refused = alice.start_kernel()  # the provisioner's refusal, over REST from the user's own server
+    took = time.monotonic() - started
     assert code == 503 and "pool service is not answering" in refused["message"]
     assert "systemctl status jupyter-gpu-pool" in refused["message"]
-    done = lab.run_as("alice", ["jupyter-gpu-pool", "status"])
+    assert took < 1.0, took
+    done = lab.run_as("alice", ["jupyter-gpu-pool", "status"])  # the command as users run it
     assert done.returncode == 2 and "systemctl status jupyter-gpu-pool" in done.stderr
+    # Its refusal, timed from the command's start past Python's own (which no service makes faster or slower)
+    done = lab.run_as("alice", [sys.executable, "-c", CLI_TIMED, "status"])
+    code, took = done.stderr.strip().splitlines()[-1].split()
+    assert code == "2" and "systemctl status jupyter-gpu-pool" in done.stderr and float(took) < 1.0, done.stderr
+
+
+def test_with_the_service_down_a_start_is_refused_within_a_second_saying_who_to_ask(lab):
+    alice = lab.server("alice")  # the service never started: no socket at all
+    _refused_through_the_users_server_and_the_cli_within_a_second(lab, alice)
+    service = lab.service()
+    assert alice.start_kernel()[0] == 201
+    service.kill()  # kill -9 leaves its socket file behind: connecting to it is refused
+    _refused_through_the_users_server_and_the_cli_within_a_second(lab, alice)
 
 
 def test_a_client_is_refused_within_a_second_whether_the_socket_is_gone_or_left_behind(lab):
