@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from service_helpers import raw, request, uid_of
@@ -43,9 +44,9 @@ def test_the_service_knows_each_user_from_the_socket_and_keeps_the_ledger_to_its
 def test_bob_cannot_release_or_snooze_alices_kernel_by_rest_cli_or_socket(shared):
     lab, alice, kid, lease_id = shared
     bob = lab.server("bob")
-    for action in ("release", "snooze"):  # REST: not in bob's server, and not his to see
+    for action in ("release", "snooze"):  # REST: his server is not told of her kernel (as admin: the test below)
         code, reply = bob.request("POST", f"gpu-pool/api/v1/kernels/{kid}/{action}", {})
-        assert code in (403, 404) and reply["reason"] in ("not_yours", "no_such_kernel")
+        assert (code, reply["reason"]) == (404, "no_such_kernel"), (action, code, reply)
     assert all(k["kernel_id"] != kid for k in bob.me()["kernels"])
     done = lab.run_as("bob", [sys.executable, "-m", "jupyter_gpu_pool.cli", "release", kid])
     assert done.returncode == 2 and "may release" in done.stderr  # CLI: alice's kernel is not his
@@ -70,6 +71,51 @@ def test_bob_cannot_release_or_snooze_alices_kernel_by_rest_cli_or_socket(shared
     assert done.returncode == 0 and "released the small slice" in done.stdout and "(alice)" in done.stdout, done.stderr
     [gone] = raw(lab, "alice", [request("get", lease_id=lease_id)])
     assert gone["result"]["state"] == "released" and gone["result"]["reason"] == "released from the command line"
+
+
+# bob's own server runs his own code: his config may make it believe anything of him.
+ADMIN_CLAIM = """
+c.GPUPoolExtension.admin_users = {"bob"}  # (a server under JupyterHub takes admins from this list)
+from jupyter_gpu_pool.service import client as _client
+_given = _client.ServicePool.__init__
+def _admin(self, *args, **kwargs):  # (a personal server takes its owner's admin flag from the pool)
+    _given(self, *args, **kwargs)
+    self.admin = True
+_client.ServicePool.__init__ = _admin
+"""
+
+
+def test_bob_declaring_himself_admin_in_his_own_server_gains_nothing_over_alices_kernel(shared):
+    lab, alice, kid, lease_id = shared
+    config = lab.home("bob") / ".jupyter"
+    config.mkdir()
+    (config / "jupyter_server_config.py").write_text(ADMIN_CLAIM)
+    for path in (config, config / "jupyter_server_config.py"):
+        os.chown(path, uid_of("bob"), -1)
+    bob = lab.server("bob")
+    assert bob.me()["admin"] is True  # his server believes him
+    code, view = bob.request("GET", "gpu-pool/api/v1/pool")
+    assert code == 200  # so it shows him the admins' pool view, as the service serves it to him: his own
+    text = json.dumps(view)
+    assert kid not in text and lease_id not in text and '"alice"' not in text, text[:2000]
+    for action in ("release", "hibernate", "shutdown"):  # the admins' routes: alice's kernel is not there for him
+        code, reply = bob.request("POST", f"gpu-pool/api/v1/kernels/{kid}/{action}", {})
+        assert (code, reply["reason"]) == (404, "no_such_kernel"), (action, code, reply)
+    # Knowing her lease, he asks her server for it the way an admin's server does (the journal), or puts the
+    # request under his own name: the first is refused, the second her server never reads.
+    replies = raw(lab, "bob", [request("record", kind="requested", lease_id=lease_id, kernel_id=kid, reason="admin",
+                                       detail={"action": "shutdown", "by": "bob"}),
+                               request("record", kind="requested", kernel_id=kid, reason="admin",
+                                       detail={"action": "shutdown", "by": "bob"}),
+                               request("snapshot"), request("leases", owner="alice")])
+    assert replies[0]["error"]["reason"] == "not_yours" and replies[1]["ok"]
+    assert all(x["owner"] == "bob" for x in replies[2]["result"]["leases"]) and replies[3]["result"] == []
+    time.sleep(3)  # three of her server's culling passes (each reads her journal)
+    [lease] = raw(lab, "alice", [request("get", lease_id=lease_id)])
+    assert lease["result"]["state"] == "active" and not lease["result"]["phase"], lease  # untouched
+    assert alice.request("GET", f"api/kernels/{kid}")[0] == 200
+    [entries] = raw(lab, "alice", [request("journal")])
+    assert all(e["owner"] == "alice" and e["kind"] != "requested" for e in entries["result"])
 
 
 def test_bob_gains_no_quota_from_his_own_config_a_borrowed_owner_or_jupyterhub_user(lab):
