@@ -5,7 +5,7 @@
  */
 
 import type { JupyterFrontEnd } from '@jupyterlab/application';
-import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { Dialog, Notification } from '@jupyterlab/apputils';
 
 import type { ILeaseRow } from './admin';
 import { __ } from './i18n';
@@ -19,15 +19,17 @@ export async function confirm(
   confirm: { title: string; body: string; button: string },
   opener: HTMLElement | null
 ): Promise<boolean> {
+  const dialog = new Dialog({
+    title: confirm.title,
+    body: confirm.body,
+    buttons: [
+      Dialog.cancelButton({ label: __('Cancel') }),
+      Dialog.warnButton({ label: confirm.button })
+    ]
+  });
+  dialog.addClass('jp-GpuPool-dialog'); // the product's own question (the browser tests check it with axe-core)
   try {
-    const result = await showDialog({
-      title: confirm.title,
-      body: confirm.body,
-      buttons: [
-        Dialog.cancelButton({ label: __('Cancel') }),
-        Dialog.warnButton({ label: confirm.button })
-      ]
-    });
+    const result = await dialog.launch();
     return result.button.accept;
   } finally {
     if (opener && opener.isConnected) {
@@ -146,18 +148,23 @@ export async function adminAct(
   }
   try {
     const reply = await model.client.act(row.kernelId, action);
+    const later = reply.requested; // another server's kernel: asked of that server
     const done =
       reply.action === 'hibernate'
-        ? __('%1 hibernates', who)
+        ? later
+          ? __('%1 hibernates at the next pass of its own server (asked of it now).', who)
+          : __('%1 hibernates now.', who)
         : reply.action === 'shutdown'
-          ? __('%1 shuts down', who)
-          : __('%1 gives its GPU slice back', who);
-    Notification.info(
-      reply.requested
-        ? __('%1 at the next pass of its own server (asked of it now).', done)
-        : __('%1 now.', done),
-      { autoClose: 5000 }
-    );
+          ? later
+            ? __('%1 shuts down at the next pass of its own server (asked of it now).', who)
+            : __('%1 shuts down now.', who)
+          : later
+            ? __(
+                '%1 gives its GPU slice back at the next pass of its own server (asked of it now).',
+                who
+              )
+            : __('%1 gives its GPU slice back now.', who);
+    Notification.info(done, { autoClose: 5000 });
   } catch (error) {
     Notification.error(__('GPU pool: %1', (error as Error).message), { autoClose: false });
   }

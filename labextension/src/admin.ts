@@ -14,10 +14,20 @@ import {
   formatHours,
   formatPercent,
   gpuShortName,
-  reasonPhrase
+  kindWord,
+  reasonPhrase,
+  stateWord
 } from './format';
 import { __ } from './i18n';
-import type { AdminAction, IPool, IPoolLease, IRecent, ITelemetry } from './types';
+import type {
+  AdminAction,
+  IBudget,
+  IPool,
+  IPoolLease,
+  IProfile,
+  IRecent,
+  ITelemetry
+} from './types';
 import { budgetShare, NEAR_QUOTA } from './view';
 
 const GiB = 1024 ** 3;
@@ -39,7 +49,9 @@ export interface ILeaseRow {
   owner: string;
   notebook: string;
   path: string;
+  /** The profile as the launcher names it ("Python 3 · GPU 20 GiB"); its id where unknown here. */
   profile: string;
+  profileId: string;
   slice: string;
   gpu: string;
   state: string;
@@ -73,6 +85,7 @@ export interface IDecisionRow {
   user: string;
   notebook: string;
   profile: string;
+  profileId: string;
   action: string;
   kind: string;
   reason: string;
@@ -101,85 +114,81 @@ function leaseSlice(l: IPoolLease): string {
 
 function leaseState(l: IPoolLease): string {
   if (l.phase) {
-    return l.phase;
+    return stateWord(l.phase);
   }
-  if (l.state === 'active') {
-    return l.execution_state === 'busy' ? __('running') : __('active');
+  return stateWord(l.state === 'active' && l.execution_state === 'busy' ? 'running' : l.state);
+}
+
+/** "6.2 h of 10 h this week" */
+export function budgetUse(b: IBudget): string {
+  const used = formatHours(b.used_hours);
+  const limit = formatHours(b.gpu_hours);
+  switch (b.period) {
+    case 'day':
+      return __('%1 of %2 today', used, limit);
+    case 'month':
+      return __('%1 of %2 this month', used, limit);
+    default: // the server's default period, and its only other one
+      return __('%1 of %2 this week', used, limit);
   }
-  return l.state;
+}
+
+/** A profile id -> its launcher name, from GET me's profiles (the id where this server lacks it). */
+export function profileNamer(profiles: ReadonlyArray<IProfile> = []): (id: string) => string {
+  const names = new Map(profiles.map(p => [p.name, p.launcher_name]));
+  return id => names.get(id) ?? id;
 }
 
 const ADMIN_ACTIONS: AdminAction[] = ['release', 'hibernate', 'shutdown'];
 
 function adminActions(l: IPoolLease): ILeaseRow['actions'] {
   const allowed = l.actions ?? [];
-  const where = l.here
-    ? ''
-    : ' ' + __('(it runs in another Jupyter server: that server carries it out at its next pass)');
+  const where = (what: string) =>
+    l.here
+      ? what
+      : __(
+          '%1 (it runs in another Jupyter server: that server carries it out at its next pass)',
+          what
+        );
   return ADMIN_ACTIONS.filter(a => allowed.includes(a)).map(action => {
     switch (action) {
       case 'release':
         return {
           action,
           label: __('Release'),
-          title:
-            __(
-              'Give its GPU slice back as its rule says (hibernate where it can, else shut down)'
-            ) + where
+          title: where(
+            __('Give its GPU slice back as its rule says (hibernate where it can, else shut down)')
+          )
         };
       case 'hibernate':
         return {
           action,
           label: __('Hibernate'),
-          title: __('Hibernate it: its slice goes back, its variables are kept') + where
+          title: where(__('Hibernate it: its slice goes back, its variables are kept'))
         };
       default:
         return {
           action,
           label: __('Shut down'),
-          title: __('Shut the kernel down: its variables are lost') + where
+          title: where(__('Shut the kernel down: its variables are lost'))
         };
     }
   });
 }
 
-/** A journal kind as the decision log writes it. */
-export function kindWord(kind: string): string {
-  switch (kind) {
-    case 'warned':
-      return __('warned');
-    case 'snoozed':
-      return __('kept alive');
-    case 'culled':
-    case 'shutdown':
-      return __('shut down');
-    case 'hibernate':
-      return __('hibernate');
-    case 'resume':
-      return __('resume');
-    case 'hibernated':
-      return __('hibernated');
-    case 'released':
-      return __('released');
-    case 'resumed':
-      return __('resumed');
-    case 'refused':
-      return __('refused');
-    case 'reclaimed':
-      return __('reclaimed');
-    default:
-      return kind.replace(/_/g, ' ');
-  }
-}
-
-export function decisionRow(d: IRecent, i: number): IDecisionRow {
+export function decisionRow(
+  d: IRecent,
+  i: number,
+  name: (id: string) => string = id => id
+): IDecisionRow {
   return {
     key: `${d.at}-${d.kernel_id}-${d.kind}-${i}`,
     at: d.at,
     time: formatClockSeconds(d.at),
     user: d.owner ?? '',
     notebook: d.name ? baseName(d.name) : d.kernel_id ? d.kernel_id.slice(0, 8) : '',
-    profile: d.profile ?? '',
+    profile: d.profile ? name(d.profile) : '',
+    profileId: d.profile ?? '',
     action: d.action ?? '',
     kind: d.kind,
     reason: reasonPhrase(d.reason),
@@ -189,7 +198,12 @@ export function decisionRow(d: IRecent, i: number): IDecisionRow {
   };
 }
 
-export function dashboardView(pool: IPool, now: number): IDashboardView {
+export function dashboardView(
+  pool: IPool,
+  now: number,
+  profiles: ReadonlyArray<IProfile> = []
+): IDashboardView {
+  const name = profileNamer(profiles);
   const gpuName = new Map(pool.gpus.map(g => [g.uuid, gpuShortName(g.label)]));
   const leases = [...pool.leases].sort(
     (a, b) => a.owner.localeCompare(b.owner) || a.created - b.created
@@ -214,7 +228,8 @@ export function dashboardView(pool: IPool, now: number): IDashboardView {
       owner: l.owner,
       notebook: l.label ? baseName(String(l.label)) : __('kernel %1', l.kernel_id.slice(0, 8)),
       path: String(l.label ?? ''),
-      profile: l.profile,
+      profile: name(l.profile),
+      profileId: l.profile,
       slice: leaseSlice(l),
       gpu: l.gpus.length ? l.gpus.map(u => gpuName.get(u) ?? u.slice(0, 12)).join('+') : '–',
       state: leaseState(l),
@@ -234,7 +249,7 @@ export function dashboardView(pool: IPool, now: number): IDashboardView {
         position: w.position,
         owner: w.owner,
         what: w.lease_id ? __('resume') : __('start'),
-        profile: w.profile + (w.slice ? ` (${w.slice})` : ''),
+        profile: w.slice ? __('%1 (%2)', name(w.profile), w.slice) : name(w.profile),
         waiting: formatDuration(now - w.enqueued)
       })),
     budgets: (pool.budgets ?? [])
@@ -243,19 +258,16 @@ export function dashboardView(pool: IPool, now: number): IDashboardView {
         return {
           user: b.user,
           scope: b.kind === 'user' ? __('own') : __('group %1', b.scope),
-          text: __(
-            '%1 of %2 this %3',
-            formatHours(b.used_hours),
-            formatHours(b.gpu_hours),
-            b.period
-          ),
+          text: budgetUse(b),
           fraction: Math.min(1, share),
           level: (share >= 1 ? 'over' : share >= NEAR_QUOTA ? 'near' : 'ok') as IBudgetRow['level'],
           resets: new Date(b.resets_at * 1000).toLocaleString()
         };
       })
       .sort((a, b) => b.fraction - a.fraction || a.user.localeCompare(b.user)),
-    decisions: [...pool.decisions].sort((a, b) => b.at - a.at).map(decisionRow)
+    decisions: [...pool.decisions]
+      .sort((a, b) => b.at - a.at)
+      .map((d, i) => decisionRow(d, i, name))
   };
 }
 
@@ -280,7 +292,9 @@ export function filterDecisions(rows: IDecisionRow[], filter: IDecisionFilter): 
       r.user,
       r.notebook,
       r.profile,
+      r.profileId,
       r.kind,
+      kindWord(r.kind),
       r.action,
       r.reason,
       r.rule,

@@ -285,21 +285,28 @@ export function StatusItem(props: {
   onOpen: () => void;
 }): JSX.Element {
   const v = statusView(props.me, props.error, props.now);
-  const extra =
+  const label =
     v.level === 'warning'
-      ? __(', an idle action is pending')
+      ? __('GPU pool: %1, an idle action is pending. Open the GPU panel.', v.text)
       : v.level === 'near'
-        ? __(', close to your quota')
-        : '';
+        ? __('GPU pool: %1, close to your quota. Open the GPU panel.', v.text)
+        : __('GPU pool: %1. Open the GPU panel.', v.text);
   return (
     <button
       className={`jp-GpuPool-pill jp-GpuPool-status jp-mod-${v.level}`}
       title={v.title}
-      aria-label={__('GPU pool: %1%2. Open the GPU panel.', v.text, extra)}
+      aria-label={label}
       onClick={props.onOpen}
     >
       <span className="jp-GpuPool-statusDot" aria-hidden="true" />
-      <span className="jp-GpuPool-statusText">{v.text}</span>
+      {v.short === v.text ? (
+        <span className="jp-GpuPool-statusText">{v.text}</span>
+      ) : (
+        <>
+          <span className="jp-GpuPool-statusText jp-mod-full">{v.text}</span>
+          <span className="jp-GpuPool-statusText jp-mod-short">{v.short}</span>
+        </>
+      )}
     </button>
   );
 }

@@ -13,13 +13,14 @@ import {
   gpuPlots,
   IDashboardView,
   IDecisionFilter,
-  ILeaseRow,
-  kindWord
+  IDecisionRow,
+  ILeaseRow
 } from './admin';
 import { StackedChart } from './chart';
 import { MeterTrack } from './components';
+import { kindWord } from './format';
 import { __ } from './i18n';
-import type { AdminAction, IPool, ITelemetry } from './types';
+import type { AdminAction, IPool, IProfile, ITelemetry } from './types';
 
 export interface IAdminActions {
   /** Ask, carry out and report an admin's action; `opener` gets focus back after the dialog. */
@@ -206,7 +207,7 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
                 <td className="jp-GpuPool-nameCell" title={l.path}>
                   {l.notebook}
                 </td>
-                <td title={l.slice}>
+                <td className="jp-GpuPool-profileCell" title={l.profileId}>
                   {l.profile} <span className="jp-GpuPool-muted">({l.slice})</span>
                 </td>
                 <td>{l.gpu}</td>
@@ -265,6 +266,16 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
       )}
     </section>
   );
+}
+
+/** "released (hibernate) · dry run": the kind, the action where it adds to it, a dry run marked. */
+export function decisionWhat(r: IDecisionRow): string {
+  const kind = kindWord(r.kind);
+  const what =
+    r.action && ['warned', 'released', 'refused'].includes(r.kind)
+      ? __('%1 (%2)', kind, kindWord(r.action))
+      : kind;
+  return r.dryRun ? __('%1 · dry run', what) : what;
 }
 
 export function DecisionLog(props: { view: IDashboardView }): JSX.Element {
@@ -341,14 +352,8 @@ export function DecisionLog(props: { view: IDashboardView }): JSX.Element {
               <td>{r.time}</td>
               <td>{r.user}</td>
               <td className="jp-GpuPool-nameCell">{r.notebook}</td>
-              <td>{r.profile}</td>
-              <td>
-                {kindWord(r.kind)}
-                {r.action && ['warned', 'released', 'refused'].includes(r.kind)
-                  ? ` (${kindWord(r.action)})`
-                  : ''}
-                {r.dryRun ? ` · ${__('dry run')}` : ''}
-              </td>
+              <td title={r.profileId}>{r.profile}</td>
+              <td>{decisionWhat(r)}</td>
               <td>{r.reason}</td>
               <td>{r.rule}</td>
             </tr>
@@ -404,6 +409,8 @@ export function Dashboard(props: {
   telemetryError: string | null;
   now: number;
   actions: IAdminActions;
+  /** GET me's profiles: the launcher names the tables show. */
+  profiles?: IProfile[];
 }): JSX.Element {
   const [tab, setTab] = React.useState<TabId>('gpus');
   if (!props.pool) {
@@ -413,7 +420,7 @@ export function Dashboard(props: {
       </div>
     );
   }
-  const view = dashboardView(props.pool, props.now);
+  const view = dashboardView(props.pool, props.now, props.profiles);
   const tabs = [
     { id: 'gpus', label: __('GPUs and kernels') },
     { id: 'decisions', label: __('Decision log') },

@@ -178,6 +178,10 @@ export function reasonPhrase(reason: string | undefined | null): string {
       return __('your GPU quota is used up');
     case 'pool_exhausted':
       return __('no GPU has room for it');
+    case 'mps_user_busy':
+      return __('every GPU with room serves another user’s MPS kernels');
+    case 'host_memory':
+      return __('host memory is short');
     case 'queue_timeout':
       return __('no slice freed up in time');
     case 'pressure':
@@ -191,7 +195,73 @@ export function reasonPhrase(reason: string | undefined | null): string {
     case '':
       return __('the pool’s policy');
     default:
-      return reason.replace(/_/g, ' ');
+      // A reason this version does not know: the policy's, with the server's own word for it.
+      return __('the pool’s policy (%1)', reason.replace(/_/g, ' '));
+  }
+}
+
+/** A kernel's or lease's GPU state (or a move under way) in a word or two: "hibernated". */
+export function stateWord(state: string | null | undefined): string {
+  switch (state) {
+    case 'active':
+      return __('active');
+    case 'running':
+      return __('running');
+    case 'hibernating':
+      return __('hibernating');
+    case 'hibernated':
+      return __('hibernated');
+    case 'resuming':
+      return __('resuming');
+    case 'queued':
+      return __('queued');
+    case 'released':
+      return __('released');
+    case 'evicting':
+      return __('hibernated, to be shut down');
+    case 'stopping':
+      return __('shutting down');
+    case 'failed':
+      return __('failed');
+    default:
+      return __('unknown state (%1)', String(state ?? ''));
+  }
+}
+
+/** A journal kind (or an action) as the decision log and the history write it. */
+export function kindWord(kind: string): string {
+  switch (kind) {
+    case 'warned':
+      return __('warned');
+    case 'snoozed':
+      return __('kept alive');
+    case 'culled':
+    case 'shutdown':
+      return __('shut down');
+    case 'hibernate':
+      return __('hibernate');
+    case 'resume':
+      return __('resume');
+    case 'hibernated':
+      return __('hibernated');
+    case 'released':
+      return __('released');
+    case 'resumed':
+      return __('resumed');
+    case 'refused':
+      return __('refused');
+    case 'reclaimed':
+      return __('reclaimed');
+    case 'queued':
+      return __('queued');
+    case 'over_memory':
+      return __('over its memory');
+    case 'release':
+      return __('release');
+    case 'start':
+      return __('start');
+    default:
+      return __('other (%1)', kind.replace(/_/g, ' '));
   }
 }
 

@@ -16,6 +16,7 @@ import { Signal } from '@lumino/signaling';
 import { adminAct, runAction } from './actions';
 import { PoolClient } from './api';
 import type { IActions } from './components';
+import { followRefusalDialogs } from './dialogs';
 import { __, setTranslator } from './i18n';
 import { followLaunchers } from './launcher';
 import { PoolModel } from './model';
@@ -193,7 +194,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
-    // The slice each notebook's kernel holds, next to the kernel's name.
+    // The slice each notebook's kernel holds. JupyterLab's toolbar moves its last items into its
+    // "…" menu when the notebook is narrow (the kernel's name among the first): the indicator goes
+    // before the cell type, so that where the GPU is (and "declared") stays in sight at 1024 px.
     app.docRegistry.addWidgetExtension('Notebook', {
       createNew: (
         widget: DocumentWidget,
@@ -201,12 +204,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
       ) => {
         notebooks.add(widget, context);
         const indicator = new SliceIndicator(model, context.sessionContext, openPanel);
-        widget.toolbar.insertAfter('kernelName', 'gpuPoolSlice', indicator);
+        const placed =
+          widget.toolbar.insertBefore('cellType', 'gpuPoolSlice', indicator) ||
+          widget.toolbar.insertAfter('kernelName', 'gpuPoolSlice', indicator);
+        if (!placed) {
+          widget.toolbar.addItem('gpuPoolSlice', indicator);
+        }
         return indicator;
       }
     });
 
     const toasts = new Toasts(app, model, notebooks, openPanel);
+    followRefusalDialogs(() => model.me?.profiles ?? []);
     followLaunchers(commands, model);
 
     if (settingRegistry) {

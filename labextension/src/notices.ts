@@ -9,7 +9,7 @@
  * into JupyterLab notifications.
  */
 
-import { baseName, formatClock, reasonPhrase } from './format';
+import { baseName, formatClock, kindWord, reasonPhrase } from './format';
 import { __ } from './i18n';
 import type { IKernel, IKernelActionEvent, IMe, IRecent } from './types';
 import { canKeepAlive, declaredNote } from './view';
@@ -100,10 +100,13 @@ export function refusalAdvice(
 ): string {
   const fits = (me?.profiles ?? [])
     .filter(p => p.starts_now && p.name !== profile)
-    .map(p => `‘${p.launcher_name}’`);
-  const wouldStart = fits.length
-    ? __('%1 would start now.', fits.slice(0, 2).join(__(' or ')))
-    : '';
+    .map(p => p.launcher_name);
+  const wouldStart =
+    fits.length > 1
+      ? __('‘%1’ or ‘%2’ would start now.', fits[0], fits[1])
+      : fits.length
+        ? __('‘%1’ would start now.', fits[0])
+        : '';
   switch (reason) {
     case 'quota_exceeded': {
       if (me && me.quota.kernels !== null && me.usage.kernels >= me.quota.kernels) {
@@ -215,7 +218,7 @@ export function explanation(
         __('%1 uses more GPU memory than its slice: free some, or it will be shut down.', who)
       );
     default: {
-      const text = `${shortName(name)}: ${message || kind}`.trim();
+      const text = __('%1: %2', shortName(name), message || kindWord(kind)).trim();
       return fit(/[.!?…]$/.test(text) ? text : `${text}.`);
     }
   }
@@ -255,22 +258,63 @@ export function warningMessage(kernel: IKernel): string {
   if (w.reason === 'budget') {
     return fit(__('%1 gives its GPU back at %2: your GPU time runs out. Save your work.', who, at));
   }
-  const hibernates = w.action === 'hibernate';
-  const happens = hibernates
-    ? __('%1 hibernates at %2', who, at)
-    : __('%1 shuts down at %2', who, at);
-  const costs = hibernates
-    ? __('variables kept, slice given back')
-    : __('its variables will be lost');
-  const todo = canKeepAlive(kernel)
-    ? __('Run a cell or Keep alive to keep it.')
-    : hibernates
-      ? __('Run a cell to keep it.')
-      : __('Run a cell to keep it, or save your work.');
-  return fitting(
-    `${happens} (${reasonPhrase(w.reason)}): ${costs}. ${todo}`,
-    `${happens}: ${costs}. ${todo}`
-  );
+  const why = reasonPhrase(w.reason);
+  if (w.action === 'hibernate') {
+    return canKeepAlive(kernel)
+      ? fitting(
+          __(
+            '%1 hibernates at %2 (%3): variables kept, slice given back. Run a cell or Keep alive to keep it.',
+            who,
+            at,
+            why
+          ),
+          __(
+            '%1 hibernates at %2: variables kept, slice given back. Run a cell or Keep alive to keep it.',
+            who,
+            at
+          )
+        )
+      : fitting(
+          __(
+            '%1 hibernates at %2 (%3): variables kept, slice given back. Run a cell to keep it.',
+            who,
+            at,
+            why
+          ),
+          __(
+            '%1 hibernates at %2: variables kept, slice given back. Run a cell to keep it.',
+            who,
+            at
+          )
+        );
+  }
+  return canKeepAlive(kernel)
+    ? fitting(
+        __(
+          '%1 shuts down at %2 (%3): its variables will be lost. Run a cell or Keep alive to keep it.',
+          who,
+          at,
+          why
+        ),
+        __(
+          '%1 shuts down at %2: its variables will be lost. Run a cell or Keep alive to keep it.',
+          who,
+          at
+        )
+      )
+    : fitting(
+        __(
+          '%1 shuts down at %2 (%3): its variables will be lost. Run a cell to keep it, or save your work.',
+          who,
+          at,
+          why
+        ),
+        __(
+          '%1 shuts down at %2: its variables will be lost. Run a cell to keep it, or save your work.',
+          who,
+          at
+        )
+      );
 }
 
 export class NoticeBook {

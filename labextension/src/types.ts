@@ -99,6 +99,11 @@ export interface IKernel {
   rule?: string;
   here?: boolean;
   actions: KernelAction[];
+  /**
+   * While the kernel's pod starts (Kubernetes), what it is doing, in plain words ("Pulling image
+   * jupyter/pytorch-notebook: 40 s"); null otherwise.
+   */
+  progress?: string | null;
 }
 
 export interface IQueueEntry {

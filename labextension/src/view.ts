@@ -19,8 +19,11 @@ import {
   formatUsedOf,
   gpuShortName,
   kernelsText,
+  kindWord,
   reasonPhrase,
-  sparklinePoints
+  sparklinePoints,
+  stateWord,
+  trimNumber
 } from './format';
 import { __ } from './i18n';
 import type { IBudget, IKernel, IMe, IRecent, KernelAction } from './types';
@@ -40,6 +43,11 @@ export type StatusLevel = 'loading' | 'off' | 'ok' | 'near' | 'warning';
 
 export interface IStatusView {
   text: string;
+  /**
+   * The text in a window narrower than 1200 px, where JupyterLab's status bar has no room for all
+   * of it: the budget, what is near its limit and a start's progress (the rest is in the tooltip).
+   */
+  short: string;
   level: StatusLevel;
   /** Longer explanation for the tooltip and screen readers. */
   title: string;
@@ -72,16 +80,29 @@ export function quotaShare(me: IMe): number {
   return found.length ? Math.max(...found) : 0;
 }
 
-/** "GPU time this week: 6.2 of 10 h" */
+/** "GPU time this week: 6.2 of 10 h" (a budget's period is a day, a week or a month). */
 export function budgetText(budget: IBudget): string {
-  const used = formatHours(budget.used_hours).replace(/ h$/, '');
+  const used = trimNumber(budget.used_hours);
+  const limit = formatHours(budget.gpu_hours);
   switch (budget.period) {
     case 'day':
-      return __('GPU time today: %1 of %2', used, formatHours(budget.gpu_hours));
+      return __('GPU time today: %1 of %2', used, limit);
     case 'month':
-      return __('GPU time this month: %1 of %2', used, formatHours(budget.gpu_hours));
+      return __('GPU time this month: %1 of %2', used, limit);
     default:
-      return __('GPU time this week: %1 of %2', used, formatHours(budget.gpu_hours));
+      return __('GPU time this week: %1 of %2', used, limit);
+  }
+}
+
+/** "GPU time this week": the panel's label of the budget's bar. */
+export function budgetLabel(budget: IBudget): string {
+  switch (budget.period) {
+    case 'day':
+      return __('GPU time today');
+    case 'month':
+      return __('GPU time this month');
+    default:
+      return __('GPU time this week');
   }
 }
 
@@ -89,25 +110,36 @@ export function budgetShare(budget: IBudget): number {
   return budget.gpu_hours > 0 ? budget.used_hours / budget.gpu_hours : 1;
 }
 
+/** The status bar's words for a start's progress: short, the whole of it in the tooltip. */
+const PROGRESS_SHOWN = 40;
+
 /**
  * The status bar item, "used / limit" with a label as jupyter-resource-usage writes it:
  * "GPU mem: 10 / 40 GiB · 37%". Where the kernel count is the limit reached it says so
- * ("GPU kernels: 2 / 2"); a GPU-hour budget adds "· time: 6.2 / 10 h".
+ * ("GPU kernels: 2 / 2"); a GPU-hour budget adds it in words ("GPU time this week: 6.2 of
+ * 10 h"); a kernel whose pod is starting, what it does ("starting: Pulling image…").
  */
 export function statusView(me: IMe | null, error: string | null, now: number): IStatusView {
   if (!me) {
     if (error) {
       return {
         text: __('no GPU pool'),
+        short: __('no GPU pool'),
         level: 'off',
         title: __('No GPU pool on this server: %1', error)
       };
     }
-    return { text: __('GPU …'), level: 'loading', title: __('Reading the GPU pool…') };
+    return {
+      text: __('GPU …'),
+      short: __('GPU …'),
+      level: 'loading',
+      title: __('Reading the GPU pool…')
+    };
   }
   if (!me.pool.enabled) {
     return {
       text: __('no GPU pool'),
+      short: __('no GPU pool'),
       level: 'off',
       title: __('No GPU pool on this server: %1', me.pool.note)
     };
@@ -115,30 +147,30 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
   const s = shares(me);
   const kernelsBind =
     s.kernels !== null && s.kernels >= 1 && (s.memory === null || s.kernels >= s.memory);
-  const parts: string[] = [];
-  if (kernelsBind) {
-    parts.push(__('GPU kernels: %1 / %2', me.usage.kernels, me.quota.kernels ?? ''));
-  } else if (me.quota.memory !== null) {
-    parts.push(__('GPU mem: %1', formatUsedOf(me.usage.memory, me.quota.memory)));
-  } else {
-    parts.push(__('GPU mem: %1 held', formatBytes(me.usage.memory)));
-  }
+  const held = kernelsBind
+    ? __('GPU kernels: %1 / %2', me.usage.kernels, me.quota.kernels ?? '')
+    : me.quota.memory !== null
+      ? __('GPU mem: %1', formatUsedOf(me.usage.memory, me.quota.memory))
+      : __('GPU mem: %1 held', formatBytes(me.usage.memory));
   const util = meanUtilization(me.kernels);
-  if (util !== null) {
-    parts.push(formatPercent(util));
-  }
-  if (me.budget) {
-    parts.push(
-      __(
-        'time: %1 / %2',
-        formatHours(me.budget.used_hours).replace(/ h$/, ''),
-        formatHours(me.budget.gpu_hours)
-      )
-    );
-  }
+  const budget = me.budget ? budgetText(me.budget) : '';
+  const starting = me.kernels.filter(k => k.progress);
+  const said = starting.length === 1 ? starting[0].progress! : '';
+  const progress =
+    starting.length > 1
+      ? __('%1 kernels starting', starting.length)
+      : said
+        ? __(
+            'starting: %1',
+            said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
+          )
+        : '';
+  const parts = [held, util === null ? '' : formatPercent(util), budget, progress];
+  // A narrow window: the budget, what is near its limit, a start's progress.
+  const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : parts;
 
   const lines: string[] = [];
-  const held = __(
+  const holding = __(
     'You hold %1 of GPU memory in %2',
     formatBytes(me.usage.memory),
     kernelsText(me.usage.kernels)
@@ -155,8 +187,8 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
   }
   lines.push(
     limits.length
-      ? __('%1; your quota is %2.', held, limits.join(', '))
-      : __('%1; you have no quota.', held)
+      ? __('%1; your quota is %2.', holding, limits.join(', '))
+      : __('%1; you have no quota.', holding)
   );
   if (kernelsBind) {
     lines.push(
@@ -175,9 +207,12 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
   if (util !== null) {
     lines.push(__('GPU utilization of your kernels: %1.', formatPercent(util)));
   }
+  for (const k of starting) {
+    lines.push(__('%1 is starting: %2.', baseName(k.name), k.progress!));
+  }
   const warned = me.kernels.filter(k => k.warning);
   for (const k of warned) {
-    lines.push(`${baseName(k.name)}: ${countdownText(k, now)}.`);
+    lines.push(__('%1: %2.', baseName(k.name), countdownText(k, now)));
   }
   const queued = me.kernels.filter(k => k.state === 'queued');
   for (const k of queued) {
@@ -196,7 +231,8 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
   ) {
     level = 'near';
   }
-  return { text: parts.join(' · '), level, title: lines.join('\n') };
+  const join = (texts: string[]) => texts.filter(Boolean).join(' · ');
+  return { text: join(parts), short: join(short), level, title: lines.join('\n') };
 }
 
 export interface IActionView {
@@ -285,19 +321,21 @@ export function warningConsequence(kernel: IKernel): string {
   if (w.reason === 'budget') {
     return __('%1: its GPU slice goes back when the time runs out. Save your work.', Why);
   }
-  const what =
-    w.action === 'hibernate'
-      ? __('its GPU slice goes back to the pool, its variables are kept')
-      : __('its variables will be lost');
-  const todo =
-    w.action === 'hibernate'
-      ? canKeepAlive(kernel)
-        ? __('Run a cell or Keep alive to keep the slice.')
-        : __('Run a cell to keep the slice.')
-      : canKeepAlive(kernel)
-        ? __('Run a cell or Keep alive to keep it.')
-        : __('Run a cell to keep it, or save your work.');
-  return `${Why}: ${what}. ${todo}`;
+  const keep = canKeepAlive(kernel);
+  if (w.action === 'hibernate') {
+    return keep
+      ? __(
+          '%1: its GPU slice goes back to the pool, its variables are kept. Run a cell or Keep alive to keep the slice.',
+          Why
+        )
+      : __(
+          '%1: its GPU slice goes back to the pool, its variables are kept. Run a cell to keep the slice.',
+          Why
+        );
+  }
+  return keep
+    ? __('%1: its variables will be lost. Run a cell or Keep alive to keep it.', Why)
+    : __('%1: its variables will be lost. Run a cell to keep it, or save your work.', Why);
 }
 
 /** "will be hibernated at 14:05 if still idle" */
@@ -329,6 +367,10 @@ export function stateView(
   const declared = onDeclaredGpus(kernel);
   const movedNote = declared ? ` (${declaredNote()})` : '';
   const state = kernel.state === 'hibernated' && waiting ? 'resuming' : kernel.state;
+  if (kernel.progress) {
+    // Its pod is starting (Kubernetes): what it does now, in the server's plain words.
+    return { kind: 'starting', label: __('starting: %1', kernel.progress), detail: '' };
+  }
   switch (state) {
     case 'active': {
       const exec = kernel.execution_state;
@@ -394,7 +436,7 @@ export function stateView(
     case 'released':
       return { kind: 'released', label: __('released: no GPU held'), detail: '' };
     default:
-      return { kind: String(kernel.state), label: String(kernel.state), detail: '' };
+      return { kind: 'unknown', label: stateWord(kernel.state), detail: '' };
   }
 }
 
@@ -404,9 +446,6 @@ export function actionViews(kernel: IKernel): IActionView[] {
   const views: IActionView[] = [];
   const name = baseName(kernel.name) || __('this kernel');
   const running = kernel.execution_state === 'busy';
-  const stops = running
-    ? ' ' + __('It is running a computation now: that computation stops too.')
-    : '';
   for (const action of ACTION_ORDER) {
     if (!(kernel.actions ?? []).includes(action)) {
       continue;
@@ -438,10 +477,12 @@ export function actionViews(kernel: IKernel): IActionView[] {
           label: __('Release GPU'),
           title: hibernates
             ? __('Hibernate now: give the GPU slice back and keep the variables in host memory')
-            : __('Shut the kernel down now to give its GPU slice back (its variables are lost)') +
-              (kernel.hibernate_unavailable
-                ? __('; it cannot hibernate: %1', kernel.hibernate_unavailable)
-                : ''),
+            : kernel.hibernate_unavailable
+              ? __(
+                  'Shut the kernel down now to give its GPU slice back (its variables are lost); it cannot hibernate: %1',
+                  kernel.hibernate_unavailable
+                )
+              : __('Shut the kernel down now to give its GPU slice back (its variables are lost)'),
           confirm: hibernates
             ? running
               ? {
@@ -455,9 +496,15 @@ export function actionViews(kernel: IKernel): IActionView[] {
               : null
             : {
                 title: __('Release GPU'),
-                body:
-                  __('Shut down %1 to give its GPU slice back? Its variables will be lost.', name) +
-                  stops,
+                body: running
+                  ? __(
+                      'Shut down %1 to give its GPU slice back? Its variables will be lost. It is running a computation now: that computation stops too.',
+                      name
+                    )
+                  : __(
+                      'Shut down %1 to give its GPU slice back? Its variables will be lost.',
+                      name
+                    ),
                 button: __('Shut down')
               }
         });
@@ -480,7 +527,12 @@ export function actionViews(kernel: IKernel): IActionView[] {
           title: __('Shut the kernel down (its variables are lost)'),
           confirm: {
             title: __('Shut down kernel'),
-            body: __('Shut down %1? Its variables will be lost.', name) + stops,
+            body: running
+              ? __(
+                  'Shut down %1? Its variables will be lost. It is running a computation now: that computation stops too.',
+                  name
+                )
+              : __('Shut down %1? Its variables will be lost.', name),
             button: __('Shut down')
           }
         });
@@ -632,12 +684,8 @@ export function quotaBars(me: IMe): IMeterView[] {
   if (me.budget) {
     const share = budgetShare(me.budget);
     bars.push({
-      label: budgetText(me.budget).split(':')[0],
-      text: __(
-        '%1 of %2',
-        formatHours(me.budget.used_hours).replace(/ h$/, ''),
-        formatHours(me.budget.gpu_hours)
-      ),
+      label: budgetLabel(me.budget),
+      text: __('%1 of %2', trimNumber(me.budget.used_hours), formatHours(me.budget.gpu_hours)),
       fraction: Math.min(1, share),
       level: level(share),
       note: ''
@@ -657,7 +705,7 @@ export function quotaBars(me: IMe): IMeterView[] {
   return bars;
 }
 
-/** The notebook toolbar's indicator for the kernel with this id: where its slice is. */
+/** The notebook toolbar's indicator for the kernel with this id: where its slice is, in few words ("GPU 0 (declared)"). */
 export interface IIndicatorView {
   visible: boolean;
   text: string;
@@ -684,30 +732,23 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
         ? __('GPU')
         : k.slice?.whole
           ? declared
-            ? __('on %1 (whole, declared)', where)
-            : __('on %1 (whole)', where)
+            ? __('%1 (whole, declared)', where)
+            : __('%1 (whole)', where)
           : declared
-            ? __('on %1 (declared)', where)
-            : __('on %1', where);
+            ? __('%1 (declared)', where)
+            : where;
       break;
     case 'queued':
       text = __('queued #%1', k.queue_position ?? '?');
       break;
-    case 'hibernating':
-      text = __('hibernating');
-      break;
-    case 'hibernated':
-      text = __('hibernated');
-      break;
-    case 'resuming':
-      text = __('resuming');
-      break;
-    default:
-      text = k.state;
+    default: // hibernating, hibernated, resuming, released
+      text = stateWord(k.state);
   }
-  const slice = k.slice?.label
-    ? __('a %1 slice%2', k.slice.label, k.isolation ? ` (${__('%1 isolation', k.isolation)})` : '')
-    : k.profile_display_name || k.profile;
+  const slice = !k.slice?.label
+    ? k.profile_display_name || k.profile
+    : k.isolation
+      ? __('a %1 slice (%2 isolation)', k.slice.label, k.isolation)
+      : __('a %1 slice', k.slice.label);
   const lines = [
     k.gpus.length
       ? __('This kernel holds %1 of %2.', slice, k.gpus.map(g => g.label).join(', '))
@@ -779,10 +820,9 @@ export function historyLine(entry: IRecent): string {
       text = __('Kept alive.');
       break;
     default:
-      text = entry.message || entry.kind;
+      text = entry.message || kindWord(entry.kind);
   }
-  const rule = entry.rule && entry.rule !== 'hibernation' ? ' ' + __('Rule: %1.', entry.rule) : '';
-  return `${text}${rule}`;
+  return entry.rule && entry.rule !== 'hibernation' ? __('%1 Rule: %2.', text, entry.rule) : text;
 }
 
 /** Kinds of `recent` entries the user's "What happened" list shows (warnings show as countdowns). */

@@ -212,6 +212,7 @@ export class DashboardWidget extends ReactWidget {
             telemetryError={this._model.telemetryError}
             now={this._model.serverNow()}
             actions={this._actions}
+            profiles={this._model.me?.profiles}
           />
         )}
       </UseSignal>
@@ -239,7 +240,7 @@ export class DashboardWidget extends ReactWidget {
   }
 }
 
-/** "on GPU 0 (declared)" next to the notebook's kernel name. */
+/** "GPU 0 (declared)" in the notebook's toolbar: where its kernel's slice is. */
 export class SliceIndicator extends ReactWidget {
   constructor(
     private readonly _model: PoolModel,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 
 import { dashboardView, filterDecisions, gpuPlots } from '../admin';
-import { GiB, NOW, pool, telemetry } from './fixtures';
+import { GiB, NOW, pool, profiles, telemetry } from './fixtures';
 
 describe('dashboardView', () => {
   it('lists every lease with user, notebook, profile, GPU, state, age and idle time', () => {
@@ -119,6 +119,34 @@ describe('dashboardView', () => {
         ['bob', 'group students', '9.5 h of 10 h this week', 'near'],
         ['ann', 'own', '2 h of 10 h this week', 'ok']
       ]
+    );
+  });
+});
+
+describe('profile names', () => {
+  it('names profiles as the launcher does where GET me knows them, by id otherwise', () => {
+    const v = dashboardView(pool(), NOW, profiles({}));
+    assert.deepEqual(
+      v.leases.map(l => [l.profile, l.profileId]),
+      [
+        ['gpu-20g-50', 'gpu-20g-50'], // not one of this server's profiles: its id
+        ['Python 3 · GPU 10 GiB', 'gpu-10g'],
+        ['Python 3 · GPU 10 GiB', 'gpu-10g']
+      ]
+    );
+    assert.deepEqual(
+      v.decisions.map(d => d.profile),
+      ['gpu-20g-50', 'Python 3 · GPU 10 GiB', 'Python 3 · GPU 10 GiB']
+    );
+    assert.deepEqual(
+      v.queue.map(q => q.profile),
+      ['Python 3 · GPU 10 GiB (10GiB)', 'Python 3 · whole GPU (whole)']
+    );
+    // The log's search finds a row by either name.
+    assert.equal(filterDecisions(v.decisions, { text: 'gpu-10g', kind: '', user: '' }).length, 2);
+    assert.equal(
+      filterDecisions(v.decisions, { text: 'GPU 10 GiB', kind: '', user: '' }).length,
+      2
     );
   });
 });

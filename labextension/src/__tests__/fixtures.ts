@@ -34,6 +34,7 @@ export function kernel(overrides: Partial<IKernel> = {}): IKernel {
     hibernate_unavailable: null,
     release_action: 'hibernate',
     actions: ['snooze', 'release', 'shutdown'],
+    progress: null,
     ...overrides
   };
 }

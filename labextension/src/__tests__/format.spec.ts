@@ -98,7 +98,7 @@ describe('small words', () => {
     assert.equal(reasonPhrase('gpu_idle'), 'GPU memory held, GPU unused');
     assert.equal(reasonPhrase('pool_exhausted'), 'no GPU has room for it');
     assert.equal(reasonPhrase('admin'), 'an admin asked');
-    assert.equal(reasonPhrase('new_reason'), 'new reason');
+    assert.equal(reasonPhrase('new_reason'), 'the pool’s policy (new reason)');
     assert.equal(reasonPhrase(undefined), 'the pool’s policy');
   });
   it('baseName keeps the notebook’s file name', () => {

@@ -92,9 +92,17 @@ describe('statusView', () => {
     assert.match(v.title, /you have no quota/);
   });
 
-  it('adds the GPU-hour budget, and turns "near" at 80% of it', () => {
+  it('says the GPU-hour budget in words, as the panel does, and turns "near" at 80% of it', () => {
     const v = statusView(me({ budget }), null, NOW);
-    assert.equal(v.text, 'GPU mem: 10 / 40 GiB · 37% · time: 6.2 / 10 h');
+    assert.equal(v.text, 'GPU mem: 10 / 40 GiB · 37% · GPU time this week: 6.2 of 10 h');
+    // A narrow window: the budget, and the quota only where it is near its limit.
+    assert.equal(v.short, 'GPU time this week: 6.2 of 10 h');
+    assert.equal(
+      statusView(me({ budget, usage: { memory: 36 * GiB, sm_percent: 0, kernels: 1 } }), null, NOW)
+        .short,
+      'GPU mem: 36 / 40 GiB · GPU time this week: 6.2 of 10 h'
+    );
+    assert.equal(statusView(me(), null, NOW).short, 'GPU mem: 10 / 40 GiB · 37%'); // no budget: all of it
     assert.match(v.title, /GPU time this week: 6\.2 of 10 h \(resets /);
     assert.equal(v.level, 'ok');
     assert.equal(
@@ -103,6 +111,7 @@ describe('statusView', () => {
     );
     assert.equal(budgetText(budget), 'GPU time this week: 6.2 of 10 h');
     assert.equal(budgetText({ ...budget, period: 'day' }), 'GPU time today: 6.2 of 10 h');
+    assert.equal(budgetText({ ...budget, period: 'month' }), 'GPU time this month: 6.2 of 10 h');
   });
 
   it('turns "near" at 80% of the memory quota or at the kernel limit', () => {
@@ -144,6 +153,29 @@ describe('statusView', () => {
     assert.equal(missing.level, 'off');
   });
 
+  it('says what a starting kernel’s pod does (Kubernetes), short, the whole of it in the tooltip', () => {
+    const progress = 'Pulling image quay.io/jupyter/pytorch-notebook:cuda12-2024-11-18: 40 s';
+    const starting = kernel({ name: 'train.ipynb', execution_state: 'starting', progress });
+    const v = statusView(me({ kernels: [starting] }), null, NOW);
+    assert.equal(
+      v.text,
+      'GPU mem: 10 / 40 GiB · 37% · starting: Pulling image quay.io/jupyter/pytorch-n…'
+    );
+    assert.match(
+      v.title,
+      /^train\.ipynb is starting: Pulling image quay\.io\/jupyter\/pytorch-notebook:cuda12-2024-11-18: 40 s\.$/m
+    );
+    const two = statusView(
+      me({ kernels: [starting, kernel({ kernel_id: 'k2', progress: 'Scheduling the pod: 3 s' })] }),
+      null,
+      NOW
+    );
+    assert.match(two.text, / · 2 kernels starting$/);
+    // Once started (progress null), nothing of it is left.
+    const started = statusView(me({ kernels: [kernel({ progress: null })] }), null, NOW);
+    assert.doesNotMatch(started.text + started.title, /starting/);
+  });
+
   it('says it is loading before the first answer', () => {
     assert.equal(statusView(null, null, NOW).level, 'loading');
   });
@@ -169,6 +201,29 @@ describe('stateView', () => {
     assert.match(
       stateView(kernel({ state: 'hibernating' }), NOW).label,
       /^hibernating: moving GPU memory/
+    );
+  });
+
+  it('shows a starting kernel’s progress as its state, while there is any', () => {
+    const v = stateView(
+      kernel({
+        execution_state: 'starting',
+        progress: 'Pulling image jupyter/scipy-notebook: 12 s'
+      }),
+      NOW
+    );
+    assert.deepEqual(v, {
+      kind: 'starting',
+      label: 'starting: Pulling image jupyter/scipy-notebook: 12 s',
+      detail: ''
+    });
+    assert.equal(
+      cardView(kernel({ progress: 'Scheduling the pod: 3 s' }), NOW).state.label,
+      'starting: Scheduling the pod: 3 s'
+    );
+    assert.equal(
+      stateView(kernel({ execution_state: 'starting', progress: null }), NOW).label,
+      'starting'
     );
   });
 
@@ -429,7 +484,7 @@ describe('indicatorView', () => {
   it('says where the notebook’s kernel runs (the kernel name says the profile)', () => {
     const v = indicatorView(me(), kernel().kernel_id);
     assert.equal(v.visible, true);
-    assert.equal(v.text, 'on GPU 0');
+    assert.equal(v.text, 'GPU 0');
     assert.match(
       v.title,
       /This kernel holds a 10 GiB slice \(soft isolation\) of GPU 0 · NVIDIA H100/
@@ -438,7 +493,7 @@ describe('indicatorView', () => {
   it('marks declared GPUs and whole GPUs', () => {
     const declared = me({ kernels: [kernel({ gpus: DECLARED })] });
     const v = indicatorView(declared, kernel().kernel_id);
-    assert.equal(v.text, 'on GPU 0 (declared)');
+    assert.equal(v.text, 'GPU 0 (declared)');
     assert.match(v.title, /the kernel holds no GPU memory, so hibernating it moves nothing/);
     const whole = me({
       kernels: [
@@ -447,7 +502,7 @@ describe('indicatorView', () => {
         })
       ]
     });
-    assert.equal(indicatorView(whole, kernel().kernel_id).text, 'on GPU 0 (whole)');
+    assert.equal(indicatorView(whole, kernel().kernel_id).text, 'GPU 0 (whole)');
   });
   it('shows the state where the kernel holds no GPU', () => {
     const m = me({ kernels: [kernel({ state: 'hibernated', gpus: [] })] });
