@@ -14,7 +14,7 @@ import psutil
 from kernel_helpers import free_port, wait_until  # noqa: F401  (wait_until re-exported for the tests)
 import yaml
 
-from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, POLICIES, QUOTAS, VERSION
+from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, QUOTAS, VERSION
 from jupyter_gpu_pool.cluster.schema import crd_manifests
 
 HERE = Path(__file__).parent
@@ -54,8 +54,10 @@ class TestCluster:
     user = "alice"  # the owner of the tests' kernels
 
     def __init__(self, root: Path, nodes: list[dict] | None = None, images: list[str] | None = None,
-                 namespace: str = NS, port: int = 0, slow_images: dict[str, float] | None = None):
+                 namespace: str = NS, port: int = 0, slow_images: dict[str, float] | None = None,
+                 feature_gates: dict[str, bool] | None = None):
         self.root = root
+        self.feature_gates = feature_gates or {}  # over Kubernetes 1.34's defaults (testcluster/store.py)
         self.state = root / "cluster"
         self.nodes = nodes or [HAMI_NODE]
         self.images = images or ["quay.io/jupyter/*"]
@@ -96,6 +98,8 @@ class TestCluster:
             args += ["--image", image]
         for image, seconds in self.slow_images.items():
             args += ["--slow-image", f"{image}={seconds}"]
+        if self.feature_gates:
+            args += ["--feature-gates", ",".join(f"{k}={str(v).lower()}" for k, v in self.feature_gates.items())]
         env = {**os.environ, "PYTHONPATH": str(HERE)}
         self.log = open(self.state / "cluster.log", "ab")
         self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=self.log, cwd=str(self.root))
@@ -133,6 +137,15 @@ class TestCluster:
         from jupyter_gpu_pool.cluster.client import api_client
 
         return await api_client(self.kubeconfig)
+
+    async def fault(self, **body) -> None:
+        """Inject a fault into the API server (see testcluster/faults.py): ``resources=[...], status=503,
+        seconds=3``; ``hang=True``; ``stall=[...]``; ``resume=True``; ``clear=True``."""
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{self.url}/testcluster/faults", json=body) as r:
+                assert r.status == 200, await r.text()
 
 
 class RealCluster:
@@ -487,25 +500,37 @@ async def install(cluster: TestCluster | RealCluster) -> None:
                 "spec": {"scope": "user", "name": cluster.user, "kernels": 1000}})  # no memory or SM limit
 
 
-async def operator_ready(cluster: TestCluster | RealCluster) -> None:
-    """Wait until the operator's watches are live: it marks a policy object valid."""
+async def operator_ready(cluster: TestCluster | RealCluster, namespace: str | None = None) -> None:
+    """Wait until the operator serving the tests' namespace has its watches live: it refuses a probe
+    GPUKernel of the test's own (a profile no one has), which is then deleted.  Nothing shared is written
+    (on a real cluster the GPUPoolPolicy "default", like every quota but the run's own, is the admin's),
+    and a second operator on the same cluster is waited for too (each probe is new)."""
+    import uuid
+
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.exceptions import ApiException
 
+    from jupyter_gpu_pool.cluster.resources import KERNEL_KIND, KERNELS
+
+    name = f"operator-ready-probe-{uuid.uuid4().hex[:8]}"
+    namespace = namespace or cluster.namespace  # the operator serving this namespace is waited for
     api = await cluster.api()
     async with api:
         custom = client.CustomObjectsApi(api)
+        await custom.create_namespaced_custom_object(GROUP, VERSION, namespace, KERNELS, {
+            "apiVersion": API_VERSION, "kind": KERNEL_KIND, "metadata": {"name": name},
+            "spec": {"owner": "operator-ready-probe", "kernelId": name, "profile": "no-such-profile (probe)",
+                     "launch": 1}})
+
+        async def refused():
+            obj = await custom.get_namespaced_custom_object(GROUP, VERSION, namespace, KERNELS, name)
+            return (obj.get("status") or {}).get("reason") == "InvalidSpec"
+
         try:
-            await custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
-                "apiVersion": API_VERSION, "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
-                "spec": {"rules": []}})
-        except ApiException as e:
-            if e.status != 409 or cluster.local:  # a real cluster may have its policy already
-                raise
-            return
-
-        async def valid():
-            obj = await custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, "default")
-            return (obj.get("status") or {}).get("valid")
-
-        await wait_until(valid, timeout=60, what="the operator to mark the policy valid")
+            await wait_until(refused, timeout=60, what="the operator to take up a probe GPUKernel")
+        finally:
+            try:
+                await custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, KERNELS, name)
+            except ApiException as e:
+                if e.status != 404:
+                    raise

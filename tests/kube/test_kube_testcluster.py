@@ -282,3 +282,81 @@ def test_json_roundtrip_of_errors_is_a_status():
 
 
 __all__ = ["asyncio"]
+
+
+def claim_template(memory: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "t"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                "capacity": {"requests": {"memory": memory}}}}]}}}}
+
+
+def test_quantities_are_stored_in_canonical_form():
+    """As a real API server's decoding does: 10240Mi reads back as 10Gi, 1000m as 1, 0.5 as 500m."""
+    from testcluster.quantities import canonical_quantity
+
+    assert [canonical_quantity(q) for q in ("10240Mi", "1536Mi", "1024Ki", "1000m", "0.5", "1000", "250m", "64Mi",
+                                            "81920", 2, "1e3")] == \
+        ["10Gi", "1536Mi", "1Mi", "1", "500m", "1k", "250m", "64Mi", "81920", "2", "1e3"]
+    store = Store({"DRAConsumableCapacity": True})
+    store.create(store.kind("", "v1", "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": NS}})
+    stored = store.create(store.kind("resource.k8s.io", "v1", "resourceclaimtemplates"), NS, claim_template("10240Mi"))
+    assert stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "10Gi"}}
+    pod = store.create(store.kind("", "v1", "pods"), NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"memory": "2048Mi", "cpu": "1000m"},
+                                                                           "requests": {"cpu": "0.25"}}}]}})
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"memory": "2Gi", "cpu": "1"},
+                                                         "requests": {"cpu": "250m"}}
+
+
+def test_consumable_capacity_is_dropped_while_its_feature_gate_is_off():
+    """Kubernetes 1.34's default: DRAConsumableCapacity off, the API server drops a request's capacity and
+    a device's allowMultipleAllocations (the claim then takes a whole device)."""
+    off = Store()
+    off.create(off.kind("", "v1", "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": NS}})
+    stored = off.create(off.kind("resource.k8s.io", "v1", "resourceclaimtemplates"), NS, claim_template("10Gi"))
+    assert "capacity" not in stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    from testcluster.dra import resource_slice
+
+    node = {"name": "n", "dra": [{"name": "gpu-0", "attributes": {"type": "gpu"}, "capacity": {"memory": "24Gi"},
+                                  "allowMultipleAllocations": True,
+                                  "requestPolicy": {"memory": {"default": "24Gi"}}}]}
+    [device] = off.create(off.kind("resource.k8s.io", "v1", "resourceslices"), None,
+                          resource_slice(node))["spec"]["devices"]
+    assert "allowMultipleAllocations" not in device and device["capacity"] == {"memory": {"value": "24Gi"}}
+    on = Store({"DRAConsumableCapacity": True})
+    [device] = on.create(on.kind("resource.k8s.io", "v1", "resourceslices"), None,
+                         resource_slice(node))["spec"]["devices"]
+    assert device["allowMultipleAllocations"] and device["capacity"]["memory"]["requestPolicy"]
+
+
+async def test_injected_faults_answer_like_a_failing_api_server(cluster, kube):
+    """A 503 for a while (its watch streams cut), a hang, and a stalled watch that ends in a 410."""
+    await cluster.fault(resources=["gpukernels"], status=503, seconds=1.5)
+    with pytest.raises(ApiException) as failed:
+        await kube.kernels()
+    assert failed.value.status == 503
+    await asyncio.sleep(1.6)
+    assert await kube.kernels() == []
+
+    listing = await kube.custom.list_namespaced_custom_object(GROUP, VERSION, NS, KERNELS)
+    await cluster.fault(stall=["gpukernels"])
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, NS, KERNELS, gk("k-unheard"))
+    events: list[dict] = []
+
+    async def follow():
+        stream = await kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, NS, KERNELS, watch=True, resource_version=listing["metadata"]["resourceVersion"],
+            _preload_content=False, timeout_seconds=10)
+        async for line in stream.content:
+            events.append(json.loads(line))
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.5)
+    assert events == []  # quiet: the new kernel is not told of
+    await cluster.fault(resume=True)
+    await asyncio.wait_for(task, 5)
+    assert [(e["type"], e["object"]["code"]) for e in events] == [("ERROR", 410)]

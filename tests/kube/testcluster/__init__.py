@@ -37,7 +37,10 @@ What it does as a real API server does:
   ``/status``).
 - Built-in objects are validated against the real Kubernetes schemas
   (``kubernetes-validate``, strict: an unknown field is refused), and stored as
-  a real server's encoding stores them: without empty lists (``omitempty``).
+  a real server's encoding stores them: without empty lists (``omitempty``), with
+  every ``Quantity`` in its canonical form (``10240Mi`` is stored as ``10Gi``), and
+  without the fields of a feature gate that is off (``--feature-gates``, 1.34's
+  defaults: DRAConsumableCapacity off drops consumable capacity).
 - Lists are paged (``limit``, ``continue``, ``remainingItemCount``).
 - Enough kinds (Deployments, DaemonSets, Services, RBAC) and discovery for the
   real ``kubectl apply -k`` of the deployment.

@@ -1,4 +1,5 @@
-"""Run the test cluster: ``python -m testcluster --state-dir DIR [--nodes FILE] [--image PATTERN]...``.
+"""Run the test cluster: ``python -m testcluster --state-dir DIR [--nodes FILE] [--image PATTERN]...
+[--feature-gates DRAConsumableCapacity=true]``.
 
 Starts the API server on 127.0.0.1 (a free port unless ``--port``), the
 scheduler, the kubelet and the garbage collector in one process; writes
@@ -58,7 +59,12 @@ def kubeconfig(url: str) -> dict:
 
 
 async def main(args) -> None:
-    store = Store()
+    gates = {}
+    for item in (args.feature_gates or "").split(","):
+        if item.strip():
+            name, _, value = item.partition("=")
+            gates[name.strip()] = value.strip().lower() == "true"
+    store = Store(gates)
     nodes = json.loads(Path(args.nodes).read_text()) if args.nodes else DEFAULT_NODES
     for spec in nodes:
         store.create(store.kind("", "v1", "nodes"), None, node_object(spec))
@@ -112,6 +118,7 @@ if __name__ == "__main__":
     parser.add_argument("--image", action="append", help="image patterns that pull (default: all)")
     parser.add_argument("--slow-image", action="append", help="PATTERN=SECONDS: images whose pull takes that long")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--feature-gates", help="NAME=true|false,... (store.FEATURE_GATES: 1.34's defaults)")
     parser.add_argument("--log-level", default="WARNING")
     a = parser.parse_args()
     logging.basicConfig(level=a.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")

@@ -17,6 +17,7 @@ import logging
 from aiohttp import web
 
 from .errors import ApiError
+from .faults import Faults
 from .store import KUBERNETES_VERSION, Kind, Store
 
 log = logging.getLogger("testcluster.apiserver")
@@ -53,13 +54,23 @@ class ApiServer:
     def __init__(self, store: Store):
         self.store = store
         self.audit: list[dict] = []  # every resource request: who (bearer token), verb, resource, namespace
+        self.faults = Faults(store)
         self.app = web.Application(client_max_size=16 * 2**20)
         self.app.router.add_get("/testcluster/audit", self.serve_audit)
+        self.app.router.add_post("/testcluster/faults", self.serve_faults)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
     async def serve_audit(self, request: web.Request) -> web.Response:
         """The audit log (tests only): what each client asked, to compare with the RBAC it is granted."""
         return web.json_response(self.audit)
+
+    async def serve_faults(self, request: web.Request) -> web.Response:
+        """Inject a fault (tests only; see faults.py)."""
+        try:
+            self.faults.apply(await request.json())
+        except ApiError as e:
+            return _error(e)
+        return web.json_response({})
 
     def record(self, request: web.Request, kind: Kind, namespace, name, sub) -> None:
         auth = request.headers.get("Authorization", "")
@@ -159,6 +170,7 @@ class ApiServer:
                     return web.json_response(found)
             kind, namespace, name, sub = self.route(parts)
             self.record(request, kind, namespace, name, sub)
+            await self.faults.check(kind.plural, verb_of(request.method, name, request.query.get("watch") in _TRUE))
             if "dryRun" in request.query:
                 raise ApiError(400, "BadRequest", "dryRun is not supported by this test server")
             return await self.serve(request, kind, namespace, name, sub)

@@ -22,6 +22,12 @@ controller, the scheduler's DRA plugin and a DRA driver's kubelet plugin do, in 
 - The kubelet gives the container ``TESTCLUSTER_DRA_DEVICES`` (``driver/pool/device``, comma
   separated) in place of the CDI devices a real driver injects.
 
+A missing DeviceClass makes the pod unschedulable with the allocator's error ("could not retrieve device
+class ...") as its reason, where the real scheduler may word it otherwise.  Consumable capacity follows
+the DRAConsumableCapacity feature gate (``--feature-gates``; off by default, as in 1.34): off, the API
+server drops a request's ``capacity`` and a device's ``allowMultipleAllocations`` (store.py), so such a
+claim takes a whole device.
+
 Where it differs: no ``firstAvailable`` requests, constraints, admin access, device taints or
 tolerations, partitionable devices (shared counters) or binding conditions; a CEL expression that
 fails to evaluate for a device counts as no match (the real allocator reports the error); quantities
@@ -192,7 +198,12 @@ class Allocator:
                 exactly = request.get("exactly")
                 if exactly is None:
                     raise Unsatisfiable("the test scheduler allocates only 'exactly' requests")
-                klass = self.store.get(self.classes_kind, None, exactly["deviceClassName"])
+                try:
+                    klass = self.store.get(self.classes_kind, None, exactly["deviceClassName"])
+                except ApiError as e:  # the real allocator's words
+                    raise Unsatisfiable(f"claim {claim['metadata']['namespace']}/{claim['metadata']['name']}, "
+                                        f"request {request['name']}: could not retrieve device class "
+                                        f"{exactly['deviceClassName']}: {e.message}") from None
                 selectors = [s["cel"]["expression"] for s in (klass["spec"].get("selectors") or [])]
                 selectors += [s["cel"]["expression"] for s in exactly.get("selectors") or []]
                 configs += [{"source": "FromClass", "requests": [request["name"]], **c}

@@ -67,6 +67,7 @@ FIELDS = {
     "Secret": {"metadata.name", "metadata.namespace", "type"},
     "Node": {"metadata.name", "spec.unschedulable"},
     "Namespace": {"metadata.name", "status.phase"},
+    "ResourceSlice": {"metadata.name", "spec.nodeName", "spec.driver"},
 }
 DEFAULT_FIELDS = {"metadata.name", "metadata.namespace"}
 

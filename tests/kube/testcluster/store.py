@@ -25,10 +25,13 @@ import kubernetes_validate
 
 from .errors import ApiError, conflict, invalid, not_found
 from .patches import json_patch, merge_patch
+from .quantities import QuantityFields
 from .selectors import field_matcher, label_matcher
 
 KUBERNETES_VERSION = "1.34.0"  # the schemas built-in objects are validated against
 HISTORY = 100_000
+# Feature gates this server knows, with Kubernetes 1.34's defaults (``--feature-gates`` changes them).
+FEATURE_GATES = {"DRAConsumableCapacity": False}
 
 
 def now_rfc3339(at: float | None = None) -> str:
@@ -90,6 +93,31 @@ BUILTIN = [
 
 def _meta(obj: dict) -> dict:
     return obj.setdefault("metadata", {})
+
+
+def drop_disabled_fields(obj: dict, gates: dict[str, bool]) -> dict:
+    """What a real API server drops from a new object for a feature gate that is off (its strategies'
+    ``dropDisabledFields``).  DRAConsumableCapacity: a device request's ``capacity`` (in claims and claim
+    templates, ``exactly`` and ``firstAvailable``), a claim's consumed capacity and share id, and a
+    ResourceSlice device's ``allowMultipleAllocations`` and capacities' ``requestPolicy``."""
+    if gates.get("DRAConsumableCapacity") or obj.get("apiVersion") != "resource.k8s.io/v1":
+        return obj
+    kind = obj.get("kind")
+    if kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        spec = (obj.get("spec") or {}).get("spec") if kind == "ResourceClaimTemplate" else obj.get("spec")
+        for request in ((spec or {}).get("devices") or {}).get("requests") or []:
+            for one in [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]:
+                one.pop("capacity", None)
+        for result in ((((obj.get("status") or {}).get("allocation") or {}).get("devices") or {})
+                       .get("results") or []):
+            result.pop("consumedCapacity", None)
+            result.pop("shareID", None)
+    elif kind == "ResourceSlice":
+        for device in (obj.get("spec") or {}).get("devices") or []:
+            device.pop("allowMultipleAllocations", None)
+            for capacity in (device.get("capacity") or {}).values():
+                capacity.pop("requestPolicy", None)
+    return obj
 
 
 def drop_empty_lists(value):
@@ -191,6 +219,7 @@ class Watcher:
     labels: object
     fields: object
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    quiet: bool = False  # stalled (faults.py): sent nothing until the stall ends with a 410
 
     def matches(self, obj: dict | None) -> bool:
         if obj is None:
@@ -217,12 +246,15 @@ class Watcher:
 # -- the store --------------------------------------------------------------------------------------
 
 class Store:
-    def __init__(self) -> None:
+    def __init__(self, feature_gates: dict[str, bool] | None = None) -> None:
+        self.gates = {**FEATURE_GATES, **(feature_gates or {})}
+        self.quantities = QuantityFields(KUBERNETES_VERSION)
         self.kinds: dict[tuple[str, str, str], Kind] = {}
         self.objects: dict[tuple[tuple[str, str], str, str], dict] = {}
         self.rv = 0
         self.history: deque[Change] = deque(maxlen=HISTORY)
         self.watchers: set[Watcher] = set()
+        self.stalled: set[str] = set()  # plurals whose watches are quiet (faults.py)
         self.log_reader = None  # set by the kubelet: pod -> its container's log text
         for kind in BUILTIN:
             self.register(kind)
@@ -308,7 +340,7 @@ class Store:
         change = Change(self.rv, kind, type_, copy.deepcopy(old) if old else None, copy.deepcopy(obj))
         self.history.append(change)
         for watcher in list(self.watchers):
-            if watcher.kind.key == kind.key:
+            if watcher.kind.key == kind.key and not watcher.quiet:
                 event = watcher.event(change)
                 if event:
                     watcher.queue.put_nowait(event)
@@ -318,7 +350,7 @@ class Store:
         if kind.custom:
             return validate_custom(kind, obj)
         validate_builtin(obj)
-        return drop_empty_lists(obj)
+        return drop_empty_lists(drop_disabled_fields(self.quantities.canonicalize(obj), self.gates))
 
     def create(self, kind: Kind, namespace: str | None, body: dict) -> dict:
         if not isinstance(body, dict):
@@ -673,7 +705,9 @@ class Store:
         every event after it, or a 410 ERROR event when the history no longer reaches back.
         """
         watcher = Watcher(kind, namespace, label_matcher(label_selector), field_matcher(field_selector, kind.kind))
-        if since in (None, "", "0") or send_initial:
+        if kind.plural in self.stalled:  # a stalled watch: nothing, until the stall ends
+            watcher.quiet = True
+        elif since in (None, "", "0") or send_initial:
             items, rv = self.list(kind, namespace, label_selector, field_selector)
             for obj in sorted(items, key=lambda o: int(o["metadata"]["resourceVersion"])):
                 watcher.queue.put_nowait({"type": "ADDED", "object": obj})
@@ -707,3 +741,27 @@ class Store:
         """End every watch stream (the server is stopping)."""
         for watcher in self.watchers:
             watcher.queue.put_nowait(None)
+
+    # -- faults (faults.py) --
+
+    def cut_watches(self, plurals: set[str] | frozenset[str]) -> None:
+        """End the watch streams of these resources (their clients watch again)."""
+        for watcher in self.watchers:
+            if watcher.kind.plural in plurals:
+                watcher.queue.put_nowait(None)
+
+    def stall(self, plurals: set[str]) -> None:
+        """Watches of these resources go quiet: what would be sent to them is lost."""
+        self.stalled |= plurals
+        for watcher in self.watchers:
+            if watcher.kind.plural in plurals:
+                watcher.quiet = True
+
+    def resume(self) -> None:
+        """End a stall as a compaction would: the history is gone, and every quiet watch gets a 410."""
+        self.stalled.clear()
+        self.history.clear()
+        for watcher in list(self.watchers):
+            if watcher.quiet:
+                watcher.queue.put_nowait({"type": "ERROR", "object": ApiError(
+                    410, "Expired", f"too old resource version (compacted at {self.rv})").status()})
