@@ -47,6 +47,7 @@ CRASHED = "ContainerCrashed"
 EXITED = "Exited"
 INVALID = "InvalidSpec"
 SERVER_GONE = "ServerGone"
+UNSUPPORTED = "DeviceUnsupported"  # dra: the cluster cannot hold the profile's claim as written
 PREEMPTED = "PodDeleted"
 
 _LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")

@@ -13,6 +13,7 @@ import time
 import weakref
 from typing import Callable
 
+from ..periodic import every
 from .resources import ANNOTATION_HEARTBEAT, GROUP, KERNELS, VERSION
 from .settings import GPUPoolKubernetes
 from .watch import list_and_watch
@@ -34,6 +35,7 @@ class KernelSession:
         self.changed = asyncio.Condition()
         self.listeners: list[Callable[[str, dict], None]] = []  # called with (event type, object)
         self._synced = asyncio.Event()
+        self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.api = None
         self.namespace = ""
@@ -82,9 +84,11 @@ class KernelSession:
         self._tasks = [asyncio.create_task(list_and_watch(
             self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, KERNELS,
             replace=self._replace, apply=self._apply, what=f"GPU kernels in {self.namespace}")),
-            asyncio.create_task(self._heartbeat())]
+            asyncio.create_task(every(self.settings.heartbeat_interval, self._beat_all, self._stop,
+                                      what=f"the heartbeats of this server's kernels in {self.namespace}"))]
 
     async def close(self) -> None:
+        self._stop.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -132,10 +136,8 @@ class KernelSession:
         except Exception as e:  # the API server may be away for a moment; the next beat tries again
             log.warning("heartbeat on kernel %s failed: %s", name, e)
 
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_interval)
-            await asyncio.gather(*(self.beat(name) for name in list(self.owned)), return_exceptions=True)
+    async def _beat_all(self) -> None:
+        await asyncio.gather(*(self.beat(name) for name in list(self.owned)), return_exceptions=True)
 
     async def wait_for(self, name: str, predicate: Callable[[dict | None], bool],
                        timeout: float | None) -> dict | None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import socket
 
-from traitlets import Float, Unicode, default
+from traitlets import TraitError, Unicode, default
 from traitlets.config import Config, Configurable
 
-from ..config import read_config
+from ..config import ConfigError, read_config
+from ..traits import Seconds
 
 
 class GPUPoolKubernetes(Configurable):
@@ -61,23 +62,27 @@ class GPUPoolKubernetes(Configurable):
 
     image = Unicode("", help="The kernel image to ask for (empty: the operator's kernel_image).").tag(config=True)
 
-    heartbeat_interval = Float(30.0, help="""Seconds between heartbeats on this server's kernels; keep it well
+    heartbeat_interval = Seconds(30.0, help="""Seconds between heartbeats on this server's kernels; keep it well
         under the operator's heartbeat_timeout.""").tag(config=True)
 
-    refresh_interval = Float(10.0, help="""Seconds between two reads of the cluster's quotas, policy and GPU nodes
+    refresh_interval = Seconds(10.0, help="""Seconds between two reads of the cluster's quotas, policy and GPU nodes
         by the server extension (its kernels are watched, not re-read).""").tag(config=True)
 
-    launch_timeout = Float(300.0, help="""Seconds a kernel launch may take (an image pull on a fresh node can take
+    launch_timeout = Seconds(300.0, help="""Seconds a kernel launch may take (an image pull on a fresh node can take
         minutes).  Launches the cluster can never satisfy fail long before, with the reason.""").tag(config=True)
 
-    progress_interval = Float(15.0, help="""While a launch waits, seconds between two lines in the server's log
+    progress_interval = Seconds(15.0, help="""While a launch waits, seconds between two lines in the server's log
         saying what the kernel's pod is doing (pulling its image, being created, on a node that is not
         ready).  The same words are in the GPUKernel's status.message.""").tag(config=True)
 
 
 def kubernetes_settings(parent_config: Config | None = None) -> GPUPoolKubernetes:
-    """The settings from the pool's config file, overridden by the server's own config."""
+    """The settings from the pool's config file, overridden by the server's own config; a bad value is a
+    :class:`ConfigError` naming the setting (an interval of 0 would make the server's loops spin)."""
     config, _ = read_config()
     if parent_config is not None and "GPUPoolKubernetes" in parent_config:
         config.merge(Config({"GPUPoolKubernetes": parent_config.GPUPoolKubernetes}))
-    return GPUPoolKubernetes(config=config)
+    try:
+        return GPUPoolKubernetes(config=config)
+    except TraitError as e:  # Seconds' messages name the setting; traitlets' own name only the trait
+        raise ConfigError(str(e) if str(e).startswith("GPUPoolKubernetes") else f"GPUPoolKubernetes: {e}") from None

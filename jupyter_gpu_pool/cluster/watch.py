@@ -27,6 +27,7 @@ log = logging.getLogger("jupyter_gpu_pool.cluster")
 
 PAGE_SIZE = 500
 WATCH_SECONDS = 240
+LIST_SECONDS = 60  # one page of a list: longer means a half-open connection, which would hang a list forever
 
 
 class Backoff:
@@ -69,12 +70,13 @@ async def _ok(response) -> None:
 
 
 async def list_all(list_call: Callable[..., Awaitable[Any]], *args: Any, page_size: int = PAGE_SIZE,
-                   **kwargs: Any) -> tuple[list[dict], str]:
-    """Every item (in pages of ``page_size``) and the listing's resourceVersion."""
+                   request_timeout: float = LIST_SECONDS, **kwargs: Any) -> tuple[list[dict], str]:
+    """Every item (in pages of ``page_size``) and the listing's resourceVersion.  A page that takes more
+    than ``request_timeout`` seconds (its answer included) raises ``TimeoutError``."""
     items: list[dict] = []
     token = None
     while True:
-        page_kwargs = dict(kwargs, limit=page_size, _preload_content=False)
+        page_kwargs = dict(kwargs, limit=page_size, _preload_content=False, _request_timeout=request_timeout)
         if token:
             page_kwargs["_continue"] = token
         response = await list_call(*args, **page_kwargs)
@@ -113,7 +115,7 @@ async def list_and_watch(list_call: Callable[..., Awaitable[Any]], *args: Any,
                          replace: Callable[[list[dict]], Awaitable[None]],
                          apply: Callable[[str, dict], Awaitable[None]], what: str,
                          backoff: Backoff | None = None, timeout_seconds: int = WATCH_SECONDS,
-                         **kwargs: Any) -> None:
+                         list_timeout: float = LIST_SECONDS, **kwargs: Any) -> None:
     """Keep ``replace`` (the whole listing, after each list) and ``apply`` (each ADDED / MODIFIED /
     DELETED event) up to date with a ``kubernetes_asyncio`` list call, until cancelled."""
     from kubernetes_asyncio.client.exceptions import ApiException
@@ -121,7 +123,7 @@ async def list_and_watch(list_call: Callable[..., Awaitable[Any]], *args: Any,
     backoff = backoff or Backoff()
     while True:
         try:
-            items, rv = await list_all(list_call, *args, **kwargs)
+            items, rv = await list_all(list_call, *args, request_timeout=list_timeout, **kwargs)
             await replace(items)
             backoff.reset()
             while True:  # each request ends after timeout_seconds; resume from the last version seen

@@ -67,6 +67,7 @@ from ..cluster.resources import (
     STARTING,
     STOPPED,
     UNSCHEDULABLE,
+    UNSUPPORTED,
     VERSION,
     CONNECTION_FILE,
     kernel_name,
@@ -85,7 +86,8 @@ log = logging.getLogger("jupyter_gpu_pool.kubernetes")
 MERGE = "application/merge-patch+json"
 PROVISIONER = "gpu-pool-kubernetes"
 _CONFIG_KEYS = {"profile", "image"}
-_STATUS_OF = {QUOTA_EXCEEDED: 403, "QuotaMisconfigured": 403, INVALID: 400, UNSCHEDULABLE: 503, IMAGE_PULL: 502}
+_STATUS_OF = {QUOTA_EXCEEDED: 403, "QuotaMisconfigured": 403, INVALID: 400, UNSCHEDULABLE: 503, IMAGE_PULL: 502,
+              UNSUPPORTED: 503}
 
 
 def _status(body: dict | None) -> dict:

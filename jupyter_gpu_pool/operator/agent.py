@@ -24,11 +24,13 @@ import socket
 import time
 from dataclasses import dataclass
 
-from traitlets import Float, Int, List, Unicode, default
+from traitlets import Int, List, Unicode, default
 from traitlets.config import Application
 
 from ..cluster.resources import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF, VERSION
 from ..cluster.watch import list_and_watch
+from ..periodic import every
+from ..traits import Seconds
 
 log = logging.getLogger("jupyter_gpu_pool.agent")
 
@@ -170,17 +172,12 @@ class Agent:
             if e.status != 404:
                 log.warning("could not report the GPU use of kernel %s/%s: %s", namespace, kernel, e.reason)
 
-    async def run(self, interval: float) -> None:
+    async def run(self, interval: float, stop: asyncio.Event | None = None) -> None:
+        """Watch the node's kernel pods and sample every ``interval`` (a sample that fails, a driver
+        hiccup, is logged and the next one goes on) until ``stop`` is set or the task is cancelled."""
         watcher = asyncio.create_task(self.watch_pods())
         try:
-            while True:
-                try:
-                    await self.sample_once()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # a driver hiccup must not stop the agent
-                    log.exception("sampling the GPUs on %s failed", self.node)
-                await asyncio.sleep(interval)
+            await every(interval, self.sample_once, stop or asyncio.Event(), what=f"sampling the GPUs on {self.node}")
         finally:
             watcher.cancel()
 
@@ -210,7 +207,7 @@ class AgentApp(Application):
     def _default_node(self) -> str:
         return os.environ.get("NODE_NAME") or socket.gethostname()
 
-    interval = Float(10.0, help="Seconds between two NVML readings.").tag(config=True)
+    interval = Seconds(10.0, help="Seconds between two NVML readings.").tag(config=True)
     metrics_port = Int(9400, help="Port of /metrics (0: off).").tag(config=True)
     kubeconfig = Unicode("", help="A kubeconfig file (default: in-cluster).").tag(config=True)
     namespaces = List(Unicode(), default_value=[], help="""The kernels' namespaces, whose pods this agent

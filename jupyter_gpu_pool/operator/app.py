@@ -21,7 +21,7 @@ from traitlets.config import Application
 
 from ..config import GPUPool, load_settings, read_config
 from ..cluster.schema import crd_manifests
-from .settings import GPUPoolOperator, operator_settings
+from .settings import GPUPoolOperator, operator_config, operator_settings
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
 
@@ -49,7 +49,7 @@ class OperatorApp(Application):
             logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
     def settings(self):
-        return operator_settings(GPUPoolOperator(parent=self), load_settings(self.config))
+        return operator_settings(operator_config(self.config, parent=self), load_settings(self.config))
 
     def start(self):
         from .controller import Controller

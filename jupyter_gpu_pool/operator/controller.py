@@ -38,12 +38,12 @@ from ..cluster.resources import claim_template_name
 from ..cluster.watch import list_all, list_and_watch
 from . import admission
 from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
-from .diagnosis import diagnose
+from .diagnosis import device_shortfall, diagnose, unschedulable
 from ..cluster.kernels import key, meta, spec, status
-from .manifests import (MANAGER, PROFILE_ANNOTATION, new_curve_keys, new_key, render_claim_templates,
-                        render_network_policy, render_pod, render_secret)
+from .manifests import (MANAGER, PROFILE_ANNOTATION, SPEC_ANNOTATION, new_curve_keys, new_key,
+                        render_claim_templates, render_network_policy, render_pod, render_secret)
 from .metrics import OperatorMetrics
-from .sharing import DRA
+from .sharing import DRA, DeviceNeed
 from .settings import OperatorSettings
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
@@ -74,12 +74,14 @@ class Controller:
         self._secrets: set[str] = set()  # kernel uids whose Secret exists
         self._policies_made: set[str] = set()
         self._listed = False  # whether admission has read every kernel and quota once
-        self._gone: set[str] = set()  # uids of kernels this operator deleted (late events must not revive them)
+        self._gone: dict[str, float] = {}  # uid -> when: kernels deleted or found gone (late events must not revive them)
         self._rechecks: dict[tuple[str, str], asyncio.Task] = {}  # starting kernels, looked at again soon
         self._pod_watches: dict[str, asyncio.Task] = {}  # namespace -> its kernel-pod watch
         self._stories: dict[str, tuple[float, list[dict]]] = {}  # pod uid -> (read at, its Events)
         self._nodes: dict[str, tuple[float, dict | None]] = {}  # node name -> (read at, the Node)
         self._templates_ok: set[str] = set()  # dra: namespaces whose ResourceClaimTemplates are as rendered
+        self._unsupported: dict[str, str] = {}  # dra: profile -> why the cluster cannot hold its claim as written
+        self._devices: dict[tuple[str, str], tuple[float, tuple | None]] = {}  # dra: (class, driver) -> facts
 
     # -- intake (from the watches) ----------------------------------------------------------------
 
@@ -87,7 +89,7 @@ class Controller:
         k = key(body)
         if event_type == "DELETED":
             self._forget(k, meta(body).get("uid"))
-            self._gone.discard(meta(body).get("uid"))
+            self._gone.pop(meta(body).get("uid"), None)
             return
         if meta(body).get("uid") in self._gone:
             return  # deleted by this operator; the watch has not said so yet
@@ -160,8 +162,13 @@ class Controller:
     async def quota_event(self, event_type: str | None, body: dict) -> None:
         if event_type == "DELETED":
             self.quotas.pop(meta(body)["name"], None)
-            return
-        self.quotas[meta(body)["name"]] = body
+        else:
+            self.quotas[meta(body)["name"]] = body
+        await self._check_quotas()
+
+    async def _check_quotas(self) -> None:
+        """Each GPUQuota's status says whether it parses (one quota's problem can be another's: two that
+        set the same subject)."""
         quotas = read_quotas(list(self.quotas.values()))
         for name, obj in list(self.quotas.items()):
             problem = quotas.problems.get(name)
@@ -199,8 +206,15 @@ class Controller:
             self.kernels[k] = body
 
     async def sweep(self) -> None:
-        """Reconcile every kernel (orphans, pods that vanished, grace periods that ran out)."""
+        """List kernels and quotas afresh (forgetting what is gone), then reconcile every kernel (orphans,
+        pods that vanished, grace periods that ran out)."""
         self._templates_ok.clear()  # dra: look at the claim templates again (someone may have deleted one)
+        try:
+            await self.relist()
+        except Exception:  # the cluster may blink: reconcile what is known, list again next sweep
+            self.metrics.errors.inc()
+            log.exception("listing the kernels and quotas failed")
+        self._prune()
         for k in list(self.kernels):
             try:
                 await self.reconcile(k)
@@ -246,15 +260,6 @@ class Controller:
             kernel = await self._admit(kernel, profile.name, rendering, now)
             if kernel is None:
                 return
-        if meta(kernel)["uid"] not in self._secrets:
-            curve = new_curve_keys() if self.settings.transport_encryption else None
-            await self._create_once(self.core.create_namespaced_secret, kernel,
-                                    render_secret(kernel, self.settings, new_key(), curve))
-            self._secrets.add(meta(kernel)["uid"])
-        if self.settings.network_policy and meta(kernel)["uid"] not in self._policies_made:
-            await self._create_once(self.net.create_namespaced_network_policy, kernel,
-                                    render_network_policy(kernel, self.settings))
-            self._policies_made.add(meta(kernel)["uid"])
         launch = int(s["launch"])
         wanted = resources.pod_name(meta(kernel)["name"], launch)
         stop_grace = int(s.get("stopGraceSeconds", 10))
@@ -271,18 +276,29 @@ class Controller:
             st = status(kernel)
             if st.get("launch") == launch and st.get("phase") == STOPPED:
                 return  # this launch ran and ended; a new launch needs spec.launch + 1
+            # The status first: a kernel deleted unseen answers 404 here, before anything is made for it.
+            kernel = await self._set_status(kernel, {"phase": STARTING, "reason": "", "launch": launch,
+                                                     "pod": wanted, "podIP": None, "node": None, "exitCode": None,
+                                                     "message": f"Starting on {rendering.description}.",
+                                                     "startedAt": now, "runningAt": None}, always=True)
+            if kernel is None:
+                return
             if rendering.claim is not None:
                 await self.ensure_claim_templates(k[0])
+                if profile.name in self._unsupported:
+                    await self._fail(kernel, resources.UNSUPPORTED, self._unsupported[profile.name])
+                    return
+            await self._ensure_secret_and_policy(kernel)
             await self._create_pod(kernel, rendering, image, launch)
-            await self._set_status(kernel, {"phase": STARTING, "reason": "", "launch": launch,
-                                            "pod": wanted, "podIP": None, "node": None, "exitCode": None,
-                                            "message": f"Starting on {rendering.description}.",
-                                            "startedAt": now, "runningAt": None})
             self._check_again(k)
             return
         events, node = await self._start_story(pod, now)
+        shortfall = None
+        if rendering.need is not None and unschedulable(pod):
+            facts = await self._device_facts(rendering.need, now)
+            shortfall = device_shortfall(rendering.need, *facts) if facts is not None else None
         verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace,
-                           events, node)
+                           events, node, rendering.need, shortfall)
         pod_status = pod.get("status") or {}
         update = {"phase": verdict.phase, "reason": verdict.reason, "message": verdict.message, "launch": launch,
                   "pod": meta(pod)["name"], "podIP": pod_status.get("podIP"), "node": pod.get("spec", {}).get("nodeName"),
@@ -302,6 +318,18 @@ class Controller:
 
     # -- pieces -------------------------------------------------------------------------------
 
+    async def _ensure_secret_and_policy(self, kernel: dict) -> None:
+        """The kernel's Secret (its connection key) and NetworkPolicy, made once, before its first pod."""
+        if meta(kernel)["uid"] not in self._secrets:
+            curve = new_curve_keys() if self.settings.transport_encryption else None
+            await self._create_once(self.core.create_namespaced_secret, kernel,
+                                    render_secret(kernel, self.settings, new_key(), curve))
+            self._secrets.add(meta(kernel)["uid"])
+        if self.settings.network_policy and meta(kernel)["uid"] not in self._policies_made:
+            await self._create_once(self.net.create_namespaced_network_policy, kernel,
+                                    render_network_policy(kernel, self.settings))
+            self._policies_made.add(meta(kernel)["uid"])
+
     def _orphaned(self, kernel: dict, now: float) -> bool:
         """No heartbeat change seen for ``heartbeat_timeout`` (measured on this clock, so skew does not matter)."""
         k = key(kernel)
@@ -316,19 +344,70 @@ class Controller:
         """Read every kernel and quota before the first admission: at start the watches' first
         listings arrive object by object, and a kernel admitted before all of them would be
         counted against quotas not yet known, next to kernels not yet seen."""
-        if self._listed:
-            return
-        namespaces = self.settings.namespaces or (None,)
-        for ns in namespaces:
+        if not self._listed:
+            await self.relist()
+
+    async def relist(self) -> None:
+        """Kernels and quotas as the API server lists them now.  kopf's watches say nothing of an object
+        deleted while a watch was down (after a 410 they list afresh, and what is gone is simply not
+        listed), so a kernel or quota cached here but absent from a listing newer than it is forgotten:
+        a deleted kernel is not reconciled again, a deleted quota no longer limits anyone."""
+        kernels: list[dict] = []
+        versions = []
+        for ns in self.settings.namespaces or (None,):
             if ns is None:
-                listing = await self.custom.list_cluster_custom_object(GROUP, VERSION, KERNELS)
+                items, rv = await list_all(self.custom.list_cluster_custom_object, GROUP, VERSION, KERNELS)
             else:
-                listing = await self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, KERNELS)
-            for item in listing["items"]:
-                self._remember(item)
-        for item in (await self.custom.list_cluster_custom_object(GROUP, VERSION, QUOTAS))["items"]:
-            self.quotas.setdefault(meta(item)["name"], item)
+                items, rv = await list_all(self.custom.list_namespaced_custom_object, GROUP, VERSION, ns, KERNELS)
+            kernels += items
+            versions.append((ns, int(rv)))
+        quotas, quotas_rv = await list_all(self.custom.list_cluster_custom_object, GROUP, VERSION, QUOTAS)
+        listed = {key(k) for k in kernels}
+        for k, cached in list(self.kernels.items()):
+            rv = next((v for ns, v in versions if ns is None or ns == k[0]), None)
+            if rv is not None and k not in listed and int(meta(cached).get("resourceVersion", 0)) <= rv:
+                log.info("kernel %s/%s is gone (deleted while a watch was down); forgetting it", *k)
+                self._gone.setdefault(meta(cached).get("uid"), self.clock())
+                self._forget(k, meta(cached).get("uid"))
+        for item in kernels:
+            self.ensure_pod_watch(meta(item)["namespace"])
+            self._remember(item)
+        listed_quotas = {meta(q)["name"] for q in quotas}
+        changed = False
+        for name, cached in list(self.quotas.items()):
+            if name not in listed_quotas and int(meta(cached).get("resourceVersion", 0)) <= int(quotas_rv):
+                log.info("GPUQuota %s is gone (deleted while a watch was down); it limits no one now", name)
+                del self.quotas[name]
+                changed = True
+        for item in quotas:
+            old = self.quotas.get(meta(item)["name"])
+            if old is None or int(meta(item)["resourceVersion"]) > int(meta(old).get("resourceVersion", 0)):
+                self.quotas[meta(item)["name"]] = item
+                changed = True
         self._listed = True
+        if changed:
+            await self._check_quotas()
+
+    def _prune(self) -> None:
+        """Drop what the caches keep about things that are gone: the Events and Nodes read for start
+        stories (read again when needed), pods of unknown kernels, deleted kernels' uids once no late
+        event can bring them back."""
+        live_pods = {meta(p).get("uid") for pods in self.pods.values() for p in pods.values()}
+        for uid in [u for u in self._stories if u not in live_pods]:
+            del self._stories[uid]
+        now = self.clock()
+        for name in [n for n, (at, _) in self._nodes.items() if now - at >= self.settings.progress_interval]:
+            del self._nodes[name]
+        for need in [n for n, (at, _) in self._devices.items() if now - at >= self.settings.progress_interval]:
+            del self._devices[need]
+        for k in [k for k, pods in self.pods.items() if not pods and k not in self.kernels]:
+            del self.pods[k]
+        known = {meta(k).get("uid") for k in self.kernels.values()}
+        self._secrets &= known
+        self._policies_made &= known
+        linger = max(60.0, 2 * self.settings.reconcile_interval)
+        for uid in [u for u, at in self._gone.items() if u not in known and now - at > linger]:
+            del self._gone[uid]
 
     async def _admit(self, kernel: dict, profile: str, rendering, now: float) -> dict | None:
         async with self._admission:
@@ -362,10 +441,13 @@ class Controller:
         await self._set_status(kernel, {"phase": FAILED, "reason": reason, "message": message})
         await self.announce(kernel, "Warning", reason, message)
 
-    async def _set_status(self, kernel: dict, wanted: dict) -> dict:
+    async def _set_status(self, kernel: dict, wanted: dict, *, always: bool = False) -> dict | None:
+        """Write what changed of ``wanted`` into the kernel's status (``always``: even when nothing did, to
+        learn whether the kernel still exists); the kernel as written, or None when it is gone (a 404: it
+        was deleted without this operator hearing of it, and is forgotten here)."""
         current = status(kernel)
         changes = {k: v for k, v in wanted.items() if current.get(k) != v and not (v is None and k not in current)}
-        if not changes:
+        if not changes and not always:
             return kernel
         ns, name = key(kernel)
         try:
@@ -373,7 +455,10 @@ class Controller:
                 GROUP, VERSION, ns, KERNELS, name, {"status": changes}, _content_type=MERGE)
         except ApiException as e:
             if e.status == 404:
-                return kernel
+                log.info("kernel %s/%s is gone; forgetting it", ns, name)
+                self._gone.setdefault(meta(kernel)["uid"], self.clock())
+                self._forget(key(kernel), meta(kernel)["uid"])
+                return None
             raise
         self._remember(body)
         return self.kernels.get(key(body), body)
@@ -401,7 +486,12 @@ class Controller:
 
     async def ensure_claim_templates(self, namespace: str) -> None:
         """dra: the namespace's ResourceClaimTemplates are those rendered from the profiles (a template's
-        spec cannot change: a changed one is deleted and made again; one of a removed profile goes)."""
+        spec cannot change: a changed one is deleted and made again; one of a removed profile goes).
+
+        A template is known by the hash of the spec it was written from (an annotation), not by comparing
+        specs: the API server stores its own form (canonical quantities, defaults), and drops a device
+        request's ``capacity`` where consumable capacity is off.  Such a drop is refused loudly: the claim
+        would get a whole GPU while its kernel is counted as a slice."""
         if namespace in self._templates_ok:
             return
         wanted = {meta(t)["name"]: t for t in render_claim_templates(self.settings, namespace)}
@@ -412,18 +502,68 @@ class Controller:
             await self._delete_template(namespace, name)
         for name, template in wanted.items():
             current = have.get(name)
-            if current is not None and current.get("spec") == template["spec"]:
+            written = meta(template)["annotations"][SPEC_ANNOTATION]
+            if current is not None and (meta(current).get("annotations") or {}).get(SPEC_ANNOTATION) == written:
+                await self._check_template(template, current)
                 continue
             if current is not None:
                 await self._delete_template(namespace, name)
             try:
-                await self.resource.create_namespaced_resource_claim_template(namespace, template)
-                log.info("ResourceClaimTemplate %s/%s written for profile %s", namespace, name,
-                         meta(template)["annotations"][PROFILE_ANNOTATION])
+                stored = await self.resource.create_namespaced_resource_claim_template(namespace, template)
             except ApiException as e:
                 if e.status != 409:
                     raise
+                continue  # made meanwhile (another pass): looked at on the next sweep
+            log.info("ResourceClaimTemplate %s/%s written for profile %s", namespace, name,
+                     meta(template)["annotations"][PROFILE_ANNOTATION])
+            await self._check_template(template, self.resource.api_client.sanitize_for_serialization(stored))
         self._templates_ok.add(namespace)
+
+    async def _check_template(self, rendered: dict, stored: dict) -> None:
+        """Whether the API server kept each device request's ``capacity`` (consumable capacity, dra_slices
+        'shares'); where it dropped one, kernels of the profile are refused with the reason."""
+        profile = meta(rendered)["annotations"][PROFILE_ANNOTATION]
+        kept = {r.get("name"): (r.get("exactly") or {}).get("capacity")
+                for r in ((((stored.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or [])}
+        dropped = [r["name"] for r in rendered["spec"]["spec"]["devices"]["requests"]
+                   if (r.get("exactly") or {}).get("capacity") and not kept.get(r["name"])]
+        if not dropped:
+            self._unsupported.pop(profile, None)
+            return
+        message = (f"Profile {profile!r} holds its slice as a share of a GPU's memory (DRA consumable capacity), "
+                   f"but the cluster dropped the capacity request from its ResourceClaimTemplate "
+                   f"{meta(stored).get('name')!r}: its API server does not serve consumable capacity (Kubernetes' "
+                   "DRAConsumableCapacity feature gate is off; it is alpha in 1.34). A kernel would get a whole GPU "
+                   "while counted as a slice, so kernels of this profile are refused. Ask your admin to turn the "
+                   "gate on (API server, scheduler and kubelets, with the DRA driver's ConsumableShares), or to set "
+                   "GPUPoolOperator.dra_slices to 'mig'.")
+        if self._unsupported.get(profile) != message:
+            log.error("%s", message)
+            await self._post_event(stored, "resource.k8s.io/v1", "ResourceClaimTemplate", "Warning",
+                                   resources.UNSUPPORTED, message)
+        self._unsupported[profile] = message
+
+    async def _device_facts(self, need: DeviceNeed, now: float) -> tuple[dict | None, list[dict]] | None:
+        """dra: the DeviceClass the claim names (None: there is none) and the ResourceSlices of its driver,
+        read at most once per ``progress_interval``; None when they cannot be read."""
+        at, facts = self._devices.get((need.device_class, need.driver), (0.0, None))
+        if facts is not None and now - at < self.settings.progress_interval:
+            return facts
+        try:
+            try:
+                device_class = self.resource.api_client.sanitize_for_serialization(
+                    await self.resource.read_device_class(need.device_class))
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                device_class = None
+            slices, _ = await list_all(self.resource.list_resource_slice, field_selector=f"spec.driver={need.driver}")
+            facts = (device_class, slices)
+        except Exception as e:  # noqa: BLE001 (the refusal then names both causes, as the scheduler's words do)
+            log.warning("could not read the cluster's DRA devices: %s", e)
+            facts = None
+        self._devices[(need.device_class, need.driver)] = (now, facts)
+        return facts
 
     async def _delete_template(self, namespace: str, name: str) -> None:
         try:
@@ -495,35 +635,42 @@ class Controller:
         """Delete a kernel once: what arrives about it afterwards (its pods going, a late watch event)
         finds it forgotten, so no second delete and no second Event."""
         ns, name = key(kernel)
-        log.info("kernel %s/%s deleted: %s", ns, name, reason)
-        self.metrics.orphans.inc()
-        await self.announce(kernel, "Warning", reason, message)
         await self._delete_pods(kernel, keep=None, grace=0)
         try:
             await self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, KERNELS, name,
                                                               body={"propagationPolicy": "Background"})
+            deleted = True
         except ApiException as e:
             if e.status != 404:
                 raise
-        self._gone.add(meta(kernel)["uid"])
+            deleted = False  # deleted by someone else, unseen: nothing to say about it
+        self._gone.setdefault(meta(kernel)["uid"], self.clock())
         self._forget(key(kernel), meta(kernel)["uid"])
+        if deleted:
+            log.info("kernel %s/%s deleted: %s", ns, name, reason)
+            self.metrics.orphans.inc()
+            await self.announce(kernel, "Warning", reason, message)
 
     async def announce(self, kernel: dict, type_: str, reason: str, message: str) -> None:
         """An Event on the GPUKernel (``kubectl describe gpukernel`` shows it)."""
+        await self._post_event(kernel, resources.API_VERSION, resources.KERNEL_KIND, type_, reason, message)
+
+    async def _post_event(self, obj: dict, api_version: str, kind: str, type_: str, reason: str, message: str) -> None:
+        """An Event on any object of the kernels' namespace (a GPUKernel, a ResourceClaimTemplate)."""
         now = format_rfc3339(self.clock())
         event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{meta(kernel)['name']}.", "namespace": meta(kernel)["namespace"]},
-                 "involvedObject": {"apiVersion": resources.API_VERSION, "kind": resources.KERNEL_KIND,
-                                    "name": meta(kernel)["name"], "namespace": meta(kernel)["namespace"],
-                                    "uid": meta(kernel)["uid"]},
+                 "metadata": {"generateName": f"{meta(obj)['name']}.", "namespace": meta(obj)["namespace"]},
+                 "involvedObject": {"apiVersion": api_version, "kind": kind,
+                                    "name": meta(obj)["name"], "namespace": meta(obj)["namespace"],
+                                    "uid": meta(obj)["uid"]},
                  "type": type_, "reason": reason, "message": message[:1000],
                  "source": {"component": "jupyter-gpu-pool-operator"},
                  "reportingComponent": "jupyter-gpu-pool-operator", "reportingInstance": "jupyter-gpu-pool-operator",
                  "firstTimestamp": now, "lastTimestamp": now, "count": 1}
         try:
-            await self.core.create_namespaced_event(meta(kernel)["namespace"], event)
+            await self.core.create_namespaced_event(meta(obj)["namespace"], event)
         except ApiException as e:  # events are a courtesy: never fail a reconcile over one
-            log.debug("could not post an event on %s: %s", meta(kernel)["name"], e.reason)
+            log.debug("could not post an event on %s: %s", meta(obj)["name"], e.reason)
 
     def _count_phases(self) -> None:
         counts = defaultdict(int)

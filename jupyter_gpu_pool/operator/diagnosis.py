@@ -16,6 +16,7 @@ slice for a restart until its server deletes it.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ..cluster.kernels import timestamp
@@ -26,6 +27,77 @@ _CREATE = ("CreateContainerConfigError", "CreateContainerError", "RunContainerEr
 
 # Reasons of a start under way (status.reason while the phase is Starting).
 NODE_NOT_READY, PULLING, MOUNTING, CREATING = "NodeNotReady", "PullingImage", "MountingVolumes", "ContainerCreating"
+
+
+# Why a dra claim cannot be allocated, found from the cluster's DeviceClasses and ResourceSlices.
+NO_DEVICE_CLASS, NO_DRIVER, NO_SUCH_DEVICE, DEVICES_TAKEN = "NoDeviceClass", "NoDriver", "NoSuchDevice", "DevicesTaken"
+
+
+@dataclass(frozen=True)
+class DeviceShortfall:
+    cause: str
+    detail: str = ""  # NO_SUCH_DEVICE: what the nodes publish
+
+
+def _kind_of(device: dict, driver: str) -> str:
+    def attribute(name: str):
+        a = (device.get("attributes") or {})
+        value = a.get(name, a.get(f"{driver}/{name}"))
+        return next(iter(value.values()), None) if isinstance(value, dict) and value else None
+
+    if attribute("type") == "mig":
+        return f"MIG {attribute('profile')} device"
+    if attribute("type") == "gpu":
+        return "GPU shared by memory" if device.get("allowMultipleAllocations") else "whole GPU"
+    return f"device of type {attribute('type')!r}" if attribute("type") else "device without a type"
+
+
+def device_shortfall(need, device_class: dict | None, slices: list[dict]) -> DeviceShortfall:
+    """Why ``need`` (a :class:`~jupyter_gpu_pool.operator.sharing.DeviceNeed`) cannot be met: its
+    DeviceClass is missing, the driver publishes no devices at all, no node has a device (or ``count``
+    of them) that matches, or every matching device is taken."""
+    if device_class is None:
+        return DeviceShortfall(NO_DEVICE_CLASS)
+    published = [((s.get("spec") or {}).get("nodeName") or ((s.get("spec") or {}).get("pool") or {}).get("name"), d)
+                 for s in slices for d in (s.get("spec") or {}).get("devices") or []]
+    if not published:
+        return DeviceShortfall(NO_DRIVER)
+    fitting = Counter(node for node, d in published if need.matches(d))
+    if not fitting or max(fitting.values()) < need.count:
+        kinds = Counter(_kind_of(d, need.driver) for _, d in published)
+        nodes = len({node for node, _ in published})
+        offer = ", ".join(f"{n} × {kind}" for kind, n in sorted(kinds.items()))
+        return DeviceShortfall(NO_SUCH_DEVICE, f"{offer} (on {nodes} node{'s' if nodes != 1 else ''})")
+    return DeviceShortfall(DEVICES_TAKEN)
+
+
+def unschedulable(pod: dict) -> bool:
+    scheduled = _condition(pod, "PodScheduled")
+    return scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+
+
+def _claim_refusal(profile: str, slice_text: str, said: str, need, shortfall: DeviceShortfall | None) -> str:
+    """A dra claim the scheduler cannot allocate, in words that say whether waiting can help."""
+    what = f"profile {profile!r} ({slice_text})"
+    if shortfall is None or need is None:  # the cluster's devices could not be read: say both
+        return (f"No GPU device for {what} can be allocated right now: every device of that kind in the cluster "
+                f"is taken, or none has it (the scheduler says: {said}) Try again in a few minutes, pick another "
+                "profile, or shut down a kernel you no longer need.")
+    if shortfall.cause == NO_DEVICE_CLASS:
+        return (f"Kernels of {what} cannot start on this cluster: it has no DeviceClass {need.device_class!r}, "
+                "which their device claims name. The DRA driver is not installed, or the operator names another "
+                "class (GPUPoolOperator.dra_device_class, dra_mig_device_class). Waiting will not help; ask your "
+                "admin.")
+    if shortfall.cause == NO_DRIVER:
+        return (f"Kernels of {what} cannot start on this cluster: no node publishes devices of the DRA driver "
+                f"{need.driver!r} (it has no ResourceSlices), so the driver is not installed or not running on the "
+                "GPU nodes. Waiting will not help; ask your admin.")
+    if shortfall.cause == NO_SUCH_DEVICE:
+        return (f"No node of the cluster has {need.wanted} for {what}: the nodes publish {shortfall.detail}. "
+                "Waiting will not help: pick another profile, or ask your admin (to partition GPUs into such "
+                "devices, or to change the profile).")
+    return (f"Every GPU device for {what} is taken right now (the scheduler says: {said}) Try again in a few "
+            "minutes, pick another profile, or shut down a kernel you no longer need.")
 
 
 @dataclass(frozen=True)
@@ -122,9 +194,11 @@ def _starting(pod: dict, container: dict, now: float, events: list[dict], node: 
 
 
 def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable_grace: float,
-             events: list[dict] | None = None, node: dict | None = None) -> Verdict:
+             events: list[dict] | None = None, node: dict | None = None, need=None,
+             shortfall: DeviceShortfall | None = None) -> Verdict:
     """The kernel's phase, reason and message from its pod; ``events`` (the pod's Events) and ``node``
-    (the Node it is placed on) tell the story of a start that takes long."""
+    (the Node it is placed on) tell the story of a start that takes long; for a pod that claims devices
+    (dra), ``need`` is what its claim needs and ``shortfall`` why the cluster cannot give it."""
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
     name = pod["metadata"]["name"]
@@ -137,12 +211,9 @@ def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
             since = timestamp(scheduled.get("lastTransitionTime")) or now
             said = scheduled.get("message", "")
-            if now - since >= unschedulable_grace and "claim" in said:  # dra: the device claim cannot be met
-                return Verdict(FAILED, UNSCHEDULABLE,
-                               f"No GPU device for profile {profile!r} ({slice_text}) can be allocated right now: "
-                               "every device of that kind in the cluster is taken, or none has it (the scheduler "
-                               f"says: {said}) Try again in a few minutes, pick another profile, or shut down a "
-                               "kernel you no longer need.")
+            claims = bool((pod.get("spec") or {}).get("resourceClaims"))
+            if now - since >= unschedulable_grace and claims:  # dra: the device claim cannot be met
+                return Verdict(FAILED, UNSCHEDULABLE, _claim_refusal(profile, slice_text, said, need, shortfall))
             if now - since >= unschedulable_grace:
                 return Verdict(FAILED, UNSCHEDULABLE,
                                f"No GPU slice is free for profile {profile!r} ({slice_text}): the cluster has no "

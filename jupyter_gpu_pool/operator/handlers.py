@@ -8,15 +8,22 @@ it through the garbage collector), and the reconcile stays level-triggered.
 Kernel pods are not watched through kopf, which filters labels only after the
 whole cluster's pods arrive: the controller watches each kernels' namespace
 with a server-side label selector (``Controller.watch_pods``).
+
+kopf retries a failed API request along ``settings.networking.error_backoffs``
+and, once they run out, lets the error through: the watch of that resource then
+stops for good while the operator looks alive.  Its back-offs here never run
+out (:class:`EndlessBackoffs`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 
 import kopf
 
+from ..periodic import every
 from .controller import Controller
 from ..cluster.resources import GROUP, KERNELS, POLICIES, QUOTAS, VERSION
 
@@ -26,6 +33,7 @@ log = logging.getLogger("jupyter_gpu_pool.operator")
 def build_registry(controller: Controller) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     sweeper: list[asyncio.Task] = []
+    stop = asyncio.Event()
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs):
@@ -38,12 +46,16 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
         settings.posting.enabled = False  # the controller posts its own, user-facing events
         settings.batching.batch_window = 0.02  # a kernel start should not wait for more events
         settings.watching.server_timeout = 300
-        sweeper.append(asyncio.create_task(_sweep_forever(controller)))
+        settings.networking.error_backoffs = EndlessBackoffs(controller.settings.api_retry_first,
+                                                             controller.settings.api_retry_max)
+        sweeper.append(asyncio.create_task(every(controller.settings.reconcile_interval, controller.sweep, stop,
+                                                 what="the operator's sweep over every kernel")))
         for namespace in controller.settings.namespaces:
             sweeper.append(asyncio.create_task(controller.prepare_namespace(namespace)))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
+        stop.set()
         for task in sweeper:
             task.cancel()
         await controller.stop()
@@ -63,7 +75,16 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
     return registry
 
 
-async def _sweep_forever(controller: Controller) -> None:
-    while True:
-        await asyncio.sleep(controller.settings.reconcile_interval)
-        await controller.sweep()
+class EndlessBackoffs:
+    """kopf's ``networking.error_backoffs`` that never run out: ``first``, doubling up to ``cap``, then
+    ``cap`` for as long as a request fails.  An iterable without a length (kopf then counts no last
+    attempt); each request iterates it afresh, so one request's failures do not lengthen another's."""
+
+    def __init__(self, first: float, cap: float):
+        self.first, self.cap = first, max(cap, first)
+
+    def __iter__(self) -> Iterator[float]:
+        wait = self.first
+        while True:
+            yield wait
+            wait = min(wait * 2, self.cap)

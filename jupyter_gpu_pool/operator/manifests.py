@@ -10,6 +10,7 @@ command line, the GPUKernel, a log line) ever holds a key.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 
@@ -39,6 +40,13 @@ from .sharing import CLAIM, Rendering
 MANAGER = "jupyter-gpu-pool-operator"
 PROFILE_ANNOTATION = f"{LABEL_KERNEL}-profile"
 GPU_ANNOTATION = f"{LABEL_KERNEL}-gpu"
+SPEC_ANNOTATION = f"{LABEL_KERNEL}-spec-hash"  # a claim template: the hash of the spec it was written with
+
+
+def spec_hash(spec: dict) -> str:
+    """A short hash of a rendered spec: what a stored object was written from, whatever the API server
+    made of it (canonical quantities, defaults, fields a feature gate drops)."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def new_key() -> str:
@@ -112,12 +120,14 @@ def render_claim_templates(settings: OperatorSettings, namespace: str) -> list[d
     for name, rendering in sorted(settings.renderings.items()):
         if rendering.claim is None:
             continue
+        spec = {"spec": rendering.claim}
         templates.append({
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": {"name": claim_template_name(name), "namespace": namespace,
                          "labels": {LABEL_PART_OF: PART_OF, LABEL_MANAGED_BY: MANAGER},
-                         "annotations": {PROFILE_ANNOTATION: name, GPU_ANNOTATION: rendering.description}},
-            "spec": {"spec": rendering.claim}})
+                         "annotations": {PROFILE_ANNOTATION: name, GPU_ANNOTATION: rendering.description,
+                                         SPEC_ANNOTATION: spec_hash(spec)}},
+            "spec": spec})
     return templates
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
-from traitlets.config import Configurable
+from traitlets import Bool, Dict, Enum, Int, List, TraitError, Unicode
+from traitlets.config import Config, Configurable
 
 from ..config import ConfigError, GPUPool
 from ..pool import Profile, parse_size
+from ..traits import Seconds
 from .sharing import BACKENDS, DRA, DRA_MIG, DRA_SHARES, HAMI, MIG, TIME_SLICE_INTERVALS, MigProfile, Rendering, \
     Sharing, SharingError, render
 
@@ -110,21 +111,29 @@ class GPUPoolOperator(Configurable):
         the kernel's keys can talk to it.  Needs ipykernel 7.3 or newer in the kernel image (older kernels
         ignore the keys and cannot be reached: set this to False for them).""").tag(config=True)
 
-    reconcile_interval = Float(30.0, help="""Seconds between sweeps over every kernel: orphans (no heartbeat
+    reconcile_interval = Seconds(30.0, help="""Seconds between sweeps over every kernel: orphans (no heartbeat
         from their server) are deleted within this much after heartbeat_timeout.""").tag(config=True)
 
-    heartbeat_timeout = Float(120.0, help="""A kernel whose server has not renewed its heartbeat for this long
+    heartbeat_timeout = Seconds(120.0, help="""A kernel whose server has not renewed its heartbeat for this long
         is deleted with its pod (the server is gone).""").tag(config=True)
 
-    unschedulable_grace = Float(0.0, help="""Seconds a kernel pod may stay unschedulable before its launch
-        fails.  0: fail at once with the scheduler's reason (set it higher where a cluster autoscaler adds
-        GPU nodes).""").tag(config=True)
+    unschedulable_grace = Seconds(0.0, zero_allowed=True, help="""Seconds a kernel pod may stay unschedulable
+        before its launch fails.  0: fail at once with the scheduler's reason (set it higher where a cluster
+        autoscaler adds GPU nodes).""").tag(config=True)
+
+    api_retry_first = Seconds(1.0, help="""The wait before kopf retries a failed API request (a 5xx, a 403 during
+        an upgrade, a refused connection); it doubles with each failure up to api_retry_max and the request is
+        retried for as long as it fails: with a finite schedule, kopf gives up after it and the watch of
+        GPUKernels, GPUQuotas or GPUPoolPolicies stops for good.""").tag(config=True)
+
+    api_retry_max = Seconds(30.0, help="""The longest wait between two tries of a failed API request of kopf's
+        (see api_retry_first).""").tag(config=True)
 
     namespaces = List(Unicode(), default_value=[], help="""Namespaces whose kernels to serve (the kernels'
         namespaces; the deployment names its kernels' namespace here).  Empty: GPUKernels anywhere in the
         cluster, each namespace's kernel pods watched from its first kernel on.""").tag(config=True)
 
-    progress_interval = Float(5.0, help="""While a kernel starts, seconds between two looks at its pod: its
+    progress_interval = Seconds(5.0, help="""While a kernel starts, seconds between two looks at its pod: its
         status.message says what the pod is waiting for (the image pull, its volumes, its node) and for
         how long.""").tag(config=True)
 
@@ -158,6 +167,8 @@ class OperatorSettings:
     metrics_port: int
     progress_interval: float = 5.0
     transport_encryption: bool = True
+    api_retry_first: float = 1.0
+    api_retry_max: float = 30.0
 
     @property
     def ports(self) -> dict[str, int]:
@@ -165,6 +176,15 @@ class OperatorSettings:
 
     def profile(self, name: str) -> Profile | None:
         return self.pool.profiles.get(name)
+
+
+def operator_config(config: Config, parent=None) -> GPUPoolOperator:
+    """``c.GPUPoolOperator.*`` read from ``config``; a bad value (an interval of NaN, 0 or less, ...) is a
+    :class:`ConfigError` naming the setting, raised where the trait refuses it."""
+    try:
+        return GPUPoolOperator(config=config, parent=parent)
+    except TraitError as e:  # Seconds' messages name the setting; traitlets' own name only the trait
+        raise ConfigError(str(e) if str(e).startswith("GPUPoolOperator") else f"GPUPoolOperator: {e}") from None
 
 
 def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
@@ -193,11 +213,6 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
     for key in op.resources:
         if key not in ("requests", "limits"):
             raise ConfigError(f"GPUPoolOperator.resources has an unknown key {key!r}; the keys are requests, limits")
-    for name in ("reconcile_interval", "heartbeat_timeout", "progress_interval"):
-        if getattr(op, name) <= 0:
-            raise ConfigError(f"GPUPoolOperator.{name} must be more than 0, not {getattr(op, name)}")
-    if op.unschedulable_grace < 0:
-        raise ConfigError(f"GPUPoolOperator.unschedulable_grace must be 0 or more, not {op.unschedulable_grace}")
     return OperatorSettings(
         pool=pool, sharing=sharing, renderings=renderings, kernel_image=op.kernel_image,
         allowed_images=tuple(op.allowed_images) or (op.kernel_image,), kernel_command=tuple(op.kernel_command),
@@ -207,5 +222,6 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
         fs_group=op.fs_group, network_policy=op.network_policy, reconcile_interval=op.reconcile_interval,
         heartbeat_timeout=op.heartbeat_timeout, unschedulable_grace=op.unschedulable_grace,
         namespaces=tuple(op.namespaces), metrics_port=op.metrics_port, progress_interval=op.progress_interval,
-        transport_encryption=op.transport_encryption,
+        transport_encryption=op.transport_encryption, api_retry_first=op.api_retry_first,
+        api_retry_max=max(op.api_retry_max, op.api_retry_first),
     )

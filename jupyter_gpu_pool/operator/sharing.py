@@ -126,6 +126,75 @@ class Sharing:
         return 100 // self.replicas
 
 
+def binary_quantity(n: int) -> str:
+    """Bytes as a Kubernetes quantity in its canonical form (what the API server stores and answers):
+    the largest binary suffix that divides it exactly, ``10Gi`` and never ``10240Mi``."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = 2 ** (10 * ("KMGTPE".index(suffix[0]) + 1))
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def _attribute(device: dict, driver: str, name: str):
+    """A ResourceSlice device's attribute (named with or without its driver's domain), as a plain value."""
+    attributes = device.get("attributes") or {}
+    value = attributes.get(name, attributes.get(f"{driver}/{name}"))
+    return next(iter(value.values()), None) if isinstance(value, dict) and value else None
+
+
+_QUANTITY = re.compile(r"^([0-9.]+)(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?)$")
+_SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+             **{s: 2 ** (10 * (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))}}
+
+
+def quantity_value(text) -> float | None:
+    """A Kubernetes quantity (``24Gi``, ``500m``, ``1e9``) as a number; None when it is not one."""
+    m = _QUANTITY.match(str(text).strip())
+    if not m:
+        return None
+    number = float(m.group(1))
+    return number * 10 ** int(m.group(2)) if m.group(2) else number * _SUFFIXES[m.group(3) or ""]
+
+
+def _capacity(device: dict, driver: str, name: str) -> float | None:
+    capacity = device.get("capacity") or {}
+    value = (capacity.get(name) or capacity.get(f"{driver}/{name}") or {}).get("value")
+    return None if value is None else quantity_value(value)
+
+
+@dataclass(frozen=True)
+class DeviceNeed:
+    """What a ``dra`` kernel's claim needs of the devices NVIDIA's DRA driver publishes (attribute ``type``
+    ``gpu`` or ``mig``, ``profile`` of a MIG device, capacity ``memory``): so that the operator can tell a
+    device no node has from devices that are all taken, which the scheduler's words do not."""
+
+    device_class: str
+    driver: str
+    count: int = 1
+    mig_profile: str | None = None  # a MIG device of this profile
+    memory: int | None = None  # shares: a GPU shared by memory with at least this much
+
+    def matches(self, device: dict) -> bool:
+        kind = _attribute(device, self.driver, "type")
+        if self.mig_profile is not None:
+            return kind in ("mig", None) and _attribute(device, self.driver, "profile") == self.mig_profile
+        if kind not in ("gpu", None):
+            return False
+        if self.memory is not None:
+            return bool(device.get("allowMultipleAllocations")) and (
+                _capacity(device, self.driver, "memory") or 0) >= self.memory
+        return True
+
+    @property
+    def wanted(self) -> str:
+        if self.mig_profile is not None:
+            return f"a MIG {self.mig_profile} device"
+        if self.memory is not None:
+            return f"a GPU shared by memory with {format_size(self.memory)} free"
+        return f"{self.count} GPU(s) on one node"
+
+
 @dataclass(frozen=True)
 class Rendering:
     """What a kernel's pod asks the cluster for, and what it holds against quotas."""
@@ -138,6 +207,7 @@ class Rendering:
     whole: bool = False  # holds whole GPUs
     gpu_count: int = 1
     claim: dict | None = None  # dra: the ResourceClaimTemplate's spec.spec (the devices a kernel claims)
+    need: DeviceNeed | None = None  # dra: what the claim needs of the published devices
 
 
 def _mib(n: int) -> int:
@@ -181,6 +251,7 @@ def _render_dra(profile: Profile, sharing: Sharing, where: str) -> Rendering:
         memory = count * (sharing.gpu_memory or 0)
         held = (memory, 100 * count, f"{count} whole GPU(s) ({sharing.dra_gpu_class}, DRA)", True, count)
         env = _base_env(profile, sharing, memory)
+        need = DeviceNeed(sharing.dra_gpu_class, sharing.dra_driver, count=count)
     elif sharing.dra_slices == DRA_MIG:
         chosen = _smallest_mig(where, int(spec.memory), spec.sm_percent, sharing.mig_profiles)  # type: ignore[arg-type]
         request["deviceClassName"] = sharing.dra_mig_class
@@ -191,15 +262,18 @@ def _render_dra(profile: Profile, sharing: Sharing, where: str) -> Rendering:
                 f"{chosen.compute}/7 of the SMs; {sharing.dra_mig_class}, DRA)", False, 1)
         env = _base_env(profile, sharing, chosen.memory)
         env["JUPYTER_GPU_POOL_MIG_PROFILE"] = chosen.name
+        need = DeviceNeed(sharing.dra_mig_class, sharing.dra_driver, mig_profile=chosen.name)
     else:
         if spec.sm_percent is not None:
             raise SharingError(f"{where}: consumable capacity shares a GPU's memory, not its SMs, so an SM share "
                                "cannot be held; use dra_slices 'mig', or drop the percentage from the profile.")
         memory = int(spec.memory)  # type: ignore[arg-type]
-        request["capacity"] = {"requests": {"memory": f"{_mib(memory)}Mi"}}
+        # Canonical form: the API server stores 10240Mi as 10Gi, and a template must read back as written.
+        request["capacity"] = {"requests": {"memory": binary_quantity(_mib(memory) * 2**20)}}
         held = (_mib(memory) * 2**20, 0, f"{format_size(memory)} of a shared GPU's memory ({sharing.dra_gpu_class}, "
                 "DRA consumable capacity)", False, 1)
         env = _base_env(profile, sharing, memory)
+        need = DeviceNeed(sharing.dra_gpu_class, sharing.dra_driver, memory=_mib(memory) * 2**20)
     claim: dict = {"devices": {"requests": [{"name": CLAIM, "exactly": request}]}}
     if gpu_class and sharing.dra_time_slice_interval:
         claim["devices"]["config"] = [{"requests": [CLAIM], "opaque": {"driver": sharing.dra_driver, "parameters": {
@@ -207,7 +281,7 @@ def _render_dra(profile: Profile, sharing: Sharing, where: str) -> Rendering:
             "sharing": {"strategy": "TimeSlicing",
                         "timeSlicingConfig": {"interval": sharing.dra_time_slice_interval}}}}}]
     memory, sm, what, whole, count = held
-    return Rendering({}, env, memory, sm, what, whole, count, claim)
+    return Rendering({}, env, memory, sm, what, whole, count, claim, need)
 
 
 def render(profile: Profile, sharing: Sharing) -> Rendering:

@@ -25,6 +25,7 @@ import time
 
 from ..config import load_settings
 from ..devices.telemetry import Reading, Sampler
+from ..periodic import every
 from ..cluster.kernels import as_lease, holds_quota, spec, status
 from ..cluster.quotas import read_quotas
 from ..cluster.resources import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
@@ -54,6 +55,7 @@ class KubernetesBackend(PoolBackend):
         self._journal: list[JournalEntry] = []
         self._seq = 0
         self._task: asyncio.Task | None = None
+        self._stop = asyncio.Event()
         self.adopted: asyncio.Future | None = None  # done with the ids of the kernels re-adopted at start
         self.note = f"Kubernetes cluster, namespace {self.kube.namespace or '(this pod’s)'} (connecting)"
 
@@ -67,35 +69,45 @@ class KubernetesBackend(PoolBackend):
         self._task.add_done_callback(_report_end)
 
     async def stop(self) -> None:
+        self._stop.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self, kernel_manager) -> None:
-        while self.session is None:
+        connected = asyncio.Event()
+
+        async def connect() -> None:
             try:
                 session = await asyncio.wait_for(KernelSession.get(self.kube), 30)
             except Exception as e:
                 log.error("GPU pool: the Kubernetes cluster cannot be reached (%s); retrying", e)
                 self.note = f"Kubernetes cluster unreachable: {e}"
-                await asyncio.sleep(self.refresh)
-                continue
+                return
             session.listeners.append(self._seen)
             self.session = session
+            connected.set()
+
+        await every(self.refresh, connect, connected, what="connecting to the Kubernetes cluster")
+        if self.session is None:  # stopped before it connected
+            return
+        refresh = asyncio.create_task(every(self.refresh, self._refresh, self._stop,
+                                            what="reading the cluster's quotas, policy and nodes"))
+        try:
+            adopted = await adopt_kernels(kernel_manager, self.kube)
+            if adopted:
+                log.info("GPU pool: adopted %d running kernel(s) of this server: %s", len(adopted),
+                         ", ".join(adopted))
+            self.adopted.set_result(adopted)
+            await refresh
+        finally:
+            refresh.cancel()
+
+    async def _refresh(self) -> None:
         try:
             await self.read_cluster()
-        except Exception as e:
+        except Exception as e:  # the cluster may blink; the last good read stays
             log.warning("GPU pool: reading quotas, policy and nodes failed: %s", e)
-        adopted = await adopt_kernels(kernel_manager, self.kube)
-        if adopted:
-            log.info("GPU pool: adopted %d running kernel(s) of this server: %s", len(adopted), ", ".join(adopted))
-        self.adopted.set_result(adopted)
-        while True:
-            await asyncio.sleep(self.refresh)
-            try:
-                await self.read_cluster()
-            except Exception as e:  # the cluster may blink; the last good read stays
-                log.warning("GPU pool: reading quotas, policy and nodes failed: %s", e)
 
     async def read_cluster(self) -> None:
         from kubernetes_asyncio.client.exceptions import ApiException

@@ -318,6 +318,38 @@ async def test_real_cluster_runs_bring_their_own_quota(cluster_factory, operator
         await kube.close()
 
 
+async def test_real_cluster_runs_write_nothing_shared_and_wait_for_their_own_operator(
+        cluster_factory, operator_factory, tmp_path):
+    """`pytest -m k8s` on a cluster that has its admin's GPUPoolPolicy "default": waiting for the run's
+    operator neither writes that policy (nor any shared object) nor takes the policy's existence, which
+    says nothing of the run's operator, for readiness."""
+    from kube_helpers import RealCluster, install, operator_ready
+
+    from jupyter_gpu_pool.cluster.resources import POLICIES
+
+    admins = cluster_factory()
+    await install(admins)
+    kube = Kube(await admins.api(), admins.namespace)
+    try:
+        policy = await kube.custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
+            "spec": {"rules": [{"name": "the admin's", "idle_timeout": "2h"}]}})
+        real = RealCluster(tmp_path / "k8s-run", kubeconfig=admins.kubeconfig).start()
+        await install(real)
+        with pytest.raises(asyncio.TimeoutError):  # no operator serves the run's namespace yet: not ready
+            await asyncio.wait_for(operator_ready(real), 3)
+        before = len(await admins.audit())
+        await operator_factory(real)  # waits for this run's operator
+        shared = [c for c in (await admins.audit())[before:] if c["resource"] in ("gpupoolpolicies", "gpuquotas")
+                  and c["verb"] in ("create", "update", "patch", "delete")]
+        assert shared == []  # not even a create that the API server refuses
+        after = await kube.custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, "default")
+        assert after["spec"] == policy["spec"]
+        assert [k for k in await kube.kernels(real.namespace)] == []  # the probe is gone
+    finally:
+        await kube.close()
+
+
 def _kernelspec(data_dir, name: str, config: dict) -> None:
     import os
     import sys

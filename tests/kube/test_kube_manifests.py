@@ -83,7 +83,9 @@ def only_request(rendering) -> dict:
                             "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == "
                                                                  "'4g.40gb'"}}]}, 40 * GiB, 57),
     (DRA_SHARES, "10GiB", {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
-                           "capacity": {"requests": {"memory": "10240Mi"}}}, 10 * GiB, 0),
+                           "capacity": {"requests": {"memory": "10Gi"}}}, 10 * GiB, 0),  # canonical, as stored
+    (DRA_SHARES, "1.5GiB", {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 1,
+                            "capacity": {"requests": {"memory": "1536Mi"}}}, 1536 * 2**20, 0),
 ])
 def test_the_dra_backend_renders_a_profile_as_one_device_request(sharing, slice_text, exactly, memory, sm):
     r = render(profile(slice_text), sharing)
@@ -129,11 +131,43 @@ def test_a_slice_the_backend_cannot_hold_is_refused_naming_the_profile(sharing, 
     ({"kernel_command": ["python", "-m", "ipykernel_launcher"]}, "must contain {connection_file}"),
     ({"port_base": 80}, "port_base"),
     ({"sharing": "dra", "mig_profiles": []}, "the dra backend's MIG slices need the MIG devices"),
+    *[({name: value}, f"GPUPoolOperator.{name} must be a number of seconds above 0")
+      for name in ("reconcile_interval", "heartbeat_timeout", "progress_interval", "api_retry_first",
+                   "api_retry_max") for value in (float("nan"), -1, 0, "soon")],
+    *[({"unschedulable_grace": value}, "GPUPoolOperator.unschedulable_grace must be a number of seconds, 0 or more")
+      for value in (float("nan"), -1, float("inf"))],
 ])
 def test_bad_operator_settings_are_refused_with_the_setting_named(settings, words):
+    from traitlets.config import Config
+
+    from jupyter_gpu_pool.operator.settings import operator_config
+
     pool = GPUPool(profiles=PROFILES).check()
-    with pytest.raises(ConfigError, match=re.escape(words)):
-        operator_settings(GPUPoolOperator(**settings), pool)
+    with pytest.raises(ConfigError, match=re.escape(words)):  # refused where it is read, as the operator reads it
+        operator_settings(operator_config(Config({"GPUPoolOperator": settings})), pool)
+
+
+@pytest.mark.parametrize("name", ["heartbeat_interval", "refresh_interval", "launch_timeout", "progress_interval"])
+@pytest.mark.parametrize("value", [float("nan"), -1, 0, float("inf"), "later"])
+def test_bad_server_cluster_settings_are_refused_with_the_setting_named(name, value, jp_environ):
+    """A refresh_interval of 0 made the server extension's cluster reads spin; NaN passed every check."""
+    from traitlets.config import Config
+
+    from jupyter_gpu_pool.cluster.settings import kubernetes_settings
+
+    with pytest.raises(ConfigError, match=re.escape(f"GPUPoolKubernetes.{name} must be a number of seconds above 0")):
+        kubernetes_settings(Config({"GPUPoolKubernetes": {name: value}}))
+    assert getattr(kubernetes_settings(Config({"GPUPoolKubernetes": {name: "90s"}})), name) == 90.0
+
+
+def test_the_agents_interval_is_refused_when_it_is_not_seconds():
+    from traitlets import TraitError
+
+    from jupyter_gpu_pool.operator.agent import AgentApp
+
+    for value in (float("nan"), 0, -5):
+        with pytest.raises(TraitError, match="AgentApp.interval must be a number of seconds above 0"):
+            AgentApp(interval=value)
 
 
 # -- rendered objects against the real schemas ---------------------------------------------------------
@@ -156,13 +190,14 @@ BACKEND_SETTINGS = {
     "mig": {"sharing": "mig", "gpu_memory": "80GiB"},
     "whole": {"sharing": "whole", "gpu_memory": "80GiB"},
     "dra": {"sharing": "dra", "gpu_memory": "80GiB", "dra_time_slice_interval": "Long"},
+    "dra-shares": {"sharing": "dra", "dra_slices": "shares", "gpu_memory": "80GiB"},
 }
 NO_SM = {"small": PROFILES["small"], "big": {"slice": "30GiB"}, "whole": PROFILES["whole"]}
 
 
-@pytest.mark.parametrize("backend", OVERLAYS)
+@pytest.mark.parametrize("backend", [*OVERLAYS, "dra-shares"])
 def test_every_object_the_operator_renders_is_valid_for_every_backend(backend):
-    profiles = NO_SM if backend == "time-slicing" else PROFILES
+    profiles = NO_SM if backend in ("time-slicing", "dra-shares") else PROFILES
     settings = operator_settings(GPUPoolOperator(**BACKEND_SETTINGS[backend]),
                                  GPUPool(profiles=profiles).check())
     k = kernel()
@@ -174,13 +209,16 @@ def test_every_object_the_operator_renders_is_valid_for_every_backend(backend):
         kubernetes_validate.validate(obj, K8S, strict=True)  # resource.k8s.io/v1 included
     for pod in pods:
         resources = pod["spec"]["containers"][0]["resources"]
-        if backend == "dra":  # a claim from its profile's template, and no device-plugin limit
+        if backend.startswith("dra"):  # a claim from its profile's template, and no device-plugin limit
             assert resources["claims"] == [{"name": "gpu"}] and "nvidia.com/gpu" not in resources["limits"]
             [claim] = pod["spec"]["resourceClaims"]
             assert claim["resourceClaimTemplateName"] in {t["metadata"]["name"] for t in templates}
         else:
             assert any(k.startswith("nvidia.com/") for k in resources["limits"]) and templates == []
-    assert len(templates) == (len(profiles) if backend == "dra" else 0)
+    assert len(templates) == (len(profiles) if backend.startswith("dra") else 0)
+    if backend == "dra-shares":  # the shares' capacity requests, valid and in canonical form
+        capacities = [t["spec"]["spec"]["devices"]["requests"][0]["exactly"].get("capacity") for t in templates]
+        assert {"requests": {"memory": "10Gi"}} in capacities and {"requests": {"memory": "30Gi"}} in capacities
 
 
 def test_the_key_is_rendered_into_the_secret_only():

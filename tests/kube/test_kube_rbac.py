@@ -4,7 +4,8 @@ The test cluster's API server keeps an audit log of every request, by bearer tok
 user's Jupyter server (with the extension) and the node agent each get a token of their own and go
 through what they do in a cluster: kernels started, run, restarted, refused over a quota, shut down and
 orphaned by a killed server; quotas and the policy marked valid; the ``dra`` backend's claim templates
-kept (a retired one deleted), so that the DRA overlay's one extra rule is exercised too; the agent's
+kept (a retired one deleted) and a claim no node can meet explained (its DeviceClass and the driver's
+ResourceSlices read), so that the DRA overlay's extra rules are exercised too; the agent's
 readings written.  Then every call must be granted by a Role bound where it was made, and every grant
 must have been used, but for the one exception stated below.  And the operator's kernel-pod watch is
 namespaced, selected on the server and paged.
@@ -62,6 +63,9 @@ async def scenario(cluster, kube: Kube, tmp_path) -> None:
               "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                   "deviceClassName": "gpu.nvidia.com"}}]}}}}, auth_settings=["BearerToken"])
     await kube.quota("group", "ml", members=["alice"], kernels=10)
+    await kube.custom.create_cluster_custom_object(GROUP, "v1alpha1", "gpupoolpolicies", {  # the admin's policy
+        "apiVersion": f"{GROUP}/v1alpha1", "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
+        "spec": {"rules": []}})
     operator = OperatorProcess(cluster, tmp_path, {**DRA_MIG, "GPUPoolOperator.namespaces": [KERNELS_NS],
                                                    "GPUPoolOperator.progress_interval": 0.5},
                                kubeconfig=cluster.kubeconfig_for("operator")).start()
@@ -70,6 +74,8 @@ async def scenario(cluster, kube: Kube, tmp_path) -> None:
     watcher = None
     try:
         await operator_ready(cluster)
+        await wait_until(lambda: _valid(kube, "default", "gpupoolpolicies"), timeout=20,
+                         what="the operator to mark the policy valid")
         server.start()
         await server.ready()
         first = (await server.request("POST", "api/kernels", {"name": "gpu-pool-kubernetes-small"}))["id"]
@@ -86,6 +92,11 @@ async def scenario(cluster, kube: Kube, tmp_path) -> None:
 
         await server.request("POST", f"api/kernels/{first}/restart", {})
         assert await server.execute(first, "print('two')") == "two\n"
+        try:  # 64 GPUs: no node has as many; the operator reads the devices to say so
+            await server.request("POST", "api/kernels", {"name": "gpu-pool-kubernetes-huge"})
+            raise AssertionError("a claim no node can meet was not refused")
+        except HTTPClientError as e:
+            assert e.code == 503
         await kube.quota("user", "alice", kernels=1)
         await wait_until(lambda: _valid(kube, "user-alice"), timeout=20, what="the quota to be read")
         try:
@@ -107,10 +118,10 @@ async def scenario(cluster, kube: Kube, tmp_path) -> None:
         operator.stop()
 
 
-async def _valid(kube: Kube, name: str) -> bool:
-    from jupyter_gpu_pool.cluster.resources import QUOTAS, VERSION
+async def _valid(kube: Kube, name: str, plural: str = "gpuquotas") -> bool:
+    from jupyter_gpu_pool.cluster.resources import VERSION
 
-    return bool((await kube.custom.get_cluster_custom_object(GROUP, VERSION, QUOTAS, name)).get("status", {})
+    return bool((await kube.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)).get("status", {})
                 .get("valid"))
 
 

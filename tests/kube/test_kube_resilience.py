@@ -1,19 +1,25 @@
 """Faults of the API server lose nothing: every watch loop of the product (the node agent's, the
 operator's kernel-pod watch and kopf's, the servers' GPUKernel watch) survives the API server dying
-mid-stream, and comes back, with back-off, when it does."""
+mid-stream, and comes back, with back-off, when it does; kopf's watches survive failures longer than any
+finite back-off; a list that gets no answer times out; and what is deleted while the operator's watches
+are down is forgotten all the same."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import time
 
+import pytest
 from jupyter_client.manager import AsyncKernelManager
 from kernel_helpers import run_code
 from kube_helpers import Kube, ScriptedNVML, wait_until
 
-from jupyter_gpu_pool.cluster.resources import KERNEL_COMPONENT, LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF
+from jupyter_gpu_pool.cluster.resources import (API_VERSION, GROUP, KERNEL_COMPONENT, KERNEL_KIND, KERNELS,
+                                                LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF, VERSION)
 from jupyter_gpu_pool.cluster.session import KernelSession
-from jupyter_gpu_pool.cluster.watch import Backoff
+from jupyter_gpu_pool.cluster.watch import Backoff, list_all
 from jupyter_gpu_pool.operator.agent import Agent
 
 
@@ -81,3 +87,177 @@ async def test_every_watch_survives_the_api_server_dying_mid_stream(cluster_fact
         await api.close()
         first.provisioner.pod = ""  # its pod went with the crashed server's state
         await KernelSession.close_all()
+
+
+# -- kopf's own watches: a failure longer than any finite back-off -----------------------------------------
+
+def test_kopfs_api_backoffs_never_run_out():
+    from collections.abc import Sized
+    from itertools import islice
+
+    from jupyter_gpu_pool.operator.handlers import EndlessBackoffs
+
+    backoffs = EndlessBackoffs(1.0, 30.0)
+    assert not isinstance(backoffs, Sized)  # kopf counts no last attempt for an iterable without a length
+    assert list(islice(backoffs, 9)) == [1, 2, 4, 8, 16, 30, 30, 30, 30]
+    assert len(list(islice(backoffs, 10_000))) == 10_000  # it does not run out
+    assert next(iter(backoffs)) == 1  # each request starts the schedule afresh
+
+
+async def test_kopfs_watches_survive_the_api_server_failing_longer_than_finite_backoffs(
+        cluster_factory, operator_factory):
+    """For 4 s every request for GPUKernels and GPUQuotas answers 503 (their watch streams cut at once).
+    With the retry schedule shrunk to 0.05 s doubling to 0.2 s, a finite schedule of kopf's default length
+    (8 retries) would give up within 1.5 s and its watches would stop for good; they come back."""
+    from kube_helpers import install
+
+    cluster = cluster_factory()
+    await install(cluster)
+    op = await operator_factory(cluster, **{"GPUPoolOperator.api_retry_first": 0.05,
+                                            "GPUPoolOperator.api_retry_max": 0.2})
+    kube = Kube(await cluster.api(), cluster.namespace)
+    try:
+        await cluster.fault(resources=["gpukernels", "gpuquotas"], status=503, seconds=4)
+        await asyncio.sleep(4.5)
+        await kube.quota("user", "alice", kernels=1)
+        await wait_until(lambda: _quota_valid(kube, "user-alice"), timeout=20,
+                         what="the operator's quota watch to be back after the failures")
+        tries = r"Request attempt #(\d+)(?:/\d+)? failed; will retry: GET \S+gpukernels"
+        retries = [int(n) for n in re.findall(tries, op.logs())]
+        assert retries and max(retries) > 9, "kopf was not retried past its default 8 back-offs"
+        assert "escalating" not in op.logs()
+
+        await kube.custom.create_namespaced_custom_object(GROUP, VERSION, cluster.namespace, KERNELS, {
+            "apiVersion": API_VERSION, "kind": KERNEL_KIND, "metadata": {"name": "k-after-the-failures"},
+            "spec": {"owner": "alice", "kernelId": "after-the-failures", "profile": "small", "launch": 1}})
+        await wait_until(lambda: _admitted(kube, "k-after-the-failures"), timeout=20,
+                         what="the operator's kernel watch to be back after the failures")
+    finally:
+        await kube.close()
+
+
+async def _quota_valid(kube: Kube, name: str) -> bool:
+    from jupyter_gpu_pool.cluster.resources import QUOTAS
+
+    return bool((await kube.custom.get_cluster_custom_object(GROUP, VERSION, QUOTAS, name)).get("status", {})
+                .get("valid"))
+
+
+async def _admitted(kube: Kube, name: str) -> bool:
+    obj = await kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, KERNELS, name)
+    return bool((obj.get("status") or {}).get("admitted"))
+
+
+async def test_a_list_that_gets_no_answer_times_out(cluster_factory):
+    """A half-open connection: the API server never answers the list.  list_all gives up after its
+    request timeout (and list_and_watch retries), rather than waiting forever."""
+    cluster = cluster_factory()
+    api = await cluster.api()
+    try:
+        from kubernetes_asyncio import client
+
+        await cluster.fault(resources=["pods"], verbs=["list"], hang=True, seconds=20)
+        core = client.CoreV1Api(api)
+        t0 = time.monotonic()
+        with pytest.raises((asyncio.TimeoutError, TimeoutError)):
+            await asyncio.wait_for(list_all(core.list_namespaced_pod, "default", request_timeout=0.5), 10)
+        assert time.monotonic() - t0 < 3
+    finally:
+        await api.close()
+
+
+# -- objects deleted while the operator's watch was down ----------------------------------------------------
+
+async def test_what_was_deleted_while_the_operators_watch_was_down_is_forgotten(cluster_factory, tmp_path):
+    """The operator's GPUKernel and GPUQuota watches go quiet; a kernel and a quota are deleted; the watches
+    then meet a 410 and list afresh, which says nothing of what is gone.  The operator forgets both all the
+    same: no pod is made again for the deleted kernel (nor an Event, nor a delete of it), and the deleted
+    quota limits no one."""
+    from kube_helpers import OperatorProcess, install, operator_ready
+
+    cluster = cluster_factory()
+    await install(cluster)
+    op = OperatorProcess(cluster, tmp_path, {"GPUPoolOperator.heartbeat_timeout": 60.0},
+                         kubeconfig=cluster.kubeconfig_for("operator")).start()
+    kube = Kube(await cluster.api(), cluster.namespace)
+    try:
+        await operator_ready(cluster)
+        await kube.quota("user", "alice", kernels=1)
+        await wait_until(lambda: _quota_valid(kube, "user-alice"), timeout=20, what="the quota to be read")
+        await _gpu_kernel(kube, "k-deleted-unseen")
+        await wait_until(lambda: _running(kube, "k-deleted-unseen"), timeout=30, what="the kernel to run")
+
+        await cluster.fault(stall=["gpukernels", "gpuquotas"])  # the operator's watches hear nothing more
+        deleted_at = len(await cluster.audit())
+        await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, cluster.namespace, KERNELS,
+                                                          "k-deleted-unseen")
+        await kube.custom.delete_cluster_custom_object(GROUP, VERSION, "gpuquotas", "user-alice")
+        kube.quotas.remove("user-alice")
+        await asyncio.sleep(1.0)
+        await cluster.fault(resume=True)  # a 410: kopf lists afresh, and hears of no deletion
+        await asyncio.sleep(3.0)  # several sweeps (reconcile_interval 1 s); the pod garbage collected
+
+        after = [c for c in (await cluster.audit())[deleted_at:] if c["user"] == "operator"]
+        made = [c for c in after if c["resource"] == "pods" and c["verb"] == "create"]
+        assert made == [], "a pod was made for a kernel that is gone"
+        assert not [c for c in after if c["resource"] == "gpukernels" and c["verb"] == "delete"]
+        pods = [p for p in await kube.pods() if p["metadata"]["labels"].get(LABEL_KERNEL) == "k-deleted-unseen"]
+        assert pods == []
+        events = (await kube.core.list_namespaced_event(cluster.namespace)).items
+        assert not [e for e in events if e.reason == "ServerGone"]
+
+        # The deleted quota (one kernel at most) no longer applies: alice has none, so two kernels start.
+        for name in ("k-after-1", "k-after-2"):
+            await _gpu_kernel(kube, name)
+        for name in ("k-after-1", "k-after-2"):
+            await wait_until(lambda n=name: _admitted(kube, n), timeout=20, what=f"{name} to be admitted")
+        assert "gone (deleted while a watch was down)" in op.logs()
+    finally:
+        await kube.close()
+        op.stop()
+
+
+async def _gpu_kernel(kube: Kube, name: str) -> None:
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, kube.namespace, KERNELS, {
+        "apiVersion": API_VERSION, "kind": KERNEL_KIND, "metadata": {"name": name},
+        "spec": {"owner": "alice", "kernelId": name, "profile": "small", "launch": 1}})
+
+
+async def _phase(kube: Kube, name: str, phase: str) -> bool:
+    obj = await kube.custom.get_namespaced_custom_object(GROUP, VERSION, kube.namespace, KERNELS, name)
+    return (obj.get("status") or {}).get("phase") == phase
+
+
+async def _running(kube: Kube, name: str) -> bool:
+    return await _phase(kube, name, "Running")
+
+
+async def test_the_operator_forgets_what_it_kept_about_things_that_are_gone(cluster_factory):
+    """Start stories of pods that are gone, nodes read long ago, empty pod lists of unknown kernels and the
+    uids of deleted kernels (once no late event can bring one back) are dropped by the sweep."""
+    from jupyter_gpu_pool.config import GPUPool
+    from jupyter_gpu_pool.operator.controller import Controller
+    from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
+    from kube_helpers import PROFILES, install
+
+    cluster = cluster_factory()
+    await install(cluster)
+    settings = operator_settings(GPUPoolOperator(progress_interval=5.0, reconcile_interval=1.0),
+                                 GPUPool(profiles=PROFILES).check())
+    now = [1000.0]
+    api = await cluster.api()
+    controller = Controller(settings, api, clock=lambda: now[0])
+    try:
+        controller._stories["uid-of-a-gone-pod"] = (now[0], [])
+        controller._nodes["gpu-node-1"] = (now[0] - 10, None)
+        controller.pods[("jhub", "k-unknown")] = {}
+        controller._gone["uid-of-a-deleted-kernel"] = now[0]
+        await controller.sweep()
+        assert "uid-of-a-deleted-kernel" in controller._gone  # a late event may still come: kept a while
+        now[0] += 61
+        await controller.sweep()
+        assert controller._stories == {} and controller._nodes == {} and controller._gone == {}
+        assert ("jhub", "k-unknown") not in controller.pods
+    finally:
+        await controller.stop()
+        await api.close()
