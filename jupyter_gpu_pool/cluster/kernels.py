@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 
 from ..pool import ACTIVE, RELEASED, Lease, Usage
-from .resources import FAILED, STOPPED
+from .resources import FAILED, PENDING, STARTING, STOPPED
 
 
 def spec(kernel: dict) -> dict:
@@ -47,8 +47,16 @@ def held(kernel: dict) -> Usage:
     return Usage(int(a.get("memory", 0)), int(a.get("smPercent", 0)), 1)
 
 
+def progress(kernel: dict) -> str | None:
+    """While the kernel starts, what it waits for in plain words (the operator's ``status.message``:
+    "Node 'gpu-7' is pulling the kernel image ...: 45 s so far"); None once it runs, stopped or failed."""
+    st = status(kernel)
+    return (st.get("message") or None) if st.get("phase", PENDING) in (PENDING, STARTING) else None
+
+
 def as_lease(kernel: dict) -> Lease:
-    """The kernel as a lease: id = the GPUKernel's uid, state active while it holds its slice."""
+    """The kernel as a lease: id = the GPUKernel's uid, state active while it holds its slice;
+    ``extra["progress"]`` is :func:`progress` (the REST API's ``progress`` of the kernel)."""
     m, s, st = meta(kernel), spec(kernel), status(kernel)
     a = st.get("admitted") or {}
     created = timestamp(m.get("creationTimestamp"))
@@ -65,5 +73,5 @@ def as_lease(kernel: dict) -> Lease:
         label=s.get("label", ""), created=created, updated=since, state_since=since, host=st.get("node", ""),
         reason=st.get("reason", "") if st.get("phase") in (FAILED, STOPPED) else "",
         extra={"namespace": m.get("namespace", ""), "name": m.get("name", ""), "phase": st.get("phase", ""),
-               "pod": st.get("pod", ""), "message": st.get("message", "")},
+               "pod": st.get("pod", ""), "message": st.get("message", ""), "progress": progress(kernel)},
     )

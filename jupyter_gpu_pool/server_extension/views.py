@@ -113,6 +113,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
         "started": lease.created,
         "here": here,
         "actions": actions,
+        "progress": lease.extra.get("progress"),  # a cluster kernel's start, in words, while it starts
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 
@@ -43,6 +44,18 @@ async def ext(operator, jp_serverapp, kube_sessions):
 
 
 @pytest.fixture
+async def patient_ext(cluster, operator_factory, jp_serverapp, kube_sessions):
+    """The extension, with an operator that lets a pod wait for room (as with a cluster autoscaler)."""
+    await operator_factory(cluster, **{"GPUPoolOperator.unschedulable_grace": 300,
+                                       "GPUPoolOperator.progress_interval": 0.5})
+    app = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
+    await app._start_jupyter_server_extension(jp_serverapp)
+    await asyncio.wait_for(app.backend.adopted, 30)
+    yield app
+    await app.stop_extension()
+
+
+@pytest.fixture
 async def kube(cluster):
     k = Kube(await cluster.api())
     yield k
@@ -59,8 +72,17 @@ async def start(jp_fetch, profile: str = "small") -> str:
 
 
 async def set_policy(kube: Kube, ext, rules: list[dict]) -> None:
-    await kube.custom.patch_cluster_custom_object(GROUP, VERSION, POLICIES, "default", {"spec": {"rules": rules}},
-                                                  _content_type="application/merge-patch+json")
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        await kube.custom.patch_cluster_custom_object(GROUP, VERSION, POLICIES, "default", {"spec": {"rules": rules}},
+                                                      _content_type="application/merge-patch+json")
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        await kube.custom.create_cluster_custom_object(GROUP, VERSION, POLICIES, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
+            "spec": {"rules": rules}})
     await wait_until(lambda: [r.name for r in ext.backend.policy.rules] == [r["name"] for r in rules], timeout=20,
                      what="the server to read the cluster's policy")
 
@@ -178,3 +200,33 @@ async def _no_kernels(kube: Kube) -> bool:
 
 
 __all__ = ["uuid", "KERNELS"]
+
+
+async def test_a_starting_kernels_progress_reaches_me(patient_ext, jp_fetch, kube):
+    """While a kernel's pod waits (here for a node with 64 GPUs), GET me says what it waits for, in the
+    operator's words and with fresh numbers; once a kernel runs, its progress is null."""
+    waiting = asyncio.create_task(start(jp_fetch, "huge"))
+
+    async def progress(at_least: int = 0):
+        kernels = body(await jp_fetch(*ME))["kernels"]
+        text = kernels[0]["progress"] if kernels else None
+        seconds = re.search(r"(\d+) s so far", text or "")
+        return text if seconds and int(seconds.group(1)) >= at_least else None
+
+    try:
+        first = await wait_until(progress, timeout=20, what="GET me to show the start's progress")
+        assert first.startswith("Waiting for a GPU slice (64 whole GPU(s)) to be free") and "Insufficient" in first
+        later = await wait_until(lambda: progress(at_least=int(re.search(r"(\d+) s so far", first).group(1)) + 2),
+                                 timeout=20, what="the progress to count on")
+        assert later != first
+        [starting] = body(await jp_fetch(*ME))["kernels"]
+        assert starting["profile"] == "huge" and starting["here"] is False  # the server has no kernel yet
+        [gk] = await kube.kernels()
+        await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, KERNELS, gk["metadata"]["name"])
+        with pytest.raises(HTTPClientError):
+            await waiting
+    finally:
+        waiting.cancel()
+    kid = await start(jp_fetch)
+    [running] = body(await jp_fetch(*ME))["kernels"]
+    assert running["kernel_id"] == kid and running["progress"] is None
