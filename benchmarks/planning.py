@@ -59,8 +59,28 @@ def isolated_env() -> dict:
     home = tempfile.mkdtemp(prefix="plan-bench-")
     (Path(home) / "jupyter_gpu_pool_config.json").write_text(json.dumps(
         {"GPUPool": {"gpu_discovery": "declared", "inventory": H100, "ledger_path": f"{home}/ledger.sqlite"}}))
-    return {**os.environ, "JUPYTER_CONFIG_DIR": home, "JUPYTER_CONFIG_PATH": home, "JUPYTER_DATA_DIR": home,
-            "JUPYTER_RUNTIME_DIR": home}
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": home, "JUPYTER_CONFIG_PATH": home, "JUPYTER_DATA_DIR": home,
+           "JUPYTER_RUNTIME_DIR": home}
+    _warn_of_other_config(env, home)
+    return env
+
+
+def _warn_of_other_config(env: dict, home: str) -> None:
+    """Jupyter also reads this environment's and the system's config directories, under ours: a pool
+    config there (`jupyter gpu-pool lab` leaves one in the venv) changes what "the admin's settings" are
+    for a command without --config.  Say so, so that a figure is not taken for the defaults'."""
+    from jupyter_gpu_pool.config import config_files
+
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        others = [str(f) for f in config_files() if not str(f).startswith(home)]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if others:
+        print(f"note: the commands also read {', '.join(others)} (under the benchmark's own settings)",
+              file=sys.stderr)
 
 
 def simulate(*args: str, env: dict) -> tuple[float, dict]:

@@ -1,11 +1,10 @@
 """Synthetic workloads: a teaching lab and a hub's week, deterministic for a seed.
 
-The shapes follow what studies of interactive GPU notebooks report: sessions are long, GPU use in
-them is sporadic (short cells between long pauses while people read, think and edit), and sessions
-are often left running when their user walks away (NotebookOS, Carver et al., ASPLOS 2026,
-arXiv:2503.20591; the idle exclusive GPUs of shared clusters in Jeon et al., USENIX ATC 2019, and
-Weng et al., NSDI 2022).  The numbers themselves are assumptions, stated with each parameter and in
-docs/planning.md: record your own users (``jupyter gpu-pool trace export``) and replay them instead.
+The shape follows what NotebookOS (Carver et al., ASPLOS 2026, arXiv:2503.20591) reports of production
+notebook sessions: long-running, with sporadic GPU use and long gaps between cells.  The numbers are
+our assumptions (one kernel's memory aside, measured on the project's H100), each with its basis in
+docs/planning.md, "Synthetic workloads": record your own users (``jupyter gpu-pool trace export``) and
+replay them instead, or set the numbers you know (--think, --cell, --memory, --arrive-within, --retry).
 """
 
 from __future__ import annotations
