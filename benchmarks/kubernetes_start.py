@@ -117,7 +117,8 @@ async def main(starts: int, trips: int, as_json: bool) -> None:
             operators.append(OperatorProcess(cluster, op_root, {
                 **slow, "GPUPoolOperator.namespaces": [namespace],
                 "GPUPoolOperator.transport_encryption": encrypt}).start())
-        await operator_ready(cluster)
+        for namespace in (ENCRYPTED, PLAIN):
+            await operator_ready(cluster, namespace)
         isolate(root, cluster)
         from jupyter_gpu_pool.cluster.session import KernelSession
         from jupyter_gpu_pool.config import load_settings
