@@ -5,12 +5,15 @@ clone has it (tracked and unignored files only: no node_modules, no built extens
 Python environment with Node.js on the PATH (repo2docker's base environment brings Node 20 and
 JupyterLab 4), ``pip install -r binder/requirements.txt``, then ``binder/postBuild`` from the
 repository root. Then start ``jupyter lab`` there and check that the server runs with both
-extensions enabled, the declared demo pool, its policy and kernelspecs, and the demo notebook.
+extensions enabled, the declared demo pool, its policy and kernelspecs, and the demo notebook; then
+run the tour's cells as the tour says: a hibernation and a transparent resume with the variables
+kept, and a resume that waits in the queue while the stand-in for another student holds the pool.
 Slow (a clean frontend build): deselect with ``-m "not binder"``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -22,6 +25,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -199,3 +203,117 @@ def test_demo_notebook_runs_on_a_slice_and_says_it_needs_no_gpu(binder_server):
     finally:
         server.call("DELETE", f"api/sessions/{session['id']}")
     assert server.get("gpu-pool/api/v1/me")["kernels"] == []
+
+
+class Kernel:
+    """A kernel's websocket as JupyterLab opens it (the server's JSON protocol): cells run through the
+    server, so a cell on a hibernated kernel resumes it as a notebook's would."""
+
+    def __init__(self, ws):
+        self.ws = ws
+
+    @classmethod
+    async def open(cls, server: Server, kernel_id: str) -> "Kernel":
+        from tornado.httpclient import HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        url = server.url.replace("http", "ws", 1) + f"/api/kernels/{kernel_id}/channels"
+        return cls(await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {server.token}"})))
+
+    async def run(self, code: str, timeout: float = 120) -> str:
+        """Run a cell; its output (streams, results, errors) once it has finished."""
+        msg_id = uuid.uuid4().hex
+        await self.ws.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "demo", "session": msg_id,
+                       "date": "", "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "buffers": [], "channel": "shell",
+            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True}}))
+        out: list[str] = []
+        replied = idle = False
+        deadline = time.monotonic() + timeout
+        while not (replied and idle):
+            raw = await asyncio.wait_for(self.ws.read_message(), max(deadline - time.monotonic(), 0.01))
+            assert raw is not None, "the kernel websocket closed"
+            m = json.loads(raw)
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = m["header"]["msg_type"], m["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind in ("execute_result", "display_data", "update_display_data"):
+                out.append(content["data"].get("text/plain", ""))
+            elif kind == "error":
+                out.append("\n".join(content["traceback"]))
+            replied = replied or kind == "execute_reply"
+            idle = idle or (kind == "status" and content["execution_state"] == "idle")
+        return "\n".join(out)
+
+
+def code_cells(server: Server, path: str) -> dict[str, str]:
+    """A notebook's code cells by id, as the tour has them."""
+    cells = server.get(f"api/contents/{path}")["content"]["cells"]
+    return {c["id"]: "".join(c["source"]) for c in cells if c["cell_type"] == "code"}
+
+
+async def wait_state(server: Server, kernel_id: str, state: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = next((k for k in server.get("gpu-pool/api/v1/me")["kernels"] if k["kernel_id"] == kernel_id), None)
+        if found and found["state"] == state:
+            return found
+        assert time.monotonic() < deadline, f"the kernel is {found and found['state']}, not {state}"
+        await asyncio.sleep(0.3)
+
+
+def test_the_tour_hibernates_resumes_and_queues_as_it_says(binder_server):
+    """Sections 2, 4 and 5 of gpu-demo.ipynb, as written: the variables survive a hibernation (Release
+    GPU; the policy's 3 idle minutes do the same), and with the stand-in for another student holding
+    the pool, the resume waits at position 1 until the stand-in lets a slice go."""
+    server = binder_server
+    demo, student = code_cells(server, "binder/gpu-demo.ipynb"), code_cells(server, "binder/another-student.ipynb")
+    sessions = []
+
+    def start(path: str, kernel: str) -> str:
+        status, session = server.call("POST", "api/sessions", {"path": path, "type": "notebook",
+                                                              "name": path.split("/")[-1], "kernel": {"name": kernel}})
+        assert status == 201, session
+        sessions.append(session["id"])
+        return session["kernel"]["id"]
+
+    async def tour() -> None:
+        kid = start("binder/gpu-demo.ipynb", "gpu-pool-gpu-10g")
+        nb = await Kernel.open(server, kid)
+        assert "JUPYTER_GPU_POOL_SLICE" in await nb.run(demo["c2"])
+        assert "x = 42" in await nb.run(demo["c4"])
+
+        # Section 4: hibernated, the slice is back in the pool; the next cell resumes it, x kept.
+        assert server.call("POST", f"gpu-pool/api/v1/kernels/{kid}/release", {})[1]["action"] == "hibernate"
+        await wait_state(server, kid, "hibernated")
+        assert server.get("gpu-pool/api/v1/me")["usage"]["memory"] == 0
+        out = await nb.run(demo["c7"])
+        assert re.search(r"x = 42, set at [\d:]+, still here at", out), out
+        await wait_state(server, kid, "active")
+
+        # Section 5: hibernate, the stand-in takes the pool, the cell waits its turn.
+        server.call("POST", f"gpu-pool/api/v1/kernels/{kid}/release", {})
+        await wait_state(server, kid, "hibernated")
+        other = await Kernel.open(server, start("binder/another-student.ipynb", "python3"))
+        taken = await other.run(student["s1"])
+        assert "another-student holds 4 slice(s), 80 GiB; free in the pool now: 0 B." in taken, taken
+        cell = asyncio.ensure_future(nb.run(demo["c7"], timeout=180))
+        queued = await wait_state(server, kid, "queued")
+        assert queued["queue_position"] == 1
+        await asyncio.sleep(2)
+        assert not cell.done()  # nothing runs while the pool is full
+        assert "gave back 1 slice(s)" in await other.run(student["s3"])
+        out = await asyncio.wait_for(cell, 120)
+        assert "position 1 in the queue" in out and re.search(r"x = 42, set at [\d:]+, still here at", out), out
+        await wait_state(server, kid, "active")
+        assert "free in the pool now: 70 GiB" in await other.run(student["s5"])
+
+    try:
+        asyncio.run(tour())
+    finally:
+        for session_id in sessions:
+            server.call("DELETE", f"api/sessions/{session_id}")
