@@ -27,6 +27,27 @@ async def jp_asyncio_loop():
     (asyncio_mode=auto): one loop per test, shared by the server and the test's requests."""
     yield asyncio.get_running_loop()
 
+# The tests' own Jupyter directories come first: in a virtual environment jupyter_core puts the
+# environment's etc/jupyter before JUPYTER_CONFIG_DIR unless told otherwise (servers and kernels the
+# tests start inherit this).
+os.environ["JUPYTER_PREFER_ENV_PATH"] = "0"
+
+
+def pytest_sessionstart(session):
+    """A pool config in this environment's or this machine's config directories would be read by every
+    test underneath the test's own (a key the test leaves out, such as the policy, comes from it): say so
+    and stop, rather than fail in a hundred puzzling ways."""
+    from jupyter_core.paths import ENV_CONFIG_PATH, SYSTEM_CONFIG_PATH
+
+    from jupyter_gpu_pool.config import config_files
+
+    found = config_files(list(ENV_CONFIG_PATH) + list(SYSTEM_CONFIG_PATH))
+    if found:
+        pytest.exit("the tests would read the GPU pool config in " + ", ".join(map(str, found)) + ": move it "
+                    "away while the tests run (./scripts/lab keeps its own in .lab/, never in the environment)",
+                    returncode=2)
+
+
 # A pool of declared GPUs, the same shape as a small real box: tests know what fits where.
 TEST_INVENTORY = [{"name": "Test GPU", "memory": "40GiB", "sm_count": 108, "count": 2}]
 TEST_PROFILES = {

@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "server_extension": {"pool", "config", "traits", "periodic", "compat", "devices", "local", "pools", "cluster",
                          "hibernation", "kernel_provisioner.base"},
     "operator": {"pool", "config", "traits", "periodic", "devices", "cluster"},
-    "planning": {"pool", "config", "local", "cli"},
+    "planning": {"pool", "config", "local", "devices", "cli"},
     "cli": {"pool", "config", "devices", "local", "pools", "kernel_provisioner"},
     "tljh": {"config", "kernel_provisioner", "service"},
     "__init__": {"server_extension"},
