@@ -313,6 +313,8 @@ export interface IStackedSeries {
   series: Array<{
     key: string;
     label: string;
+    /** The kernel's colour, the same in both plots of its GPU. */
+    colour: string;
     /** This kernel's own value at each time (null: none). */
     values: Array<number | null>;
     /** The running total up to and including this kernel: what the plot draws. */
@@ -348,15 +350,50 @@ function stepAt(samples: Sample[], t: number, pick: (s: Sample) => number | null
   return found;
 }
 
+/** Categorical colours distinguishable in the light and the dark theme (Tableau 10). */
+export const PALETTE = [
+  '#4e79a7',
+  '#f28e2b',
+  '#59a14f',
+  '#e15759',
+  '#76b7b2',
+  '#edc948',
+  '#b07aa1',
+  '#ff9da7',
+  '#9c755f',
+  '#bab0ac'
+];
+
+/**
+ * A colour per kernel of a GPU: its own (from its id: the same at every refresh), or, where a kernel
+ * before it has that one, the next free one: two kernels of a plot never share a colour.
+ */
+export function kernelColours(keys: ReadonlyArray<string>): string[] {
+  const used = new Set<number>();
+  return keys.map(key => {
+    let hash = 0;
+    for (let i = 0; i < key.length; i++) {
+      hash = (hash * 31 + key.charCodeAt(i)) >>> 0;
+    }
+    let at = hash % PALETTE.length;
+    for (let n = 0; n < PALETTE.length && used.has(at); n++) {
+      at = (at + 1) % PALETTE.length;
+    }
+    used.add(at);
+    return PALETTE[at];
+  });
+}
+
 function stack(
   times: number[],
   rows: Array<{ key: string; label: string; at: (t: number) => number | null }>
 ): IStackedSeries['series'] {
   const running = times.map(() => 0);
-  return rows.map(r => {
+  const colours = kernelColours(rows.map(r => r.key));
+  return rows.map((r, i) => {
     const values = times.map(t => r.at(t));
     const stacked = values.map((v, i) => (running[i] += v ?? 0));
-    return { key: r.key, label: r.label, values, stacked };
+    return { key: r.key, label: r.label, colour: colours[i], values, stacked };
   });
 }
 

@@ -11,29 +11,6 @@ import { formatClock, formatClockSeconds } from './format';
 import { __ } from './i18n';
 import type { IStackedSeries } from './admin';
 
-/** Categorical colours distinguishable in the light and the dark theme (Tableau 10). */
-export const PALETTE = [
-  '#4e79a7',
-  '#f28e2b',
-  '#59a14f',
-  '#e15759',
-  '#76b7b2',
-  '#edc948',
-  '#b07aa1',
-  '#ff9da7',
-  '#9c755f',
-  '#bab0ac'
-];
-
-/** A stable colour per kernel (the same kernel has the same colour in both plots of a GPU). */
-export function colourOf(key: string): string {
-  let hash = 0;
-  for (let i = 0; i < key.length; i++) {
-    hash = (hash * 31 + key.charCodeAt(i)) >>> 0;
-  }
-  return PALETTE[hash % PALETTE.length];
-}
-
 function themeColour(name: string, fallback: string): string {
   const value = getComputedStyle(document.body).getPropertyValue(name).trim();
   return value || fallback;
@@ -54,8 +31,8 @@ function options(data: IStackedSeries, width: number, height: number): uPlot.Opt
   const steps = uPlot.paths.stepped!({ align: 1 });
   const series: uPlot.Series[] = [...data.series].reverse().map(s => ({
     label: s.label,
-    stroke: colourOf(s.key),
-    fill: colourOf(s.key) + 'cc',
+    stroke: s.colour,
+    fill: s.colour + 'cc',
     width: 1,
     paths: steps,
     points: { show: false }
@@ -147,7 +124,7 @@ export function StackedChart(props: {
                 <td>
                   <span
                     className="jp-GpuPool-swatch"
-                    style={{ background: colourOf(s.key) }}
+                    style={{ background: s.colour }}
                     aria-hidden="true"
                   />
                   {s.label}

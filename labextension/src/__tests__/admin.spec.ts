@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 
-import { dashboardView, filterDecisions, gpuPlots } from '../admin';
+import { dashboardView, filterDecisions, gpuPlots, kernelColours, PALETTE } from '../admin';
 import { GiB, NOW, pool, profiles, telemetry } from './fixtures';
 
 describe('dashboardView', () => {
@@ -198,6 +198,20 @@ describe('gpuPlots', () => {
     assert.deepEqual(gpu1.memory.series, []);
     assert.equal(gpu1.memory.summary, 'no readings');
     assert.equal(gpu1.slicesOnly, false); // nothing on it: nothing to explain
+  });
+
+  it('gives each kernel of a GPU its own colour, the same in both plots and at every refresh', () => {
+    // 'a' and 'k' hash to the same colour: the second kernel takes the next free one.
+    assert.deepEqual(kernelColours(['a', 'k']), [PALETTE[7], PALETTE[8]]);
+    assert.deepEqual(kernelColours(['a']), kernelColours(['a']));
+    const many = kernelColours(Array.from({ length: 10 }, (_, i) => `kernel-${i}`));
+    assert.equal(new Set(many).size, 10);
+    const [gpu0] = gpuPlots(telemetry());
+    assert.deepEqual(
+      gpu0.memory.series.map(s => s.colour),
+      gpu0.utilization.series.map(s => s.colour)
+    );
+    assert.notEqual(gpu0.memory.series[0].colour, gpu0.memory.series[1].colour);
   });
 
   it('holds each reading until the next one, so kernels sampled at other times stack evenly', () => {
