@@ -232,7 +232,7 @@ async def test_a_hibernation_the_pool_will_not_record_is_undone_and_the_kernel_r
     await run_code(r.manager.get_kernel(kid), "x = 7")
 
     def refuse(*args, **kwargs):
-        raise ServiceError("not_yours", 403, "the kernel's processes still hold 300 MiB on the GPU")
+        raise ServiceError("gpu_memory_held", 409, "the kernel's processes still hold 300 MiB on the GPU")
 
     monkeypatch.setattr(r.pool.ledger, "hibernate", refuse)  # fault injected at the ledger's seam
     with pytest.raises(HibernationFailed) as err:
