@@ -106,6 +106,7 @@ class _Kernel:
     position: int | None = None  # its place in the queue while queued
     wait_reason: str | None = None  # why it waits there, where the pool is not simply full
     resume_task: asyncio.Task | None = None
+    placed: asyncio.Event = field(default_factory=asyncio.Event)  # the resume under way has a slice or a queue place
     resume_wanted: bool = False  # a cell arrived while hibernating: give up the hibernation if not too late
     warned_eviction: float | None = None  # the eviction deadline its owner was told of
 
@@ -523,6 +524,7 @@ class Hibernator:
         if k.seen == HIBERNATING:
             k.resume_wanted = True  # if still before the checkpoint, the hibernation gives up
         if k.resume_task is None or k.resume_task.done():
+            k.placed.clear()
             k.resume_task = asyncio.ensure_future(self._resume_guarded(kernel_id, reason))
             k.resume_task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
         return k.resume_task
@@ -530,6 +532,18 @@ class Hibernator:
     async def resume(self, kernel_id: str, reason: str = "user") -> Outcome:
         """Resume the kernel and return once it runs on a GPU again (queue wait included)."""
         return await asyncio.shield(self.start_resume(kernel_id, reason))
+
+    async def placed(self, kernel_id: str, timeout: float) -> None:
+        """Wait up to ``timeout`` for the resume under way to take a slice or a place in the queue, or
+        to end (refused, say, for quota or budget): what a caller can then tell its user at once."""
+        k = self._k(kernel_id)
+        if k.resume_task is None or k.resume_task.done():
+            return
+        waiter = asyncio.ensure_future(k.placed.wait())
+        try:
+            await asyncio.wait([k.resume_task, waiter], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
 
     async def _resume_guarded(self, kernel_id: str, reason: str) -> Outcome:
         k = self._k(kernel_id)
@@ -638,6 +652,7 @@ class Hibernator:
 
         async def queued(position: int) -> None:
             wait["position"] = position
+            self._k(lease.kernel_id).placed.set()
             current = await self._lease(lease.kernel_id)
             if current is not None and current.phase == RESUMING:
                 await self._move(current, QUEUED, expect=RESUMING)
@@ -656,6 +671,7 @@ class Hibernator:
         except LeaseNotFound:
             raise HibernationRefused("no_lease", "This kernel's GPU lease ended while it waited to resume.",
                                      status=404) from None
+        self._k(lease.kernel_id).placed.set()
         if new.phase == QUEUED:
             new = await self._move(new, RESUMING, expect=QUEUED) or new
         return new, waited

@@ -20,7 +20,6 @@ from abc import ABC
 from ..hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..periodic import every
 from ..pool import Lease
-from ..pool.phases import QUEUED, RESUMING
 from .hibernation_handlers import resume_handlers
 from .hibernation_websocket import install_transparent_resume
 
@@ -110,8 +109,7 @@ class PoolHibernation(HibernationHook):
         return self.hibernator.queue_reason(kernel_id)
 
     async def settle(self, kernel_id: str, timeout: float) -> None:
-        if self.hibernator.shown(kernel_id) not in (RESUMING, QUEUED):
-            await self.hibernator.wait_change(kernel_id, timeout)
+        await self.hibernator.placed(kernel_id, timeout)
         await asyncio.sleep(0)  # let a queue position land
 
     # -- the record -------------------------------------------------------------------------------
