@@ -18,8 +18,11 @@ from jupyter_gpu_pool.pool.profiles import parse_profile
 AXE = Path(__file__).resolve().parents[2] / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
 SMALL = {"width": 1024, "height": 700}
 LARGE = {"width": 1400, "height": 900}
-# The product's own elements, where axe-core judges it (JupyterLab's own widgets are not ours to fix).
-OURS = [".jp-GpuPool-statusItem", "#jp-gpu-pool-panel", ".jp-GpuPool-indicator", ".jp-GpuPool-dashboardWidget"]
+# The product's own elements, where axe-core judges it (JupyterLab's own widgets are not ours to fix):
+# the status item, the panel, the toolbar indicator, the dashboard, the annotated launcher cards, its
+# confirm dialogs, and the notifications (the browser tests' servers show no toast but the pool's).
+OURS = [".jp-GpuPool-statusItem", "#jp-gpu-pool-panel", ".jp-GpuPool-indicator", ".jp-GpuPool-dashboardWidget",
+        ".jp-GpuPool-launcherCard", ".jp-GpuPool-dialog", ".Toastify__toast"]
 
 
 def open_notebook(page, lab: LabServer, name: str, workspace: str | None = None) -> None:
@@ -119,6 +122,22 @@ def axe_violations(page, include: list[str] | None = None) -> list[dict]:
 def assert_accessible(page, what: str, include: list[str] | None = None) -> None:
     found = axe_violations(page, include)
     assert not found, f"axe-core ({what}): " + json.dumps(found, indent=1)
+
+
+def overlap(a: dict | None, b: dict | None) -> bool:
+    """Whether two bounding boxes (Playwright's) overlap."""
+    assert a and b, (a, b)
+    return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
+            and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
+
+
+def one_line(locator) -> bool:
+    """Whether an element's text sits on one line, uncut (no wrap, nothing hidden)."""
+    return locator.evaluate("""el => {
+        const r = document.createRange(); r.selectNodeContents(el);
+        const lines = new Set([...r.getClientRects()].map(x => Math.round(x.top)));
+        return lines.size === 1 && el.scrollWidth <= el.clientWidth + 1;
+    }""")
 
 
 def shoot(page, artifacts: Path, name: str, small: bool = True) -> None:

@@ -24,8 +24,13 @@ from kernel_helpers import free_port
 
 DEMO_INVENTORY = [{"name": "Demo GPU", "memory": "40GiB", "sm_count": 108, "count": 2}]
 DEMO_PROFILES = {
-    "gpu-10g": {"slice": "10GiB", "isolation": "soft", "display_name": "GPU 10 GiB"},
-    "gpu-20g": {"slice": "20GiB", "isolation": "soft", "display_name": "GPU 20 GiB"},
+    "gpu-10g": {"slice": "10GiB", "isolation": "soft", "display_name": "GPU 10 GiB",
+                "description": "For exploring and small models"},
+    "gpu-20g": {"slice": "20GiB", "isolation": "soft", "display_name": "GPU 20 GiB",
+                "description": "For training mid-sized models"},
+    # An SM share: the launcher explains "50%" (a share of the GPU's compute, enforced by MPS).
+    "gpu-20g-50": {"slice": "20GiB,50%", "isolation": "mps", "display_name": "GPU 20 GiB · 50%",
+                   "description": "Half a GPU's compute, guaranteed"},
 }
 
 
@@ -53,6 +58,7 @@ class LabServer:
             "group_quotas": {},
             "user_quotas": {},
             "default_user_quota": {"memory": "40GiB", "kernels": 4},
+            "policy": [],  # the built-in default rule, whatever a config of the environment says
             **pool,
         }
         self.extension_settings = extension
@@ -71,6 +77,9 @@ class LabServer:
             "JUPYTER_CONFIG_DIR": str(self.config_dir),
             "JUPYTER_DATA_DIR": str(self.data_dir),
             "JUPYTER_RUNTIME_DIR": str(self.runtime_dir),
+            # This server's config dir before the environment's: a pool config that `./scripts/lab`
+            # (or an admin) put in the venv's etc/jupyter must not change what the tests set up.
+            "JUPYTER_PREFER_ENV_PATH": "0",
         })
         env.pop("JUPYTERHUB_USER", None)  # a personal server: its owner is the login user
         env.update(self.extra_env)
@@ -82,8 +91,12 @@ class LabServer:
         lines = [f"c.GPUPool.{k} = {v!r}" for k, v in self.pool_settings.items()]
         lines += [f"c.GPUPoolExtension.{k} = {v!r}" for k, v in self.extension_settings.items()]
         (self.config_dir / "jupyter_gpu_pool_config.py").write_text("\n".join(lines) + "\n")
-        if self.server_config:
-            (self.config_dir / "jupyter_server_config.json").write_text(json.dumps(self.server_config))
+        server = json.loads(json.dumps(self.server_config))
+        if self.kernelspecs:  # this server's kernels only, none the environment has installed
+            server.setdefault("KernelSpecManager", {})["allowed_kernelspecs"] = [
+                "python3", *(f"gpu-pool-{name}" for name in self.pool_settings["profiles"])]
+        if server:
+            (self.config_dir / "jupyter_server_config.json").write_text(json.dumps(server))
         # No "news" or "update" toasts from JupyterLab itself: the notifications are the pool's.
         settings = self.config_dir / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
         settings.mkdir(parents=True, exist_ok=True)

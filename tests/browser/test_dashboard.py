@@ -5,8 +5,8 @@ owner of a personal server is the pool's admin) and bob's. This machine has no G
 admin's server reads its kernels' GPU memory and utilization from the scripted telemetry source
 (``scripted_telemetry.py``, the extension's ``telemetry_source_class``), at the telemetry boundary
 only. The dashboard draws each GPU's memory and utilization over time with each kernel's share
-stacked, lists every lease with its actions, and the admin shuts down bob's kernel, which bob's
-own server carries out and explains to bob.
+stacked, lists every lease with its actions, and the admin shuts down, releases and hibernates bob's
+kernels, which bob's own server carries out and explains to bob.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import (
+    SMALL,
     assert_accessible,
     command,
+    one_line,
     open_notebook,
     run_cell,
     set_theme,
@@ -97,8 +99,10 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     page.wait_for_timeout(2500)
 
     # The card and the status bar with readings; GPU time against the budget.
-    expect(page.locator("button.jp-GpuPool-status")).to_have_text(re.compile(r"^GPU mem: 10 / 40 GiB · 37% · time: "
-                                                                               r"[\d.]+ / 10 h$"))
+    status = page.locator("button.jp-GpuPool-status")
+    expect(status.locator(".jp-GpuPool-statusText.jp-mod-full")).to_have_text(re.compile(
+        r"^GPU mem: 10 / 40 GiB · 37% · GPU time this week: [\d.]+ of 10 h$"))
+    expect(status.locator(".jp-GpuPool-statusText.jp-mod-short")).to_be_hidden()
     memory = card.get_by_role("meter")
     expect(memory).to_have_attribute("aria-valuetext", "3 GiB of 10 GiB")
     expect(memory).to_have_attribute("aria-valuenow", "30")
@@ -107,7 +111,16 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     assert len(points) >= 8 and len({float(p.split(",")[1]) for p in points}) >= 5, points
     expect(card.get_by_role("img", name=re.compile(r"37% now; last 5 min: min \d+%"))).to_be_visible()
     expect(page.locator(".jp-GpuPool-quota")).to_contain_text(re.compile(r"GPU time this week\s*[\d.]+ of 10 h"))
-    shoot(page, artifacts, "08-readings", small=False)
+    # At 1024 px JupyterLab's status bar has no room for all of it: the budget, in the same words.
+    page.set_viewport_size(SMALL)
+    short = status.locator(".jp-GpuPool-statusText.jp-mod-short")
+    expect(short).to_have_text(re.compile(r"^GPU time this week: [\d.]+ of 10 h$"))
+    expect(status.locator(".jp-GpuPool-statusText.jp-mod-full")).to_be_hidden()
+    assert one_line(short)  # whole, on one line, and clear of the bar's right-hand items
+    box, right = status.bounding_box(), page.locator(".jp-StatusBar-Right").first.bounding_box()
+    assert box["x"] + box["width"] <= right["x"], (box, right)
+    assert "GPU mem: 10 / 40 GiB" in status.get_attribute("title") + status.get_attribute("aria-label")
+    shoot(page, artifacts, "08-readings")  # and at 1024 px: the status bar's budget in words still fits
 
     # The dashboard, from the panel's button.
     card.page.get_by_role("button", name="Open the pool dashboard").click()
@@ -116,8 +129,10 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     expect(dashboard.locator(".jp-GpuPool-gpuTable")).to_contain_text("37%")  # the GPU's own reading
     leases = dashboard.locator(".jp-GpuPool-leaseTable tbody tr")
     expect(leases).to_have_count(2)
-    expect(leases.nth(0)).to_contain_text(re.compile(r"^bob\s*bob-model\.ipynb\s*gpu-20g"))
-    expect(leases.nth(1)).to_contain_text(re.compile(r"^root\s*train\.ipynb\s*gpu-10g"))
+    # Profiles as the launcher names them (the id is the cell's tooltip).
+    expect(leases.nth(0)).to_contain_text(re.compile(r"^bob\s*bob-model\.ipynb\s*Python 3 · GPU 20 GiB \(20 GiB\)"))
+    expect(leases.nth(1)).to_contain_text(re.compile(r"^root\s*train\.ipynb\s*Python 3 · GPU 10 GiB \(10 GiB\)"))
+    expect(leases.nth(0).locator("td").nth(2)).to_have_attribute("title", "gpu-20g")
 
     # Each GPU's plots: the admin's kernel from its readings (stacked), bob's from its slice.
     plots = dashboard.locator(".jp-GpuPool-gpuPlots")
@@ -165,7 +180,7 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     expect(rows.first).to_be_visible()
     dashboard.get_by_role("searchbox").fill("admin")
     expect(rows).to_have_count(1)
-    expect(rows.first).to_contain_text(re.compile(r"bob\s*bob-model\.ipynb\s*gpu-20g\s*released"))
+    expect(rows.first).to_contain_text(re.compile(r"bob\s*bob-model\.ipynb\s*Python 3 · GPU 20 GiB\s*released"))
     assert_accessible(page, "the decision log")
     shoot(page, artifacts, "11-decision-log", small=False)
     page.keyboard.press("Shift+Tab")  # back to the tabs
@@ -175,6 +190,51 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     budgets = dashboard.locator(".jp-GpuPool-budgetTable tbody tr")
     expect(budgets).to_have_count(2)
     expect(budgets.first).to_contain_text(re.compile(r"^(bob|root)\s*own\s*[\d.]+ h of (5|10) h this week"))
+
+    # Release and Hibernate on another user's leases: asked of bob's server, which carries them out.
+    kernels = {}
+    for nb in ("bob-release.ipynb", "bob-hibernate.ipynb"):
+        status, session = bob.api("POST", "api/sessions", {"path": nb, "type": "notebook", "name": nb,
+                                                           "kernel": {"name": "gpu-pool-gpu-10g"}})
+        assert status == 201, session
+        kernels[nb] = session["kernel"]["id"]
+    page.get_by_role("tab", name="GPUs and kernels").click()
+    expect(leases).to_have_count(3, timeout=30_000)
+
+    def bobs_state(nb: str) -> str:
+        return next((k["state"] for k in bob.me()["kernels"] if k["kernel_id"] == kernels[nb]), "gone")
+
+    row = dashboard.locator(f'.jp-GpuPool-leaseTable tr[data-kernel-id="{kernels["bob-release.ipynb"]}"]')
+    release = row.get_by_role("button", name="Release: bob-release.ipynb of bob")
+    expect(release).to_have_attribute("title", re.compile(r"hibernate where it can.*another Jupyter server"))
+    release.click()
+    dialog = page.locator(".jp-Dialog.jp-GpuPool-dialog")
+    expect(dialog).to_contain_text("Give the GPU slice of bob’s bob-release.ipynb back now? It hibernates where")
+    assert_accessible(page, "an admin's confirm dialog over the lease table",
+                      include=[".jp-GpuPool-dialog", ".jp-GpuPool-dashboardWidget"])
+    page.wait_for_timeout(500)
+    shoot(page, artifacts, "14-admin-confirm", small=False)
+    dialog.get_by_role("button", name="Release").click()
+    expect(toast(page, "bob’s bob-release.ipynb")).to_contain_text(
+        re.compile(r"(hibernates|gives its GPU slice back) at the next pass of its own server"))
+    wait_for(lambda: bobs_state("bob-release.ipynb") == "hibernated", timeout=60,
+             what="bob's server to hibernate the released kernel (its rule hibernates)")
+    expect(row.locator("td").nth(4)).to_have_text("hibernated", timeout=30_000)
+
+    row = dashboard.locator(f'.jp-GpuPool-leaseTable tr[data-kernel-id="{kernels["bob-hibernate.ipynb"]}"]')
+    row.get_by_role("button", name="Hibernate: bob-hibernate.ipynb of bob").click()
+    expect(dialog).to_contain_text("Hibernate bob’s bob-hibernate.ipynb now? Its GPU slice goes back to the pool")
+    dialog.get_by_role("button", name="Hibernate").click()
+    expect(toast(page, "bob’s bob-hibernate.ipynb hibernates at the next pass of its own server")).to_be_visible()
+    wait_for(lambda: bobs_state("bob-hibernate.ipynb") == "hibernated", timeout=60,
+             what="bob's server to hibernate his kernel")
+    expect(row.locator("td").nth(4)).to_have_text("hibernated", timeout=30_000)
+    expect(row.locator("button.jp-GpuPool-action")).to_have_text(["Shut down"])  # all that is left to do
+    told = [(r["kind"], r["reason"], r["kernel_id"]) for r in bob.me()["recent"]]
+    for nb in kernels:
+        assert ("hibernated", "admin", kernels[nb]) in told, told
+    for kernel_id in kernels.values():
+        bob.api("DELETE", f"api/kernels/{kernel_id}")
 
     # The dashboard comes back with the layout.
     page.wait_for_timeout(1500)  # the layout is saved a moment after it changes

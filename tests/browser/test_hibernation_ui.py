@@ -21,6 +21,7 @@ from browser_helpers import (
     command,
     open_notebook,
     run_cell,
+    set_theme,
     shoot,
     toast,
 )
@@ -80,7 +81,7 @@ def test_hibernate_then_resume_transparently_and_through_the_queue(lab, page, ar
     lab.write_notebook("sleepy.ipynb", "gpu-pool-gpu-10g", ["x = 42", "print(x)"])
     open_notebook(page, lab, "sleepy.ipynb")
     indicator = page.locator(".jp-GpuPool-indicatorButton")
-    expect(indicator).to_have_text("on GPU 0 (declared)", timeout=120_000)
+    expect(indicator).to_have_text("GPU 0 (declared)", timeout=120_000)
     run_cell(page, 0)
     expect(page.locator(".jp-Cell").first.locator(".jp-InputPrompt")).to_have_text("[1]:", timeout=60_000)
     [kernel] = lab.me()["kernels"]
@@ -114,6 +115,10 @@ def test_hibernate_then_resume_transparently_and_through_the_queue(lab, page, ar
     assert_accessible(page, "a hibernated card")
     page.wait_for_timeout(1000)
     shoot(page, artifacts, "06-hibernated")
+    set_theme(page, "JupyterLab Dark")
+    assert_accessible(page, "a hibernated card, dark theme")
+    shoot(page, artifacts, "06-hibernated-dark", small=False)
+    set_theme(page, "JupyterLab Light")
 
     # The dashboard shows the slice free and the kernel hibernated.
     command(page, "gpu-pool:open-dashboard")
@@ -132,7 +137,7 @@ def test_hibernate_then_resume_transparently_and_through_the_queue(lab, page, ar
     states = page.evaluate("() => window.__gpuStates")
     assert any(s.startswith("resuming: taking a GPU slice again (declared: no GPU memory to move)") for s in states), \
         states
-    expect(indicator).to_have_text("on GPU 0 (declared)")
+    expect(indicator).to_have_text("GPU 0 (declared)")
     assert gpu_used(lab) == 10 * 1024**3
 
     # Hibernate at once (Release GPU); fill the pool meanwhile; the next cell waits its turn.
@@ -152,9 +157,13 @@ def test_hibernate_then_resume_transparently_and_through_the_queue(lab, page, ar
         expect(card.locator(".jp-GpuPool-stateLabel")).to_have_text(queued)
         assert_accessible(page, "a queued resume")
         shoot(page, artifacts, "07-resume-queued")
+        set_theme(page, "JupyterLab Dark")
+        assert_accessible(page, "a queued resume, dark theme")
+        shoot(page, artifacts, "07-resume-queued-dark", small=False)
+        set_theme(page, "JupyterLab Light")
         bob.ledger.release(bob.leases[0].id, "done")
         expect(cell_output(page, 1).first).to_have_text("42", timeout=60_000)
-        expect(indicator).to_have_text(re.compile(r"^on GPU \d \(declared\)$"), timeout=30_000)
+        expect(indicator).to_have_text(re.compile(r"^GPU \d \(declared\)$"), timeout=30_000)
     finally:
         bob.release_all()
         lab.api("DELETE", f"api/kernels/{kernel_id}")

@@ -20,12 +20,16 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import (
+    LARGE,
+    SMALL,
     OtherUser,
     assert_accessible,
     cell_output,
     command,
     contrast,
+    one_line,
     open_notebook,
+    overlap,
     pushed_actions,
     run_cell,
     set_theme,
@@ -77,7 +81,7 @@ def test_warning_last_keep_alive_then_cull_and_a_new_kernel(lab, page, artifacts
 
     # The notebook's kernel holds a 10 GiB slice: the toolbar says where (the kernel's name says which).
     indicator = page.locator(".jp-GpuPool-indicatorButton")
-    expect(indicator).to_have_text("on GPU 0 (declared)", timeout=120_000)
+    expect(indicator).to_have_text("GPU 0 (declared)", timeout=120_000)
     expect(indicator).to_have_attribute("title", re.compile(r"holds no GPU memory, so hibernating it moves nothing"))
     run_cell(page, 0)
     expect(cell_output(page, 0).first).to_have_text(re.compile(r"slice 10GiB 42"), timeout=60_000)
@@ -126,8 +130,21 @@ def test_warning_last_keep_alive_then_cull_and_a_new_kernel(lab, page, artifacts
     for selector in ("button.jp-GpuPool-status .jp-GpuPool-statusText", ".jp-GpuPool-countdownWhy",
                      "button.jp-GpuPool-action.jp-mod-snooze"):
         assert contrast(page, selector) >= 4.5, selector
-    assert_accessible(page, "a warned card, light theme")
+    assert_accessible(page, "a warned card and its notification, light theme")
     page.wait_for_timeout(1200)  # the toast's slide-in
+
+    # At 1024×700: the toolbar keeps where the slice is, "declared" included, in sight (not in its
+    # "…" menu); the notification leaves the warned card uncovered; no button's label wraps.
+    page.set_viewport_size(SMALL)
+    page.wait_for_timeout(1200)
+    expect(indicator).to_be_visible()
+    expect(indicator).to_have_text("GPU 0 (declared)")
+    expect(page.locator(".jp-Toolbar-responsive-popup .jp-GpuPool-indicator")).to_have_count(0)
+    expect(warning).to_be_visible()
+    assert not overlap(card.bounding_box(), warning.bounding_box()), (card.bounding_box(), warning.bounding_box())
+    for button in card.locator("button.jp-GpuPool-action").all():
+        assert one_line(button), f"{button.text_content()!r} wraps at 1024 px"
+    page.set_viewport_size(LARGE)
     shoot(page, artifacts, "01-warning")
 
     # The same in JupyterLab's dark theme: readable, and in the theme's colours.
@@ -136,7 +153,7 @@ def test_warning_last_keep_alive_then_cull_and_a_new_kernel(lab, page, artifacts
                      ".jp-GpuPool-cardTitle button", ".jp-GpuPool-stateLabel", ".jp-GpuPool-meterText",
                      "button.jp-GpuPool-action.jp-mod-snooze", "button.jp-GpuPool-action.jp-mod-shutdown"):
         assert contrast(page, selector) >= 4.5, selector
-    assert_accessible(page, "a warned card, dark theme")
+    assert_accessible(page, "a warned card and its notification, dark theme")
     shoot(page, artifacts, "01-warning-dark", small=False)
     set_theme(page, "JupyterLab Light")
 
@@ -188,7 +205,7 @@ def test_warning_last_keep_alive_then_cull_and_a_new_kernel(lab, page, artifacts
     restarted = toast(page, "A new kernel started for gpu-demo.ipynb")
     expect(restarted).to_contain_text("the variables from before the shutdown are gone")
     expect(restarted.get_by_role("button", name="Run all cells")).to_be_visible()
-    expect(indicator).to_have_text("on GPU 0 (declared)", timeout=60_000)
+    expect(indicator).to_have_text("GPU 0 (declared)", timeout=60_000)
     [new] = lab.me()["kernels"]
     assert new["kernel_id"] != kernel_id and new["profile"] == "gpu-10g"
     restarted.get_by_role("button", name="Run all cells").click()
@@ -216,9 +233,14 @@ def test_refusals_say_what_fits_the_limit_hit(lab, page, artifacts):
             "You hold 2 of 2 GPU kernels: shut one down first.")
         expect(refusal).not_to_contain_text("smaller")
         expect(refusal.get_by_role("button", name="Open GPU panel")).to_be_visible()
-        # JupyterLab's own dialog carries the server's full message.
+        assert_accessible(page, "a refusal's notification", include=[".Toastify__toast"])
+        # JupyterLab's own dialog carries the server's full message; marked as the pool's refusal,
+        # it alone wraps its message (the extension's stylesheet changes no other dialog).
         dialog = page.locator(".jp-Dialog")
         expect(dialog).to_contain_text("Error Starting Kernel")
+        expect(dialog).to_have_class(re.compile(r"\bjp-GpuPool-refusalDialog\b"))
+        assert_accessible(page, "the refusal's dialog and notification",
+                          include=[".jp-GpuPool-refusalDialog", ".Toastify__toast"])
         expect(dialog).to_contain_text(
             "GPU quota exceeded: you hold 2 of your 2 GPU kernels, so 'Python 3 · GPU 10 GiB' cannot start.")
         expect(dialog).to_contain_text("holder-0.ipynb (20 GiB, active for")
@@ -230,7 +252,9 @@ def test_refusals_say_what_fits_the_limit_hit(lab, page, artifacts):
         page.wait_for_timeout(1200)
         shoot(page, artifacts, "04-refused-kernels")
         dialog.get_by_role("button", name="Ok").click()
-        page.locator(".jp-Dialog", has_text="Select Kernel").get_by_role("button", name="No Kernel").click()
+        chooser = page.locator(".jp-Dialog", has_text="Select Kernel")
+        expect(chooser).not_to_have_class(re.compile(r"jp-GpuPool-refusalDialog"))
+        chooser.get_by_role("button", name="No Kernel").click()
         expect(page.locator(".jp-Dialog")).to_have_count(0)
         for session_id in holders:
             lab.api("DELETE", f"api/sessions/{session_id}")
@@ -267,7 +291,7 @@ def test_refusals_say_what_fits_the_limit_hit(lab, page, artifacts):
 def test_keyboard_palette_kernel_menu_and_dialog_focus(lab, page, artifacts):
     lab.write_notebook("keys.ipynb", "gpu-pool-gpu-20g", ["y = 1"])
     open_notebook(page, lab, "keys.ipynb")
-    expect(page.locator(".jp-GpuPool-indicatorButton")).to_have_text("on GPU 0 (declared)", timeout=120_000)
+    expect(page.locator(".jp-GpuPool-indicatorButton")).to_have_text("GPU 0 (declared)", timeout=120_000)
     kernel_id = lab.me()["kernels"][0]["kernel_id"]
     try:
         # The panel from the palette: the keyboard lands in it.
@@ -302,6 +326,8 @@ def test_keyboard_palette_kernel_menu_and_dialog_focus(lab, page, artifacts):
         shut.click()
         dialog = page.locator(".jp-Dialog")
         expect(dialog).to_contain_text("Shut down keys.ipynb? Its variables will be lost.")
+        expect(dialog).to_have_class(re.compile(r"\bjp-GpuPool-dialog\b"))
+        assert_accessible(page, "a confirm dialog", include=[".jp-GpuPool-dialog"])
         page.keyboard.press("Escape")
         expect(dialog).to_have_count(0)
         expect(shut).to_be_focused()
@@ -312,19 +338,73 @@ def test_keyboard_palette_kernel_menu_and_dialog_focus(lab, page, artifacts):
 
 def test_launcher_marks_gpu_kernels_and_explains_their_slices(lab, page, artifacts):
     page.goto(lab.lab_url("lab", workspace="launcher"))
-    gpu = page.locator(".jp-LauncherCard[data-category='Notebook']", has_text="Python 3 · GPU 10 GiB")
+
+    def card(name: str):
+        return page.locator(".jp-LauncherCard[data-category='Notebook']",
+                            has=page.locator(".jp-LauncherCard-label p", has_text=re.compile(f"^{re.escape(name)}$")))
+
+    gpu = card("Python 3 · GPU 10 GiB")
     expect(gpu).to_have_class(re.compile(r"\bjp-GpuPool-launcherCard\b"), timeout=120_000)
     # The GPU badge is the kernelspec's logo; the plain kernel keeps its own.
     assert gpu.locator("img.jp-Launcher-kernelIcon").get_attribute("src").endswith("logo-svg.svg")
-    plain = page.locator(".jp-LauncherCard[data-category='Notebook']", has_text="Python 3 (ipykernel)")
+    plain = card("Python 3 (ipykernel)")
     expect(plain).not_to_have_class(re.compile(r"jp-GpuPool-launcherCard"))
-    # The tooltip explains the slice; the pool's GPUs are declared, so the card says "(demo)".
+    # The tooltip: the admin's description, what the slice means; the GPUs are declared: "(demo)".
     expect(gpu).to_have_attribute("title", re.compile(
-        r"^A slice of 10 GiB of GPU memory; the GPU’s compute is shared\.\nDemo: the pool’s GPUs are declared"))
+        r"^For exploring and small models\nA slice of 10 GiB of GPU memory; the GPU’s compute is shared\.\n"
+        r"Demo: the pool’s GPUs are declared"))
     expect(gpu.locator(".jp-GpuPool-launcherDemo")).to_have_text("(demo)")
     expect(plain.locator(".jp-GpuPool-launcherDemo")).to_have_count(0)
+    # An SM share: "50%" is a share of the GPU's compute, enforced by MPS.
+    mps = card("Python 3 · GPU 20 GiB · 50%")
+    expect(mps).to_have_attribute("title", re.compile(
+        r"^Half a GPU's compute, guaranteed\nA slice of 20 GiB of GPU memory and 50% of the GPU’s compute "
+        r"\(its streaming multiprocessors\), enforced by NVIDIA MPS\.\nDemo: the pool’s GPUs are declared"))
+    expect(mps.locator(".jp-GpuPool-launcherDemo")).to_have_text("(demo)")
+    expect(page.locator(".jp-LauncherCard[data-category='Notebook'].jp-GpuPool-launcherCard")).to_have_count(3)
+    assert_accessible(page, "the launcher's GPU cards", include=[".jp-GpuPool-launcherCard"])
+    set_theme(page, "JupyterLab Dark")
+    assert_accessible(page, "the launcher's GPU cards, dark theme", include=[".jp-GpuPool-launcherCard"])
+    set_theme(page, "JupyterLab Light")
     page.wait_for_timeout(800)
     page.screenshot(path=str(artifacts / "12-launcher.png"))
+
+
+def test_details_long_name_busy_release_and_buttons_at_1024(lab, page, artifacts):
+    """At 1024×700: a long notebook name ends in an ellipsis on its card (the path its tooltip),
+    "Shut down" does not wrap, and Release GPU on a busy kernel says a computation is running."""
+    name = "experiment-with-a-long-and-descriptive-notebook-name-2024.ipynb"
+    lab.write_notebook(name, "gpu-pool-gpu-20g", ["import time\nfor _ in range(1200):\n    time.sleep(0.1)"])
+    page.set_viewport_size(SMALL)
+    open_notebook(page, lab, name, workspace="details")
+    expect(page.locator(".jp-GpuPool-indicatorButton")).to_have_text(re.compile(r"^GPU \d \(declared\)$"),
+                                                                      timeout=120_000)
+    [kernel] = [k for k in lab.me()["kernels"] if k["name"].endswith(name)]
+    try:
+        run_cell(page, 0)
+        command(page, "gpu-pool:open-panel")
+        card = page.locator(f'section.jp-GpuPool-card[data-kernel-id="{kernel["kernel_id"]}"]')
+        expect(card.locator(".jp-GpuPool-stateLabel")).to_have_text("running", timeout=30_000)
+        title = card.locator(".jp-GpuPool-cardTitle button")
+        expect(title).to_have_text(name)
+        expect(title).to_have_attribute("title", f"Open {name}")
+        assert title.evaluate("el => getComputedStyle(el).textOverflow === 'ellipsis' && el.scrollWidth > el.clientWidth")
+        box, badge = card.bounding_box(), card.locator(".jp-GpuPool-profile").bounding_box()
+        assert badge["x"] + badge["width"] <= box["x"] + box["width"], (badge, box)  # the profile stays on the card
+        for button in card.locator("button.jp-GpuPool-action").all():
+            assert one_line(button), f"{button.text_content()!r} wraps at 1024 px"
+
+        card.get_by_role("button", name=f"Release GPU: {name}").click()
+        dialog = page.locator(".jp-Dialog.jp-GpuPool-dialog")
+        expect(dialog).to_contain_text(f"{name} is running a computation now. A busy kernel cannot hibernate")
+        assert_accessible(page, "the Release dialog of a busy kernel")
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(artifacts / "13-release-busy-1024.png"))
+        page.keyboard.press("Escape")
+        expect(dialog).to_have_count(0)
+        assert lab.kernel_alive(kernel["kernel_id"])
+    finally:
+        lab.api("DELETE", f"api/kernels/{kernel['kernel_id']}")
 
 
 def test_polling_pauses_while_the_tab_is_hidden(lab, page):
