@@ -80,15 +80,15 @@ class ActivityRecorder:
     # -- what the culler saw ---------------------------------------------------------------------
 
     def _kernel(self, events: list[TraceEvent], kid: str, kernel, lease: Lease, now: float, culler) -> None:
-        busy = getattr(kernel, "execution_state", "") == "busy"
-        last = unix_time(getattr(kernel, "last_activity", None))
+        busy = kernel.execution_state == "busy"
+        last = unix_time(kernel.last_activity)
         seen = self.kernels.get(kid)
         owner = lease.owner
         if seen is None:
             can, why = culler.hibernation(lease)
             gpus = {g.uuid: g for g in self.backend.gpus()}
             mine = [gpus[u] for u in (lease.gpus or lease.last_gpus) if u in gpus]
-            info = {"p": lease.profile, "g": list(lease.groups), "s": getattr(kernel, "kernel_name", "") or "",
+            info = {"p": lease.profile, "g": list(lease.groups), "s": kernel.kernel_name or "",
                     "hib": bool(can), "why": why, "declared": bool(mine) and all(g.declared for g in mine)}
             if culler.grid is not None:
                 info["grid"] = [culler.grid[0], culler.grid[1]]

@@ -167,7 +167,7 @@ class GPUPoolExtension(ExtensionApp):
             return NoPool(f"The GPU pool is misconfigured, tell your admin: {e}")
 
     def _check_server_culler(self, km) -> None:
-        timeout = getattr(km, "cull_idle_timeout", 0)
+        timeout = km.cull_idle_timeout
         if not timeout:
             return
         if self.exempt_from_server_culler:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hibernation import HibernationFailed, HibernationRefused
-from ..kernel_provisioner.base import shut_down
+from ..kernel_provisioner.base import PoolKernelProvisioner, shut_down
 from ..periodic import every
 from ..pool import Lease, Snapshot
 from ..pool import culling as C
@@ -101,7 +101,7 @@ class Culler:
         return found
 
     def rule_for(self, kernel, lease: Lease) -> P.Rule:
-        return self.policy.rule_for(lease.owner, lease.groups, lease.profile, getattr(kernel, "kernel_name", "") or "")
+        return self.policy.rule_for(lease.owner, lease.groups, lease.profile, kernel.kernel_name or "")
 
     def hibernation(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether this kernel can hibernate now, and why not."""
@@ -119,8 +119,8 @@ class Culler:
 
     def facts(self, kernel_id: str, kernel, lease: Lease, rule: P.Rule, now: float,
               budget: Standing | None = None) -> P.Facts:
-        execution_state = getattr(kernel, "execution_state", "unknown") or "unknown"
-        last_activity = unix_time(getattr(kernel, "last_activity", None))
+        execution_state = kernel.execution_state or "unknown"
+        last_activity = unix_time(kernel.last_activity)
         since = C.busy_since(self.busy_since.get(kernel_id), execution_state, last_activity, now)
         if since is None:
             self.busy_since.pop(kernel_id, None)
@@ -142,8 +142,8 @@ class Culler:
         self.last_snapshot = snapshot
         now = self.clock()
         kernels = self.pool_kernels(snapshot)
-        self.sampler.track({kid: (getattr(k.provisioner, "pid", None) or -1, frozenset(lease.gpus))
-                            for kid, (k, lease) in kernels.items() if getattr(k, "provisioner", None) is not None})
+        self.sampler.track({kid: (k.provisioner.pid or -1, frozenset(lease.gpus))
+                            for kid, (k, lease) in kernels.items() if isinstance(k.provisioner, PoolKernelProvisioner)})
         pressure = C.pressure(snapshot.waiters)
         dry_run = self.policy.dry_run
         gpu_active = False
@@ -184,9 +184,9 @@ class Culler:
         self.web_settings["gpu_pool_last_activity"] = datetime.datetime.now(datetime.timezone.utc)
 
     def _exempt_from_server_culler(self, kernel) -> None:
-        if not self.exempt_server_culler or not getattr(self.km, "cull_idle_timeout", 0):
+        if not self.exempt_server_culler or not self.km.cull_idle_timeout:
             return
-        spec = getattr(kernel, "kernel_spec", None)
+        spec = kernel.kernel_spec
         if spec is not None and spec.metadata.get("cull_idle_timeout") != SERVER_CULLER_EXEMPT:
             spec.metadata["cull_idle_timeout"] = SERVER_CULLER_EXEMPT
 

@@ -13,6 +13,7 @@ import time
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..hibernation import HibernationError
 from ..pool.phases import IN_FLIGHT
 from ..pool import HIBERNATED
 from . import views
@@ -38,7 +39,9 @@ class ResumeHandler(PoolAPIHandler):
         await hook.settle(kernel_id, SETTLE)
         if task.done() and not task.cancelled() and task.exception() is not None:
             err = task.exception()
-            raise _error(getattr(err, "status", 409), getattr(err, "reason", "resume_failed"), str(err))
+            if isinstance(err, HibernationError):
+                raise _error(err.status, err.reason, str(err))
+            raise _error(500, "resume_failed", f"The resume failed: {err}")
         snapshot = await self.ext.backend.snapshot()
         current = snapshot.lease_of_kernel(kernel_id) or lease
         self.send(views.kernel_object(current, backend=self.ext.backend, culler=self.ext.culler, snapshot=snapshot,

@@ -53,8 +53,8 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
     state = display_state(lease)  # the ledger's phase says what is under way, for every server alike
     waiter = snapshot.waiter_of_kernel(kid)
     queue_position = waiter.position if waiter is not None else None
-    execution_state = getattr(kernel, "execution_state", None) if here else None
-    last_activity = unix_time(getattr(kernel, "last_activity", None)) if here else None
+    execution_state = kernel.execution_state if here else None
+    last_activity = unix_time(kernel.last_activity) if here else None
     reading = culler.sampler.reading(kid) if here and lease.state != HIBERNATED else None
     samples = culler.sampler.samples(kid) if here else []
     can, why = culler.hibernation(lease) if here else (False, "the kernel runs in another server")
@@ -232,9 +232,9 @@ async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
         kstate = culler.states.get(lease.kernel_id, P.FRESH)
         kernel = _kernel(culler, lease.kernel_id)
         here = kernel is not None
-        execution_state = getattr(kernel, "execution_state", None)
+        execution_state = kernel.execution_state if here else None
         item.update({"label": lease.label, "here": here, "execution_state": execution_state,
-                     "idle_since": (unix_time(getattr(kernel, "last_activity", None))
+                     "idle_since": (unix_time(kernel.last_activity)
                                     if here and execution_state != "busy" else None),
                      "actions": admin_actions(lease, culler),
                      "memory_used": reading.memory_used if reading else None,
