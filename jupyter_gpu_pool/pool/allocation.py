@@ -208,7 +208,7 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
     if holdings.budget is not None and holdings.budget.exhausted:
         mine = [lease for lease in holdings.leases if lease.owner == ask.owner and lease.state in HELD]
         return BudgetExceeded(owner=ask.owner, profile=ask.profile.name, standing=holdings.budget, holdings=mine,
-                              now=now)
+                              now=now, launcher_name=ask.profile.launcher_name)
     asked = _asked(ask, usage, chosen)
 
     def suggestions() -> tuple[str, ...]:

@@ -197,8 +197,10 @@ class BudgetExceeded(PoolError):
 
     reason = "budget_exceeded"
 
-    def __init__(self, *, owner: str, profile: str, standing: Standing, holdings: list[Lease], now: float):
+    def __init__(self, *, owner: str, profile: str, standing: Standing, holdings: list[Lease], now: float,
+                 launcher_name: str = ""):
         self.owner, self.profile, self.standing = owner, profile, standing
+        self.launcher_name = launcher_name or profile  # what the user clicked in the launcher
         scope = standing.scope
         whose = {"user": "Your", "member": f"Your (group {scope.name!r})",
                  "shared": f"Group {scope.name!r}'s"}[scope.kind]
@@ -206,9 +208,9 @@ class BudgetExceeded(PoolError):
             f" at {format_clock(standing.period_end)}"
         super().__init__(
             f"GPU time used up: {whose} budget of {standing.limit:g} GPU-hours per {scope.budget.period} is spent "
-            f"({standing.spent:.1f} h used), so the kernel on profile {profile!r} cannot start or resume until "
+            f"({standing.spent:.1f} h used), so the kernel '{self.launcher_name}' cannot start or resume until "
             f"it resets on {resets}. {describe_holdings(holdings, now)} "
             f"Save your work; ask your admin if you need more GPU time this {scope.budget.period}.")
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), **self.standing.to_dict()}
+        return {**super().to_dict(), **self.standing.to_dict(), "launcher_name": self.launcher_name}

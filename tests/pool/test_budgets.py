@@ -103,8 +103,11 @@ def test_the_tightest_budget_is_the_one_with_the_least_left_and_says_when_it_run
 def test_a_refusal_past_the_budget_gives_the_reset_time():
     s = Standing(Scope("students", "member", Budget(10)), 10.2, 0.0, period_bounds(WEDNESDAY, "week", PARIS)[1],
                  WEDNESDAY)
-    err = BudgetExceeded(owner="bob", profile="gpu-10g", standing=s, holdings=[], now=WEDNESDAY)
+    err = BudgetExceeded(owner="bob", profile="gpu-10g", standing=s, holdings=[], now=WEDNESDAY,
+                         launcher_name="Python 3 · GPU 10 GiB")
     assert "budget of 10 GPU-hours per week is spent (10.2 h used)" in str(err)
+    assert "the kernel 'Python 3 · GPU 10 GiB' cannot start or resume" in str(err)  # the name the user clicked
+    assert "gpu-10g" not in str(err) and err.to_dict()["launcher_name"] == "Python 3 · GPU 10 GiB"
     local = dt.datetime.fromtimestamp(s.period_end)  # users read the machine's clock
     assert f"resets on {local:%a %d %b} at {local:%H:%M}" in str(err) and err.to_dict()["resets_at"] == s.period_end
 
