@@ -59,7 +59,16 @@ def unix_users():
         yield USERS
     finally:
         for user in created:
-            home = pwd.getpwnam(user).pw_dir
+            try:
+                home = pwd.getpwnam(user).pw_dir
+            except KeyError:  # gone already: nothing of it to remove
+                continue
+            # userdel refuses a user with processes left (a server still stopping): end them first
+            subprocess.run(["pkill", "-KILL", "-u", user], check=False)
+            for _ in range(50):
+                if subprocess.run(["pgrep", "-u", user], capture_output=True).returncode != 0:
+                    break
+                time.sleep(0.1)
             subprocess.run(["userdel", user], check=False)
             shutil.rmtree(home, ignore_errors=True)
         for parent, mode in reversed(opened):
