@@ -29,6 +29,7 @@ import os
 import secrets
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,6 +197,8 @@ def user_requirement(dist: importlib.metadata.Distribution | None = None) -> str
         url = direct["url"]
     except (ValueError, KeyError, TypeError):
         return pin  # no record (an index), or one pip would not have written
+    if url.startswith("file://") and not os.path.exists(urllib.parse.unquote(urllib.parse.urlsplit(url).path)):
+        return pin  # the wheel or directory it came from is gone since (a later run of the installer)
     fragment = []
     if "vcs_info" in direct:
         vcs = direct["vcs_info"]

@@ -652,11 +652,11 @@ class Hibernator:
 
         async def queued(position: int) -> None:
             wait["position"] = position
-            self._k(lease.kernel_id).placed.set()
             current = await self._lease(lease.kernel_id)
             if current is not None and current.phase == RESUMING:
                 await self._move(current, QUEUED, expect=RESUMING)
             await self._show(lease.kernel_id, QUEUED, position, wait["reason"])
+            self._k(lease.kernel_id).placed.set()  # once the ledger and what is shown say queued
 
         async def refused(refusal) -> None:
             wait["reason"] = str(refusal) if isinstance(refusal, GPUMemoryShort) else None

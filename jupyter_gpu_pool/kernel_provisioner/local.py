@@ -71,7 +71,9 @@ def _refusal(err: Exception) -> KernelStartRefused:
         return KernelStartRefused(503, f"This GPU profile needs NVIDIA MPS, which is unavailable: {err}", "mps")
     if isinstance(err, ConfigError):
         return KernelStartRefused(500, f"The GPU pool is misconfigured, tell your admin: {err}", "config")
-    return KernelStartRefused(getattr(err, "status", 500), str(err), getattr(err, "reason", "error"))
+    if isinstance(err, PoolError):  # the pool service down (503), or its refusal of the request
+        return KernelStartRefused(err.status or 500, str(err), err.reason)
+    return KernelStartRefused(500, str(err), "error")
 
 
 class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):

@@ -38,7 +38,7 @@ from ..cluster.resources import claim_template_name
 from ..cluster.watch import list_all, list_and_watch
 from . import admission
 from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
-from .diagnosis import device_shortfall, diagnose, unschedulable
+from .diagnosis import claims_unmet, device_shortfall, diagnose
 from ..cluster.kernels import key, meta, spec, status
 from .manifests import (MANAGER, PROFILE_ANNOTATION, SPEC_ANNOTATION, new_curve_keys, new_key,
                         render_claim_templates, render_network_policy, render_pod, render_secret)
@@ -294,7 +294,7 @@ class Controller:
             return
         events, node = await self._start_story(pod, now)
         shortfall = None
-        if rendering.need is not None and unschedulable(pod):
+        if rendering.need is not None and claims_unmet(pod):
             facts = await self._device_facts(rendering.need, now)
             shortfall = device_shortfall(rendering.need, *facts) if facts is not None else None
         verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace,
@@ -431,6 +431,8 @@ class Controller:
             kernel = await self._set_status(kernel, {"admitted": admitted, "phase": STARTING, "reason": "",
                                                      "message": f"Admitted: {rendering.description}.", "gpu": gpu,
                                                      "observedGeneration": meta(kernel).get("generation")})
+            if kernel is None:  # deleted meanwhile (its status write found no object): nothing to start
+                return None
             log.info("kernel %s/%s of %s admitted on profile %s", *key(kernel), spec(kernel)["owner"], profile)
             return kernel
 
@@ -546,9 +548,9 @@ class Controller:
     async def _device_facts(self, need: DeviceNeed, now: float) -> tuple[dict | None, list[dict]] | None:
         """dra: the DeviceClass the claim names (None: there is none) and the ResourceSlices of its driver,
         read at most once per ``progress_interval``; None when they cannot be read."""
-        at, facts = self._devices.get((need.device_class, need.driver), (0.0, None))
-        if facts is not None and now - at < self.settings.progress_interval:
-            return facts
+        key_ = (need.device_class, need.driver)
+        if key_ in self._devices and now - self._devices[key_][0] < self.settings.progress_interval:
+            return self._devices[key_][1]  # a failed read too: the API is asked again next interval
         try:
             try:
                 device_class = self.resource.api_client.sanitize_for_serialization(

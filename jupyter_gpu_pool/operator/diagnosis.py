@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..cluster.kernels import timestamp
 from ..cluster.resources import CRASHED, EXITED, FAILED, IMAGE_PULL, PREEMPTED, RUNNING, STARTING, STOPPED, UNSCHEDULABLE
+from .sharing import device_attribute
 
 _PULL = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable")
 _CREATE = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff")
@@ -41,9 +42,7 @@ class DeviceShortfall:
 
 def _kind_of(device: dict, driver: str) -> str:
     def attribute(name: str):
-        a = (device.get("attributes") or {})
-        value = a.get(name, a.get(f"{driver}/{name}"))
-        return next(iter(value.values()), None) if isinstance(value, dict) and value else None
+        return device_attribute(device, driver, name)
 
     if attribute("type") == "mig":
         return f"MIG {attribute('profile')} device"
@@ -74,6 +73,13 @@ def device_shortfall(need, device_class: dict | None, slices: list[dict]) -> Dev
 def unschedulable(pod: dict) -> bool:
     scheduled = _condition(pod, "PodScheduled")
     return scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+
+
+def claims_unmet(pod: dict) -> bool:
+    """dra: the pod cannot be scheduled because its device claims cannot be allocated (the scheduler
+    says so: "cannot allocate all claims"), not for want of CPU, memory or a toleration."""
+    said = _condition(pod, "PodScheduled").get("message", "")
+    return unschedulable(pod) and bool((pod.get("spec") or {}).get("resourceClaims")) and "claim" in said.lower()
 
 
 def _claim_refusal(profile: str, slice_text: str, said: str, need, shortfall: DeviceShortfall | None) -> str:
@@ -208,11 +214,10 @@ def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable
     state = container.get("state") or {}
     if phase == "Pending":
         scheduled = _condition(pod, "PodScheduled")
-        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        if unschedulable(pod):
             since = timestamp(scheduled.get("lastTransitionTime")) or now
             said = scheduled.get("message", "")
-            claims = bool((pod.get("spec") or {}).get("resourceClaims"))
-            if now - since >= unschedulable_grace and claims:  # dra: the device claim cannot be met
+            if now - since >= unschedulable_grace and claims_unmet(pod):  # dra: the device claim cannot be met
                 return Verdict(FAILED, UNSCHEDULABLE, _claim_refusal(profile, slice_text, said, need, shortfall))
             if now - since >= unschedulable_grace:
                 return Verdict(FAILED, UNSCHEDULABLE,

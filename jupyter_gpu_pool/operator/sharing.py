@@ -136,7 +136,7 @@ def binary_quantity(n: int) -> str:
     return str(n)
 
 
-def _attribute(device: dict, driver: str, name: str):
+def device_attribute(device: dict, driver: str, name: str):
     """A ResourceSlice device's attribute (named with or without its driver's domain), as a plain value."""
     attributes = device.get("attributes") or {}
     value = attributes.get(name, attributes.get(f"{driver}/{name}"))
@@ -176,9 +176,9 @@ class DeviceNeed:
     memory: int | None = None  # shares: a GPU shared by memory with at least this much
 
     def matches(self, device: dict) -> bool:
-        kind = _attribute(device, self.driver, "type")
+        kind = device_attribute(device, self.driver, "type")
         if self.mig_profile is not None:
-            return kind in ("mig", None) and _attribute(device, self.driver, "profile") == self.mig_profile
+            return kind in ("mig", None) and device_attribute(device, self.driver, "profile") == self.mig_profile
         if kind not in ("gpu", None):
             return False
         if self.memory is not None:

@@ -40,6 +40,7 @@ class PoolError(Exception):
     """Base of every refusal; ``str(e)`` is the message for the user."""
 
     reason = "error"
+    status: int | None = None  # the HTTP status where a refusal has its own (503: the pool service is down)
 
     def to_dict(self) -> dict:
         return {"reason": self.reason, "message": str(self)}

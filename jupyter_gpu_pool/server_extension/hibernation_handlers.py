@@ -14,8 +14,8 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..hibernation import HibernationError
-from ..pool.phases import IN_FLIGHT
-from ..pool import HIBERNATED
+from ..pool.phases import IN_FLIGHT, PhaseConflict
+from ..pool import HIBERNATED, PoolError
 from . import views
 from .handlers import _KERNEL_ID, API, PoolAPIHandler, _error
 
@@ -41,6 +41,10 @@ class ResumeHandler(PoolAPIHandler):
             err = task.exception()
             if isinstance(err, HibernationError):
                 raise _error(err.status, err.reason, str(err))
+            if isinstance(err, PoolError):  # the pool service down (503), or its refusal of the request
+                raise _error(err.status or 409, err.reason, str(err))
+            if isinstance(err, PhaseConflict):
+                raise _error(409, "in_progress", f"{err}: try again when that is done.")
             raise _error(500, "resume_failed", f"The resume failed: {err}")
         snapshot = await self.ext.backend.snapshot()
         current = snapshot.lease_of_kernel(kernel_id) or lease

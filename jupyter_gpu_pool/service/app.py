@@ -48,7 +48,8 @@ class PoolService(Configurable):
 
     admin_groups = Names(["jupyterhub-admins"], help="""Unix or JupyterHub groups whose members administer the pool
         (see every lease, act on any kernel).  TLJH puts its admins in 'jupyterhub-admins'.  Root always
-        administers; so do JupyterHub admins when the service runs as a hub service.""").tag(config=True)
+        administers where it is a pool user (by default it is: PoolService.unprefixed_users); so do
+        JupyterHub admins when the service runs as a hub service.""").tag(config=True)
 
     reconcile_interval = Seconds(15.0, help="""Seconds between two passes of the service's upkeep: the leases of
         kernels that are gone are released, and the budget is enforced (see budget_grace).""").tag(config=True)

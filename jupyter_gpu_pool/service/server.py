@@ -160,6 +160,7 @@ class PoolService:
         self.gpu_settle = gpu_settle  # seconds NVML may lag behind a checkpoint before a hibernation is refused
         self.max_reply = max_reply
         self._server: asyncio.AbstractServer | None = None
+        self._socket: tuple[str, int] | None = None  # where it listens, and that socket file's inode
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_uid: dict[int, int] = {}
         self._spent_since: dict[str, float] = {}  # lease id -> when its owner's budget was first seen spent
@@ -194,7 +195,11 @@ class PoolService:
         # The socket is made, given its group and mode in a directory of the service's own, then renamed into
         # place (which replaces a socket left by a killed service, and follows no link): its path is never
         # chmod-ed or chown-ed where someone could have swapped it for a link to another file.
-        private = tempfile.mkdtemp(prefix=".pool-sock-", dir=directory)
+        try:
+            private = tempfile.mkdtemp(prefix=".pool-sock-", dir=directory)
+        except OSError as e:
+            raise StartError(f"cannot make the socket in {directory}: {e.strerror}; run the service as a user who "
+                             "may write there, or give it another path (PoolService.socket)") from None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             made = os.path.join(private, "s")
@@ -203,6 +208,11 @@ class PoolService:
                 os.chown(made, -1, gid)
             os.chmod(made, 0o660 if gid is not None else 0o666)  # who may act on what is decided per request
             os.rename(made, path)
+            self._socket = (path, os.lstat(path).st_ino)
+        except OSError as e:
+            sock.close()
+            raise StartError(f"cannot put the socket at {path}: {e.strerror}; run the service as a user who may "
+                             "write there, or give it another path (PoolService.socket)") from None
         except BaseException:
             sock.close()
             raise
@@ -231,6 +241,12 @@ class PoolService:
             await asyncio.wait(list(self._connections), timeout=10)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._socket is not None:  # ours still (not one a newer service put there): clients find none
+            path, inode = self._socket
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_ino == inode:
+                    os.unlink(path)
+            self._socket = None
 
     # -- writes take turns ------------------------------------------------------------------------
 
@@ -243,7 +259,8 @@ class PoolService:
         if self._turns is None or self._turns[0] is not loop:
             self._turns = (loop, asyncio.Lock(), {})
         _, lock, per_uid = self._turns
-        async with per_uid.setdefault(uid, asyncio.Lock()), lock:  # (one lock per user of the machine)
+        mine = per_uid.get(uid) or per_uid.setdefault(uid, asyncio.Lock())  # one per user of the machine
+        async with mine, lock:
             yield
 
     async def _write(self, uid: int | None, fn: Callable, *args, **kwargs):
@@ -348,7 +365,7 @@ class PoolService:
         except PhaseError as e:
             return _error(request_id, "phase_error", 409, str(e))
         except PoolError as e:
-            return _error(request_id, e.reason, getattr(e, "status", 409), str(e), e.to_dict())
+            return _error(request_id, e.reason, e.status or 409, str(e), e.to_dict())
         except (Denied, Busy, GPUMemoryHeld, GPUUnreadable) as e:
             return _error(request_id, e.reason, e.status, str(e))
         except Exception as e:  # a bug must not take the service down: the request fails, others go on
@@ -662,9 +679,12 @@ class PoolService:
     async def op_reconcile(self, caller: Caller, peer: Peer, args: Args) -> list:
         """The service reconciles on its own interval; a caller's ask runs one now, unless one ran in
         the last second (a refused allocation reconciles as often)."""
+        def unless_just_done() -> list:  # asked again in its turn: many callers at once run one reconcile
+            return [] if self.ledger.reconciled_within(1.0) else self.pool.reconcile()
+
         if self.ledger.reconciled_within(1.0):
             return []
-        return await self._write(caller.uid, self.pool.reconcile)
+        return await self._write(caller.uid, unless_just_done)
 
     # -- the activity trace (pool.trace) -----------------------------------------------------------------
 

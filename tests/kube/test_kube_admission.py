@@ -131,6 +131,25 @@ def test_a_pods_state_in_the_users_words(p, now, grace, phase, reason, words):
     assert words in v.message
 
 
+def _claiming(message: str) -> dict:
+    p = pod(conditions=[{**UNSCHEDULABLE, "message": message}])
+    p["spec"] = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu-pool-small"}]}
+    return p
+
+
+def test_a_claiming_pod_is_told_about_devices_only_where_its_claims_are_what_cannot_be_met():
+    """dra: a pod that claims a GPU may wait for CPU, memory or a toleration too; the device story is
+    told only where the scheduler says the claims cannot be allocated."""
+    from jupyter_gpu_pool.operator.diagnosis import claims_unmet
+
+    devices = _claiming("0/2 nodes are available: 2 cannot allocate all claims.")
+    cpu = _claiming("0/2 nodes are available: 2 Insufficient cpu.")
+    assert claims_unmet(devices) and not claims_unmet(cpu) and not claims_unmet(pod(conditions=[UNSCHEDULABLE]))
+    told = diagnose(cpu, "small", SMALL.description, T0 + 61, 60)
+    assert told.reason == "Unschedulable" and "2 Insufficient cpu" in told.message and "device" not in told.message
+    assert "device" in diagnose(devices, "small", SMALL.description, T0 + 61, 60).message.lower()
+
+
 def placed(conditions=(), state=None, node: str = "gpu-node-1") -> dict:
     p = pod(conditions=[{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2024-05-01T12:00:00Z"},
                         *conditions], state=state)

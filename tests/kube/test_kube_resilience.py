@@ -261,3 +261,28 @@ async def test_the_operator_forgets_what_it_kept_about_things_that_are_gone(clus
     finally:
         await controller.stop()
         await api.close()
+
+
+async def test_a_kernel_deleted_while_it_is_admitted_is_let_go_quietly(cluster_factory):
+    """The status write of an admission finds no object (deleted with nobody watching): the admission
+    ends with nothing to start, and the kernel is remembered as gone, instead of a crash in the handler."""
+    from jupyter_gpu_pool.config import GPUPool
+    from jupyter_gpu_pool.operator.controller import Controller
+    from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
+    from kube_helpers import PROFILES, install
+
+    cluster = cluster_factory()
+    await install(cluster)
+    settings = operator_settings(GPUPoolOperator(), GPUPool(profiles=PROFILES).check())
+    api = await cluster.api()
+    controller = Controller(settings, api)
+    profile = sorted(settings.pool.profiles)[0]
+    ghost = {"apiVersion": "gpupool.jupyter.org/v1alpha1", "kind": "GPUKernel",
+             "metadata": {"name": "k-ghost", "namespace": "jhub", "uid": "uid-of-a-ghost", "generation": 1},
+             "spec": {"owner": "alice", "profile": profile, "launch": 1}, "status": {}}
+    try:
+        assert await controller._admit(ghost, profile, settings.renderings[profile], 1000.0) is None
+        assert "uid-of-a-ghost" in controller._gone
+    finally:
+        await controller.stop()
+        await api.close()

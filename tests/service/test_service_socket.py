@@ -116,6 +116,27 @@ def test_without_a_group_every_user_may_connect(lab, running):
     assert _can_connect(lab, "bob", lab.socket)
 
 
+def test_a_socket_that_cannot_be_made_is_a_start_error_naming_the_path(lab, running):
+    deep = lab.root / ("d" * 100)  # a Unix socket's path is limited to 107 bytes: bind() refuses this one
+    deep.mkdir()
+    r = running()
+    with pytest.raises(StartError, match=f"cannot put the socket at {deep}/pool.sock"):
+        r.run(r.service.start(str(deep / "pool.sock")))
+    assert os.listdir(deep) == []  # nothing left behind
+
+
+def test_a_clean_stop_removes_its_socket_but_never_a_newer_services(lab, running):
+    r = running()
+    r.run(r.service.start(lab.socket))
+    r.run(r.service.close())
+    assert not os.path.lexists(lab.socket)  # clients are told "not answering", not left connecting to nothing
+    first, second = running(), running()
+    first.run(first.service.start(lab.socket))
+    second.run(second.service.start(lab.socket))  # a new service took the path over (a restart)
+    first.run(first.service.close())
+    assert ServiceClient(lab.socket).call("whoami")["user"] == "root"  # the newer one's socket stays
+
+
 def test_an_unknown_socket_group_is_refused_before_anything_is_made(lab, running):
     r = running()
     with pytest.raises(StartError, match="no Unix group 'no-such-group'"):

@@ -116,18 +116,27 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
     ({"url": "https://github.com/example/mono.git", "subdirectory": "py/pool",
       "vcs_info": {"vcs": "git", "commit_id": COMMIT}},
      f"jupyter-gpu-pool @ git+https://github.com/example/mono.git@{COMMIT}#subdirectory=py/pool"),
-    ({"url": "file:///srv/jupyter-gpu-pool", "dir_info": {"editable": True}},
-     "jupyter-gpu-pool @ file:///srv/jupyter-gpu-pool"),
-    ({"url": "file:///srv/w/jupyter_gpu_pool-0.1.0-py3-none-any.whl", "archive_info": {"hash": "sha256=" + "ab" * 32}},
-     "jupyter-gpu-pool @ file:///srv/w/jupyter_gpu_pool-0.1.0-py3-none-any.whl#sha256=" + "ab" * 32),
+    ({"url": "file://{tmp}/src/jupyter-gpu-pool", "dir_info": {"editable": True}},
+     "jupyter-gpu-pool @ file://{tmp}/src/jupyter-gpu-pool"),
+    ({"url": "file://{tmp}/src/jupyter_gpu_pool-0.1.0-py3-none-any.whl", "archive_info": {"hash": "sha256=" + "ab" * 32}},
+     "jupyter-gpu-pool @ file://{tmp}/src/jupyter_gpu_pool-0.1.0-py3-none-any.whl#sha256=" + "ab" * 32),
+    # the wheel it came from was removed since (the installer run again later): the same release instead
+    ({"url": "file://{tmp}/gone/jupyter_gpu_pool-0.1.0-py3-none-any.whl", "archive_info": {"hash": "sha256=" + "ab" * 32}},
+     f"jupyter-gpu-pool=={__version__}"),
 ])
 def test_the_users_requirement_names_the_hubs_source(tmp_path, direct, expected):
     from packaging.requirements import Requirement
 
+    (tmp_path / "src" / "jupyter-gpu-pool").mkdir(parents=True)
+    (tmp_path / "src" / "jupyter_gpu_pool-0.1.0-py3-none-any.whl").write_bytes(b"")
+    if direct is not None:
+        direct = {**direct, "url": direct["url"].replace("{tmp}", str(tmp_path))}
+    expected = expected.replace("{tmp}", str(tmp_path))
     requirement = user_requirement(_distribution(tmp_path, direct))
     assert requirement == expected
     parsed = Requirement(requirement)  # as pip reads it
-    assert parsed.name == "jupyter-gpu-pool" and (parsed.url or None) == (expected.split(" @ ")[1] if direct else None)
+    assert parsed.name == "jupyter-gpu-pool" and (parsed.url or None) == (expected.split(" @ ")[1] if " @ " in expected
+                                                                          else None)
 
 
 def test_pip_installs_the_users_copy_from_the_wheel_the_hubs_came_from(tmp_path):
