@@ -90,10 +90,13 @@ async def answers(info: dict, timeout: float = 3.0) -> bool:
     client = AsyncKernelClient()
     client.load_connection_info(info)
     client.start_channels()
+    # A send on a channel whose handshake the kernel refused has no peer to go to and would block for
+    # good (beyond wait_for_ready's timeout, which cannot interrupt it): give up on it instead.
+    client.shell_channel.socket.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
     try:
         await client.wait_for_ready(timeout=timeout)
         return True
-    except (RuntimeError, TimeoutError, asyncio.TimeoutError):
+    except (RuntimeError, TimeoutError, asyncio.TimeoutError, zmq.Again):
         return False
     finally:
         client.stop_channels()
