@@ -12,7 +12,7 @@ import { dashboardView } from '../admin';
 import { IActions, KernelCard, Meter, MyKernels } from '../components';
 import { DecisionLog, Tabs } from '../dashboard';
 import { cardView } from '../view';
-import { kernel, me, NOW, pool } from './fixtures';
+import { kernel, me, NOW, pool, warning } from './fixtures';
 
 (globalThis as any).IS_REACT_ACT_ENVIRONMENT = true;
 
@@ -38,15 +38,6 @@ const noActions: IActions = {
   run: async () => undefined,
   open: () => undefined,
   waiting: () => false
-};
-
-const warning = {
-  action: 'shutdown' as const,
-  reason: 'idle',
-  message: 'Idle for 28 min.',
-  deadline: NOW + 120,
-  snoozes_left: 1,
-  snooze_seconds: 1800
 };
 
 describe('Meter', () => {

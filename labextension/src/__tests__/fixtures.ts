@@ -5,6 +5,16 @@ import type { IKernel, IMe, IPool, IProfile, ITelemetry } from '../types';
 export const GiB = 1024 ** 3;
 export const NOW = 1732270000;
 
+/** A shutdown pending in two minutes, one snooze left. */
+export const warning = {
+  action: 'shutdown' as const,
+  reason: 'idle',
+  message: 'Idle for 28 min.',
+  deadline: NOW + 120,
+  snoozes_left: 1,
+  snooze_seconds: 1800
+};
+
 export function kernel(overrides: Partial<IKernel> = {}): IKernel {
   return {
     kernel_id: '0b6f5f0e-1111-2222-3333-444455556666',

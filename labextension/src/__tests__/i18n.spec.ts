@@ -14,7 +14,7 @@ import { kindWord, reasonPhrase, stateWord } from '../format';
 import { DOMAIN, setTranslator } from '../i18n';
 import { warningMessage } from '../notices';
 import { historyLine, indicatorView, stateView, warningConsequence } from '../view';
-import { kernel, me, NOW, pool } from './fixtures';
+import { kernel, me, NOW, pool, warning } from './fixtures';
 
 const marking: ITranslator = {
   languageCode: 'xx',
@@ -49,15 +49,6 @@ function messages(text: string): { count: number; outside: string } {
 function oneMessage(text: string): void {
   assert.deepEqual(messages(text), { count: 1, outside: '' }, text);
 }
-
-const warning = {
-  action: 'shutdown' as const,
-  reason: 'idle',
-  message: 'Idle for 28 min.',
-  deadline: NOW + 120,
-  snoozes_left: 1,
-  snooze_seconds: 1800
-};
 
 describe('translation', () => {
   beforeAll(() => setTranslator(marking));
