@@ -40,6 +40,7 @@ import asyncio
 import base64
 import json
 import logging
+import queue
 import signal
 import time
 from typing import Any
@@ -78,14 +79,13 @@ from ..cluster.session import KernelSession
 from ..cluster.settings import GPUPoolKubernetes, kubernetes_settings
 from ..config import ConfigError, GPUPool, load_settings
 from ..pool import UnknownProfile
-from .base import PoolKernelProvisioner
-from .local import GPUPoolProvisioner, KernelStartRefused
+from .base import KernelStartRefused, PoolKernelProvisioner
 
 log = logging.getLogger("jupyter_gpu_pool.kubernetes")
+_ASK_AGAIN = 2.0  # seconds between kernel_info requests while a kernel starts
 
 MERGE = "application/merge-patch+json"
 PROVISIONER = "gpu-pool-kubernetes"
-_CONFIG_KEYS = {"profile", "image"}
 _STATUS_OF = {QUOTA_EXCEEDED: 403, "QuotaMisconfigured": 403, INVALID: 400, UNSCHEDULABLE: 503, IMAGE_PULL: 502,
               UNSUPPORTED: 503}
 
@@ -97,17 +97,14 @@ def _status(body: dict | None) -> dict:
 class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase):  # type: ignore[misc]
     """A kernel in its own pod on a GPU slice of the cluster."""
 
+    provisioner_name = PROVISIONER
+    config_keys = ("profile", "image")
     profile = Unicode("", help="Profile this kernelspec starts on (empty: GPUPool.default_profile).").tag(config=True)
     image = Unicode("", help="The kernel image (empty: GPUPoolKubernetes.image, else the operator's).").tag(
         config=True)
 
     def __init__(self, **kwargs: Any):
-        unknown = set(kwargs) - _CONFIG_KEYS - {"kernel_id", "kernel_spec", "parent", "config", "log"}
-        if unknown:
-            raise KernelStartRefused(400, f"The kernelspec's {PROVISIONER} provisioner config has unknown keys "
-                                     f"{sorted(unknown)}; the known keys are 'profile' and 'image'.",
-                                     "bad_kernelspec")
-        super().__init__(**kwargs)
+        super().__init__(**kwargs)  # PoolKernelProvisioner checks the kernelspec's provisioner config
         self.name = kernel_name(self.kernel_id)
         self.launch = 0
         self.pod = ""
@@ -219,15 +216,69 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
         info["key"] = info["key"].encode()  # as jupyter_client's KernelManager holds it
         return info
 
-    async def _confirm_ready(self, info: dict, timeout: float) -> None:
-        """A kernel_info reply over the kernel's own channels (so the key and the network path work)."""
+    async def _confirm_ready(self, info: dict, deadline: float) -> bool:
+        """True once the kernel answers ``kernel_info`` over its own channels (so the key, the encryption
+        and the network path work); False at ``deadline`` (``time.monotonic()``).
+
+        A kernel opens its ports a while after its container starts (a big image importing ipykernel):
+        until then ZMQ retries the connection by itself.  No heartbeat is judged: jupyter_client's
+        ``wait_for_ready`` calls a kernel dead whose heartbeat fails for a second, which refused such kernels."""
         client = AsyncKernelClient()
         client.load_connection_info(info)
-        client.start_channels()
+        client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
         try:
-            await client.wait_for_ready(timeout=timeout)
+            while (left := deadline - time.monotonic()) > 0:
+                client.kernel_info()  # asked again each round, in case a request was lost on the way
+                try:
+                    reply = await client.get_shell_msg(timeout=min(left, _ASK_AGAIN))
+                except queue.Empty:
+                    continue
+                if reply["msg_type"] == "kernel_info_reply":
+                    return True
+            return False
         finally:
             client.stop_channels()
+
+    async def _wait_for_kernel(self, info: dict, started: float) -> None:
+        """Until the pod's kernel answers; refused at the start timeout, or where the pod ends first."""
+        session, settings = self.session, self._settings
+        assert session is not None and settings is not None
+        ready = asyncio.create_task(self._confirm_ready(info, started + settings.launch_timeout))
+        ended = asyncio.create_task(session.wait_for(self.name, lambda b: self._launch_state(b) != "running", None))
+        try:
+            done, _ = await asyncio.wait([ready, ended], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (ready, ended):
+                task.cancel()
+        if ready in done:
+            if ready.result():
+                return
+            raise KernelStartRefused(504, await self._not_ready_message(info, started), "not_ready")
+        st = _status(self.kernel)
+        why = st.get("message") or ("its GPUKernel was deleted" if self.kernel is None else st.get("phase"))
+        raise KernelStartRefused(_STATUS_OF.get(st.get("reason", ""), 500),
+                                 f"The kernel's pod ended before its kernel answered: {why}",
+                                 st.get("reason") or "not_ready")
+
+    async def _not_ready_message(self, info: dict, started: float) -> str:
+        """What the user is told at the start timeout: whether anything listens on the kernel's ports
+        tells a kernel that has not started (or never will) from one that cannot be reached."""
+        settings = self._settings
+        assert settings is not None
+        head = (f"The kernel's pod {_status(self.kernel).get('pod') or self.name} runs, but its kernel did not "
+                f"answer within {time.monotonic() - started:.0f} s of the start")
+        if not await _listening(info["ip"], info["shell_port"]):
+            return (f"{head}: nothing listens on its ports ({info['ip']}:{info['shell_port']}). Its command has not "
+                    f"started the kernel yet (a slower start needs a GPUPoolKubernetes.launch_timeout above "
+                    f"{settings.launch_timeout:g} s), or does not start it at all. Ask your admin: the pod's log "
+                    "says what it does.")
+        if info.get("curve_publickey"):
+            return (f"{head}: its ports accept connections, but it did not reply to kernel_info. Its connection is "
+                    "encrypted (CurveZMQ), which needs ipykernel 7.3 or newer in the kernel image: an older kernel "
+                    "cannot be reached. Ask your admin to update the image (or to set "
+                    "GPUPoolOperator.transport_encryption = False).")
+        return (f"{head}: its ports accept connections, but it did not reply to kernel_info. Ask your admin: the "
+                "pod's log says what the kernel does.")
 
     # -- provisioner API --------------------------------------------------------------------
 
@@ -235,17 +286,9 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
     def has_process(self) -> bool:
         return bool(self.pod)
 
-    def _forget_failed_start(self) -> None:
-        """A refusal is an everyday event: the kernel is forgotten (as gpu-pool does), or
-        jupyter_server's shutdown_all would fail on it."""
-        compat.forget_pending_start(self.parent, self.kernel_id)
-
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        try:
+        async with self.start_step():
             await self._session()
-        except BaseException:
-            self._forget_failed_start()
-            raise
         if self.kernel_spec is not None:
             # A server cannot signal a pod: interrupts travel as messages on the control channel.
             self.kernel_spec.interrupt_mode = "message"
@@ -281,14 +324,11 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict:
         session = await self._session()
-        settings = self._settings
-        assert settings is not None
         env = kwargs.get("env") or {}
         started = time.monotonic()
         self.timings = {"requested": time.time()}
-        try:
-            # The notebook as its user knows it, relative to the server's root, as gpu-pool names it.
-            await self._request_launch(GPUPoolProvisioner._notebook(self, env.get("JPY_SESSION_NAME", "")))
+        async with self.start_step(self._delete):  # a refused start leaves no GPUKernel behind
+            await self._request_launch(self.notebook(env.get("JPY_SESSION_NAME", "")))
             self.timings["created"] = time.time()
             body = await self._wait_for_pod(started)
             state = self._launch_state(body)
@@ -299,27 +339,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
                 raise KernelStartRefused(_STATUS_OF.get(reason, 500), message, reason)
             self.timings["running"] = time.time()
             info = await self._connection_info(body)  # type: ignore[arg-type]
-            left = max(settings.launch_timeout - (time.monotonic() - started), 1.0)
-            ready = asyncio.create_task(self._confirm_ready(info, left))
-            died = asyncio.create_task(session.wait_for(self.name, lambda b: self._launch_state(b) != "running",
-                                                        left))
-            done, _ = await asyncio.wait([ready, died], return_when=asyncio.FIRST_COMPLETED)
-            for task in (ready, died):
-                task.cancel()
-            if ready not in done or ready.cancelled() or ready.exception():
-                st = _status(self.kernel)
-                why = st.get("message") or (str(ready.exception()) if ready in done and ready.exception() else
-                                            "it stopped")
-                hint = (" Its connection is encrypted (CurveZMQ), which needs ipykernel 7.3 or newer in the kernel "
-                        "image: an older kernel cannot be reached. Ask your admin to update the image (or to set "
-                        "GPUPoolOperator.transport_encryption = False)." if info.get("curve_publickey") else "")
-                raise KernelStartRefused(500, f"The kernel's pod runs but the kernel did not answer within "
-                                         f"{time.monotonic() - started:.0f} s of the start: {why}.{hint}",
-                                         st.get("reason") or "not_ready")
-        except BaseException:
-            await self._delete()
-            self._forget_failed_start()
-            raise
+            await self._wait_for_kernel(info, started)
         self.timings["ready"] = time.time()
         self.pod = _status(body).get("pod", "")
         self.connection_info = info
@@ -426,6 +446,16 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
         await session.beat(self.name)
         self.pod = _status(body).get("pod", "")
         self.connection_info = await self._connection_info(body)
+
+
+async def _listening(ip: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``ip:port`` (a kernel binds its ports when it starts)."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), 2)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 def _api_message(e) -> str:

@@ -22,7 +22,6 @@ Lifecycle (jupyter_client calls these; see ``KernelManager``):
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +29,6 @@ from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Unicode
 
 from ..local import processes
-from ..compat import VerbatimHTTPError, forget_pending_start
 from ..config import ConfigError
 from ..devices import checkpoint
 from ..devices.mps import MPSUnavailable
@@ -40,25 +38,10 @@ from ..local.waiting import Place, QueueTimeout, wait_for_slice
 from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
 from ..pool.budgets import BudgetExceeded
 from ..pool.errors import MPSUserBusy
-from .base import PoolKernelProvisioner
+from .base import KernelStartRefused, PoolKernelProvisioner
 from .encryption import local_launch_kwargs
 from .environment import slice_environment
-
-_CONFIG_KEYS = {"profile"}
-
-
-class KernelStartRefused(VerbatimHTTPError, RuntimeError):
-    """A kernel start the pool refused.  An HTTPError, so that jupyter_server answers the
-    frontend with this status and message instead of a 500 and a traceback."""
-
-    def __init__(self, status: int, message: str, reason: str = "refused"):
-        super().__init__(status, message)
-        self.message = message
-        self.pool_reason = reason
-
-    def __str__(self) -> str:
-        return self.message
-
+from .kernelspecs import PROVISIONER
 
 def _refusal(err: Exception) -> KernelStartRefused:
     if isinstance(err, (QuotaExceeded, BudgetExceeded)):
@@ -79,6 +62,8 @@ def _refusal(err: Exception) -> KernelStartRefused:
 class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
     """Starts a local kernel holding a lease on a slice of the GPU pool."""
 
+    provisioner_name = PROVISIONER
+
     profile = Unicode(
         "",
         help="Profile name this kernelspec starts on (kernelspec provisioner config); "
@@ -88,20 +73,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
     lease_id = Unicode(None, allow_none=True, help="The lease this kernel holds (set by the provisioner).")
 
     def __init__(self, **kwargs: Any):
-        # The kernelspec's provisioner config arrives as keyword arguments: refuse typos plainly.
-        unknown = set(kwargs) - _CONFIG_KEYS - {"kernel_id", "kernel_spec", "parent", "config", "log"}
-        if unknown:
-            raise KernelStartRefused(
-                400,
-                f"The kernelspec's gpu-pool provisioner config has unknown keys {sorted(unknown)}; "
-                f"the known key is 'profile'. Fix the kernelspec (jupyter gpu-pool kernelspec install).",
-                "bad_kernelspec",
-            )
-        if "profile" in kwargs and not isinstance(kwargs["profile"], str):
-            raise KernelStartRefused(
-                400, f"The kernelspec's gpu-pool profile must be a name, not {kwargs['profile']!r}.",
-                "bad_kernelspec")
-        super().__init__(**kwargs)
+        super().__init__(**kwargs)  # PoolKernelProvisioner checks the kernelspec's provisioner config
         self._pool: Pool | None = None
         self._lease: Lease | None = None
 
@@ -165,22 +137,6 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
             raise _refusal(e) from e
         return lease
 
-    def _notebook(self, session_name: str) -> str:
-        """The notebook's path as its user knows it: relative to the server's root directory
-        (jupyter_server passes the absolute path in JPY_SESSION_NAME)."""
-        root = getattr(getattr(self.parent, "parent", None), "root_dir", None)
-        if session_name and root and os.path.isabs(session_name):
-            try:
-                relative = os.path.relpath(session_name, root)
-            except ValueError:
-                return session_name
-            if not relative.startswith(".."):
-                return relative
-        return session_name
-
-    def _forget_failed_start(self) -> None:
-        forget_pending_start(self.parent, self.kernel_id)
-
     async def _release(self, reason: str) -> None:
         if not self.lease_id or self._pool is None:
             return
@@ -195,39 +151,36 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
 
     # -- provisioner API --------------------------------------------------------------------
 
+    async def _launch_failed(self) -> None:
+        await self._release("launch failed")
+
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        try:
+        async with self.start_step():
             pool = await self.pool()
             env = kwargs.get("env") or {}
-            lease, profile = await self._take_lease(pool, label=self._notebook(env.get("JPY_SESSION_NAME", "")))
-        except BaseException:
-            self._forget_failed_start()
-            raise
+            lease, profile = await self._take_lease(pool, label=self.notebook(env.get("JPY_SESSION_NAME", "")))
         self.lease_id, self._lease = lease.id, lease
-        try:
-            kwargs = await super().pre_launch(**local_launch_kwargs(self, kwargs))
-            gpus = [g for g in (pool.gpu(u) for u in lease.gpus) if g is not None]
-            mps_env = await asyncio.to_thread(pool.mps_env, lease) if profile.isolation == MPS else None
-            kwargs["env"].update(
-                slice_environment(lease, profile, gpus, mps_env, kwargs["env"].get("PYTHONPATH", ""))
-            )
-            self.log.info("kernel %s holds GPU lease %s: %s on %s", self.kernel_id, lease.short_id,
-                          profile.slice, ", ".join(g.label for g in gpus))
-        except BaseException as e:
-            await self._release("launch failed")
-            self._forget_failed_start()
-            if isinstance(e, (MPSUnavailable, ConfigError)):
+        async with self.start_step(self._launch_failed):
+            try:
+                kwargs = await self._launch_environment(pool, lease, profile, kwargs)
+            except (MPSUnavailable, ConfigError) as e:
                 raise _refusal(e) from e
-            raise
+        return kwargs
+
+    async def _launch_environment(self, pool: Pool, lease: Lease, profile: Profile,
+                                  kwargs: dict[str, Any]) -> dict[str, Any]:
+        """jupyter_client's launch arguments, with the slice's environment."""
+        kwargs = await super().pre_launch(**local_launch_kwargs(self, kwargs))
+        gpus = [g for g in (pool.gpu(u) for u in lease.gpus) if g is not None]
+        mps_env = await asyncio.to_thread(pool.mps_env, lease) if profile.isolation == MPS else None
+        kwargs["env"].update(slice_environment(lease, profile, gpus, mps_env, kwargs["env"].get("PYTHONPATH", "")))
+        self.log.info("kernel %s holds GPU lease %s: %s on %s", self.kernel_id, lease.short_id,
+                      profile.slice, ", ".join(g.label for g in gpus))
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any):
-        try:
+        async with self.start_step(self._launch_failed):
             info = await super().launch_kernel(cmd, **kwargs)
-        except BaseException:
-            await self._release("launch failed")
-            self._forget_failed_start()
-            raise
         try:
             holder = await asyncio.to_thread(processes.identify, self.pid)
         except Exception:  # exited already: record it so that reconcile reclaims the slice

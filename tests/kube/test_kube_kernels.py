@@ -217,6 +217,44 @@ async def test_a_crashing_container_fails_the_launch_with_its_exit_code(cluster,
     await wait_until(lambda: gone(kube, km.kernel_id), timeout=20)
 
 
+# A kernel that opens its ports a while after its container starts (a big image importing ipykernel), and one
+# that never does.
+SLOW_TO_LISTEN = ["/bin/sh", "-c", 'sleep 2 && exec python -m ipykernel_launcher -f "$0"', "{connection_file}"]
+NEVER_LISTENS = ["python", "-c", "import time; time.sleep(600)", "{connection_file}"]
+
+
+async def test_a_kernel_slow_to_open_its_ports_starts(cluster, operator_factory, kms, kube):
+    """Readiness is the kernel's kernel_info reply within the start timeout, however long after its container
+    started the kernel binds its ports (a client's heartbeat gave up after about 1 s and refused it)."""
+    await operator_factory(cluster, **{"GPUPoolOperator.kernel_command": SLOW_TO_LISTEN})
+    km = kms()
+    await km.start_kernel()
+    timings = km.provisioner.timings
+    assert timings["ready"] - timings["running"] >= 1.5  # it really waited for a kernel not yet listening
+    assert "slow but here" in await run_code(km, "print('slow but here')")
+    [kernel] = await kube.kernels()
+    assert kernel["status"]["phase"] == "Running"
+
+
+async def test_a_kernel_that_never_listens_is_refused_at_the_timeout_saying_so(
+        cluster, operator_factory, configure_server, kube_sessions, managers, kube):
+    await operator_factory(cluster, **{"GPUPoolOperator.kernel_command": NEVER_LISTENS})
+    configure_server(cluster, **{"GPUPoolKubernetes.launch_timeout": 8.0})
+    km = managers("gpu-pool-kubernetes-small")
+    t0 = time.monotonic()
+    with pytest.raises(KernelStartRefused) as refusal:
+        await km.start_kernel()
+    waited = time.monotonic() - t0
+    message = str(refusal.value)
+    assert 7.0 <= waited <= 12.0  # it waited for the whole start timeout, not a heartbeat's second
+    assert refusal.value.pool_reason == "not_ready" and refusal.value.status_code == 504
+    said = int(re.search(r"did not answer within (\d+) s", message).group(1))
+    assert abs(said - waited) <= 1.5
+    assert "nothing listens on its ports" in message
+    assert "died" not in message and "ipykernel 7.3" not in message  # neither a death nor an old kernel
+    await wait_until(lambda: gone(kube, km.kernel_id), timeout=20, what="the refused kernel's objects to go")
+
+
 async def test_deleting_the_kernel_resource_deletes_its_pod_and_secret(cluster, operator, kms, kube):
     km = kms()
     await km.start_kernel()
