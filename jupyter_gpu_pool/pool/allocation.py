@@ -33,7 +33,7 @@ from .leases import ACTIVE, HELD, Holder, Lease
 from .placement import BINPACK, GPUUsage, choose, largest_free
 from .profiles import MPS, Profile
 from .queue import Waiter, ahead_of, reserve_for_waiters
-from .quotas import QuotaBook, Usage, first_excess, usage_of
+from .quotas import QuotaBook, Usage, excesses, usage_of
 from .slices import format_size
 
 
@@ -155,14 +155,18 @@ def check_quota(leases: tuple[Lease, ...], ask: Ask, quotas: QuotaBook, asked: U
     for group in quotas.limited_groups(ask.groups):
         members = [lease for lease in leases if group in lease.groups and lease.state in HELD]
         scopes.append((group, usage_of(members), quotas.groups[group]))
+    # A slice that a quota refuses even with nothing held can never start under it: shutting kernels down
+    # does not help, so such a limit is the one the user is told about.
+    passed = []  # (never fits, scope, (resource, limit, used, asked)) for each limit passed
     for scope, used, quota in scopes:
-        excess = first_excess(quota, used, asked)
-        if excess:
-            resource, limit, used_text, asked_text = excess
-            return QuotaExceeded(owner=ask.owner, profile=ask.profile.name, scope=scope, resource=resource,
-                                 limit=limit, used=used_text, asked=asked_text, holdings=mine, now=now,
-                                 launcher_name=ask.profile.launcher_name, starts_now=starts_now)
-    return None
+        never = {e[0] for e in excesses(quota, Usage(), asked)}
+        passed += [(e[0] in never, scope, e) for e in excesses(quota, used, asked)]
+    if not passed:
+        return None
+    never_fits, scope, (resource, limit, used_text, asked_text) = next((p for p in passed if p[0]), passed[0])
+    return QuotaExceeded(owner=ask.owner, profile=ask.profile.name, scope=scope, resource=resource, limit=limit,
+                         used=used_text, asked=asked_text, holdings=mine, now=now,
+                         launcher_name=ask.profile.launcher_name, starts_now=starts_now, never_fits=never_fits)
 
 
 def pool_full(ask: Ask, usage: list[GPUUsage], holdings: Holdings, now: float,

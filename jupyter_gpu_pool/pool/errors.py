@@ -61,19 +61,26 @@ class QuotaExceeded(PoolError):
     """The request would pass the user's quota or one of their groups'.
 
     The advice fits the limit: a kernel-count limit is helped only by shutting a kernel down; a memory
-    or SM-share limit also by a smaller profile, named as the launcher shows it where one would start now."""
+    or SM-share limit also by a smaller profile, named as the launcher shows it where one would start now.
+    A request the quota refuses even with nothing held (``never_fits``) is helped by neither shutting down
+    nor waiting: a smaller profile, or a larger quota from the admin."""
 
     reason = "quota_exceeded"
+    never_fits = False
 
     def __init__(self, *, owner: str, profile: str, scope: str, resource: str, limit: str, used: str,
                  asked: str, holdings: list[Lease], now: float, launcher_name: str = "",
-                 starts_now: tuple[str, ...] = ()):
+                 starts_now: tuple[str, ...] = (), never_fits: bool = False):
         self.owner, self.profile, self.scope, self.resource = owner, profile, scope, resource
         self.limit, self.used, self.asked = limit, used, asked
         self.holdings = holdings
         self.launcher_name = launcher_name or profile
         self.starts_now = tuple(starts_now)
+        self.never_fits = never_fits
         what = f"'{self.launcher_name}'"
+        if never_fits:
+            super().__init__(self._never_fits(what))
+            return
         if resource == "kernels":
             held = (f"you hold {used} of your {limit} GPU kernels" if scope == "user" else
                     f"group {scope!r} holds {used} of its {limit} GPU kernels (all its members together)")
@@ -89,10 +96,25 @@ class QuotaExceeded(PoolError):
                       else "Shut down a kernel you no longer need to make room in your quota.")
         super().__init__(f"{headline} {describe_holdings(holdings, now)} {advice}")
 
+    def _never_fits(self, what: str) -> str:
+        if self.resource == "kernels":
+            allows = (f"your quota allows {self.limit} GPU kernels" if self.scope == "user" else
+                      f"group {self.scope!r} may hold {self.limit} GPU kernels (all its members together)")
+            return f"GPU quota exceeded: {allows}, so {what} cannot start. Ask your admin for a GPU quota."
+        needs = (f"{self.asked} of GPU memory" if self.resource == "GPU memory" else
+                 f"a {self.asked} {self.resource} (of a GPU's compute)")
+        quota = (f"your whole quota of {self.limit}" if self.scope == "user" else
+                 f"the {self.limit} that group {self.scope!r} may hold (all its members together)")
+        headline = (f"GPU quota exceeded: {what} needs {needs}, more than {quota}: it cannot start even with no "
+                    "kernel running.")
+        smaller = f"{would_start(self.starts_now)} Or" if self.starts_now else "Pick a smaller profile, or"
+        return f"{headline} {smaller} ask your admin for a larger quota."
+
     def to_dict(self) -> dict:
         return {**super().to_dict(), "scope": self.scope, "resource": self.resource, "limit": self.limit,
                 "used": self.used, "asked": self.asked, "holdings": [h.id for h in self.holdings],
-                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now)}
+                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now),
+                "never_fits": self.never_fits}
 
 
 class PoolExhausted(PoolError):

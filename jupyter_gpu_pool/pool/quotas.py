@@ -121,12 +121,19 @@ def build_quota_book(users: dict, groups: dict, default_user: dict, members: dic
                      default_user=parse_quota(default_user, "default user quota"), members=parse_members(members))
 
 
+def excesses(quota: Quota, used: Usage, asked: Usage) -> list[tuple[str, str, str, str]]:
+    """Each limit the request would pass, as (resource, limit, used, asked) text: kernels, memory, SM share."""
+    found = []
+    if quota.kernels is not None and used.kernels + asked.kernels > quota.kernels:
+        found.append(("kernels", str(quota.kernels), str(used.kernels), str(asked.kernels)))
+    if quota.memory is not None and used.memory + asked.memory > quota.memory:
+        found.append(("GPU memory", format_size(quota.memory), format_size(used.memory), format_size(asked.memory)))
+    if quota.sm_percent is not None and used.sm_percent + asked.sm_percent > quota.sm_percent:
+        found.append(("SM share", f"{quota.sm_percent}%", f"{used.sm_percent}%", f"{asked.sm_percent}%"))
+    return found
+
+
 def first_excess(quota: Quota, used: Usage, asked: Usage) -> tuple[str, str, str, str] | None:
     """The first limit the request would pass, as (resource, limit, used, asked) text, else None."""
-    if quota.kernels is not None and used.kernels + asked.kernels > quota.kernels:
-        return ("kernels", str(quota.kernels), str(used.kernels), str(asked.kernels))
-    if quota.memory is not None and used.memory + asked.memory > quota.memory:
-        return ("GPU memory", format_size(quota.memory), format_size(used.memory), format_size(asked.memory))
-    if quota.sm_percent is not None and used.sm_percent + asked.sm_percent > quota.sm_percent:
-        return ("SM share", f"{quota.sm_percent}%", f"{used.sm_percent}%", f"{asked.sm_percent}%")
-    return None
+    found = excesses(quota, used, asked)
+    return found[0] if found else None

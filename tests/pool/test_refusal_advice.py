@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from ledger_helpers import GiB, NO_QUOTA, gpus
 
 from jupyter_gpu_pool.pool import Lease, PoolExhausted, QuotaExceeded, build_quota_book
@@ -120,3 +122,53 @@ def test_an_mps_gpu_serving_another_user_names_the_profile_as_the_launcher_does(
     text = str(refusal)
     assert text.startswith("No GPU can take 'Python 3 · GPU 20 GiB · 50%' now: it runs under NVIDIA MPS")
     assert "gpu-20g-50" not in text and refusal.to_dict()["launcher_name"] == "Python 3 · GPU 20 GiB · 50%"
+
+
+TEN, TWENTY = "'Python 3 · GPU 10 GiB'", "'Python 3 · GPU 20 GiB'"
+SHUT_DOWN = "hut down a kernel you no longer need"
+ADMIN = "ask your admin for a larger quota."
+
+
+# quota (the user's, or group "lab"'s), alice's holdings (GiB each), the profile asked:
+# whether it can never fit the quota, and how the message ends.
+@pytest.mark.parametrize("user, group, holds, profile, never, ending", [
+    # a profile larger than the whole quota, to someone who holds nothing: never "shut down"
+    ({"memory": "20GiB"}, None, [], "gpu-30g", True,
+     f"more than your whole quota of 20 GiB: it cannot start even with no kernel running. {TEN} or {TWENTY} "
+     f"would start now. Or {ADMIN}"),
+    # ... nor to someone who holds some: shutting theirs down would not help either
+    ({"memory": "20GiB"}, None, [20], "gpu-30g", True,
+     f"more than your whole quota of 20 GiB: it cannot start even with no kernel running. Pick a smaller profile, "
+     f"or {ADMIN}"),
+    # ... and where the kernel count is reached too, the limit that can never be met is the one named
+    ({"memory": "20GiB", "kernels": 1}, None, [10], "gpu-30g", True,
+     f"it cannot start even with no kernel running. Pick a smaller profile, or {ADMIN}"),
+    # a quota of no kernels at all
+    ({"kernels": 0}, None, [], "gpu-10g", True,
+     f"your quota allows 0 GPU kernels, so {TEN} cannot start. Ask your admin for a GPU quota."),
+    # a group's whole quota is too small
+    (None, {"memory": "20GiB"}, [], "gpu-30g", True,
+     f"more than the 20 GiB that group 'lab' may hold (all its members together): it cannot start even with no "
+     f"kernel running. {TEN} or {TWENTY} would start now. Or {ADMIN}"),
+    # a profile that fits the quota once something is shut down: the advice says so
+    ({"memory": "30GiB"}, None, [20], "gpu-20g", False, f"{TEN} would start now. Or s{SHUT_DOWN}."),
+    ({"memory": "20GiB"}, None, [20], "gpu-10g", False, f"S{SHUT_DOWN} to make room in your quota."),
+    ({"kernels": 1}, None, [10], "gpu-10g", False,
+     "Shut one down (Kernel > Shut Down Kernel, or Shut down in the GPU panel), then start this one."),
+    (None, {"memory": "30GiB"}, [20], "gpu-20g", False, f"{TEN} would start now. Or s{SHUT_DOWN}."),
+])
+def test_the_advice_says_whether_the_profile_can_ever_fit_the_quota(user, group, holds, profile, never, ending):
+    quotas = build_quota_book({"alice": user} if user else {}, {"lab": group} if group else {}, {},
+                              {"lab": ["alice"]} if group else {})
+    holdings = [replace(held("alice", gib, label=f"n{i}.ipynb"), groups=("lab",) if group else ())
+                for i, gib in enumerate(holds)]
+    ask_ = replace(ask(profile), groups=("lab",) if group else ())
+    refusal = allocate(Holdings.of(gpus(40, 40), holdings), ask_, quotas, now=0)
+    assert isinstance(refusal, QuotaExceeded) and refusal.scope == ("lab" if group else "user")
+    text = str(refusal)
+    assert refusal.never_fits is never and refusal.to_dict()["never_fits"] is never
+    assert text.endswith(ending)
+    if never:
+        assert SHUT_DOWN not in text and "Shut one down" not in text and "try again" not in text.lower()
+    else:
+        assert "admin" not in text

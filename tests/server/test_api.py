@@ -173,8 +173,8 @@ async def test_a_percent_in_a_refusal_reaches_both_start_endpoints_as_written(jp
         replies.append((err.value.code, json.loads(err.value.response.body)["message"]))
     for code, message in replies:
         assert code == 403 and message.startswith(
-            "GPU quota exceeded: 'Python 3 · GPU 20 GiB · 50%' needs a 50% SM share (of a GPU's compute), and you "
-            "hold 0% of your 40%.")
+            "GPU quota exceeded: 'Python 3 · GPU 20 GiB · 50%' needs a 50% SM share (of a GPU's compute), more than "
+            "your whole quota of 40%: it cannot start even with no kernel running.")
         assert "'Python 3 · GPU 10 GiB' would start now." in message and "%%" not in message
     assert replies[0][1] == replies[1][1]  # the same words on both endpoints
 
