@@ -243,7 +243,9 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
         """Until the pod's kernel answers; refused at the start timeout, or where the pod ends first."""
         session, settings = self.session, self._settings
         assert session is not None and settings is not None
-        ready = asyncio.create_task(self._confirm_ready(info, started + settings.launch_timeout))
+        # A pod that runs just before the timeout still gets a moment to answer.
+        deadline = max(started + settings.launch_timeout, time.monotonic() + 1.0)
+        ready = asyncio.create_task(self._confirm_ready(info, deadline))
         ended = asyncio.create_task(session.wait_for(self.name, lambda b: self._launch_state(b) != "running", None))
         try:
             done, _ = await asyncio.wait([ready, ended], return_when=asyncio.FIRST_COMPLETED)
@@ -251,6 +253,9 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
             for task in (ready, ended):
                 task.cancel()
         if ready in done:
+            if ready.exception() is not None:
+                raise KernelStartRefused(500, f"The kernel's pod runs, but this server could not ask its kernel for "
+                                         f"kernel_info: {ready.exception()}. Ask your admin.", "not_ready")
             if ready.result():
                 return
             raise KernelStartRefused(504, await self._not_ready_message(info, started), "not_ready")
