@@ -22,7 +22,7 @@ from ..config import ConfigError, load_settings
 from ..devices.nvml import discover
 from ..local.pool import build_inventory
 from ..pool import PoolError
-from ..pool.policy import PolicyError, parse_policy
+from ..pool.rules import PolicyError, parse_policy
 from ..pool.units import format_duration, parse_seconds, parse_size
 from . import tables, tracefile
 from .agreement import agreement
