@@ -103,3 +103,37 @@ def test_passing_over_waiters_that_fit_nowhere_changes_nothing(monkeypatch, sett
     assert quick.decisions == asked.decisions
     assert quick.to_dict() == asked.to_dict()
     assert quick.refused_asks == asked.refused_asks
+
+
+def test_the_json_gives_the_mean_wait_and_the_share_that_waited_as_an_independent_count_does(tmp_path, pool_home):
+    """A small M/M/2 trace through the command: the mean over the asks served and P(wait > 0) (an ask
+    still waiting at the trace's ``until`` counts as never served, so as one that waited)."""
+    import io
+    import json
+
+    from planning_helpers import simulate_json
+
+    from jupyter_gpu_pool.planning.tracefile import write
+    from jupyter_gpu_pool.pool.trace import TraceEvent
+
+    sessions = mmc(60, servers=2, load=1.1, seed=4)
+    horizon = sessions[-1][0] + 300
+    events = sorted([TraceEvent(at, "start", f"k{i}", "u", {"p": "gpu"}) for i, (at, _) in enumerate(sessions)]
+                    + [TraceEvent(at + length, "end", f"k{i}", "u", {})
+                       for i, (at, length) in enumerate(sessions) if at + length <= horizon],
+                    key=lambda e: e.at)
+    out = io.StringIO()
+    write(out, events, since=T0, until=horizon, exported=horizon, users="all")
+    trace, config = tmp_path / "mm2.jsonl", tmp_path / "whole.json"
+    trace.write_text(out.getvalue())
+    config.write_text(json.dumps({"GPUPool": {"profiles": WHOLE, "default_profile": "gpu", "policy": NEVER_CULL}}))
+    row = simulate_json("--trace", str(trace), "--config", str(config), "--gpus", "2",
+                        "--queue-timeout", "1000d")["configurations"][0]["results"][0]["wait_seconds"]
+
+    # Rounded to the trace's milliseconds, as the file carries them: the same sessions the command read.
+    rounded = [(round(at, 3), round(at + length, 3) - round(at, 3)) for at, length in sessions]
+    waits, never = fifo_waits(rounded, 2, horizon)
+    assert never > 0 and 0 < sum(w > 0 for w in waits) < len(waits)  # some waited, some did not, some never got one
+    assert row["asks"] == len(sessions) and row["never_served"] == never
+    assert row["mean"] == pytest.approx(sum(waits) / len(waits), abs=1e-3)
+    assert row["share_waited"] == pytest.approx((sum(w > 0 for w in waits) + never) / len(sessions), abs=1e-6)
