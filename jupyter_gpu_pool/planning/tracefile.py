@@ -133,18 +133,20 @@ class _Order:
     def check(self, number: int, event: TraceEvent) -> None:
         name = self.name
         if event.owner is None:
-            raise PlanError(f"{name} line {number}: a '{event.kind}' event needs 'u', the kernel's user")
+            raise PlanError(f"{name} line {number}: a '{event.kind}' event needs 'u', the kernel's user (every event "
+                            "names it); export the trace again")
         if event.at < self.last[0]:
             raise PlanError(f"{name} line {number}: its time ({event.at:.3f}) is before line {self.last[1]}'s "
                             f"({self.last[0]:.3f}); a trace's events are in time order (jupyter gpu-pool trace "
-                            "export writes them so)")
+                            "export writes them so): sort the lines by 't', or export the trace again")
         self.last = (event.at, number)
         kernel = event.kernel_id
         if event.kind == "start":
             if kernel in self.ended:
                 line, at = self.ended[kernel]
                 raise PlanError(f"{name} line {number}: kernel {quoted(kernel)} starts at {event.at:.3f}, after "
-                                f"its lease ended (line {line}, at {at:.3f}): an end before its start")
+                                f"its lease ended (line {line}, at {at:.3f}): an end before its start; correct the "
+                                "times, or export the trace again")
             self.started.add(kernel)
         elif event.kind == "end" and kernel not in self.started:
             self.ended.setdefault(kernel, (number, event.at))  # began before the trace: fine unless it starts later

@@ -255,14 +255,15 @@ BAD = [  # each puts its line in as line 5 (between the kernel event at +31 s an
                  r"^trace.jsonl line 5: byte 0xff at column 42 is not UTF-8 text; a trace is UTF-8 JSON lines",
                  id="not-utf8"),
     pytest.param(lambda lines: _with(lines, 5, json.dumps({"t": T0 + 35, "e": "busy", "k": "k1"})).encode(),
-                 r"^trace.jsonl line 5: a 'busy' event needs 'u', the kernel's user$", id="no-u"),
+                 r"^trace.jsonl line 5: a 'busy' event needs 'u', the kernel's user \(every event names it\); export the "
+                 r"trace again$", id="no-u"),
     pytest.param(lambda lines: _with(lines, 5, _line(t=T0 + 5)).encode(),
                  r"^trace.jsonl line 5: its time \(1700000005.000\) is before line 4's \(1700000031.000\); a "
                  r"trace's events are in time order", id="out-of-order"),
     pytest.param(lambda lines: _with(lines, 2, json.dumps({"t": T0 - 10, "e": "end", "k": "k1", "u": "alice",
                                                           "r": "shutdown"})).encode(),
                  r"^trace.jsonl line 4: kernel 'k1' starts at 1700000030.000, after its lease ended \(line 2, at "
-                 r"1699999990.000\): an end before its start$", id="end-before-start"),
+                 r"1699999990.000\): an end before its start; correct the times, or export the trace again$", id="end-before-start"),
     pytest.param(lambda lines: ("".join(lines[:-1]) + json.dumps({"end": True, "events": HUGE}) + "\n").encode(),
                  r"^trace.jsonl line 18: the closing line counts 'x{40}'… \(5,000,000 characters\) events", id="count"),
 ]
