@@ -26,6 +26,7 @@ import time
 import urllib.request
 
 from jupyter_gpu_pool.pool import policy as P
+from jupyter_gpu_pool.pool.rules import parse_policy
 
 N_KERNELS = 10_000
 N_ME_KERNELS = 200
@@ -64,7 +65,7 @@ def make_kernels(n: int, now: float, rng: random.Random) -> list[tuple[str, tupl
 
 
 def bench_pass() -> dict:
-    policy = P.parse_policy([
+    policy = parse_policy([
         {"name": "students", "match": {"group": "students"}, "idle_timeout": "30m", "gpu_idle_timeout": "20m",
          "max_age": "12h"},
         {"name": "whole GPUs", "match": {"profile": "gpu-whole"}, "idle_timeout": "1h", "max_busy": "24h"},

@@ -35,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests" / "kube"), str(REPO / "tests")]  # the test cluster and its helpers
 
+from kernel_run import start_to_ready  # noqa: E402  benchmarks/kernel_run.py (the script's own directory)
+
 ENCRYPTED, PLAIN = "jhub", "jhub-plain"  # one operator each
 
 
@@ -60,18 +62,14 @@ def manager(kernel_name: str, namespace: str | None = None):
     return AsyncKernelManager(kernel_name=kernel_name, config=config)
 
 
-async def start_to_ready(kernel_name: str, namespace: str | None = None) -> tuple[float, dict]:
+async def timed_start(kernel_name: str, namespace: str | None = None) -> tuple[float, dict]:
+    """Start to ready (kernel_run.start_to_ready), and the provisioner's own timings where it keeps some."""
     km = manager(kernel_name, namespace)
-    started = time.perf_counter()
-    await km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
-    await kc.wait_for_ready(timeout=120)
-    elapsed = time.perf_counter() - started
-    kc.stop_channels()
-    timings = dict(getattr(km.provisioner, "timings", {}))
-    await km.shutdown_kernel(now=True)
-    return elapsed, timings
+    try:
+        elapsed = await start_to_ready(km)
+        return elapsed, dict(getattr(km.provisioner, "timings", {}))
+    finally:
+        await km.shutdown_kernel(now=True)
 
 
 async def round_trips(namespace: str, count: int) -> list[float]:
@@ -130,13 +128,13 @@ async def main(starts: int, trips: int, as_json: bool) -> None:
         kinds = {"stock": ("python3", None), "local": ("gpu-pool-small", None),
                  "encrypted": ("gpu-pool-kubernetes-small", ENCRYPTED), "plain": ("gpu-pool-kubernetes-small", PLAIN)}
         for name, namespace in kinds.values():  # warm caches (imports, the cluster watches)
-            await start_to_ready(name, namespace)
+            await timed_start(name, namespace)
         times: dict[str, list[float]] = {k: [] for k in kinds}
         created_to_ready: dict[str, list[float]] = {"encrypted": [], "plain": []}
         created_to_running: dict[str, list[float]] = {"encrypted": [], "plain": []}
         for i in range(starts):
             for key, (name, namespace) in kinds.items():
-                elapsed, t = await start_to_ready(name, namespace)
+                elapsed, t = await timed_start(name, namespace)
                 times[key].append(elapsed)
                 if key in created_to_ready:
                     created_to_ready[key].append(t["ready"] - t["created"])

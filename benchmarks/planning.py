@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/planning.py lab         # the 40-student, 3-hour synthetic lab
     .venv/bin/python benchmarks/planning.py hub         # a synthetic week of a 500-user hub (about a million events)
     .venv/bin/python benchmarks/planning.py headline    # GPUs the lab needs: exclusive, slices + culling, + hibernation
+    .venv/bin/python benchmarks/planning.py queue       # replay speed of an M/M/4 trace with a long queue
 
 1. ``lab``: one replay of the lab (slices of 10 GiB on 80 GiB GPUs, a 15-minute idle policy that
    hibernates) on 5 GPUs, in this process (median of 5), and the whole command as an admin runs it
@@ -15,12 +16,19 @@
    building the workload and replaying it, against the week's real length.
 3. ``headline``: the command of docs/planning.md on GPU counts 1 to 40 under the three example
    configurations (jupyter_gpu_pool/planning/examples), on a declared pool of 80 GiB H100s.
+4. ``queue``: an M/M/4 trace (Poisson arrivals, exponential session lengths, each session a whole GPU,
+   no culling) of 30,000 sessions, 60,000 events, at loads 0.9, 0.98 and 1.1 (a queue of tens, hundreds
+   and thousands of waiting starts): the replay alone (events a second) and the command an admin runs
+   (``simulate --trace ... --gpus 4 --queue-timeout 1000d --json``).
+   ``queue profile`` also prints the replay's cProfile (top 15 by cumulative time).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -34,6 +42,8 @@ from jupyter_gpu_pool.config import GPUPool
 from jupyter_gpu_pool.planning.configuration import Configuration
 from jupyter_gpu_pool.planning.simulator import Replay
 from jupyter_gpu_pool.planning.synthetic import Hub, Lab
+from jupyter_gpu_pool.planning.tracefile import write as write_trace
+from jupyter_gpu_pool.pool.trace import TraceEvent
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "jupyter_gpu_pool" / "planning" / "examples"
 H100 = [{"name": "NVIDIA H100 80GB HBM3", "memory": "80GiB", "sm_count": 132, "count": 1}]
@@ -142,7 +152,71 @@ def headline() -> None:
               f"wait p95 {row['wait_seconds']['p95']} s, max {row['wait_seconds']['max']} s")
 
 
+def mmc_trace(path: Path, *, sessions: int, servers: int, load: float, mean: float = 600.0, seed: int = 0) -> int:
+    """An M/M/c trace: arrivals at rate ``load * servers / mean``, sessions of mean ``mean`` seconds (in
+    user time: the replay adds the wait), each on one whole GPU; the number of events."""
+    rng = random.Random(seed)
+    rate = load * servers / mean
+    t, events = 1_700_000_000.0, []
+    for i in range(sessions):
+        t += rng.expovariate(rate)
+        kernel = f"k{i}"
+        events.append(TraceEvent(t, "start", kernel, f"u{i % 97}", {"p": "gpu"}))
+        events.append(TraceEvent(t + rng.expovariate(1 / mean), "end", kernel, f"u{i % 97}", {}))
+    events.sort(key=lambda e: e.at)
+    with open(path, "w") as out:
+        return write_trace(out, events, since=events[0].at, until=events[-1].at, exported=events[-1].at, users="all")
+
+
+QUEUE_CONFIG = {"GPUPool": {"profiles": {"gpu": {"slice": "whole"}},
+                            "default_profile": "gpu",
+                            "policy": [{"name": "keep", "idle_timeout": None, "gpu_idle_timeout": None,
+                                        "max_hibernated": None}]}}
+
+
+def queue(profile: bool = False) -> None:
+    home = Path(tempfile.mkdtemp(prefix="plan-queue-"))
+    config_file = home / "mmc.json"
+    config_file.write_text(json.dumps(QUEUE_CONFIG))
+    env = isolated_env()
+    config = _queue_configuration()
+    for load in (0.9, 0.98, 1.1):
+        trace = home / f"mmc-{load}.jsonl"
+        events = mmc_trace(trace, sessions=30_000, servers=4, load=load)
+        elapsed, result = simulate("--trace", str(trace), "--config", str(config_file), "--gpus", "4",
+                                   "--queue-timeout", "1000d", env=env)
+        row = result["configurations"][0]["results"][0]
+        workload = _trace_workload(trace)
+        replay, tally = timed(lambda: Replay(workload, config, config.pool_of(4)).run(), 1)
+        longest = max(point[3] for point in tally.timeline)
+        print(f"queue: M/M/4 at load {load}, {events:,} events, up to {longest:,} waiting: the replay {replay:.2f} s "
+              f"({events / replay:,.0f} events/s), the command {elapsed:.1f} s (Python's start and reading "
+              f"included); wait p50 {row['wait_seconds']['p50']} s, p95 {row['wait_seconds']['p95']} s")
+        if profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(lambda: Replay(workload, config, config.pool_of(4)).run())
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(15)
+
+
+def _queue_configuration() -> Configuration:
+    settings = GPUPool(config=Config({"GPUPool": {"gpu_discovery": "declared", "inventory": H100,
+                                                  **QUEUE_CONFIG["GPUPool"], "start_queue_timeout": "1000d"}})).check()
+    return Configuration.of("queue", settings, settings.declared)
+
+
+def _trace_workload(trace: Path):
+    from jupyter_gpu_pool.planning import tracefile
+
+    return tracefile.to_workload(tracefile.read(tracefile.lines_of(str(trace)), name=str(trace)))
+
+
 if __name__ == "__main__":
     wanted = sys.argv[1:] or ["lab", "hub", "headline"]
-    for name in wanted:
-        {"lab": lab, "hub": hub, "headline": headline}[name]()
+    if wanted[0] == "queue":
+        queue(profile="profile" in wanted[1:])
+    else:
+        for name in wanted:
+            {"lab": lab, "hub": hub, "headline": headline}[name]()

@@ -15,7 +15,8 @@ import os
 import statistics
 import sys
 import tempfile
-import time
+
+from kernel_run import start_to_ready  # benchmarks/kernel_run.py (the script's own directory is on sys.path)
 
 
 def isolate() -> str:
@@ -32,29 +33,24 @@ def isolate() -> str:
     return root
 
 
-async def start_to_ready(kernel_name: str) -> float:
+async def timed_start(kernel_name: str) -> float:
     from jupyter_client.manager import AsyncKernelManager
 
     km = AsyncKernelManager(kernel_name=kernel_name)
-    started = time.perf_counter()
-    await km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
-    await kc.wait_for_ready(timeout=120)
-    elapsed = time.perf_counter() - started
-    kc.stop_channels()
-    await km.shutdown_kernel(now=True)
-    return elapsed
+    try:
+        return await start_to_ready(km)
+    finally:
+        await km.shutdown_kernel(now=True)
 
 
 async def interleaved(names: list[str], starts: int) -> dict[str, list[float]]:
     """Each kernel's start-to-ready times, ``starts`` of each, taking turns (after one start each to warm caches)."""
     for name in names:
-        await start_to_ready(name)
+        await timed_start(name)
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(starts):
         for name in names:
-            times[name].append(await start_to_ready(name))
+            times[name].append(await timed_start(name))
         print(f"  {i + 1}/{starts}", file=sys.stderr, end="\r")
     return times
 

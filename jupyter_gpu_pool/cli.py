@@ -28,8 +28,9 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), *(line(r) for r in rows)])
 
 
-class _PoolApp(JupyterApp):
-    """Base of the subcommands: the pool's own config loading, uniform errors."""
+class PoolCommand(JupyterApp):
+    """Base of every `jupyter gpu-pool` subcommand (the planner's too): the pool's own config loading,
+    uniform errors."""
 
     classes = [GPUPool]
     version = __version__
@@ -127,7 +128,7 @@ def render_gpu_time(spent: list[tuple[str, Standing]]) -> str:
                                        .splitlines())
 
 
-class StatusApp(_PoolApp):
+class StatusApp(PoolCommand):
     name = "jupyter-gpu-pool-status"
     description = "Print the pool: each GPU, its slices, the leases (owner, kernel, profile, age) and the queue."
     as_json = Bool(False, help="Print JSON instead of a table.").tag(config=True)
@@ -155,7 +156,7 @@ class StatusApp(_PoolApp):
                 print("\n" + render_gpu_time(spent))
 
 
-class ProfilesApp(_PoolApp):
+class ProfilesApp(PoolCommand):
     name = "jupyter-gpu-pool-profiles"
     description = "List the profiles users may pick."
 
@@ -167,7 +168,7 @@ class ProfilesApp(_PoolApp):
         print(_table(rows, ["PROFILE", "DISPLAY NAME", "SLICE", "ISOLATION", "HIBERNATE", "DESCRIPTION"]))
 
 
-class KernelSpecInstallApp(_PoolApp):
+class KernelSpecInstallApp(PoolCommand):
     name = "jupyter-gpu-pool-kernelspec-install"
     description = "Install one kernelspec per profile (named <name>-<profile>)."
     user = Bool(False, help="Install for the current user instead of system-wide.").tag(config=True)
@@ -226,7 +227,7 @@ def write_initial_config(directory: str, demo: bool) -> str:
     return path
 
 
-class InitApp(_PoolApp):
+class InitApp(PoolCommand):
     name = "jupyter-gpu-pool-init"
     description = "Write a starting jupyter_gpu_pool_config.json (with a demo inventory where no GPU is found)."
     directory = Unicode("", help="Directory for the config file (default: this environment's etc/jupyter).") \
@@ -246,7 +247,7 @@ class InitApp(_PoolApp):
         print(found.summary + ("" if found.gpus else "; the config declares a demo inventory (not real GPUs)"))
 
 
-class PoolLabApp(_PoolApp):
+class PoolLabApp(PoolCommand):
     name = "jupyter-gpu-pool-lab"
     description = """Set up the pool on this machine and start JupyterLab: writes a config if there is
     none (a declared demo inventory where no GPU is found), installs a kernelspec per profile into this
@@ -315,7 +316,7 @@ class PoolLabApp(_PoolApp):
         os.execv(jupyter, [jupyter, "lab", *self.extra_args])
 
 
-class ReconcileApp(_PoolApp):
+class ReconcileApp(PoolCommand):
     name = "jupyter-gpu-pool-reconcile"
     description = "Release every lease whose kernel and server are gone."
 
@@ -327,7 +328,7 @@ class ReconcileApp(_PoolApp):
         print(f"{len(reclaimed)} lease(s) reclaimed")
 
 
-class MPSApp(_PoolApp):
+class MPSApp(PoolCommand):
     name = "jupyter-gpu-pool-mps"
     description = "The pool's MPS control daemons, one per GPU: jupyter gpu-pool mps [status|start|stop]."
 
@@ -355,7 +356,7 @@ class MPSApp(_PoolApp):
             self.exit_error(str(e))
 
 
-class ReleaseApp(_PoolApp):
+class ReleaseApp(PoolCommand):
     name = "jupyter-gpu-pool-release"
     description = """Give a kernel's GPU slice back now: jupyter gpu-pool release KERNEL_ID (the id, or its first
     characters as status shows them).  Your own kernels only; admins: any.  The kernel process itself keeps

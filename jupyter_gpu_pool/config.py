@@ -46,7 +46,7 @@ from .pool import (
 )
 from .pool.budgets import Budget, BudgetBook, parse_budgets
 from .pool.hibernation import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory, parse_margin
-from .pool.policy import Policy, PolicyError, Rule, check_profile_names, parse_policy
+from .pool.rules import Policy, PolicyError, Rule, check_profile_names, parse_policy
 from .pool.quotas import parse_members, parse_quota, parse_quotas
 from .traits import Parsed, Seconds
 

@@ -9,12 +9,18 @@ import time
 from jupyter_client.manager import AsyncKernelManager
 
 
-async def run_code(km: AsyncKernelManager, code: str, timeout: float = 60) -> str:
-    """Execute code in the kernel over ZMQ; return its stdout."""
+class CellFailed(AssertionError):
+    """The cell ended in an error; the message is its output and traceback (a test fails with it)."""
+
+
+async def run_code(km: AsyncKernelManager, code: str, timeout: float = 60, ready_timeout: float | None = None) -> str:
+    """Execute code in the kernel over ZMQ, as a frontend does (``execute_request``); return its stdout,
+    or raise :class:`CellFailed` with the output and traceback.  The one such helper: the benchmarks
+    use it too (benchmarks/kernel_run.py)."""
     kc = km.client()
     kc.start_channels()
     try:
-        await kc.wait_for_ready(timeout=timeout)
+        await kc.wait_for_ready(timeout=timeout if ready_timeout is None else ready_timeout)
         out = []
 
         def hook(msg):
@@ -24,7 +30,8 @@ async def run_code(km: AsyncKernelManager, code: str, timeout: float = 60) -> st
                 out.append("\n".join(msg["content"]["traceback"]))
 
         reply = await kc.execute_interactive(code, output_hook=hook, timeout=timeout)
-        assert reply["content"]["status"] == "ok", "".join(out)
+        if reply["content"]["status"] != "ok":
+            raise CellFailed("".join(out))
         return "".join(out)
     finally:
         kc.stop_channels()

@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "compat": set(),
     "traits": {"pool"},
     "config": {"pool", "traits"},
-    "devices": {"pool", "periodic", "local.processes"},
+    "devices": {"pool", "periodic"},
     "local": {"pool", "config", "devices"},
     "service": {"pool", "config", "traits", "periodic", "devices", "local"},
     "pools": {"config", "local", "service"},

@@ -23,9 +23,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..local.processes import process_tree
-from ..pool.gpu_use import GPUUse
 from ..periodic import every
+from ..pool.gpu_use import GPUUse
+from .processes import process_tree
 
 log = logging.getLogger(__name__)
 

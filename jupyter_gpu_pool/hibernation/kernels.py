@@ -12,8 +12,8 @@ import logging
 
 import psutil
 
+from ..devices.processes import process_tree
 from ..kernel_provisioner.base import PoolKernelProvisioner, shut_down
-from ..local.processes import process_tree
 
 log = logging.getLogger(__name__)
 

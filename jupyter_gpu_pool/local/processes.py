@@ -2,8 +2,8 @@
 
 pids are reused; the pair (pid, start time) names one process for the life of
 the machine.  This is the edge the ledger's ``reconcile`` calls to judge
-whether a holder still lives, and where a kernel's process tree is found (telemetry and
-hibernation act on every process of it).
+whether a holder still lives.  A kernel's process tree is ``devices.processes.process_tree``
+(re-exported here for the callers that find a holder's processes through this module).
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import socket
 
 import psutil
 
+from ..devices.processes import process_tree
 from ..pool import Holder
+
+__all__ = ["hostname", "identify", "is_alive", "process_tree"]
 
 # psutil derives start times from boot time and clock ticks; allow for rounding.
 _START_TOLERANCE = 0.05
@@ -32,18 +35,6 @@ def is_alive(pid: int, start: float) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return False
-
-
-def process_tree(pid: int | None) -> list[int]:
-    """The process and all its descendants, root first (a kernel may start CUDA workers of its own);
-    empty when the process is gone."""
-    if not pid:
-        return []
-    try:
-        root = psutil.Process(pid)
-        return [root.pid, *(p.pid for p in root.children(recursive=True))]
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return []
 
 
 def hostname() -> str:

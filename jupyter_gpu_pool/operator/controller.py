@@ -30,7 +30,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..pool import PoolError, QuotaExceeded
-from ..pool.policy import PolicyError, parse_policy
+from ..pool.rules import PolicyError, parse_policy
 from ..pool.units import format_rfc3339
 from ..cluster import resources
 from ..cluster.quotas import read_quotas

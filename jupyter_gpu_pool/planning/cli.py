@@ -17,12 +17,12 @@ from traitlets import Bool, Int, List, Unicode
 from traitlets.config import Config
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
-from ..cli import _PoolApp
+from ..cli import PoolCommand
 from ..config import ConfigError, load_settings
 from ..devices.nvml import discover
 from ..local.pool import build_inventory
 from ..pool import PoolError
-from ..pool.policy import PolicyError, parse_policy
+from ..pool.rules import PolicyError, parse_policy
 from ..pool.units import format_duration, parse_seconds, parse_size
 from . import tables, tracefile
 from .agreement import agreement
@@ -44,7 +44,7 @@ def parse_since(text: str, now: float) -> float:
         raise PlanError(f"--since {text!r}: write how far back, such as 7d, 12h or 90m, or 'all'") from None
 
 
-class TraceExportApp(_PoolApp):
+class TraceExportApp(PoolCommand):
     name = "jupyter-gpu-pool-trace-export"
     description = """Write the pool's activity trace as JSON lines to stdout (or --output): what the capacity
     planner replays (jupyter gpu-pool simulate --trace FILE).  Admins export everyone's kernels, users their own."""
@@ -106,7 +106,7 @@ def _administers(pool) -> bool:
         return False
 
 
-class TraceApp(_PoolApp):
+class TraceApp(PoolCommand):
     name = "jupyter-gpu-pool-trace"
     description = "The pool's activity trace, for the capacity planner: jupyter gpu-pool trace export [--since 7d]."
     subcommands = {"export": (TraceExportApp, "Write the activity trace as JSON lines (docs/planning.md).")}
@@ -118,7 +118,7 @@ class TraceApp(_PoolApp):
         self.subapp.start()
 
 
-class SimulateApp(_PoolApp):
+class SimulateApp(PoolCommand):
     name = "jupyter-gpu-pool-simulate"
     description = """Replay a recorded trace (--trace FILE) or a synthetic workload (--synthetic lab|hub) through the
     pool's own allocation and idle policy in virtual time, on --gpus N or a range 1-8, under the admin's configuration

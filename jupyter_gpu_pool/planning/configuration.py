@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..pool import GPU, PoolError, Profile, QuotaBook
 from ..pool.budgets import BudgetBook
 from ..pool.gpus import DECLARED
-from ..pool.policy import Policy
+from ..pool.rules import Policy
 from ..pool.units import parse_size
 
 DEFAULT_GPU = GPU(uuid="PLAN-0", name="NVIDIA H100 80GB HBM3 (planned)", memory=parse_size("80GiB"), sm_count=132,

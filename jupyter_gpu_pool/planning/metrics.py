@@ -1,6 +1,6 @@
-"""What one replay found, and what a person asks of it: waits (p50, p95, max), refusals, kernels shut
-down (their state lost) against kernels hibernated, GPU-hours held against busy, occupancy, and
-whether a wait goal is met."""
+"""What one replay found, and what a person asks of it: waits (p50, p95, max, mean, P(wait > 0)),
+refusals, kernels shut down (their state lost) against kernels hibernated, GPU-hours held against
+busy, occupancy, and whether a wait goal is met."""
 
 from __future__ import annotations
 
@@ -105,6 +105,12 @@ class Tally:
         """Every ask's wait, an ask that never got a slice counting as endless."""
         return self.waits + [math.inf] * self.unserved_asks
 
+    @property
+    def share_waited(self) -> float:
+        """P(wait > 0): the share of asks that waited at all, an ask never served counting as one that did."""
+        asks = len(self.waits) + self.unserved_asks
+        return round((sum(1 for w in self.waits if w > 0) + self.unserved_asks) / asks, 6) if asks else 0.0
+
     def wait(self, q: float) -> float:
         return percentile(self.all_waits, q)
 
@@ -116,6 +122,8 @@ class Tally:
         out = {
             "gpus": self.gpus,
             "wait_seconds": {"p50": _num(self.wait(50)), "p95": _num(self.wait(95)), "max": _num(self.wait(100)),
+                             "mean": round(math.fsum(self.waits) / len(self.waits), 3) if self.waits else None,
+                             "share_waited": self.share_waited,
                              "asks": len(self.waits) + self.unserved_asks, "never_served": self.unserved_asks,
                              **{f"{what}s": n for what, n in sorted(self.waits_by_ask.items())}},
             "refusals": {"total": sum(self.refusals.values()), **dict(sorted(self.refusals.items()))},

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable
 
 from ..pool import SOFT, PoolExhausted, Profile, Waiter
@@ -32,6 +33,7 @@ from ..pool import culling as C
 from ..pool import policy as P
 from ..pool.allocation import Ask, Grant
 from ..pool.gpu_use import GPUUse
+from ..pool.placement import choose
 from .configuration import Configuration, PlanError
 from .costs import COSTS, Costs
 from .metrics import Tally
@@ -49,7 +51,7 @@ class _Kernel:
 
     __slots__ = ("s", "events", "pending", "delay", "state", "lease", "starts", "ask_at", "asking", "waiter",
                  "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid",
-                 "can", "why", "token", "profile", "wake")
+                 "can", "why", "token", "profile", "wake", "room_only")
 
     def __init__(self, session: Session, profile: Profile, can: bool, why: str | None, grid: tuple[float, float]):
         self.s = session
@@ -75,6 +77,7 @@ class _Kernel:
         self.can, self.why = can, why
         self.token = 0  # a queued start's timeout counts only for the ask it was set for
         self.wake = 0.0  # no pass before this can change the policy's answer (0: its facts changed)
+        self.room_only = False  # a start of its user can be refused for room only (no quota, no budget)
 
 
 class Replay:
@@ -99,6 +102,10 @@ class Replay:
         self._waiter_ids = itertools.count(1)
         self._grids: dict[tuple[float, float], dict[_Kernel, None]] = {}
         self._waiting: dict[str, _Kernel] = {}  # waiter id -> its kernel
+        # The queue's starts that only room can refuse, by slice, and the other waiters: _serve stops where
+        # everyone left asks for a slice that fits nowhere.
+        self._queued_starts: Counter = Counter()
+        self._queued_others = 0
         self._kernels: list[_Kernel] = []
         self._busy_share = 0.0
         self._asleep = 0
@@ -120,6 +127,7 @@ class Replay:
                 can, why = s.can_hibernate, s.why
             phase, interval = s.grid or (workload.start, workload.interval)
             k = _Kernel(s, profile, can, why, (phase % interval, interval))
+            k.room_only = self.pool.only_room_refuses(s.user, s.groups)
             self._kernels.append(k)
             self._push(s.arrival, _ASK, k)
 
@@ -294,14 +302,20 @@ class Replay:
 
     def _try_start(self, k: _Kernel, now: float) -> None:
         ask = self._start_ask(k)
-        result = self.pool.ask(ask, now)
-        if isinstance(result, Grant):
-            self._started(k, ask, result, now)
-        elif isinstance(result, PoolExhausted) and self.config.queue_timeout > 0:
+        if k.room_only and self.pool.queue and choose(self.pool.room_after_queue(self.config.placement),
+                                                      k.profile.slice, self.config.placement) is None:
+            full, reason = True, PoolExhausted.reason  # allocate's answer, without building its message (_serve)
+        else:
+            result = self.pool.ask(ask, now)
+            if isinstance(result, Grant):
+                self._started(k, ask, result, now)
+                return
+            full, reason = isinstance(result, PoolExhausted), result.reason
+        if full and self.config.queue_timeout > 0:
             self._enqueue(k, now, ask.kernel_id, None)
             self._push(now + self.config.queue_timeout, _TIMEOUT, (k, k.token))
         else:
-            self._refused(k, now, result.reason)
+            self._refused(k, now, reason)
 
     def _refused(self, k: _Kernel, now: float, reason: str) -> None:
         self.tally.refused(k.s.id, now, reason, k.asking)
@@ -317,8 +331,16 @@ class Replay:
                           profile=k.profile.name, slice=spec, label="", enqueued=now, heartbeat=now)
         self._waiting[k.waiter.id] = k
         self.pool.enqueue(k.waiter)
+        if _plain_start(k, k.waiter):
+            self._queued_starts[k.waiter.slice] += 1
+        else:
+            self._queued_others += 1
 
     def _leave_queue(self, k: _Kernel) -> None:
+        if _plain_start(k, k.waiter):
+            self._queued_starts[k.waiter.slice] -= 1
+        else:
+            self._queued_others -= 1
         self.pool.dequeue(k.waiter.id)
         self._waiting.pop(k.waiter.id, None)
         k.waiter = None
@@ -384,14 +406,37 @@ class Replay:
 
     def _serve(self, now: float) -> None:
         """Room may have freed: each waiter in queue order tries again (a later one keeps what is left
-        after every earlier waiter that fits took its slice: the queue's rules, in ``allocate``)."""
+        after every earlier waiter that fits took its slice: the queue's rules, in ``allocate``).
+
+        A start whose slice fits nowhere in that room, and whom no quota or budget could refuse, would
+        get ``PoolExhausted`` again: it is passed over without asking (the room is
+        ``pool.queue.reserve_for_waiters``, folded one waiter at a time as ``allocate`` folds it; a
+        waiter that does not fit leaves it as it was).  Without this, a queue of Q waiters cost Q asks
+        of Q reservations each on every slice given back."""
+        room, full = None, set()  # what is left after the waiters before this one; the slices that fit nowhere in it
+        left, others = Counter(self._queued_starts), self._queued_others  # who is after this one
+        placement = self.config.placement
         for w in list(self.pool.queue):
             k = self._waiting.get(w.id)
             if k is None or k.waiter is not w:
                 continue
+            if _plain_start(k, w):
+                left[w.slice] -= 1
+            else:
+                others -= 1
             if k.state == WAKING:
                 self._try_resume(k, now, w.id)
+                room, full = None, set()
                 continue
+            if k.room_only:
+                if room is None:
+                    room = self.pool.room_before(w.id, placement)
+                if w.slice in full or choose(room, w.slice, placement) is None:
+                    full.add(w.slice)
+                    if not others and all(n == 0 or s in full for s, n in left.items()):
+                        break  # everyone after this one asks for a slice that fits nowhere: all refused for room
+                    continue
+            room, full = None, set()
             ask = self._start_ask(k)
             result = self.pool.ask(ask, now, w.id)
             if isinstance(result, PoolExhausted):
@@ -510,6 +555,11 @@ class Replay:
     def _sample(self, now: float, _item) -> None:
         self.tally.sample(now, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
         self._push(now + self._step, _SAMPLE, None)
+
+
+def _plain_start(k: _Kernel, w: Waiter) -> bool:
+    """A start in the queue that only room can refuse (no quota, no budget)."""
+    return k.room_only and w.lease_id is None
 
 
 def _started_first(k: _Kernel) -> tuple[float, str]:

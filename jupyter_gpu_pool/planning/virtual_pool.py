@@ -16,6 +16,9 @@ from collections import defaultdict
 from ..pool import ACTIVE, HIBERNATED, MPS, GPU, Lease, PoolError, Waiter
 from ..pool.allocation import Ask, Grant, Holdings, allocate, gpu_usage, mps_users, resume_candidates
 from ..pool.budgets import Interval, Scope, Standing, hours_spent, share_of
+from ..pool.placement import GPUUsage
+from ..pool.queue import ahead_of, reserve_for_waiters
+from ..pool.quotas import Quota
 from .configuration import Configuration
 
 
@@ -36,6 +39,7 @@ class VirtualPool:
         self.peak_share = 0.0
         self.held_seconds = 0.0  # GPU-seconds held by slices that were given back
         self._held: dict[str, tuple[float, float]] = {}  # active lease id -> (share, since)
+        self._tail: tuple[list[GPUUsage], str] | None = None  # room_after_queue's answer, while it holds
 
     # -- the decision's inputs ---------------------------------------------------------------
 
@@ -146,12 +150,38 @@ class VirtualPool:
             spent[index] = Interval(i.share, i.start, now)
 
     def _recount(self, uuid: str) -> None:
+        self._tail = None
         [self.usage[uuid]] = gpu_usage([self.gpus[uuid]], list(self.on_gpu[uuid].values()))
 
     # -- the queue ---------------------------------------------------------------------------
 
     def enqueue(self, waiter: Waiter) -> None:
         self.queue.append(waiter)
+        if self._tail is not None:  # the waiter at the end takes its slice from what the others left
+            self._tail = reserve_for_waiters(self._tail[0], [waiter], self._tail[1]), self._tail[1]
 
     def dequeue(self, waiter_id: str) -> None:
-        self.queue = [w for w in self.queue if w.id != waiter_id]
+        for i, w in enumerate(self.queue):  # (mostly the head: stop where it stands)
+            if w.id == waiter_id:
+                del self.queue[i]
+                break
+        self._tail = None
+
+    def room_after_queue(self, placement: str) -> list[GPUUsage]:
+        """Each GPU's usage after every waiter that fits took its slice: the room ``allocate`` gives a
+        start that has no place in the queue.  Kept from one ask to the next while only waiters join."""
+        if self._tail is None or self._tail[1] != placement:
+            self._tail = reserve_for_waiters(list(self.usage.values()), self.queue, placement), placement
+        return self._tail[0]
+
+    def room_before(self, waiter_id: str, placement: str) -> list[GPUUsage]:
+        """Each GPU's usage after every waiter ahead of ``waiter_id`` that fits took its slice: the room
+        ``allocate`` gives that waiter's start (the queue's rules)."""
+        return reserve_for_waiters(list(self.usage.values()), ahead_of(self.queue, waiter_id), placement)
+
+    def only_room_refuses(self, owner: str, groups: tuple[str, ...]) -> bool:
+        """Whether the only refusal a start of ``owner`` can get is for room (no quota limits them, no
+        budget applies): then a start that fits nowhere is refused for room, and nothing else."""
+        quotas = self.config.quotas
+        return (quotas.user_quota(owner) == Quota() and not quotas.limited_groups(groups)
+                and not (self._budgets and self.config.budgets.scopes(owner, groups)))

@@ -39,17 +39,23 @@ class Waiter:
 def ahead_of(waiters: tuple[Waiter, ...] | list[Waiter], waiter_id: str | None) -> list[Waiter]:
     """The waiters ahead of ``waiter_id`` in the queue (all of them when it has no place)."""
     waiters = list(waiters)
-    if waiter_id is None:
-        return waiters
-    ids = [w.id for w in waiters]
-    return waiters[: ids.index(waiter_id)] if waiter_id in ids else waiters
+    if waiter_id is not None:
+        for i, w in enumerate(waiters):  # (the head asks most: stop where it stands)
+            if w.id == waiter_id:
+                return waiters[:i]
+    return waiters
 
 
 def reserve_for_waiters(usage: list[GPUUsage], waiters: list[Waiter], placement: str) -> list[GPUUsage]:
     """Usage as it would be after each of ``waiters`` (in queue order) that fits took its slice."""
     sim = {u.gpu.uuid: u for u in usage}
+    full: set[SliceSpec] = set()  # slices that fit nowhere: taking room never makes room, so they never will
     for w in waiters:
+        if w.slice in full:
+            continue
         picked = choose(list(sim.values()), w.slice, placement)
+        if picked is None:
+            full.add(w.slice)
         for g in picked or []:
             sim[g.uuid] = sim[g.uuid].plus(w.slice)
     return [sim[u.gpu.uuid] for u in usage]

@@ -14,6 +14,7 @@ client sends) and the planner (each line of a file).
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass, field
 
 FORMAT = "jupyter-gpu-pool-trace"
@@ -55,6 +56,22 @@ class TraceError(ValueError):
     """A trace event (or line) that cannot be read: the message says which field and why."""
 
 
+QUOTE = 40  # characters of a bad value an error quotes
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = QUOTE
+_SHORT.maxlist = _SHORT.maxdict = 4
+_SHORT.maxlevel = 2
+
+
+def quoted(value) -> str:
+    """``value`` as an error shows it: at most a short prefix (a field of a gigabyte is not echoed back)."""
+    if isinstance(value, str) and len(value) > QUOTE:
+        return f"{value[:QUOTE]!r}… ({len(value):,} characters)"
+    text = _SHORT.repr(value) if isinstance(value, (list, dict, tuple)) else repr(value)
+    return text if len(text) <= 2 * QUOTE else f"{text[:QUOTE]}… ({len(text):,} characters)"
+
+
 @dataclass(frozen=True, slots=True)
 class TraceEvent:
     at: float
@@ -81,14 +98,15 @@ def check(raw) -> TraceEvent:
         raise TraceError(f"an event is a JSON object, not {type(raw).__name__}")
     kind = raw.get("e")
     if kind not in FIELDS:
-        raise TraceError(f"'e': {kind!r} is not an event kind this version reads ({', '.join(KINDS)})")
+        raise TraceError(f"'e': {quoted(kind)} is not an event kind this version reads ({', '.join(KINDS)})")
     at = raw.get("t")
     if isinstance(at, bool) or not isinstance(at, _NUMBER) or not math.isfinite(at) or at < 0:
-        raise TraceError(f"'t' must be a time in Unix seconds, not {at!r}")
+        raise TraceError(f"'t' must be a time in Unix seconds, not {quoted(at)}")
     kernel_id, owner = raw.get("k"), raw.get("u")
     for name, value in (("k", kernel_id), ("u", owner)):
         if value is not None and (not isinstance(value, str) or not value or len(value) > MAX_TEXT):
-            raise TraceError(f"'{name}' must be a non-empty name, not {value!r}")
+            long = f" of at most {MAX_TEXT} characters" if isinstance(value, str) and value else ""
+            raise TraceError(f"'{name}' must be a non-empty name{long}, not {quoted(value)}")
     if kernel_id is None:
         raise TraceError(f"a '{kind}' event needs 'k', the kernel id")
     data = {}
@@ -100,19 +118,19 @@ def check(raw) -> TraceEvent:
         value = raw[name]
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
             raise TraceError(f"'{name}' of a '{kind}' event must be {' or '.join(_name(t) for t in types)}, "
-                             f"not {value!r}")
+                             f"not {quoted(value)}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise TraceError(f"'{name}' must be a finite number, not {value!r}")
+            raise TraceError(f"'{name}' must be a finite number, not {quoted(value)}")
         if isinstance(value, str) and len(value) > MAX_TEXT:
             raise TraceError(f"'{name}' is too long ({len(value)} characters; at most {MAX_TEXT})")
         if isinstance(value, list) and (len(value) > MAX_LIST or not all(
                 isinstance(v, str if name == "g" else _NUMBER) and not isinstance(v, bool) for v in value)):
             raise TraceError(f"'{name}' must be a list of at most {MAX_LIST} "
-                             f"{'names' if name == 'g' else 'numbers'}, not {value!r}")
+                             f"{'names' if name == 'g' else 'numbers'}, not {quoted(value)}")
         data[name] = value
     if kind == "kernel" and "grid" in data and (len(data["grid"]) != 2 or not data["grid"][1] > 0
                                                 or not all(math.isfinite(v) for v in data["grid"])):
-        raise TraceError(f"'grid' must be [first pass, interval above 0], not {data['grid']!r}")
+        raise TraceError(f"'grid' must be [first pass, interval above 0], not {quoted(data['grid'])}")
     _in_range(kind, at, data)
     return TraceEvent(float(at), kind, kernel_id, owner, data)
 

@@ -20,7 +20,7 @@ from ..pool import GPU, JournalEntry, Lease, LeaseNotFound, Profile, Quota, Snap
 from ..pool.allocation import Ask, Grant, Holdings, allocate
 from ..pool.budgets import Standing
 from ..pool.phases import PhaseConflict
-from ..pool.policy import Policy
+from ..pool.rules import Policy
 from ..pool.trace import TraceEvent
 
 

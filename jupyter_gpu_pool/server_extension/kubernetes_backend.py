@@ -32,7 +32,7 @@ from ..cluster.resources import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VE
 from ..cluster.session import KernelSession
 from ..cluster.settings import kubernetes_settings
 from ..pool import DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
-from ..pool.policy import Policy, PolicyError, parse_policy
+from ..pool.rules import Policy, PolicyError, parse_policy
 from .adoption import adopt_kernels
 from .backend import PoolBackend
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, Lease
 from jupyter_gpu_pool.pool import culling as C
 from jupyter_gpu_pool.pool import policy as P
+from jupyter_gpu_pool.pool import rules as R
 from jupyter_gpu_pool.pool.budgets import Budget, Scope, Standing
 from jupyter_gpu_pool.pool.gpu_use import GPUUse
 
@@ -64,7 +65,7 @@ def test_budget_facts_warn_at_nine_tenths_and_act_when_spent():
 durations = st.one_of(st.none(), st.floats(1, 5000))
 rules = st.builds(P.Rule, idle_timeout=durations, gpu_idle_timeout=durations, max_busy=durations, max_age=durations,
                   max_hibernated=durations, warn=st.floats(1, 600), snooze=st.floats(1, 3000),
-                  max_snoozes=st.integers(0, 3), action=st.sampled_from(P.ACTIONS),
+                  max_snoozes=st.integers(0, 3), action=st.sampled_from(R.ACTIONS),
                   pressure_factor=st.floats(0.1, 1.0), over_memory_grace=st.floats(1, 300))
 times = st.floats(0, NOW)
 facts = st.builds(
@@ -79,7 +80,7 @@ facts = st.builds(
 @st.composite
 def states(draw):
     warning = draw(st.one_of(st.none(), st.builds(P.Warning, reason=st.sampled_from(P.REASONS),
-                                                    action=st.sampled_from(P.ACTIONS), warned_at=times,
+                                                    action=st.sampled_from(R.ACTIONS), warned_at=times,
                                                     deadline=st.floats(0, 2 * NOW), message=st.just(""))))
     return P.KernelState(warning=warning, snoozes_used=draw(st.integers(0, 2)),
                          snoozed_until=draw(st.one_of(st.just(0.0), st.floats(0, 2 * NOW))),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from planning_helpers import NEVER_CULL, T0, GiB, configuration, jupyter
@@ -15,7 +16,7 @@ from jupyter_gpu_pool.planning.configuration import PlanError
 from jupyter_gpu_pool.planning.costs import HIBERNATE as COST
 from jupyter_gpu_pool.planning.simulator import Replay, replay
 from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE
-from jupyter_gpu_pool.pool.trace import MAX_LIST, MAX_TEXT, VERSION, TraceEvent, check, clipped
+from jupyter_gpu_pool.pool.trace import KINDS, MAX_LIST, MAX_TEXT, VERSION, TraceEvent, check, clipped
 
 
 def E(dt: float, kind: str, kernel: str = "k1", owner: str = "alice", **data) -> TraceEvent:
@@ -41,11 +42,15 @@ EVENTS = [
     E(3000, "end", r="shutdown"),
     E(100, "refused", kernel="k2", owner="bob", p="whole", r="pool_exhausted", a="start"),
 ]
+EVENTS.sort(key=lambda e: e.at)  # a trace is in time order
 
 
 def text(events=EVENTS, **header) -> str:
+    """The file export writes for ``events`` (in time order, as export reads them from the ledger)."""
     out = io.StringIO()
-    tracefile.write(out, events, since=T0, until=T0 + 3600, exported=T0 + 3600, users="all")
+    tracefile.write(out, sorted(events, key=lambda e: e.at), since=T0, until=T0 + 3600, exported=T0 + 3600,
+                    users="all")
+
     lines = out.getvalue().splitlines(keepends=True)
     if header:
         lines[0] = json.dumps({**json.loads(lines[0]), **header}) + "\n"
@@ -217,3 +222,79 @@ def test_a_kernel_the_live_policy_shut_down_has_no_end_of_its_own():
     culled, user_ended = sorted(workload.sessions, key=lambda s: s.id)
     assert END not in [code for _, code, _ in culled.activity()]
     assert (T0 + 1300, END, None) in list(user_ended.activity())  # a dry run's "act" ended nothing
+
+
+# -- a strict reader: one clear error naming the file and line, quoting at most a short prefix ---------------
+
+HUGE = "x" * 5_000_000  # a field of megabytes is named, never echoed back
+
+
+def _with(lines: list[str], at: int, *extra: str) -> str:
+    """The trace with ``extra`` lines put in before line ``at`` (1-based), the closing line's count kept true."""
+    lines = lines[: at - 1] + [x + "\n" for x in extra] + lines[at - 1:]
+    closing = json.loads(lines[-1])
+    lines[-1] = json.dumps({**closing, "events": closing["events"] + len(extra)}) + "\n"
+    return "".join(lines)
+
+
+def _line(**raw) -> str:
+    return json.dumps({"t": T0 + 35, "e": "busy", "k": "k1", "u": "alice", **raw})
+
+
+BAD = [  # each puts its line in as line 5 (between the kernel event at +31 s and the first cell at +40 s)
+    pytest.param(lambda lines: _with(lines, 5, _line(k=HUGE)).encode(),
+                 r"^trace.jsonl line 5: 'k' must be a non-empty name of at most 256 characters, not 'x{40}'… "
+                 r"\(5,000,000 characters\)$", id="long-k"),
+    pytest.param(lambda lines: _with(lines, 5, _line(u=HUGE)).encode(),
+                 r"^trace.jsonl line 5: 'u' must be a non-empty name of at most 256 characters, not 'x{40}'… "
+                 r"\(5,000,000 characters\)$", id="long-u"),
+    pytest.param(lambda lines: _with(lines, 5, _line(e="start", p=[HUGE] * 3)).encode(),
+                 r"^trace.jsonl line 5: 'p' of a 'start' event must be text, not \['x+\.\.\.x+… \(\d+ characters\)$",
+                 id="long-list"),
+    pytest.param(lambda lines: _with(lines, 5, _line(k="k1NOTUTF8")).encode().replace(b"NOTUTF8", b"\xff\xfe"),
+                 r"^trace.jsonl line 5: byte 0xff at column 42 is not UTF-8 text; a trace is UTF-8 JSON lines",
+                 id="not-utf8"),
+    pytest.param(lambda lines: _with(lines, 5, json.dumps({"t": T0 + 35, "e": "busy", "k": "k1"})).encode(),
+                 r"^trace.jsonl line 5: a 'busy' event needs 'u', the kernel's user \(every event names it\); export the "
+                 r"trace again$", id="no-u"),
+    pytest.param(lambda lines: _with(lines, 5, _line(t=T0 + 5)).encode(),
+                 r"^trace.jsonl line 5: its time \(1700000005.000\) is before line 4's \(1700000031.000\); a "
+                 r"trace's events are in time order", id="out-of-order"),
+    pytest.param(lambda lines: _with(lines, 2, json.dumps({"t": T0 - 10, "e": "end", "k": "k1", "u": "alice",
+                                                          "r": "shutdown"})).encode(),
+                 r"^trace.jsonl line 4: kernel 'k1' starts at 1700000030.000, after its lease ended \(line 2, at "
+                 r"1699999990.000\): an end before its start; correct the times, or export the trace again$", id="end-before-start"),
+    pytest.param(lambda lines: ("".join(lines[:-1]) + json.dumps({"end": True, "events": HUGE}) + "\n").encode(),
+                 r"^trace.jsonl line 18: the closing line counts 'x{40}'… \(5,000,000 characters\) events", id="count"),
+]
+
+
+@pytest.mark.parametrize("make, message", BAD)
+def test_a_bad_trace_gets_one_error_naming_its_line_and_quoting_a_short_prefix(make, message):
+    body = make(text().splitlines(keepends=True))
+    with pytest.raises(PlanError) as refused:
+        tracefile.read(io.BytesIO(body), name="trace.jsonl")
+    assert len(str(refused.value)) < 400, str(refused.value)[:400]
+    assert re.search(message, str(refused.value)), str(refused.value)
+
+
+@pytest.mark.parametrize("make, message", BAD)
+def test_the_cli_refuses_each_bad_trace_with_one_line_naming_the_file_and_line(tmp_path, make, message):
+    bad = tmp_path / "trace.jsonl"
+    bad.write_bytes(make(text().splitlines(keepends=True)))
+    done = jupyter("simulate", "--trace", str(bad), "--gpus", "1", "--json", "--no-progress")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "Traceback" not in done.stderr and len(done.stderr) < 500, done.stderr[:500]
+    assert re.search(message.replace("^trace.jsonl", "^" + re.escape(str(bad))), done.stderr.strip()), done.stderr
+
+
+def test_an_end_of_a_lease_begun_before_the_trace_is_read():
+    """An export from --since starts in the middle of some leases: their ends are fine (without a start
+    of the same kernel after them)."""
+    trace = read(text([E(-10, "end", kernel="k0", r="shutdown"), *EVENTS]))
+    assert ("k0", "end") in {(e.kernel_id, e.kind) for _, e in trace.events}
+    assert "k0" not in {s.id for s in tracefile.to_workload(trace).sessions}
+
+
+def test_every_kind_of_event_has_its_handler():
+    assert set(tracefile._HANDLERS) == set(KINDS)

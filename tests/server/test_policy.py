@@ -17,10 +17,11 @@ from jupyter_gpu_pool.pool.policy import (
     SnoozeRefused,
     Warning,
     decide,
-    parse_duration,
-    parse_policy,
     snooze,
 )
+from jupyter_gpu_pool.pool import rules as R
+from jupyter_gpu_pool.pool.rules import parse_policy
+from jupyter_gpu_pool.pool.units import parse_duration
 
 NOW = 10_000.0
 OFF = {"idle_timeout": None, "gpu_idle_timeout": None, "max_busy": None, "max_age": None, "max_hibernated": None}
@@ -223,11 +224,11 @@ def test_rule_matching_first_match_wins():
     assert policy.rule_for("bob", ("interns",), "gpu-whole", "gpu-pool-gpu-whole").name == "students"
     assert policy.rule_for("carol", (), "gpu-whole", "gpu-pool-gpu-whole").name == "whole"
     assert policy.rule_for("carol", (), "gpu-whole", "python3").name == "default"  # every key must match
-    assert policy.rule_for("carol", (), "gpu-10g", "x") is P.DEFAULT_RULE
+    assert policy.rule_for("carol", (), "gpu-10g", "x") is R.DEFAULT_RULE
 
 
 def test_defaults_are_sane_for_a_shared_box():
-    r = P.DEFAULT_RULE
+    r = R.DEFAULT_RULE
     assert (r.idle_timeout, r.gpu_idle_timeout, r.gpu_idle_threshold) == (3600, 3600, 5)
     assert r.max_busy is None and r.max_age is None  # a long training run is never cut by default
     assert (r.warn, r.snooze, r.max_snoozes, r.action, r.max_hibernated) == (300, 1800, 2, "hibernate", 86400)
@@ -259,7 +260,7 @@ def test_durations(text, seconds):
     ([{"name": "a"}, {"name": "a"}], "[1].name: 'a' is used by rule 0 too"),
 ])
 def test_bad_policies_name_the_rule_and_field(rules, message):
-    with pytest.raises(P.PolicyError) as e:
+    with pytest.raises(R.PolicyError) as e:
         parse_policy(rules, profiles=("small", "half"))
     assert message in str(e.value)
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from jupyter_gpu_pool.devices.telemetry import NVMLSource, ProcessReading, Sampler
-from jupyter_gpu_pool.local.processes import process_tree
+from jupyter_gpu_pool.devices.processes import process_tree
 
 GiB = 2**30
 
