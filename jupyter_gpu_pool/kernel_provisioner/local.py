@@ -28,6 +28,7 @@ from typing import Any
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Unicode
 
+from ..devices.processes import process_tree
 from ..local import processes
 from ..config import ConfigError
 from ..devices import checkpoint
@@ -221,7 +222,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
         settings = pool.settings.hibernation
         if not settings.checkpoint_before_kill:
             return
-        tree = await asyncio.to_thread(processes.process_tree, self.pid)
+        tree = await asyncio.to_thread(process_tree, self.pid)
         work = asyncio.to_thread(checkpoint.prepare_kill, checkpoint.driver(), tree, settings.lock_timeout)
         try:
             done = await asyncio.wait_for(work, settings.shutdown_timeout)
