@@ -94,7 +94,6 @@ def isolate(profiles: dict, declared: bool) -> str:
     config = {"GPUPool": {"gpu_discovery": "declared" if declared else "nvml",
                           "ledger_path": os.path.join(root, "ledger.sqlite"), "profiles": profiles,
                           "unix_groups": False, "policy": [{"idle_timeout": None, "gpu_idle_timeout": None}],
-                          "mps_pipe_directory": os.path.join(root, "mps-pipe"),
                           "mps_log_directory": os.path.join(root, "mps-log")}}
     if declared:
         config["GPUPool"]["inventory"] = [{"name": "Smoke GPU", "memory": "40GiB", "count": 1}]
