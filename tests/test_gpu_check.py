@@ -141,7 +141,8 @@ def test_only_selects_exactly_the_tests_it_names_under_a_real_pytest(tmp_path, o
     results = tmp_path / "results.jsonl"
     done = subprocess.run(planned.cmd + ["--collect-only", "-q"], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "GPU_CHECK_RESULTS": str(results),
-                                            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "scripts")])})
+                                            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "scripts"),
+                                                                          os.environ.get("PYTHONPATH", "")])})
     collected, _ = gc.read_results(results)
     assert collected == selected, done.stdout[-2000:] + done.stderr[-2000:]
 
