@@ -7,7 +7,7 @@ own time limit (:data:`STEPS`: together at most 8 minutes on one H100), and writ
 ``summary.md`` (the same for docs/gpu-verification.md) and ``log.txt`` under ``--out``.  A step out
 of time is stopped and reported as such, with what it measured so far; the report is written
 whatever happens.  ``--only PATTERN`` reruns one part within 3 minutes: ``hibernation``, ``sharing``,
-``tests``, a test id (``tests/gpu/test_pool_gpu.py::test_...``) or a fragment of test names.  It never
+a test id (``tests/gpu/test_pool_gpu.py::test_...``) or a fragment of test names.  It never
 changes the card's settings (compute mode, clocks, MIG, persistence) nor resets it; the MPS daemons
 the tests and benchmarks start are their pool's own, stopped by them, and any left behind are
 stopped at the end.
