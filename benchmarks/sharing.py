@@ -6,7 +6,7 @@
 Needs a GPU and PyTorch (and ``nvidia-cuda-mps-control`` for the MPS modes); it runs on the GPU test
 machine (docs/gpu-testing.md, or all at once with ``scripts/gpu-check``).  The workload is what a
 notebook trains: an 8-layer, 1024-wide MLP with batch 64 and Adam, on random data.  Each loop warms
-up, waits for a common start time, then counts its steps for ``--seconds``.  Modes:
+up and says so; once all are warm they start together and count their steps for ``--seconds``.  Modes:
 
 - **alone (exclusive)**: one loop in a bare process holding the whole GPU: the reference;
 - **time-sliced**: ``--loops`` bare processes on the GPU, no pool (what users do without one: CUDA
@@ -18,8 +18,10 @@ up, waits for a common start time, then counts its steps for ``--seconds``.  Mod
 
 Aggregate steps/s is the sum of the loops' rates; the ratio is against one loop alone.  **Slice
 efficiency** is one loop alone in a soft slice, and alone in an SM-capped MPS slice, against the bare
-process.  Kernels run on the path users run (provisioner, ledger, slice environment); the loops run
-in them through ``execute_request`` as a cell does.
+process: measured first, in the first kernel of each mode's set, before the set runs together (the
+kernels are started once per mode).  Kernels run on the path users run (provisioner, ledger, slice
+environment); the loops run in them through ``execute_request`` as a cell does.  The JSON result is
+rewritten after each figure, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import time
 from kernel_run import run  # benchmarks/kernel_run.py (the script's own directory is on sys.path)
 
 LOOP = """
-import json, time, torch
+import json, os, time, torch
 device = {device!r}
 torch.manual_seed(0)
 layers = []
@@ -60,9 +62,14 @@ def sync():
 for _ in range(20):
     step()
 sync()
-late = time.time() - {start_at}
-while time.time() < {start_at}:
-    time.sleep(0.005)
+open(os.path.join({folder!r}, f"ready-{{os.getpid()}}-{{time.monotonic_ns()}}"), "w").close()
+go = os.path.join({folder!r}, "go")
+while not os.path.exists(go):
+    time.sleep(0.002)
+start_at = float(open(go).read())
+late = time.time() - start_at
+while time.time() < start_at:
+    time.sleep(0.001)
 t0, n = time.perf_counter(), 0
 while time.perf_counter() - t0 < {seconds}:
     step()
@@ -70,11 +77,32 @@ while time.perf_counter() - t0 < {seconds}:
 sync()
 print("SHARING " + json.dumps({{"steps": n, "seconds": time.perf_counter() - t0, "late": max(late, 0.0)}}))
 """
+# The order rows are shown in, whatever order they are measured in.
+MODES = ["alone (exclusive)", "time-sliced", "soft", "mps", "mps, SM-capped"]
+READY_TIMEOUT = 180.0  # seconds the loops may take to warm up
 
 
-def loop_code(device: str, start_at: float, seconds: float, smoke: bool) -> str:
+def loop_code(device: str, folder: str, seconds: float, smoke: bool) -> str:
     depth, width, batch = (2, 64, 8) if smoke else (8, 1024, 64)
-    return LOOP.format(device=device, depth=depth, width=width, batch=batch, start_at=start_at, seconds=seconds)
+    return LOOP.format(device=device, depth=depth, width=width, batch=batch, folder=folder, seconds=seconds)
+
+
+async def together(n: int, folder: str, loops) -> list:
+    """Run ``loops`` (an awaitable of the loops' outputs), and once ``n`` loops are warm (each leaves
+    a file in ``folder``), let them start together; return their outputs."""
+    work = asyncio.ensure_future(loops)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while sum(1 for f in os.listdir(folder) if f.startswith("ready-")) < n:
+        if work.done():
+            return await work  # a loop ended before it was ready: its error
+        if time.monotonic() > deadline:
+            work.cancel()
+            raise RuntimeError(f"the loops were not warm within {READY_TIMEOUT:.0f} s")
+        await asyncio.sleep(0.01)
+    with open(os.path.join(folder, "go.tmp"), "w") as f:
+        f.write(repr(time.time() + 0.2))
+    os.rename(os.path.join(folder, "go.tmp"), os.path.join(folder, "go"))
+    return await work
 
 
 def parse(text: str) -> dict:
@@ -94,7 +122,6 @@ def isolate(profiles: dict, declared: bool) -> str:
     config = {"GPUPool": {"gpu_discovery": "declared" if declared else "nvml",
                           "ledger_path": os.path.join(root, "ledger.sqlite"), "profiles": profiles,
                           "unix_groups": False, "policy": [{"idle_timeout": None, "gpu_idle_timeout": None}],
-                          "mps_pipe_directory": os.path.join(root, "mps-pipe"),
                           "mps_log_directory": os.path.join(root, "mps-log")}}
     if declared:
         config["GPUPool"]["inventory"] = [{"name": "Smoke GPU", "memory": "40GiB", "count": 1}]
@@ -103,30 +130,32 @@ def isolate(profiles: dict, declared: bool) -> str:
     return root
 
 
-async def bare(n: int, device: str, seconds: float, smoke: bool) -> list[dict]:
+async def bare(n: int, device: str, seconds: float, smoke: bool, root: str) -> list[dict]:
     """``n`` loops in bare processes (no pool), started together."""
-    start_at = time.time() + (3 if smoke else 15)
+    folder = tempfile.mkdtemp(dir=root)
     procs = [await asyncio.create_subprocess_exec(
-        sys.executable, "-c", loop_code(device, start_at, seconds, smoke),
+        sys.executable, "-c", loop_code(device, folder, seconds, smoke),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for _ in range(n)]
-    outs = await asyncio.gather(*(p.communicate() for p in procs))
+    outs = await together(n, folder, asyncio.gather(*(p.communicate() for p in procs)))
     for p, (_out, err) in zip(procs, outs):
         if p.returncode != 0:
             raise RuntimeError(f"a bare loop failed: {err.decode()[-2000:]}")
     return [parse(out.decode()) for out, _err in outs]
 
 
-async def in_kernels(manager, profile: str, n: int, device: str, seconds: float, smoke: bool) -> list[dict]:
-    """``n`` loops in pool kernels on ``profile``, run as cells, started together."""
+async def in_kernels(manager, kids: list[str], device: str, seconds: float, smoke: bool, root: str) -> list[dict]:
+    """A loop in each of the pool kernels ``kids``, run as cells, started together."""
+    folder = tempfile.mkdtemp(dir=root)
+    outs = await together(len(kids), folder, asyncio.gather(
+        *(run(manager.get_kernel(k), loop_code(device, folder, seconds, smoke)) for k in kids)))
+    return [parse(out) for out in outs]
+
+
+async def kernels_of(manager, profile: str, n: int) -> list[str]:
+    """``n`` pool kernels on ``profile``, torch imported in each."""
     kids = [await manager.start_kernel(kernel_name=f"gpu-pool-{profile}") for _ in range(n)]
-    try:
-        await asyncio.gather(*(run(manager.get_kernel(k), "import torch") for k in kids))
-        start_at = time.time() + (3 if smoke else 10)
-        outs = await asyncio.gather(*(run(manager.get_kernel(k), loop_code(device, start_at, seconds, smoke))
-                                      for k in kids))
-        return [parse(out) for out in outs]
-    finally:
-        await asyncio.gather(*(manager.shutdown_kernel(k, now=True) for k in kids))
+    await asyncio.gather(*(run(manager.get_kernel(k), "import torch") for k in kids))
+    return kids
 
 
 def row(mode: str, results: list[dict], alone: float) -> dict:
@@ -167,28 +196,40 @@ async def main(args) -> dict:
               "seconds": seconds, "at": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows, "efficiency": efficiency}
 
     def save() -> None:
+        rows.sort(key=lambda r: MODES.index(r["mode"]))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
 
-    try:
-        alone = (await bare(1, device, seconds, smoke))[0]["steps_per_s"]
-        rows.append(row("alone (exclusive)", [{"steps_per_s": alone, "late": 0.0}], alone))
+    def add(measured: dict) -> None:
+        rows.append(measured)
+        print(f"  {measured}", file=sys.stderr)
         save()
-        modes = [("time-sliced", None), ("soft", "soft")]
+
+    async def pool_mode(mode: str, profile: str, alone_in: str | None) -> None:
+        """One pool mode: its kernels started once; slice efficiency first (one loop alone in the first
+        kernel, ``alone_in``), then the set together."""
+        kids = await kernels_of(manager, profile, n)
+        try:
+            if alone_in:
+                one = (await in_kernels(manager, kids[:1], device, seconds, smoke, root))[0]["steps_per_s"]
+                efficiency.append({"slice": alone_in, "steps_s": round(one, 1), "bare_steps_s": round(alone, 1),
+                                   "efficiency": round(one / alone, 3)})
+                save()
+            add(row(mode, await in_kernels(manager, kids, device, seconds, smoke, root), alone))
+        finally:
+            await asyncio.gather(*(manager.shutdown_kernel(k, now=True) for k in kids))
+
+    try:
+        alone = (await bare(1, device, seconds, smoke, root))[0]["steps_per_s"]  # the reference, first
+        add(row("alone (exclusive)", [{"steps_per_s": alone, "late": 0.0}], alone))
+        await pool_mode("soft", "soft", "soft slice")
         if not smoke:
-            modes += [("mps", "mps"), ("mps, SM-capped", "mpscap")]
-        for mode, profile in modes:
-            results = (await bare(n, device, seconds, smoke) if profile is None
-                       else await in_kernels(manager, profile, n, device, seconds, smoke))
-            rows.append(row(mode, results, alone))
-            print(f"  {rows[-1]}", file=sys.stderr)
-            save()
-        for mode, profile in [("soft slice", "soft")] + ([] if smoke else [(f"mps slice, {share}% SMs", "mpscap")]):
-            one = (await in_kernels(manager, profile, 1, device, seconds, smoke))[0]["steps_per_s"]
-            efficiency.append({"slice": mode, "steps_s": round(one, 1), "bare_steps_s": round(alone, 1),
-                               "efficiency": round(one / alone, 3)})
-            save()
+            await pool_mode("mps, SM-capped", "mpscap", f"mps slice, {share}% SMs")
+            pool.stop_mps()  # no MPS server up while bare processes share the GPU
+        add(row("time-sliced", await bare(n, device, seconds, smoke, root), alone))
+        if not smoke:
+            await pool_mode("mps", "mps", None)
     finally:
         await manager.shutdown_all(now=True)
         pool.stop_mps()  # the pool's own daemons: leave the card as we found it

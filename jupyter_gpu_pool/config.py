@@ -118,6 +118,29 @@ def _owner(name) -> str:
     return name
 
 
+# A Unix socket's path holds at most 107 bytes, and an MPS daemon binds its sockets (<pipe>/control, ...)
+# in a folder of its own under GPUPool.mps_pipe_directory (devices/mps.py: "/" and a 12-character name):
+# 64 leaves 30 bytes for the daemon's socket names (the longest known, "/control_privileged", takes 19).
+MPS_PIPE_DIRECTORY_MAX = 64
+
+
+def _mps_pipe_directory(path) -> str:
+    if not isinstance(path, str):
+        raise ValueError(f"must be a folder path, not {path!r}")
+    if not path:
+        return path
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        raise ValueError(f"{path!r} is not an absolute path; give one such as /run/jupyter-gpu-pool/mps, or "
+                         "leave it empty for the pool's own private folder")
+    if len(path.encode()) > MPS_PIPE_DIRECTORY_MAX:
+        raise ValueError(f"{path!r} is {len(path.encode())} bytes long, and may be at most {MPS_PIPE_DIRECTORY_MAX}: "
+                         "the MPS daemon binds Unix sockets in a folder under it, and a socket's path holds at most "
+                         "107 bytes. Give a shorter folder (such as /run/jupyter-gpu-pool/mps), or leave it empty "
+                         "for the pool's own private folder")
+    return path
+
+
 def _host_memory(text) -> str:
     parse_host_memory(text)
     return text
@@ -222,13 +245,13 @@ class GPUPool(Configurable):
         restarter can reuse it; after that the slice is reclaimed.""",
     ).tag(config=True)
 
-    mps_pipe_directory = Unicode(
-        help="CUDA_MPS_PIPE_DIRECTORY of the pool's MPS control daemon.",
+    mps_pipe_directory = Parsed(
+        _mps_pipe_directory, "",
+        help=f"""Where the pool's MPS control daemons keep their pipes: one short folder per GPU under it
+        (CUDA_MPS_PIPE_DIRECTORY).  The daemon binds Unix sockets in that folder, and a socket's path holds
+        at most 107 bytes, so this folder may be at most {MPS_PIPE_DIRECTORY_MAX} bytes long.  Empty (the
+        default): a private folder (mode 0700) of the pool's own in /run/user/<uid>, else in /tmp.""",
     ).tag(config=True)
-
-    @default("mps_pipe_directory")
-    def _default_mps_pipe(self) -> str:
-        return os.path.join(jupyter_runtime_dir(), "gpu_pool", "mps-pipe")
 
     mps_log_directory = Unicode(
         help="CUDA_MPS_LOG_DIRECTORY of the pool's MPS control daemon.",

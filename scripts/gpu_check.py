@@ -2,12 +2,15 @@
 
 On a machine with an NVIDIA GPU: installs what is missing (from ``.whl/`` where there is no package
 index), runs every ``gpu``-marked test and the hibernation and sharing benchmarks, each step with its
-own time limit inside a hard budget of under 10 minutes, and writes ``gpu-check/report.json`` (the
-device, driver and CUDA version, each test's outcome and figures, each benchmark figure),
-``gpu-check/summary.md`` (the same for docs/gpu-verification.md) and ``gpu-check/log.txt``.  The
-report is written even when a step runs out of time.  It never changes the card's settings (compute
-mode, clocks, MIG, persistence) nor resets it; the MPS daemons the tests and benchmarks start are
-their pool's own, stopped by them, and any left behind are stopped at the end.
+own time limit (:data:`STEPS`: together at most 8 minutes on one H100), and writes ``report.json``
+(the device, driver and CUDA version, each test's outcome and figures, each benchmark figure),
+``summary.md`` (the same for docs/gpu-verification.md) and ``log.txt`` under ``--out``.  A step out
+of time is stopped and reported as such, with what it measured so far; the report is written
+whatever happens.  ``--only PATTERN`` reruns one part within 3 minutes: ``hibernation``, ``sharing``,
+a test id (``tests/gpu/test_pool_gpu.py::test_...``) or a fragment of test names.  It never
+changes the card's settings (compute mode, clocks, MIG, persistence) nor resets it; the MPS daemons
+the tests and benchmarks start are their pool's own, stopped by them, and any left behind are
+stopped at the end.
 
 Without a GPU it says so and exits with status 2 at once.  Exit status 1: a test failed or a step
 did not finish; 0: everything passed.
@@ -27,12 +30,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
-BUDGET = 585.0  # seconds for the whole check: under 10 minutes on one H100
 GPU_TESTS = ["tests/gpu", "tests/test_mps.py", "tests/server/test_telemetry.py", "tests/kube/test_kube_agent.py"]
-# (step, seconds it may take at most); each also stops where the budget ends.
-LIMITS = {"install": 90.0, "tests": 280.0, "hibernation benchmark": 165.0, "sharing benchmark": 100.0}
+
+# The check's time, in one place: each step's limit in seconds.  Planned from the first run on an H100
+# (2026-11-26, driver 580.159.04): install 4.3 s; tests 225 s with the three MPS tests failing at once
+# and the busy-loop test failing early (passing, they run kernels: an estimated 35 s more; the tests'
+# holdings were cut since: about 13 s less); hibernation 1/4/16 GiB in about 150 s, never reaching
+# 32 GiB (since: one kernel for every size, one restart per size, the saved state on tmpfs without CRC
+# and loaded with mmap: an estimated 110 s for 1/4/16/32); sharing 4 of 6 figures in 100 s (since:
+# loops start together as soon as all are warm instead of after a fixed 10-15 s, and the
+# slice-efficiency runs reuse the rows' kernels: an estimated 70 s).  OVERHEAD is the rest:
+# nvidia-smi, the versions (imports torch), the report.
+STEPS = {"install": 10.0, "tests": 265.0, "hibernation benchmark": 125.0, "sharing benchmark": 70.0}
+OVERHEAD = 10.0
+BUDGET = 480.0  # 8 minutes: a lease is 15 minutes of device time, the machine's start (about 1) included
+ONLY_BUDGET = 180.0  # --only: a rerun of one part in the same lease
+assert sum(STEPS.values()) + OVERHEAD <= BUDGET
+PARTS = {"hibernation": "hibernation benchmark", "sharing": "sharing benchmark"}
+# The hibernation table: the ratio against the load baseline first; regenerating random tensors costs
+# almost nothing, so that baseline is only a lower bound for what rebuilding a notebook's state costs.
+HIBERNATION_HEADER = ("| GPU memory held | hibernate | resume | (restart + load from disk) / resume | "
+                      "restart + load from disk | restart + regenerate (a lower bound) |")
+
 # What the tests and benchmarks import: module -> the package that provides it.
 NEEDED = {"jupyter_server": "jupyter_server", "jupyter_client": "jupyter_client", "ipykernel": "ipykernel",
           "jupyter_events": "jupyter_events", "traitlets": "traitlets", "pynvml": "nvidia-ml-py",
@@ -120,7 +142,7 @@ def install(env: dict, site: Path, log: Log, deadline: float) -> str:
         cmd = pip + packages + ([str(REPO)] if not entry else [])
         what = f"{', '.join(packages + (['this project'] if not entry else []))} from the package index"
     log(f"   installing {what}")
-    timeout = max(min(LIMITS["install"], deadline - time.monotonic()), 1.0)
+    timeout = max(min(STEPS["install"], deadline - time.monotonic()), 1.0)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     log.raw(done.stdout + done.stderr)
     if done.returncode != 0:
@@ -239,7 +261,8 @@ def read_results(path: Path) -> tuple[list[str], dict[str, dict]]:
 
 
 def build_report(*, device: dict, steps: list[dict], collected: list[str], results: dict[str, dict],
-                 benchmarks: dict[str, dict | None], started: float, finished: float, environment: dict) -> dict:
+                 benchmarks: dict[str, dict | None], started: float, finished: float, environment: dict,
+                 budget: float = BUDGET) -> dict:
     tests = [results.get(t) or {"id": t, "outcome": "not run", "seconds": 0.0, "properties": {},
                                 "message": "the test step ended before this test ran"} for t in collected]
     tests += [r for t, r in results.items() if t not in collected]  # collection errors
@@ -250,7 +273,7 @@ def build_report(*, device: dict, steps: list[dict], collected: list[str], resul
     ok = (all(s["status"] == "ok" for s in steps) and summary["failed"] == summary["error"] == summary["not run"] == 0
           and summary["passed"] > 0)
     return {"ok": ok, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
-            "seconds": round(finished - started, 1), "budget_seconds": BUDGET, "device": device,
+            "seconds": round(finished - started, 1), "budget_seconds": budget, "device": device,
             "environment": environment, "steps": steps, "summary": summary, "tests": tests, "figures": figures}
 
 
@@ -264,18 +287,18 @@ def render_markdown(report: dict) -> str:
              f"PyTorch {report['environment'].get('torch')}",
              f"- **Tests**: {s['passed']} passed, {s['failed']} failed, {s['error']} errors, {s['skipped']} skipped, "
              f"{s['not run']} not run",
-             "", "| step | status | seconds |", "|---|---|---|"]
-    lines += [f"| {st['name']} | {st['status']} | {st['seconds']} |" for st in report["steps"]]
+             "", "| step | status | seconds | limit | measured |", "|---|---|---|---|---|"]
+    lines += [f"| {st['name']} | {st['status']} | {st['seconds']} | {st.get('limit', '')} | {st.get('measured', '')} |"
+              for st in report["steps"]]
     lines += ["", "| test | outcome | seconds | figures |", "|---|---|---|---|"]
     for t in report["tests"]:
         props = ", ".join(f"{k} {v}" for k, v in t["properties"].items())
         lines.append(f"| `{t['id']}` | {t['outcome']} | {t['seconds']} | {props} |")
     hib = report["figures"].get("hibernation")
     if hib and hib.get("rows"):
-        lines += ["", "| GPU memory held | hibernate | resume | restart + load | restart + regenerate | "
-                      "(restart + load) / resume |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['gib']} GiB | {r['hibernate_s']} s | {r['resume_s']} s | {r['restart_load_s']} s | "
-                  f"{r['restart_regenerate_s']} s | {r['ratio_load_to_resume']}x |" for r in hib["rows"]]
+        lines += ["", HIBERNATION_HEADER, "|---|---|---|---|---|---|"]
+        lines += [f"| {r['gib']} GiB | {r['hibernate_s']} s | {r['resume_s']} s | {r['ratio_load_to_resume']}x | "
+                  f"{r['restart_load_s']} s | {r['restart_regenerate_s']} s |" for r in hib["rows"]]
     share = report["figures"].get("sharing")
     if share and share.get("rows"):
         lines += ["", "| mode | loops | aggregate steps/s | against one alone |", "|---|---|---|---|"]
@@ -313,6 +336,55 @@ def versions(env: dict) -> dict:
         return {"python": sys.version.split()[0], "platform": platform.platform()}
 
 
+# -- the plan ----------------------------------------------------------------------------------------------
+
+
+class Step(NamedTuple):
+    name: str
+    cmd: list[str]
+    limit: float  # seconds
+
+
+def plan(only: str | None, out: Path, python: str = sys.executable) -> tuple[list[Step], float]:
+    """The steps after the install, each with its time limit, and the budget they run in: every part
+    within :data:`BUDGET`, or the one part ``only`` names within :data:`ONLY_BUDGET` (``hibernation``,
+    ``sharing``, a test id or file, else a fragment of test names for ``pytest -k``)."""
+    tests = [python, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin", "-p", "no:cacheprovider",
+             "--continue-on-collection-errors", "-rA", "-v"]
+    full = {"tests": tests + GPU_TESTS,
+            "hibernation benchmark": [python, "benchmarks/hibernation.py", "--sizes", "1,4,16,32",
+                                      "--json", str(out / "hibernation.json")],
+            "sharing benchmark": [python, "benchmarks/sharing.py", "--seconds", "4", "--json", str(out / "sharing.json")]}
+    if only is None:
+        return [Step(name, cmd, STEPS[name]) for name, cmd in full.items()], BUDGET
+    pattern = only.strip()
+    room = ONLY_BUDGET - STEPS["install"] - OVERHEAD
+    if pattern in PARTS:
+        name = PARTS[pattern]
+        return [Step(name, full[name], min(STEPS[name], room))], ONLY_BUDGET
+    if not pattern or pattern.startswith("-"):
+        raise ValueError(f"--only takes hibernation, sharing, a test id or a fragment of test names, not {only!r}")
+    if "::" in pattern or pattern.endswith(".py"):
+        if not (REPO / pattern.split("::")[0]).is_file():
+            raise ValueError(f"--only {pattern}: there is no test file {pattern.split('::')[0]} in this checkout")
+        cmd = tests + [pattern]
+    else:
+        cmd = tests + ["-k", pattern] + GPU_TESTS
+    return [Step("tests", cmd, min(STEPS["tests"], room))], ONLY_BUDGET
+
+
+def measured(name: str, out: Path) -> str:
+    """What a step measured, in words (for a step cut short: what it got to)."""
+    if name == "tests":
+        collected, results = read_results(out / "results.jsonl")
+        return f"{len(results)} of {len(collected)} tests reported"
+    data = load_json(out / ("hibernation.json" if name.startswith("hibernation") else "sharing.json")) or {}
+    if name.startswith("hibernation"):
+        return "sizes: " + (", ".join(f"{r['gib']} GiB" for r in data.get("rows", [])) or "none")
+    got = [r["mode"] for r in data.get("rows", [])] + [e["slice"] for e in data.get("efficiency", [])]
+    return "figures: " + ("; ".join(got) or "none")
+
+
 # -- the check ---------------------------------------------------------------------------------------------
 
 
@@ -320,10 +392,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "gpu-check"), help="where the report and log go (gpu-check/)")
     parser.add_argument("--nvidia-smi", default="nvidia-smi", help="the nvidia-smi to ask for the GPUs")
+    parser.add_argument("--only", metavar="PATTERN", default=None,
+                        help="rerun one part within 3 minutes: hibernation, sharing, a test id, or a fragment of "
+                             "test names (pytest -k)")
     args = parser.parse_args(argv)
     started, t0 = time.time(), time.monotonic()
-    deadline = t0 + BUDGET
     out = Path(args.out)
+    try:
+        steps_planned, budget = plan(args.only, out)
+    except ValueError as e:
+        parser.error(str(e))
+    deadline = t0 + budget
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "log.txt")
 
@@ -333,10 +412,11 @@ def main(argv: list[str] | None = None) -> int:
             "with an NVIDIA GPU and its driver (docs/gpu-verification.md); nothing was run.")
         write_report(out, build_report(device={"error": device}, steps=[], collected=[], results={},
                                        benchmarks={}, started=started, finished=time.time(),
-                                       environment={"python": sys.version.split()[0]}))
+                                       environment={"python": sys.version.split()[0]}, budget=budget))
         return NO_GPU_EXIT
     log(f"GPU check: {device['name']} x {len(device['gpus'])}, driver {device['driver']}, CUDA {device['cuda']}; "
-        f"budget {BUDGET:.0f} s")
+        f"budget {budget:.0f} s" + (f", only {args.only}" if args.only else "") + ": "
+        + ", ".join(f"{s.name} {s.limit:.0f} s" for s in [Step("install", [], STEPS["install"]), *steps_planned]))
 
     site = Path("/tmp/gpu-check-site")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -344,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          else []))}
     steps: list[dict] = []
     results_path = out / "results.jsonl"
-    results_path.unlink(missing_ok=True)
-    for stale in ("hibernation.json", "sharing.json"):
+    for stale in ("results.jsonl", "hibernation.json", "sharing.json"):
         (out / stale).unlink(missing_ok=True)
     mps_before = mps_daemons()
     environment: dict = {"python": sys.version.split()[0]}
@@ -354,46 +433,44 @@ def main(argv: list[str] | None = None) -> int:
         try:
             what = install(env, site, log, deadline)
             steps.append({"name": "install", "command": what, "status": "ok", "exit": 0,
-                          "seconds": round(time.monotonic() - begun, 1), "limit": LIMITS["install"]})
+                          "seconds": round(time.monotonic() - begun, 1), "limit": STEPS["install"]})
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             log(f"!! {e}")
             steps.append({"name": "install", "command": "", "status": "failed", "exit": None,
-                          "seconds": round(time.monotonic() - begun, 1), "limit": LIMITS["install"]})
+                          "seconds": round(time.monotonic() - begun, 1), "limit": STEPS["install"]})
         environment = versions(env)
         log(f"   Python {environment.get('python')}, PyTorch {environment.get('torch')} "
             f"(CUDA {environment.get('torch_cuda')})")
-        plan = [
-            ("tests", [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin", "-p", "no:cacheprovider",
-                       "--continue-on-collection-errors", "-rA", "-v", *GPU_TESTS]),
-            ("hibernation benchmark", [sys.executable, "benchmarks/hibernation.py", "--sizes", "1,4,16,32",
-                                       "--json", str(out / "hibernation.json")]),
-            ("sharing benchmark", [sys.executable, "benchmarks/sharing.py", "--seconds", "4",
-                                   "--json", str(out / "sharing.json")]),
-        ]
-        for name, cmd in plan:
+        for step in steps_planned:
             left = deadline - time.monotonic() - 5
             if left < 20 or steps[0]["status"] != "ok":
                 why = "the install failed" if steps[0]["status"] != "ok" else "no time left in the budget"
-                log(f"== {name}: skipped ({why})")
-                steps.append({"name": name, "command": " ".join(cmd), "status": "skipped", "exit": None,
-                              "seconds": 0.0, "limit": 0.0})
+                log(f"== {step.name}: skipped ({why})")
+                steps.append({"name": step.name, "command": " ".join(step.cmd), "status": "skipped", "exit": None,
+                              "seconds": 0.0, "limit": 0.0, "measured": "nothing"})
                 continue
-            steps.append(run_step(name, cmd, {**env, "GPU_CHECK_RESULTS": str(results_path)},
-                                  min(LIMITS[name], left), log))
+            done = run_step(step.name, step.cmd, {**env, "GPU_CHECK_RESULTS": str(results_path)},
+                            min(step.limit, left), log)
+            done["measured"] = measured(step.name, out)
+            if done["status"] == "timeout":
+                log(f"   {step.name} ran out of its {done['limit']:.0f} s; it measured {done['measured']}")
+            steps.append(done)
     finally:
         stop_left_mps(mps_before, log)
         collected, results = read_results(results_path)
+        ran = {s.name for s in steps_planned}
         report = build_report(device=device, steps=steps, collected=collected, results=results,
-                              benchmarks={"hibernation": load_json(out / "hibernation.json"),
-                                          "sharing": load_json(out / "sharing.json")},
-                              started=started, finished=time.time(),
-                              environment=environment)
+                              benchmarks={"hibernation": load_json(out / "hibernation.json")
+                                          if "hibernation benchmark" in ran else None,
+                                          "sharing": load_json(out / "sharing.json") if "sharing benchmark" in ran
+                                          else None},
+                              started=started, finished=time.time(), environment=environment, budget=budget)
         write_report(out, report)
     s = report["summary"]
-    done = ", ".join(f"{st['name']} {st['status']}" for st in steps)
+    done_words = ", ".join(f"{st['name']} {st['status']}" for st in steps)
     log(f"GPU check {'PASSED' if report['ok'] else 'NOT PASSED'} in {report['seconds']:.0f} s: {s['passed']} passed, "
         f"{s['failed']} failed, {s['error']} errors, {s['skipped']} skipped, {s['not run']} not run; "
-        f"steps: {done}. Report: {out / 'report.json'}")
+        f"steps: {done_words}. Report: {out / 'report.json'}")
     return 0 if report["ok"] else 1
 
 

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -59,9 +61,11 @@ def test_the_report_says_what_each_test_did_and_every_figure(tmp_path):
     gc = gpu_check()
     canned_results(tmp_path / "results.jsonl")
     collected, results = gc.read_results(tmp_path / "results.jsonl")
-    steps = [{"name": "install", "status": "ok", "seconds": 3.0},
-             {"name": "tests", "status": "timeout", "seconds": 280.0},
-             {"name": "hibernation benchmark", "status": "ok", "seconds": 150.0}]
+    steps = [{"name": "install", "status": "ok", "seconds": 3.0, "limit": 15.0},
+             {"name": "tests", "status": "timeout", "seconds": 255.2, "limit": 255.0,
+              "measured": "5 of 6 tests reported"},
+             {"name": "hibernation benchmark", "status": "ok", "seconds": 110.0, "limit": 125.0,
+              "measured": "sizes: 4 GiB"}]
     hibernation = {"rows": [{"gib": 4, "hibernate_s": 4.7, "resume_s": 1.1, "restart_load_s": 9.0,
                              "restart_regenerate_s": 5.0, "ratio_load_to_resume": 8.18}]}
     sharing = {"rows": [{"mode": "soft", "loops": 4, "aggregate_steps_s": 900.0, "ratio_to_alone": 2.6}],
@@ -83,10 +87,85 @@ def test_the_report_says_what_each_test_did_and_every_figure(tmp_path):
     assert json.loads((tmp_path / "report.json").read_text()) == report
     summary = (tmp_path / "summary.md").read_text()
     assert "NVIDIA H100 80GB HBM3 × 1, driver 580.95.05, CUDA 13.0" in summary
-    assert "| tests | timeout | 280.0 |" in summary
-    assert "| 4 GiB | 4.7 s | 1.1 s | 9.0 s | 5.0 s | 8.18x |" in summary
+    assert "| tests | timeout | 255.2 | 255.0 | 5 of 6 tests reported |" in summary  # out of time, and how far
+    assert gc.HIBERNATION_HEADER.startswith(
+        "| GPU memory held | hibernate | resume | (restart + load from disk) / resume | restart + load from disk | "
+        "restart + regenerate (a lower bound) |")
+    assert gc.HIBERNATION_HEADER in summary and "| 4 GiB | 4.7 s | 1.1 s | 8.18x | 9.0 s | 5.0 s |" in summary
     assert "| soft slice | 340.0 | 345.0 | 0.986x |" in summary
     assert "hibernate_s 2.7, moved_gib 8.1" in summary and "the lock returned 999" in summary
+
+
+# -- the plan: every part within 8 minutes, one part within 3 ------------------------------------------
+
+
+def test_the_steps_limits_add_up_to_at_most_8_minutes_declared_in_one_place():
+    gc = gpu_check()
+    steps, budget = gc.plan(None, Path("/out"))
+    assert budget == gc.BUDGET == 480.0
+    assert [s.name for s in steps] == ["tests", "hibernation benchmark", "sharing benchmark"]
+    assert [s.limit for s in steps] == [gc.STEPS[s.name] for s in steps]  # each step's limit is the table's
+    assert gc.STEPS["install"] + sum(s.limit for s in steps) + gc.OVERHEAD <= 8 * 60
+    hibernation = next(s for s in steps if s.name == "hibernation benchmark")
+    assert hibernation.cmd[hibernation.cmd.index("--sizes") + 1] == "1,4,16,32"  # every figure, 32 GiB too
+    tests = next(s for s in steps if s.name == "tests")
+    assert all(t in tests.cmd for t in gc.GPU_TESTS) and "-k" not in tests.cmd
+
+
+@pytest.mark.parametrize("only,step", [("hibernation", "hibernation benchmark"), ("sharing", "sharing benchmark"),
+                                       ("test_two_kernels", "tests"),
+                                       ("tests/gpu/test_pool_gpu.py::test_a_soft_slice_caps_pytorch_at_its_memory",
+                                        "tests")])
+def test_only_plans_the_one_part_it_names_within_3_minutes(only, step):
+    gc = gpu_check()
+    [planned], budget = gc.plan(only, Path("/out"))
+    assert planned.name == step and budget == gc.ONLY_BUDGET == 180.0
+    assert gc.STEPS["install"] + planned.limit + gc.OVERHEAD <= 3 * 60
+    if step == "tests":
+        assert only in planned.cmd and not any(t in planned.cmd for t in ("benchmarks/hibernation.py",))
+
+
+@pytest.mark.parametrize("only,selected", [
+    ("test_two_kernels", ["tests/gpu/test_hibernation_gpu.py::test_two_kernels_hibernated_at_once_end_consistent"]),
+    ("cache_release", ["tests/gpu/test_hibernation_gpu.py::test_the_cache_release_shrinks_what_moves[cache-released]",
+                       "tests/gpu/test_hibernation_gpu.py::test_the_cache_release_shrinks_what_moves[cache-kept]"]),
+    ("tests/gpu/test_pool_gpu.py::test_a_soft_slice_caps_pytorch_at_its_memory",
+     ["tests/gpu/test_pool_gpu.py::test_a_soft_slice_caps_pytorch_at_its_memory"]),
+    ("mps_daemon_starts", ["tests/test_mps.py::test_the_pools_mps_daemon_starts_answers_and_stops"]),
+])
+def test_only_selects_exactly_the_tests_it_names_under_a_real_pytest(tmp_path, only, selected):
+    """The plan's own pytest command, collecting only (the gpu tests collect without a GPU): what the check's
+    plugin reports as collected is what the run would run."""
+    gc = gpu_check()
+    [planned], _ = gc.plan(only, Path("/out"), python=sys.executable)
+    results = tmp_path / "results.jsonl"
+    done = subprocess.run(planned.cmd + ["--collect-only", "-q"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "GPU_CHECK_RESULTS": str(results),
+                                            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "scripts"),
+                                                                          os.environ.get("PYTHONPATH", "")])})
+    collected, _ = gc.read_results(results)
+    assert collected == selected, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("only,words", [("", "--only takes"), ("--sizes", "--only takes"),
+                                        ("tests/gpu/no_such_test.py::test_x", "no test file")])
+def test_only_refuses_what_it_cannot_run(tmp_path, only, words):
+    done = subprocess.run([str(REPO / "scripts" / "gpu-check"), "--out", str(tmp_path), f"--only={only}"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 2 and words in done.stderr and not (tmp_path / "report.json").exists()
+
+
+def test_a_step_out_of_time_is_stopped_and_reported_with_what_it_measured(tmp_path):
+    gc = gpu_check()
+    partial = tmp_path / "hibernation.json"
+    code = (f"import json, time; json.dump({{'rows': [{{'gib': 1}}, {{'gib': 4}}]}}, open({str(partial)!r}, 'w')); "
+            "print('two sizes', flush=True); time.sleep(60)")
+    started = time.monotonic()
+    step = gc.run_step("hibernation benchmark", [sys.executable, "-c", code], dict(os.environ), 2.0,
+                       gc.Log(tmp_path / "log.txt"))
+    assert step["status"] == "timeout" and step["limit"] == 2.0 and time.monotonic() - started < 15
+    assert gc.measured("hibernation benchmark", tmp_path) == "sizes: 1 GiB, 4 GiB"
+    assert "two sizes" in (tmp_path / "log.txt").read_text()  # its output so far is in the log
 
 
 def test_a_clean_run_is_ok(tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import os
 import threading
 import uuid as uuidlib
 from collections.abc import Iterable
@@ -54,7 +55,8 @@ CUDA_ERROR_TIMEOUT = 909
 _ERRORS = {
     CUDA_ERROR_INVALID_VALUE: ("CUDA_ERROR_INVALID_VALUE", "an argument was refused (no such CUDA process, or a "
                                "GPU pair naming a GPU the process cannot use)"),
-    CUDA_ERROR_NOT_INITIALIZED: ("CUDA_ERROR_NOT_INITIALIZED", "the CUDA driver is not initialised in this process"),
+    CUDA_ERROR_NOT_INITIALIZED: ("CUDA_ERROR_NOT_INITIALIZED", "the CUDA driver is not initialised, in this "
+                                 "process or in the target one (a process that has not used CUDA yet)"),
     CUDA_ERROR_NO_DEVICE: ("CUDA_ERROR_NO_DEVICE", "no CUDA device is visible to this process"),
     CUDA_ERROR_ILLEGAL_STATE: ("CUDA_ERROR_ILLEGAL_STATE", "the process is not in the state this step needs"),
     CUDA_ERROR_NOT_FOUND: ("CUDA_ERROR_NOT_FOUND", "the process has no CUDA state"),
@@ -236,6 +238,7 @@ class CudaCheckpoint:
         self._info: DriverInfo | None = None
         self._lock = threading.Lock()
         self._restored: set[int] = set()
+        self._initialised_in: int | None = None  # the process (pid) whose cuInit(0) succeeded
 
     def _load(self) -> DriverInfo:
         try:
@@ -255,13 +258,24 @@ class CudaCheckpoint:
             return DriverInfo(False, f"the NVIDIA driver (CUDA {version.value // 1000}.{version.value % 1000 // 10}) "
                                      f"has no checkpoint API; it needs driver {MIN_DRIVER} or newer",
                               cuda_version=version.value)
-        # Restore needs cuInit in the calling process (or persistence mode): cuda.h, cuCheckpointProcessRestore.
-        code = lib.cuInit(0)
         self._lib = lib
+        code = self._cu_init()
         if code != CUDA_SUCCESS:
             return DriverInfo(False, f"cuInit failed in the Jupyter server process: {self._name(code)} ({code}); "
                                      "is a GPU visible to it (CUDA_VISIBLE_DEVICES)?", cuda_version=version.value)
         return DriverInfo(True, None, version.value, remap=version.value >= _CUDA_VERSION_OF_BRANCH[MIN_DRIVER_REMAP])
+
+    def _cu_init(self) -> int:
+        """``cuInit(0)`` in this process, once: every checkpoint call needs it in the calling process
+        (the driver answers CUDA_ERROR_NOT_INITIALIZED otherwise), and a process forked after it
+        must call it again.  Returns the CUresult."""
+        pid = os.getpid()
+        if self._initialised_in == pid:
+            return CUDA_SUCCESS
+        code = self._lib.cuInit(0)  # type: ignore[union-attr]
+        if code == CUDA_SUCCESS:
+            self._initialised_in = pid
+        return code
 
     def info(self) -> DriverInfo:
         with self._lock:
@@ -277,9 +291,14 @@ class CudaCheckpoint:
         return _ERRORS.get(code, (f"CUresult {code}",))[0]
 
     def _call(self, name: str, pid: int, *args) -> None:
+        """Every entry point's call: the library loaded, the driver initialised in this process."""
         info = self.info()
         if not info.available or self._lib is None:
             raise CheckpointUnavailable(info.reason or "the checkpoint API did not load")
+        with self._lock:
+            init = self._cu_init()
+        if init != CUDA_SUCCESS:
+            raise CheckpointUnavailable(f"cuInit failed in process {os.getpid()}: {self._name(init)} ({init})")
         code = getattr(self._lib, name)(pid, *args)
         if code != CUDA_SUCCESS:
             detail = ""

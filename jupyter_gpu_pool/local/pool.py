@@ -137,8 +137,7 @@ class LocalPool(Pool):
     def mps_daemon(self, gpu_uuid: str) -> MPSDaemon:
         """The MPS control daemon of one GPU (one per GPU: an MPS server serves one user at a time)."""
         s = self.settings
-        return MPSDaemon(os.path.join(s.mps_pipe_directory, gpu_uuid), os.path.join(s.mps_log_directory, gpu_uuid),
-                         devices=gpu_uuid)
+        return MPSDaemon.of_gpu(gpu_uuid, os.path.join(s.mps_log_directory, gpu_uuid), s.mps_pipe_directory)
 
     def mps_env(self, lease: Lease) -> dict[str, str]:
         [uuid] = lease.gpus[:1] or lease.last_gpus[:1]

@@ -7,7 +7,7 @@ Each test configures a pool of the DETECTED GPUs, starts real kernels through th
 provisioner and uses PyTorch inside them.  The hibernator runs with the real CUDA driver
 (``devices.checkpoint.CudaCheckpoint``) and real NVML; nothing is stood in.  Figures each test
 measures are recorded as junit properties (``record_property``), which ``scripts/gpu-check`` puts in
-its report.  Sizes are kept to a few GiB so that the whole check fits its 10 minutes on one H100;
+its report.  Sizes are kept to a few GiB so that the tests fit their step of scripts/gpu-check on one H100;
 the benchmark (benchmarks/hibernation.py) goes to 32 GiB.
 """
 
@@ -145,20 +145,20 @@ async def test_a_kernel_holding_gibs_hibernates_frees_its_gpu_memory_for_another
 
 @pytest.mark.parametrize("release", [True, False], ids=["cache-released", "cache-kept"])
 async def test_the_cache_release_shrinks_what_moves(kernels, release, record_property):
-    """1 GiB held and 8 GiB freed-but-cached by PyTorch: about 1 GiB moves with the release, 9 without."""
+    """1 GiB held and 4 GiB freed-but-cached by PyTorch: about 1 GiB moves with the release, 5 without."""
     hibernator = make_hibernator(kernels, release_cache=release)
     kid, pid = await start(kernels, "big")
     km = kernels.get_kernel(kid)
     await run_code(km, "import torch\nx = torch.ones(2**28, device='cuda')\n"
-                       "junk = torch.empty(8 * 2**30, dtype=torch.uint8, device='cuda')\ndel junk")
-    assert held(pid) >= 9 * GiB  # freed by the user, still reserved by PyTorch
+                       "junk = torch.empty(4 * 2**30, dtype=torch.uint8, device='cuda')\ndel junk")
+    assert held(pid) >= 5 * GiB  # freed by the user, still reserved by PyTorch
     out = await hibernator.hibernate(kid)
     record_property("moved_gib", round(out.bytes / GiB, 2))
     record_property("hibernate_s", round(out.duration, 2))
     if release:
         assert out.bytes < 2 * GiB, f"{out.bytes / GiB:.1f} GiB moved: the cache was not emptied"
     else:
-        assert out.bytes >= 9 * GiB, f"{out.bytes / GiB:.1f} GiB moved with the cache kept"
+        assert out.bytes >= 5 * GiB, f"{out.bytes / GiB:.1f} GiB moved with the cache kept"
     await hibernator.resume(kid)
     assert "268435456.0" in await run_code(km, "print(float(x.sum()))")
 
@@ -281,10 +281,10 @@ sys.stdin.readline()
 
 async def test_a_resume_waits_while_another_process_fills_the_gpu_and_restores_once_it_has_gone(
         kernels, hibernator, record_property):
-    hold = 4
+    hold = 2
     kid, pid, before = await holding(kernels, "soft10g", hold)
     await hibernator.hibernate(kid)
-    # Another process (no slice: soft slices are not enforced) takes all but 2 GiB: less than 4 GiB + 1 GiB.
+    # Another process (no slice: soft slices are not enforced) takes all but 2 GiB: less than 2 GiB + 1 GiB.
     filler = subprocess.Popen([sys.executable, "-c", FILLER, str(2 * GiB)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -314,7 +314,7 @@ async def test_a_resume_waits_while_another_process_fills_the_gpu_and_restores_o
 @pytest.mark.parametrize("resumed", [False, True], ids=["hibernated", "just-resumed"])
 async def test_shutting_down_a_hibernated_or_just_resumed_kernel_frees_gpu_and_host_memory(
         kernels, hibernator, resumed, now, record_property):
-    hold = 4
+    hold = 2
     kid, pid, _ = await holding(kernels, "soft10g", hold)
     uuid_ = hibernator.ledger.by_kernel(kid).gpus[0]
     ram_before = host_available()
@@ -353,7 +353,7 @@ async def test_two_kernels_hibernated_at_once_end_consistent(kernels, hibernator
 
 
 async def test_a_resume_racing_a_new_kernel_for_the_same_gpu_ends_consistent(kernels, hibernator):
-    kid, pid, before = await holding(kernels, "whole", 8)
+    kid, pid, before = await holding(kernels, "whole", 4)
     await hibernator.hibernate(kid)
 
     resume = hibernator.start_resume(kid)
@@ -369,7 +369,7 @@ async def test_a_resume_racing_a_new_kernel_for_the_same_gpu_ends_consistent(ker
     else:
         assert newcomer.exception() is not None  # the GPU was the resumed kernel's again
     await asyncio.wait_for(resume, 120)
-    assert cp.driver().state(pid) == cp.ProcessState.RUNNING and held(pid) >= 8 * GiB
+    assert cp.driver().state(pid) == cp.ProcessState.RUNNING and held(pid) >= 4 * GiB
     assert await run_code(kernels.get_kernel(kid), CHECKSUM, timeout=300) == before
 
 
@@ -426,10 +426,12 @@ async def test_a_kernel_busy_in_a_long_gpu_loop_is_not_checkpointed_mid_work(gpu
     try:
         await client.wait_for_ready(timeout=120)
         msg_id = client.execute("import torch, time\nx = torch.randn(4096, 4096, device='cuda')\nt = time.time()\n"
-                                "n = 0\nwhile time.time() - t < 10:\n    y = x @ x\n    n += 1\n"
+                                "n = 0\nwhile time.time() - t < 8:\n    y = x @ x\n    n += 1\n"
                                 "torch.cuda.synchronize()\nprint('loops', n)")
         await wait_until(lambda: km.get_kernel(kid).execution_state == "busy", 60, what="busy")
-        await asyncio.sleep(3)  # well inside the loop
+        # Inside the loop: the kernel holds GPU memory.  (Before it has used CUDA, importing torch, the
+        # driver answers CUDA_ERROR_NOT_INITIALIZED for its state: what the first H100 run met 3 s in.)
+        await wait_until(lambda: held(pid) > 0, 60, what="the GPU loop running")
         from jupyter_gpu_pool.hibernation import HibernationRefused
 
         with pytest.raises(HibernationRefused) as err:

@@ -202,3 +202,92 @@ def test_capability_allows_soft_and_whole_gpus_and_restore_elsewhere_only_from_5
     assert cp.capability(SOFT, [REAL], OK, "580.159.03") == cp.Capability(True, remap=True)
     assert cp.capability("exclusive", [REAL], OK, "575.57.08").remap is False
     assert cp.capability(SOFT, [REAL], cp.DriverInfo(True, None, 12080, remap=False), "570.86").available
+
+
+# -- the driver initialised before each entry point's first call ------------------------------------------
+
+# A stand-in libcuda.so.1: the functions the binding loads, each checkpoint call answering
+# CUDA_ERROR_NOT_INITIALIZED (3) until cuInit ran in the calling process, as the real driver did on the
+# H100 (cuCheckpointProcessGetState in a process that had not called cuInit).  cuDriverGetVersion needs
+# no cuInit, as in the real driver.  It counts its cuInit calls per process.
+LIBCUDA_STANDIN_C = r"""
+#include <unistd.h>
+static pid_t initialised = 0;
+static int inits = 0;
+int cuInit(unsigned flags) { (void)flags; initialised = getpid(); inits++; return 0; }
+int standin_inits(void) { return inits; }
+int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+int cuGetErrorName(int code, const char **s) { (void)code; (void)s; return 1; }
+int cuGetErrorString(int code, const char **s) { (void)code; (void)s; return 1; }
+#define READY if (initialised != getpid()) return 3
+int cuCheckpointProcessGetState(int pid, int *state) { (void)pid; READY; *state = 0; return 0; }
+int cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) { READY; *tid = pid; return 0; }
+int cuCheckpointProcessLock(int pid, void *args) { (void)pid; (void)args; READY; return 0; }
+int cuCheckpointProcessCheckpoint(int pid, void *args) { (void)pid; (void)args; READY; return 0; }
+int cuCheckpointProcessRestore(int pid, void *args) { (void)pid; (void)args; READY; return 0; }
+int cuCheckpointProcessUnlock(int pid, void *args) { (void)pid; (void)args; READY; return 0; }
+"""
+
+ENTRY_POINTS = {"state": "drv.state(1)", "restore_thread_id": "drv.restore_thread_id(1)", "lock": "drv.lock(1, 1.0)",
+                "checkpoint": "drv.checkpoint(1)", "restore": "drv.restore(1)", "unlock": "drv.unlock(1)"}
+
+# Each entry point as the first call of a fresh binding, then in a process forked after the binding had
+# loaded (and initialised) in its parent: the child's first call must initialise again.
+FIRST_CALLS = """
+import ctypes, json, os, sys
+from jupyter_gpu_pool.devices import checkpoint as cp
+path, call = sys.argv[1], sys.argv[2]
+lib = ctypes.CDLL(path)
+def attempt(drv):
+    try:
+        eval(call)
+        return "ok"
+    except cp.CheckpointError as e:
+        return str(e)
+fresh = attempt(cp.CudaCheckpoint(path))
+fresh_inits = lib.standin_inits()
+drv = cp.CudaCheckpoint(path)
+assert drv.info().available
+read, write = os.pipe()
+child = os.fork()
+if child == 0:
+    os.write(write, json.dumps([attempt(drv), lib.standin_inits()]).encode())
+    os._exit(0)
+os.waitpid(child, 0)
+forked, forked_inits = json.loads(os.read(read, 4096))
+print(json.dumps({"fresh": fresh, "fresh_inits": fresh_inits, "forked": forked, "forked_inits": forked_inits,
+                  "parent_inits": lib.standin_inits(), "again": attempt(drv), "after": lib.standin_inits()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def libcuda_standin(tmp_path_factory) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("needs a C compiler to build the stand-in libcuda")
+    tmp = tmp_path_factory.mktemp("libcuda")
+    (tmp / "standin.c").write_text(LIBCUDA_STANDIN_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp / "libcuda.so.1"), str(tmp / "standin.c")],
+                   check=True, capture_output=True, text=True)
+    return str(tmp / "libcuda.so.1")
+
+
+def test_the_standin_library_refuses_a_checkpoint_call_before_cuinit_as_the_real_driver_did(libcuda_standin):
+    lib = ctypes.CDLL(libcuda_standin)
+    state = ctypes.c_int(-1)
+    assert lib.cuCheckpointProcessGetState(1, ctypes.byref(state)) == cp.CUDA_ERROR_NOT_INITIALIZED
+    assert str(cp._error("cuCheckpointProcessGetState", 3, 1)).endswith(
+        "CUDA_ERROR_NOT_INITIALIZED (3): the CUDA driver is not initialised, in this process or in the target one "
+        "(a process that has not used CUDA yet)")
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_each_entry_point_initialises_the_driver_in_its_process_before_its_first_call(libcuda_standin, entry):
+    done = subprocess.run([sys.executable, "-c", FIRST_CALLS, libcuda_standin, ENTRY_POINTS[entry]],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["fresh"] == "ok" and got["fresh_inits"] == 1  # a fresh binding's first call: cuInit, once
+    assert got["forked"] == "ok"  # a child forked after the parent initialised: its first call initialises again
+    assert got["forked_inits"] == got["parent_inits"] + 1
+    assert got["again"] == "ok" and got["after"] == got["parent_inits"]  # and once per process, not per call

@@ -191,7 +191,7 @@ async def test_an_mps_slice_puts_its_caps_in_the_environment(pool_home, managers
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     [lease] = held(pool_home)  # one MPS daemon per GPU (an MPS server serves one user at a time): the lease's GPU's
-    assert env["CUDA_MPS_PIPE_DIRECTORY"] == os.path.join(pool_home.pool().settings.mps_pipe_directory, lease.gpus[0])
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == pool_home.pool().mps_daemon(lease.gpus[0]).pipe_directory
     assert "JUPYTER_GPU_POOL_MEMORY_FRACTION" not in env  # no soft caps under MPS
 
 
