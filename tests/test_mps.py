@@ -195,3 +195,17 @@ def test_the_pools_mps_daemon_starts_answers_and_stops(pool_home, pipes):
     finally:
         assert daemon.stop() is True
     assert not daemon.running()
+
+
+def test_the_pool_services_default_pipe_folder_fits_the_socket_limit_however_deep_its_socket():
+    from traitlets.config import Config
+
+    from jupyter_gpu_pool.config import GPUPool
+    from jupyter_gpu_pool.service.app import service_defaults
+
+    beside = service_defaults(Config(), "/run/jupyter-gpu-pool/pool.sock")["mps_pipe_directory"]
+    assert beside == "/run/jupyter-gpu-pool/mps-pipe"
+    deep = service_defaults(Config(), "/tmp/" + "d" * 120 + "/pool.sock")["mps_pipe_directory"]
+    assert deep == "/run/jupyter-gpu-pool/mps-pipe"
+    GPUPool(mps_pipe_directory=deep)  # the setting's own check accepts the default
+    assert "mps_pipe_directory" not in service_defaults(Config({"GPUPool": {"mps_pipe_directory": "/x"}}), "/s")

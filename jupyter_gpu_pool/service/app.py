@@ -20,7 +20,7 @@ from traitlets import Bool, Unicode
 from traitlets.config import Config, Configurable
 
 from .. import __version__
-from ..config import ConfigError, GPUPool, read_config
+from ..config import MPS_PIPE_DIRECTORY_MAX, ConfigError, GPUPool, read_config
 from ..traits import Names, Seconds
 from .protocol import DEFAULT_SOCKET
 
@@ -112,8 +112,11 @@ def service_defaults(config: Config, socket_path: str) -> dict:
     daemons' pipes beside the socket (every user's kernels must reach them), their logs under /var/log.
     A user's own defaults (their home's data and runtime directories) are never the service's."""
     given = config.get("GPUPool", {})
+    pipes = os.path.join(os.path.dirname(socket_path) or "/run", "mps-pipe")
+    if len(pipes.encode()) > MPS_PIPE_DIRECTORY_MAX:  # a socket in a deep folder: the daemons' sockets would not fit
+        pipes = f"/run/{UNIT_NAME}/mps-pipe"
     defaults = {"ledger_path": DEFAULT_LEDGER,
-                "mps_pipe_directory": os.path.join(os.path.dirname(socket_path) or "/run", "mps-pipe"),
+                "mps_pipe_directory": pipes,
                 "mps_log_directory": f"/var/log/{UNIT_NAME}/mps"}
     return {k: v for k, v in defaults.items() if k not in given}
 
