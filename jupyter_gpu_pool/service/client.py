@@ -129,9 +129,9 @@ class ServiceClient:
             # dropped (the service restarted): one new connection
             if attempt == 2:
                 raise ServiceUnavailable(self.path, why)
-        reply = protocol.decode(protocol.loads(line))
+        reply = protocol.loads(line)
         if reply.get("ok"):
-            return reply.get("result")
+            return protocol.decode(reply.get("result"))
         raise _rebuild(reply.get("error") or {})
 
 

@@ -10,7 +10,10 @@ act on their own leases only (admins on any).  The decisions are the pool core's
 Each connection is served by its own task; the ledger's reads run in threads, so a slow or stuck client
 holds up nobody but itself, and one user holds at most :data:`MAX_CONNECTIONS` connections at once.
 Writes take turns (:meth:`PoolService._writing`): one at a time, one user's at a time, so the event loop
-never sleeps on SQLite's write lock and one user's flood of writes delays another's by one write.
+never sleeps on SQLite's write lock and one user's flood of writes delays another's by one write.  Reads
+take their user's turn too (:meth:`PoolService._reading`: one of a user's at a time, large replies encoded
+in that thread), so one user's flood of large reads delays only that user.  What a user may put on the
+journal is capped (:data:`JOURNAL_CAPS`), so what they may read back is bounded too.
 
 The idle policy runs in each user's own Jupyter server, which its user controls.  The GPU-hour budget
 is the rule the service also enforces itself: a kernel still active ``budget_grace`` seconds after its
@@ -22,12 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fnmatch
 import logging
 import math
 import os
 import re
 import shutil
-import signal
 import socket
 import sqlite3
 import stat
@@ -42,15 +45,34 @@ from ..local.pool import LocalPool
 from ..pool import ACTIVE, HELD, HIBERNATED, RELEASED, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError
 from ..pool.phases import PHASES, PhaseConflict, PhaseError
 from ..pool.trace import TraceError, check
-from . import protocol
+from . import kernels, protocol
 from .identity import Caller, Identities, NoSuchUser, Peer, peer_of
 
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 128  # per user at once: a server uses one per thread (up to 32 each); more is a client gone wrong
+# Reads (in threads) take their user's turn (see PoolService._reading); the bulky ones are encoded there too.
+READS = frozenset({"get", "by_kernel", "leases", "snapshot", "waiters", "journal", "budget_standing", "spenders",
+                   "host_bytes_on", "trace_export"})
+BULKY = frozenset({"leases", "snapshot", "waiters", "journal", "trace_export"})
 MAX_WAITERS = 8  # places one user may hold in the queue at once
 STATES = (ACTIVE, HIBERNATED, RELEASED)
+
+
+@dataclasses.dataclass(frozen=True)
+class JournalCaps:
+    """What one (non-admin) user may put on the journal through ``record``: the entries the pool itself
+    writes about their leases are not counted against the rate, but are counted as kept."""
+
+    entry_bytes: int = 16 * 1024  # one entry's detail, as JSON
+    entries: int = 1000  # kept at once (the ledger keeps entries for its history_seconds: a week)
+    bytes: int = 1 << 20  # of detail kept at once
+    per_minute: int = 120
+
+
+JOURNAL_CAPS = JournalCaps()
 KERNEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+LARGEST = 2**63 - 1  # what SQLite stores as an integer (and a float holds to well past any time or size)
 WORD = re.compile(r"[a-z][a-z_]{0,39}")  # a journal entry's kind, a refusal's reason
 
 # Per GPU uuid, per pid, the device memory NVML shows the process holding (None: it would not say);
@@ -100,6 +122,8 @@ class Args:
             raise protocol.ProtocolError(f"'{name}' must be {' or '.join(k.__name__ for k in kinds)}, not {value!r}"[:300])
         if isinstance(value, float) and not math.isfinite(value):
             raise protocol.ProtocolError(f"'{name}' must be a finite number, not {value!r}")
+        if isinstance(value, int) and not isinstance(value, bool) and not -LARGEST <= value <= LARGEST:
+            raise protocol.ProtocolError(f"'{name}' is out of range (at most {LARGEST} either way)")
         if isinstance(value, str) and len(value) > 4096:
             raise protocol.ProtocolError(f"'{name}' is too long ({len(value)} characters)")
         return value
@@ -163,8 +187,10 @@ class PoolService:
         self._socket: tuple[str, int] | None = None  # where it listens, and that socket file's inode
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._per_uid: dict[int, int] = {}
+        self._recorded: dict[int, list[float]] = {}  # uid -> when its last journal entries were recorded
         self._spent_since: dict[str, float] = {}  # lease id -> when its owner's budget was first seen spent
         self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock, dict] | None = None  # see _writing
+        self._read_turns: tuple[asyncio.AbstractEventLoop, dict] | None = None  # see _reading
         self._impatient = None  # the loop's ledger connection, which never waits on SQLite's lock
         self.served = 0
 
@@ -263,6 +289,17 @@ class PoolService:
         async with mine, lock:
             yield
 
+    @contextlib.asynccontextmanager
+    async def _reading(self, uid: int):
+        """A turn to read: one read of a user's at a time (reads run in threads, encoded there when large), so
+        one user's flood of reads, however large, occupies one thread and delays that user only."""
+        loop = asyncio.get_running_loop()
+        if self._read_turns is None or self._read_turns[0] is not loop:
+            self._read_turns = (loop, {})
+        per_uid = self._read_turns[1]
+        async with per_uid.get(uid) or per_uid.setdefault(uid, asyncio.Lock()):
+            yield
+
     async def _write(self, uid: int | None, fn: Callable, *args, **kwargs):
         """``fn`` (a write to the ledger) in a thread, in its turn."""
         async with self._writing(uid):
@@ -328,7 +365,7 @@ class PoolService:
             writer.close()
 
     async def _reply(self, writer: asyncio.StreamWriter, reply: dict) -> bool:
-        line = protocol.dumps(reply)
+        line = protocol.dumps_reply(reply)
         if len(line) > self.max_reply:  # (only a read's reply grows: nothing was changed)
             line = protocol.dumps(_error(reply.get("id"), "too_large", 413,
                                          f"the reply would be {len(line)} bytes, more than the {self.max_reply} a "
@@ -354,7 +391,14 @@ class PoolService:
             handler = getattr(self, f"op_{op}", None) if isinstance(op, str) and op.isidentifier() else None
             if handler is None:
                 raise protocol.ProtocolError(f"unknown operation {op!r}"[:300])
-            result = await handler(caller, peer, Args(message.get("args", {})))
+            args = Args(message.get("args", {}))
+            if op in READS:  # in the caller's own turn: one user's reads wait among themselves, not others'
+                async with self._reading(caller.uid):
+                    result = await handler(caller, peer, args)
+                    if op in BULKY:
+                        result = protocol.Encoded((await asyncio.to_thread(protocol.dumps, result))[:-1])
+            else:
+                result = await handler(caller, peer, args)
             self.served += 1
             return {"id": request_id, "ok": True, "result": result}
         except protocol.ProtocolError as e:
@@ -382,7 +426,7 @@ class PoolService:
         if lease is None or (held and lease.state not in HELD):
             raise LeaseNotFound(lease_id)
         if lease.owner != caller.user and not caller.admin:
-            raise Denied(f"GPU lease {lease_id[:8]} is not yours; you can act on your own kernels only.")
+            raise LeaseNotFound(lease_id)  # answered as an unknown id is: whose it is is not told
         return lease
 
     def _visible(self, caller: Caller, owner: str) -> bool:
@@ -420,7 +464,10 @@ class PoolService:
     async def op_settings(self, caller: Caller, peer: Peer, args: Args) -> dict:
         """What a client needs to work like the pool: the admin's settings, the inventory, this host."""
         inventory = self.pool.inventory
-        return {"config": self.pool.settings.raw_config, "gpus": inventory.gpus, "note": inventory.note,
+        config = self.pool.settings.raw_config
+        if not caller.admin:
+            config = _own_settings(config, caller, self.pool.settings.policy)
+        return {"config": config, "gpus": inventory.gpus, "note": inventory.note,
                 "driver_version": inventory.discovery.driver_version, "host": self.pool.host,
                 "user": caller.user, "groups": list(caller.groups), "admin": caller.admin}
 
@@ -449,17 +496,13 @@ class PoolService:
             request = LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile, groups=caller.groups,
                                    label=label, manager=manager,
                                    alternatives=tuple(self.pool.settings.profiles.values()))  # "… would start now"
-            if waiter_id is not None:
-                self._own_waiter_of(caller, waiter_id)
-            return self.pool.allocate(request, waiter_id, record_refusal)
+            return self.pool.allocate(request, self._own_waiter_of(caller, waiter_id), record_refusal)
 
         return await self._write_here(caller.uid, allocate)
 
     async def op_resume(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
-        waiter_id = args.text("waiter_id", required=False)
-        if waiter_id is not None:
-            await self._own_waiter(caller, waiter_id)
+        waiter_id = await self._own_waiter(caller, args.text("waiter_id", required=False))
         return await self._write(caller.uid, self.pool.resume, lease, args.flag("same_gpu"), waiter_id,
                                  args.flag("record_refusal", True))
 
@@ -468,9 +511,8 @@ class PoolService:
 
         def release() -> Lease | None:
             lease = self.ledger.get(lease_id)
-            if lease is None or lease.state not in HELD:
-                return None  # releasing is idempotent
-            self._lease_of(caller, lease_id)
+            if lease is None or lease.state not in HELD or not self._visible(caller, lease.owner):
+                return None  # releasing is idempotent (and another's lease is answered as no lease)
             return self.ledger.release(lease_id, reason)
 
         return await self._write_here(caller.uid, release)  # on the loop, as an allocation
@@ -619,13 +661,17 @@ class PoolService:
 
     # -- operations: the queue and the journal -------------------------------------------------------------
 
-    async def _own_waiter(self, caller: Caller, waiter_id: str) -> None:
-        await asyncio.to_thread(self._own_waiter_of, caller, waiter_id)
+    async def _own_waiter(self, caller: Caller, waiter_id: str | None) -> str | None:
+        return await asyncio.to_thread(self._own_waiter_of, caller, waiter_id)
 
-    def _own_waiter_of(self, caller: Caller, waiter_id: str) -> None:
-        for w in self.ledger.waiters():
-            if w.id == waiter_id and not self._visible(caller, w.owner):
-                raise Denied("that place in the queue is not yours")
+    def _own_waiter_of(self, caller: Caller, waiter_id: str | None) -> str | None:
+        """``waiter_id`` where that place in the queue is the caller's (admins: anyone's), live or not; None
+        where it is another user's, so that it is answered as a place that does not exist is: nothing of
+        it is touched or told, and the caller cannot tell whose it is."""
+        if waiter_id is None:
+            return None
+        owner = self.ledger.waiter_owner(waiter_id)
+        return waiter_id if owner is None or self._visible(caller, owner) else None
 
     async def op_enqueue(self, caller: Caller, peer: Peer, args: Args):
         """A place in the queue, for one of the admin's profiles (a start) or the caller's hibernated
@@ -647,27 +693,73 @@ class PoolService:
                                  lease_id=lease_id, label=args.text("label", default=""))
 
     async def op_heartbeat(self, caller: Caller, peer: Peer, args: Args):
-        waiter_id = args.text("waiter_id")
-        await self._own_waiter(caller, waiter_id)
+        waiter_id = await self._own_waiter(caller, args.text("waiter_id"))
+        if waiter_id is None:
+            return None  # as for a place that is gone
         return await self._write(caller.uid, self.ledger.heartbeat, waiter_id)
 
     async def op_dequeue(self, caller: Caller, peer: Peer, args: Args) -> None:
-        waiter_id = args.text("waiter_id")
-        await self._own_waiter(caller, waiter_id)
-        await self._write(caller.uid, self.ledger.dequeue, waiter_id)
+        waiter_id = await self._own_waiter(caller, args.text("waiter_id"))
+        if waiter_id is not None:
+            await self._write(caller.uid, self.ledger.dequeue, waiter_id)
 
     async def op_record(self, caller: Caller, peer: Peer, args: Args) -> None:
-        """An entry on the journal about one of the caller's kernels (its owner is the caller)."""
+        """An entry on the journal about one of the caller's kernels (its owner is the caller), within the
+        caps on what one user may record (:data:`JOURNAL_CAPS`; admins are not capped)."""
         lease_id = args.text("lease_id", required=False)
+        kernel_id = args.text("kernel_id", required=False)
+        kind, reason = args.word("kind"), args.text("reason", default="")
         owner = caller.user
         if lease_id is not None:
-            owner = (await self._lease(caller, lease_id, held=False)).owner
+            lease = await self._lease(caller, lease_id, held=False)
+            owner = lease.owner
+            if kernel_id is not None and kernel_id != lease.kernel_id:
+                raise protocol.ProtocolError("'kernel_id' is not the kernel of that lease")
         detail = args.raw.get("detail") or {}
-        if not isinstance(detail, dict) or len(protocol.dumps(detail)) > 64 * 1024:
-            raise protocol.ProtocolError("'detail' must be an object of at most 64 KiB")
-        await self._write(caller.uid, self.ledger.record, args.word("kind"), lease_id=lease_id,
-                          kernel_id=args.text("kernel_id", required=False), owner=owner,
-                          reason=args.text("reason", default=""), detail=detail)
+        if not isinstance(detail, dict):
+            raise protocol.ProtocolError("'detail' must be an object")
+        size = len(protocol.dumps(detail)) - 1
+        if size > JOURNAL_CAPS.entry_bytes:
+            raise protocol.ProtocolError(f"'detail' is {size} bytes: an entry's detail may be at most "
+                                         f"{JOURNAL_CAPS.entry_bytes}")
+        if kernel_id is not None:
+            await asyncio.to_thread(self._own_kernels, caller, {kernel_id})
+        if not caller.admin:
+            self._recording_rate(caller)
+
+        def record() -> None:
+            if not caller.admin:  # checked in the caller's turn to write: two at once cannot both pass
+                entries, stored = self.ledger.journal_held(caller.user)
+                if entries >= JOURNAL_CAPS.entries or stored + size > JOURNAL_CAPS.bytes:
+                    raise Busy(f"you have {entries} entries ({stored} bytes of detail) on the pool's journal, the "
+                               f"most one user may keep (at most {JOURNAL_CAPS.entries} entries, "
+                               f"{JOURNAL_CAPS.bytes} bytes); they are kept "
+                               f"{self.ledger.history_seconds / 86400:g} days. Record less "
+                               "(or ask an admin)")
+            self.ledger.record(kind, lease_id=lease_id, kernel_id=kernel_id, owner=owner, reason=reason,
+                               detail=detail)
+
+        await self._write(caller.uid, record)
+
+    def _recording_rate(self, caller: Caller) -> None:
+        """At most ``JOURNAL_CAPS.per_minute`` entries a minute from one user."""
+        now = time.monotonic()
+        recent = [t for t in self._recorded.get(caller.uid, ()) if now - t < 60.0]
+        if len(recent) >= JOURNAL_CAPS.per_minute:
+            self._recorded[caller.uid] = recent
+            raise Busy(f"you recorded {len(recent)} journal entries in the last minute, the most one user may "
+                       f"(at most {JOURNAL_CAPS.per_minute} a minute): wait a minute, and record less")
+        recent.append(now)
+        self._recorded[caller.uid] = recent
+
+    def _own_kernels(self, caller: Caller, kernel_ids: set[str]) -> None:
+        """Refuse kernel ids another user's lease was taken for (an entry about a kernel is its owner's)."""
+        if caller.admin:
+            return
+        for kernel_id in kernel_ids:
+            if self.ledger.kernel_owners(kernel_id) - {caller.user}:
+                raise Denied(f"kernel {kernel_id[:40]!r} is not one of your kernels: you can record about your "
+                             "own kernels only")
 
     async def op_record_refusal(self, caller: Caller, peer: Peer, args: Args) -> None:
         refusal = PoolError(args.text("message"))
@@ -705,6 +797,7 @@ class PoolService:
                 raise Denied(f"events[{i}] is about {event.owner}'s kernel: you can record your own kernels' "
                              "activity only")
             events.append(event)
+        await asyncio.to_thread(self._own_kernels, caller, {e.kernel_id for e in events if e.kernel_id})
         settings = self.pool.settings
         if not settings.trace_recording:
             return 0
@@ -721,7 +814,8 @@ class PoolService:
         after = args.raw.get("after")
         if after is not None and (not isinstance(after, list) or len(after) != 2 or isinstance(after[0], bool)
                                   or not isinstance(after[0], (int, float)) or isinstance(after[1], bool)
-                                  or not isinstance(after[1], int)):
+                                  or not isinstance(after[1], int) or not abs(after[0]) <= LARGEST
+                                  or not abs(after[1]) <= LARGEST):
             raise protocol.ProtocolError("'after' must be [time, row] from the previous page's 'next'")
         limit = max(1, min(args.integer("limit", default=2000), 2000))
         events, following = await asyncio.to_thread(
@@ -754,7 +848,9 @@ class PoolService:
                 continue
             log.warning("GPU pool service: %s's GPU time is used up and kernel %s still runs %.0fs later; "
                         "ending it", lease.owner, lease.kernel_id, now - since)
-            await asyncio.to_thread(_end_tree, lease.holder_pid)
+            owner = await asyncio.to_thread(self.identities.by_name, lease.owner)
+            await asyncio.to_thread(kernels.end_kernel, lease.holder_pid, lease.holder_start,
+                                    owner.uid if owner is not None else None)
             released = await self._write(None, self.ledger.release, lease.id,
                                          "budget: GPU time used up (ended by the pool service)")
             if released is not None:
@@ -768,6 +864,31 @@ def _error(request_id, reason: str, status: int, message: str, detail: dict | No
     if detail:
         error["detail"] = detail
     return {"id": request_id, "ok": False, "error": error}
+
+
+def _own_settings(config: dict, caller: Caller, rules: tuple) -> dict:
+    """The admin's settings as a user may see them: the pool-wide ones, and of the settings by user or
+    group only the caller's own entries and their groups' (no other user's quota, budget or groups); of
+    the idle policy, the rules that may match the caller's kernels (in their order: the first that fits
+    is the same rule)."""
+    members = config.get("group_members") or {}
+    mine = {caller.user, *caller.groups, *(k for k, v in members.items() if caller.user in v)}
+    written = config.get("policy") or []
+    if len(written) == len(rules):
+        groups = tuple(sorted(mine - {caller.user}))
+        config = {**config, "policy": [w for w, rule in zip(written, rules) if _may_match(rule, caller.user, groups)]}
+    return {**config,
+            "user_quotas": {k: v for k, v in (config.get("user_quotas") or {}).items() if k == caller.user},
+            "group_quotas": {k: v for k, v in (config.get("group_quotas") or {}).items() if k in mine},
+            "group_members": {k: [caller.user] for k, v in members.items() if caller.user in v},
+            "budgets": {k: v for k, v in (config.get("budgets") or {}).items() if k in mine}}
+
+
+def _may_match(rule, user: str, groups: tuple[str, ...]) -> bool:
+    """Whether a rule of the idle policy may match a kernel of ``user`` (in ``groups``)."""
+    match = rule.match
+    return (not match.user or any(fnmatch.fnmatchcase(user, p) for p in match.user)) and \
+        (not match.group or any(fnmatch.fnmatchcase(g, p) for p in match.group for g in groups))
 
 
 def _kernel_id(args: Args) -> str:
@@ -792,27 +913,6 @@ def _uid_of(pid: int | None) -> int | None:
         return psutil.Process(pid).uids().real
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-
-
-def _end_tree(pid: int | None, grace: float = 5.0) -> None:
-    """SIGTERM a kernel's process tree, SIGKILL what is left after ``grace`` seconds."""
-    tree = []
-    for p in processes.process_tree(pid):
-        try:
-            tree.append(psutil.Process(p))
-        except psutil.NoSuchProcess:
-            continue
-    for proc in tree:
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            continue
-    _gone, alive = psutil.wait_procs(tree, timeout=grace)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            continue
 
 
 def _nvml_processes(gpus: set[str]) -> dict[str, dict[int, int | None]] | None:
