@@ -351,7 +351,7 @@ class PoolService:
                     return
                 if not line or not line.endswith(b"\n"):
                     return  # closed, or closed in the middle of a message: nothing to answer
-                reply = await self.handle(caller, peer, line)
+                reply = await self.handle(caller, peer, line, encode=True)
                 if not await self._reply(writer, reply):
                     return
         except asyncio.CancelledError:
@@ -377,8 +377,9 @@ class PoolService:
         except (TimeoutError, ConnectionError):
             return False
 
-    async def handle(self, caller: Caller, peer: Peer, line: bytes) -> dict:
-        """One request line → one reply; nothing changes on an error."""
+    async def handle(self, caller: Caller, peer: Peer, line: bytes, *, encode: bool = False) -> dict:
+        """One request line → one reply; nothing changes on an error.  ``encode``: a bulky read's result
+        comes :class:`~.protocol.Encoded` for the socket (encoded in the caller's read turn, in a thread)."""
         request_id = None
         try:
             message = protocol.loads(line)
@@ -395,7 +396,7 @@ class PoolService:
             if op in READS:  # in the caller's own turn: one user's reads wait among themselves, not others'
                 async with self._reading(caller.uid):
                     result = await handler(caller, peer, args)
-                    if op in BULKY:
+                    if encode and op in BULKY:
                         result = protocol.Encoded((await asyncio.to_thread(protocol.dumps, result))[:-1])
             else:
                 result = await handler(caller, peer, args)
