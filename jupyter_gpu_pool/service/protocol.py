@@ -8,6 +8,9 @@ operation or bad arguments get an error reply and change nothing.  A reply may b
 :data:`MAX_REPLY` bytes (a pool's journal or leases); the service answers one that would be longer
 with an error (``too_large``), and a client reads that much and no more.
 
+The operations are declared once, in :data:`OPERATIONS` (each with its arguments and who may call it):
+the service serves them and the client sends them from that table.
+
 The pool's domain types travel as plain JSON objects tagged with their type (``"__type__"``), and
 :func:`decode` reads such tags only where the protocol puts domain values: the result itself, the items
 of a list result, the values of an object result (and the items of lists there), and inside a domain
@@ -31,6 +34,55 @@ HELP = "ask your admin to check the pool service (systemctl status jupyter-gpu-p
 
 _TYPES = {cls.__name__: cls for cls in (Lease, Waiter, JournalEntry, GPU, GPUUsage, Snapshot, Standing, Scope,
                                         Budget, SliceSpec)}
+
+
+OWN = "own"  # a pool user, on their own rows only (admins: anyone's)
+POOL = "pool"  # a pool user, on the pool as a whole: no one's rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    """One operation of the protocol, declared once: what it takes and who may call it; the service
+    serves it so (its handler reads only these arguments), the client sends it so."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    who: str = OWN
+    reads: bool = False  # a read: served in the caller's own turn to read (the service's turns.py)
+    bulky: bool = False  # a read whose reply may be large: encoded in that turn's thread too
+
+
+OPERATIONS = {op.name: op for op in (
+    Operation("whoami", who=POOL),
+    Operation("settings", who=POOL),
+    Operation("mps_env", ("lease_id",)),
+    Operation("allocate", ("kernel_id", "profile", "label", "waiter_id", "record_refusal")),
+    Operation("resume", ("lease_id", "waiter_id", "same_gpu", "record_refusal")),
+    Operation("release", ("lease_id", "reason")),
+    Operation("set_holder", ("lease_id", "pid", "phase")),
+    Operation("stop", ("lease_id", "expect")),
+    Operation("set_phase", ("lease_id", "to", "expect", "deadline")),
+    Operation("adopt", ("lease_id",)),
+    Operation("hibernate", ("lease_id", "host_bytes", "reason", "last_gpus", "phase")),
+    Operation("reserve_host_bytes", ("lease_id", "host_bytes")),
+    Operation("get", ("lease_id",), reads=True),
+    Operation("by_kernel", ("kernel_id",), reads=True),
+    Operation("leases", ("owner", "states"), reads=True, bulky=True),
+    Operation("snapshot", (), reads=True, bulky=True),
+    Operation("waiters", (), reads=True, bulky=True),
+    Operation("journal", ("since", "kinds", "owner", "limit", "after_seq"), reads=True, bulky=True),
+    Operation("budget_standing", ("owner",), reads=True),
+    Operation("spenders", ("since",), reads=True),
+    Operation("host_bytes_on", ("host",), who=POOL, reads=True),
+    Operation("enqueue", ("kernel_id", "profile", "lease_id", "label")),
+    Operation("heartbeat", ("waiter_id",)),
+    Operation("dequeue", ("waiter_id",)),
+    Operation("record", ("kind", "lease_id", "kernel_id", "reason", "detail")),
+    Operation("record_refusal", ("kernel_id", "profile", "reason", "message")),
+    Operation("reconcile", who=POOL),
+    Operation("trace_record", ("events",)),
+    Operation("trace_export", ("since", "until", "owner", "after", "limit"), reads=True, bulky=True),
+)}
 
 
 class ProtocolError(ValueError):

@@ -15,7 +15,8 @@ import pytest
 from service_helpers import execute, identity, ledger_dump, raw, request, user_env, wait_for
 
 from jupyter_gpu_pool.service.client import ServiceClient, ServiceUnavailable
-from jupyter_gpu_pool.service.server import MAX_CONNECTIONS, PoolService
+from jupyter_gpu_pool.service import protocol
+from jupyter_gpu_pool.service.server import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -168,7 +169,7 @@ def test_garbage_on_the_socket_gets_an_error_changes_nothing_and_the_service_ser
     code, kernel = alice.start_kernel()
     assert code == 201, (kernel, alice.log()[-12000:])
     before = ledger_dump(lab)
-    ops = sorted(name[3:] for name in dir(PoolService) if name.startswith("op_"))
+    ops = sorted(protocol.OPERATIONS)
     rng = random.Random(20240611)
     for name in ("alice", "bob"):  # a user with a kernel, and one without
         garbage = [_garbage(rng, ops) for _ in range(400)]

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from service_helpers import Connection, identity
 
-from jupyter_gpu_pool.service.server import PoolService
+from jupyter_gpu_pool.service import protocol
 
 pytestmark = pytest.mark.timeout(300)
 
-OPS = sorted(name[3:] for name in dir(PoolService) if name.startswith("op_"))
+OPS = sorted(protocol.OPERATIONS)
 ARGS = ["lease_id", "kernel_id", "waiter_id", "pid", "profile", "to", "expect", "phase", "host_bytes", "owner",
         "kind", "reason", "message", "detail", "states", "kinds", "limit", "since", "after_seq", "label", "events",
         "same_gpu", "after", "deadline"]
