@@ -27,6 +27,7 @@ from .protocol import ProtocolError
 from .turns import Turns
 
 MAX_WAITERS = 8  # places one user may hold in the queue at once
+MAX_ROWS = 10_000  # leases in one reply (the journal's reads have their limit, the trace's pages theirs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +52,17 @@ class Busy(RuntimeError):
     reason, status = "too_many", 429
 
 
+class TooLarge(RuntimeError):
+    reason, status = "too_large", 413
+
+
 class Operations:
     """The handlers of the protocol's operations, one ``op_<name>`` each, on one pool."""
 
-    def __init__(self, pool: LocalPool, identities: Identities, turns: Turns, enforcement: Enforcement):
+    def __init__(self, pool: LocalPool, identities: Identities, turns: Turns, enforcement: Enforcement, *,
+                 max_rows: int = MAX_ROWS):
         self.pool, self.ledger, self.identities = pool, pool.ledger, identities
+        self.max_rows = max_rows
         self.turns, self.enforcement = turns, enforcement
         self._recorded: dict[int, list[float]] = {}  # uid -> when its last journal entries were recorded
         self.handlers = {name: getattr(self, f"op_{name}") for name in protocol.OPERATIONS}  # each declared one
@@ -217,8 +224,15 @@ class Operations:
         return lease if lease is not None and self._visible(caller, lease.owner) else None
 
     async def op_leases(self, caller: Caller, peer: Peer, args: Args) -> list[Lease]:
-        owner = args.text("owner", required=False)
-        found = await asyncio.to_thread(self.ledger.leases, owner, args.states("states"))
+        owner, states = args.text("owner", required=False), args.states("states")
+        if not caller.admin:
+            if owner not in (None, caller.user):
+                return []
+            owner = caller.user  # (read only the caller's rows, not everyone's to filter)
+        found = await asyncio.to_thread(self.ledger.leases, owner, states)
+        if len(found) > self.max_rows:  # refused before it is encoded: a reply that large stalls its thread
+            raise TooLarge(f"{len(found)} leases are {' or '.join(states)}: a reply carries at most {self.max_rows}; "
+                           "ask for fewer states or one owner (released leases are kept a week)")
         return [lease for lease in found if self._visible(caller, lease.owner)]
 
     async def op_snapshot(self, caller: Caller, peer: Peer, args: Args):

@@ -35,7 +35,7 @@ from . import protocol
 from .arguments import Args
 from .enforcement import GPUMemoryHeld, GPUProcesses, GPUUnreadable, Enforcement
 from .identity import Caller, Identities, NoSuchUser, Peer, peer_of
-from .operations import JOURNAL_CAPS, MAX_WAITERS, Busy, Denied, Operations
+from .operations import JOURNAL_CAPS, MAX_ROWS, MAX_WAITERS, Busy, Denied, Operations, TooLarge
 from .turns import Turns
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class PoolService:
     def __init__(self, pool: LocalPool, identities: Identities, *, reconcile_interval: float = 15.0,
                  frame_timeout: float = 30.0, idle_timeout: float = 3600.0, budget_grace: float = 300.0,
                  gpu_processes: GPUProcesses | None = None, gpu_settle: float = 3.0,
-                 max_reply: int = protocol.MAX_REPLY):
+                 max_reply: int = protocol.MAX_REPLY, max_rows: int = MAX_ROWS):
         self.pool = pool
         self.ledger = pool.ledger
         self.identities = identities
@@ -64,7 +64,7 @@ class PoolService:
         self.turns = Turns(pool.ledger)
         self.enforcement = Enforcement(pool, identities, self.turns, budget_grace=budget_grace,
                                        gpu_processes=gpu_processes, gpu_settle=gpu_settle)
-        self.operations = Operations(pool, identities, self.turns, self.enforcement)
+        self.operations = Operations(pool, identities, self.turns, self.enforcement, max_rows=max_rows)
         self._server: asyncio.AbstractServer | None = None
         self._socket: tuple[str, int] | None = None  # where it listens, and that socket file's inode
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
@@ -245,7 +245,7 @@ class PoolService:
             return _error(request_id, "phase_error", 409, str(e))
         except PoolError as e:
             return _error(request_id, e.reason, e.status or 409, str(e), e.to_dict())
-        except (Denied, Busy, GPUMemoryHeld, GPUUnreadable) as e:
+        except (Denied, Busy, TooLarge, GPUMemoryHeld, GPUUnreadable) as e:
             return _error(request_id, e.reason, e.status, str(e))
         except Exception as e:  # a bug must not take the service down: the request fails, others go on
             log.exception("GPU pool service: %s failed", line[:200])

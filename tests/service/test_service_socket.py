@@ -177,6 +177,20 @@ def test_a_client_told_more_than_it_reads_says_so_and_does_not_ask_again(lab, ru
     assert small.call("whoami")["user"] == "root"  # and the client goes on (a new connection)
 
 
+def test_a_read_of_more_leases_than_a_reply_carries_is_refused_before_it_is_encoded(lab, running):
+    r = running(max_rows=3)
+    r.run(r.service.start(lab.socket))
+    client = ServiceClient(lab.socket)
+    for i in range(4):  # a user who starts and stops kernels in a loop: each lease is kept a week
+        lease = client.call("allocate", kernel_id=f"k-{i}", profile="small")
+        client.call("release", lease_id=lease.id)
+    with pytest.raises(ServiceError, match="4 leases are released: a reply carries at most 3; ask for fewer") as no:
+        client.call("leases", states=["released"])
+    assert no.value.reason == "too_large" and no.value.status == 413
+    assert client.call("leases", states=["active"]) == []  # the held ones are answered
+    assert client.call("whoami")["user"] == "root"
+
+
 # -- one pool name, one Unix user ----------------------------------------------------------------------------
 
 
