@@ -272,3 +272,28 @@ def test_bob_can_neither_file_entries_about_alices_kernel_nor_tell_her_leases_fr
         bob.close()
     log = (lab.root / "service.log").read_text()
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_the_service_ends_a_proven_kernel_and_its_children_and_nothing_unproven(unix_users):
+    """The helper budget enforcement ends kernels with: the registered process (pid, start time, owner's
+    uid) and its descendants; a wrong start time or another owner's uid, and nothing is signalled."""
+    from jupyter_gpu_pool.service.kernels import end_kernel
+
+    parent = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              "print(child.pid, flush=True)\ntime.sleep(600)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", parent], **identity("alice"), cwd="/", stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        child = psutil.Process(int(kernel.stdout.readline()))
+        start = psutil.Process(kernel.pid).create_time()
+        assert end_kernel(kernel.pid, start + 1.0, uid_of("alice"), grace=1) == []  # not the registered one
+        assert end_kernel(kernel.pid, start, uid_of("bob"), grace=1) == []  # not the owner's
+        assert end_kernel(kernel.pid, start, 0, grace=1) == []  # root's: never
+        assert kernel.poll() is None and child.is_running()
+        assert end_kernel(kernel.pid, start, uid_of("alice"), grace=1) == [kernel.pid, child.pid]
+        assert kernel.wait(timeout=10) is not None
+        child.wait(timeout=10)
+    finally:
+        kernel.kill()
+        kernel.wait()
