@@ -74,6 +74,10 @@ SCHEMA = [
     CREATE INDEX trace_at ON trace(at, seq);
     CREATE INDEX trace_owner ON trace(owner, at, seq);
     """,
+    # version 5: one user's journal, found without reading everyone's (the service caps what each keeps)
+    """
+    CREATE INDEX journal_owner ON journal(owner, seq);
+    """,
 ]
 
 

@@ -32,5 +32,12 @@ def read(db: sqlite3.Connection, *, since: float, kinds: tuple[str, ...], owner:
     return [rows.journal_entry(r) for r in db.execute(sql, args)]
 
 
+def held(db: sqlite3.Connection, owner: str) -> tuple[int, int]:
+    """How many entries of ``owner`` the journal keeps, and the characters of their detail."""
+    entries, stored = db.execute("SELECT count(*), coalesce(sum(length(detail)), 0) FROM journal WHERE owner=?",
+                                 (owner,)).fetchone()
+    return entries, stored
+
+
 def prune(db: sqlite3.Connection, before: float) -> None:
     db.execute("DELETE FROM journal WHERE at < ?", (before,))

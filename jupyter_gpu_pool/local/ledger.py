@@ -155,6 +155,11 @@ class Ledger(LeaseStore):
             ).fetchone()
             return rows.lease(row) if row else None
 
+    def kernel_owners(self, kernel_id: str) -> set[str]:
+        """Who holds or held a lease for ``kernel_id`` (while its rows are kept)."""
+        with self.db.read() as db:
+            return {r[0] for r in db.execute("SELECT DISTINCT owner FROM leases WHERE kernel_id=?", (kernel_id,))}
+
     def leases(self, owner: str | None = None, states: tuple[str, ...] = HELD) -> list[Lease]:
         with self.db.read() as db:
             return self._leases(db, owner, states)
@@ -532,6 +537,12 @@ class Ledger(LeaseStore):
         with self.db.write() as db:
             queue.remove(db, waiter_id)
 
+    def waiter_owner(self, waiter_id: str) -> str | None:
+        """Whose place in the queue ``waiter_id`` is, live or past its heartbeat (None: no such place)."""
+        with self.db.read() as db:
+            row = db.execute("SELECT owner FROM waiters WHERE id=?", (waiter_id,)).fetchone()
+            return row[0] if row else None
+
     def waiters(self) -> list[Waiter]:
         now = self.clock()
         with self.db.read() as db:
@@ -550,6 +561,11 @@ class Ledger(LeaseStore):
         """Entries newest first."""
         with self.db.read() as db:
             return journal.read(db, since=since, kinds=kinds, owner=owner, limit=limit, after_seq=after_seq)
+
+    def journal_held(self, owner: str) -> tuple[int, int]:
+        """The entries the journal keeps about ``owner``, and the size of their detail."""
+        with self.db.read() as db:
+            return journal.held(db, owner)
 
     # -- checks --------------------------------------------------------------------------------
 

@@ -106,6 +106,9 @@ class ServiceClient:
 
     def call(self, op: str, **args):
         """One request; the decoded result, or the error reply raised as the pool's exception."""
+        operation = protocol.OPERATIONS.get(op)
+        if operation is None or not set(args) <= set(operation.args):  # a mistake of ours, not the user's
+            raise ValueError(f"the pool service's protocol has no operation {op!r} taking {sorted(args)}")
         self._ids += 1
         request = protocol.dumps({"id": self._ids, "op": op, "args": args})
         for attempt in (1, 2):
@@ -129,9 +132,9 @@ class ServiceClient:
             # dropped (the service restarted): one new connection
             if attempt == 2:
                 raise ServiceUnavailable(self.path, why)
-        reply = protocol.decode(protocol.loads(line))
+        reply = protocol.loads(line)
         if reply.get("ok"):
-            return reply.get("result")
+            return protocol.decode(reply.get("result"))
         raise _rebuild(reply.get("error") or {})
 
 
@@ -204,8 +207,8 @@ class ServiceLedger(LeaseStore):
 
     def enqueue(self, owner: str, kernel_id: str, profile: str, spec, *, lease_id: str | None = None,
                 label: str = ""):
-        return self.client.call("enqueue", kernel_id=kernel_id, profile=profile, slice=spec.to_text(),
-                                lease_id=lease_id, label=label)
+        return self.client.call("enqueue", kernel_id=kernel_id, profile=profile, lease_id=lease_id,
+                                label=label)  # (the slice is the profile's or the lease's: the service's to say)
 
     def heartbeat(self, waiter_id: str):
         return self.client.call("heartbeat", waiter_id=waiter_id)

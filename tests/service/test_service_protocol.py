@@ -67,6 +67,21 @@ def test_each_argument_is_checked_for_its_type(raw, call, words):
         call(Args(raw))
 
 
+def test_each_operation_is_declared_once_and_served_and_sent_as_declared():
+    from jupyter_gpu_pool.service.client import ServiceClient
+    from jupyter_gpu_pool.service.operations import Operations
+
+    served = {name[3:] for name in dir(Operations) if name.startswith("op_")}
+    assert served == set(protocol.OPERATIONS)  # a handler for each declared operation, none undeclared
+    client = ServiceClient("/nonexistent/pool.sock")
+    with pytest.raises(ValueError, match="no operation 'nope'"):
+        client.call("nope")
+    with pytest.raises(ValueError, match="no operation 'release' taking \\['lease_id', 'owner'\\]"):
+        client.call("release", lease_id="l", owner="bob")  # refused before anything is sent
+    with pytest.raises(AssertionError, match="reads 'owner', which it does not declare"):
+        Args({"owner": "bob"}, protocol.OPERATIONS["release"]).text("owner")
+
+
 def test_a_refusal_comes_back_as_the_pools_own_exception():
     from jupyter_gpu_pool.pool import LeaseNotFound, QuotaExceeded
     from jupyter_gpu_pool.pool.phases import PhaseConflict

@@ -149,14 +149,14 @@ def test_an_unknown_socket_group_is_refused_before_anything_is_made(lab, running
 
 def _journal_entries(client: ServiceClient, count: int) -> None:
     for i in range(count):
-        client.call("record", kind="noted", detail={"n": i, "text": "x" * 30_000})
+        client.call("record", kind="noted", detail={"n": i, "text": "x" * 15_000})
 
 
 def test_a_reply_larger_than_a_reply_may_be_is_refused_plainly_and_the_connection_serves_on(lab, running):
     r = running(max_reply=256 * 1024)
     r.run(r.service.start(lab.socket))
     client = ServiceClient(lab.socket)
-    _journal_entries(client, 12)  # some 360 KB of journal
+    _journal_entries(client, 24)  # some 360 KB of journal (entries of at most 16 KiB)
     with pytest.raises(ServiceError, match=r"the reply would be \d+ bytes, more than the 262144") as refused:
         client.call("journal", limit=100)
     assert refused.value.reason == "too_large" and refused.value.status == 413
@@ -167,7 +167,7 @@ def test_a_reply_larger_than_a_reply_may_be_is_refused_plainly_and_the_connectio
 def test_a_client_told_more_than_it_reads_says_so_and_does_not_ask_again(lab, running):
     r = running()
     r.run(r.service.start(lab.socket))
-    _journal_entries(ServiceClient(lab.socket), 4)
+    _journal_entries(ServiceClient(lab.socket), 8)
     small = ServiceClient(lab.socket, max_reply=64 * 1024)
     served = r.service.served
     with pytest.raises(ServiceError, match="longer than the 65536 bytes this client reads") as refused:
@@ -175,6 +175,20 @@ def test_a_client_told_more_than_it_reads_says_so_and_does_not_ask_again(lab, ru
     assert refused.value.reason == "too_large"
     assert r.service.served == served + 1  # asked once: a reply cut short is not a dropped connection to retry
     assert small.call("whoami")["user"] == "root"  # and the client goes on (a new connection)
+
+
+def test_a_read_of_more_leases_than_a_reply_carries_is_refused_before_it_is_encoded(lab, running):
+    r = running(max_rows=3)
+    r.run(r.service.start(lab.socket))
+    client = ServiceClient(lab.socket)
+    for i in range(4):  # a user who starts and stops kernels in a loop: each lease is kept a week
+        lease = client.call("allocate", kernel_id=f"k-{i}", profile="small")
+        client.call("release", lease_id=lease.id)
+    with pytest.raises(ServiceError, match="4 leases are released: a reply carries at most 3; ask for fewer") as no:
+        client.call("leases", states=["released"])
+    assert no.value.reason == "too_large" and no.value.status == 413
+    assert client.call("leases", states=["active"]) == []  # the held ones are answered
+    assert client.call("whoami")["user"] == "root"
 
 
 # -- one pool name, one Unix user ----------------------------------------------------------------------------

@@ -56,7 +56,12 @@ def test_bob_cannot_release_or_snooze_alices_kernel_by_rest_cli_or_socket(shared
                                request("hibernate", lease_id=lease_id, host_bytes=0),
                                request("get", lease_id=lease_id),
                                request("journal", owner="alice")])
-    assert [r["error"]["reason"] for r in replies[:4]] == ["not_yours"] * 4
+    # answered as an unknown lease is: he learns nothing of whose it is
+    [unknown] = raw(lab, "bob", [request("stop", lease_id="no-such-lease")])
+    assert replies[0]["ok"] and replies[0]["result"] is None  # as a release of a lease long gone
+    assert [r["error"]["reason"] for r in replies[1:4]] == ["lease_not_found"] * 3
+    assert {r["error"]["message"].replace(lease_id, "?") for r in replies[1:4]} == {
+        unknown["error"]["message"].replace("no-such-lease", "?")}
     assert replies[4]["result"] is None  # he cannot even see it
     assert all(e["owner"] == "bob" for e in replies[5]["result"])  # the journal he reads is his own
     lease = next(k for k in alice.me()["kernels"] if k["kernel_id"] == kid)
@@ -102,13 +107,13 @@ def test_bob_declaring_himself_admin_in_his_own_server_gains_nothing_over_alices
         code, reply = bob.request("POST", f"gpu-pool/api/v1/kernels/{kid}/{action}", {})
         assert (code, reply["reason"]) == (404, "no_such_kernel"), (action, code, reply)
     # Knowing her lease, he asks her server for it the way an admin's server does (the journal), or puts the
-    # request under his own name: the first is refused, the second her server never reads.
+    # request under his own name: both are refused (neither her lease nor her kernel id is his to record about).
     replies = raw(lab, "bob", [request("record", kind="requested", lease_id=lease_id, kernel_id=kid, reason="admin",
                                        detail={"action": "shutdown", "by": "bob"}),
                                request("record", kind="requested", kernel_id=kid, reason="admin",
                                        detail={"action": "shutdown", "by": "bob"}),
                                request("snapshot"), request("leases", owner="alice")])
-    assert replies[0]["error"]["reason"] == "not_yours" and replies[1]["ok"]
+    assert replies[0]["error"]["reason"] == "lease_not_found" and replies[1]["error"]["reason"] == "not_yours"
     assert all(x["owner"] == "bob" for x in replies[2]["result"]["leases"]) and replies[3]["result"] == []
     time.sleep(3)  # three of her server's culling passes (each reads her journal)
     [lease] = raw(lab, "alice", [request("get", lease_id=lease_id)])

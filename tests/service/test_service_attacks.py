@@ -1,0 +1,299 @@
+"""A hostile student on a shared box: bob, a real Unix user, speaks the service's socket by hand to make
+the root service kill alice's process, stall her, break the admins' view, take her place in the queue,
+read her settings or file entries about her kernels.  Each attack as bob would run it; none works."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from service_helpers import Connection, identity, raw, request, uid_of, user_env, wait_for
+
+from jupyter_gpu_pool.service.server import JOURNAL_CAPS
+
+pytestmark = pytest.mark.timeout(300)
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def _on_pid(name: str, pid: int) -> subprocess.Popen:
+    """A process of ``name``'s on ``pid``: root writes the pid counter (an attacker cycles threads until the
+    counter comes round, which takes longer)."""
+    for _ in range(200):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as counter:
+            counter.write(str(pid - 1))
+        proc = subprocess.Popen(SLEEPER, **identity(name), cwd="/")
+        if proc.pid == pid:
+            return proc
+        proc.kill()  # another process of the machine took it first: again
+        proc.wait()
+    raise AssertionError(f"could not start a process on pid {pid}")
+
+
+def test_bob_cannot_make_the_service_kill_alices_process_on_his_dead_kernels_pid(lab):
+    # bob's budget lasts 6 s of a small slice; the service ends his kernel 1 s after it runs out
+    lab.configure(budgets={"bob": {"gpu_hours": 0.25 * 6 / 3600, "period": "day"}}, service={"budget_grace": 1})
+    lab.service()
+    bob = Connection(lab, "bob")  # his "server": alive, so his lease is not reclaimed, and adopting it
+    kernel = subprocess.Popen(SLEEPER, **identity("bob"), cwd="/")
+    victim = None
+    try:
+        lease = bob.call("allocate", kernel_id="k-bob", profile="small")["result"]
+        assert bob.call("set_holder", lease_id=lease["id"], pid=kernel.pid)["ok"]
+        kernel.kill()
+        kernel.wait()
+        victim = _on_pid("alice", kernel.pid)  # alice's next process takes his kernel's pid
+        assert psutil.Process(victim.pid).uids().real == uid_of("alice")
+        assert bob.call("get", lease_id=lease["id"])["result"]["state"] == "active"  # placed before the budget ran out
+
+        def ended():
+            bob.call("adopt", lease_id=lease["id"])  # every second, as the attack does
+            found = bob.call("get", lease_id=lease["id"])["result"]
+            return found["state"] == "released" and found
+
+        released = wait_for(ended, timeout=60, interval=1.0, what="the service to end bob's kernel")
+        assert released["reason"] == "budget: GPU time used up (ended by the pool service)"
+        time.sleep(0.5)
+        assert victim.poll() is None  # alice's process lives: the service signalled nothing of hers
+        assert "no longer the kernel its lease registered" in (lab.root / "service.log").read_text()
+    finally:
+        bob.close()
+        if victim is not None:
+            victim.kill()
+            victim.wait()
+
+
+READER = """
+import json, socket, sys, threading, time
+path, seconds, conns = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+line = json.dumps({"id": 1, "op": "journal", "args": {"limit": 10000}}).encode() + b"\\n"
+done = []
+def read():
+    s = socket.socket(socket.AF_UNIX); s.connect(path); s.settimeout(120); replies = s.makefile("rb")
+    n, size, end = 0, 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        s.sendall(line)
+        answer = replies.readline()
+        assert json.loads(answer)["ok"], answer[:300]
+        n, size = n + 1, len(answer)
+    done.append([n, size])
+threads = [threading.Thread(target=read) for _ in range(conns)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps(done), flush=True)
+"""
+
+PROBE = """
+import json, socket, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_UNIX); s.connect(path); s.settimeout(60); replies = s.makefile("rb")
+def ask(op, **args):
+    started = time.monotonic()
+    s.sendall(json.dumps({"id": 1, "op": op, "args": args}).encode() + b"\\n")
+    reply = json.loads(replies.readline())
+    assert reply["ok"], reply
+    return reply["result"], time.monotonic() - started
+waits, i, end = {"whoami": [], "journal": [], "allocate": [], "release": []}, 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    waits["whoami"].append(ask("whoami")[1])
+    waits["journal"].append(ask("journal", limit=50)[1])
+    lease, took = ask("allocate", kernel_id=f"k-alice-{i}", profile="small")
+    waits["allocate"].append(took)
+    waits["release"].append(ask("release", lease_id=lease["id"])[1])
+    i += 1
+    time.sleep(0.05)
+print(json.dumps(waits), flush=True)
+"""
+
+
+def test_bobs_reads_of_his_largest_journal_from_many_connections_cost_alice_nothing(lab):
+    lab.configure(trace_recording=False)
+    lab.service()
+    bob = Connection(lab, "bob")
+    try:  # the most he may keep, of the costliest kind to read: entries of the largest detail made of the
+        # most JSON values that fit (a list of 4000 lists), until the bytes run out, then a refusal
+        entry = {"x": [[0]] * ((JOURNAL_CAPS.entry_bytes - 7) // 4)}
+        size, stored = len(json.dumps(entry, separators=(",", ":"))), len(json.dumps(entry))
+        assert size <= JOURNAL_CAPS.entry_bytes
+        assert bob.call("record", kind="noted", detail={"x": "y" * (JOURNAL_CAPS.entry_bytes - 7)})["error"][
+            "reason"] == "bad_request"  # one byte more than an entry may be
+        kept = 0
+        while (reply := bob.call("record", kind="noted", detail=entry))["ok"]:
+            kept += 1
+        assert reply["error"]["reason"] == "too_many" and "the most one user may keep" in reply["error"]["message"]
+        assert kept == (JOURNAL_CAPS.bytes - size) // stored + 1  # (kept as JSON with spaces: larger)
+    finally:
+        bob.close()
+    seconds = 8.0
+    readers = subprocess.Popen([sys.executable, "-c", READER, lab.socket, str(seconds + 2), "6"], **identity("bob"),
+                               env=user_env(lab, "bob"), stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # his reads under way
+        probe = subprocess.run([sys.executable, "-c", PROBE, lab.socket, str(seconds)], **identity("alice"),
+                               env=user_env(lab, "alice"), capture_output=True, text=True, timeout=120)
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        out, _ = readers.communicate(timeout=120)
+    finally:
+        readers.kill()
+        readers.wait()
+    assert readers.returncode == 0
+    reads = json.loads(out)
+    assert len(reads) == 6 and sum(n for n, _ in reads) >= 6
+    assert min(size for _, size in reads) > 0.7 * JOURNAL_CAPS.bytes  # each read his whole journal
+    waits = json.loads(probe.stdout)
+    assert len(waits["allocate"]) >= 5  # alice was served all along
+    slowest = {op: max(w) for op, w in waits.items()}
+    assert all(w < 1.0 for w in slowest.values()), slowest
+
+
+def test_a_journal_entry_posing_as_a_type_is_shown_to_the_admin_as_the_data_it_is(lab):
+    from jupyter_gpu_pool.service.client import ServiceClient, ServicePool
+
+    lab.service()
+    poison = {"__type__": "NotAType", "lease": {"__type__": "Lease", "id": "x"}, "list": [{"__type__": "GPU"}]}
+    [recorded] = raw(lab, "bob", [request("record", kind="noted", reason="poison", detail=poison)])
+    assert recorded["ok"], recorded
+    admin = ServicePool(ServiceClient(lab.socket))  # root: an admin, as the admins' pool view reads it
+    try:
+        entries = admin.ledger.journal(owner="bob", kinds=("noted",))
+        assert [(e.owner, e.reason, e.detail) for e in entries] == [("bob", "poison", poison)]
+        assert any(e.owner == "bob" for e in admin.ledger.journal())  # and the whole journal reads too
+    finally:
+        admin.ledger.close()
+
+
+def test_bob_cannot_take_over_alices_queue_place_once_she_missed_a_heartbeat(lab):
+    lab.configure(service={"reconcile_interval": 3600})  # nothing prunes her place while this runs
+    lab.service()
+    alice, bob = Connection(lab, "alice"), Connection(lab, "bob")
+    try:
+        waiter = alice.call("enqueue", kernel_id="k-alice", profile="small", label="secret.ipynb")["result"]
+
+        def heartbeat() -> float:
+            with sqlite3.connect(f"file:{lab.ledger}?mode=ro", uri=True) as db:
+                return db.execute("SELECT heartbeat FROM waiters WHERE id=?", (waiter["id"],)).fetchone()[0]
+
+        before = heartbeat()
+        time.sleep(16)  # past the ledger's 15 s: her place missed its heartbeat (not yet pruned)
+        assert all(w["id"] != waiter["id"] for w in alice.call("waiters")["result"])
+        taken = bob.call("heartbeat", waiter_id=waiter["id"])
+        unknown = bob.call("heartbeat", waiter_id="no-such-place")
+        assert taken["ok"] and taken["result"] is None  # answered as a place that does not exist is
+        assert {k: v for k, v in taken.items() if k != "id"} == {k: v for k, v in unknown.items() if k != "id"}
+        assert "k-alice" not in json.dumps(taken) and "secret" not in json.dumps(taken)
+        assert bob.call("dequeue", waiter_id=waiter["id"])["ok"]
+        assert heartbeat() == before  # not revived by him, not deleted by him
+        mine = alice.call("heartbeat", waiter_id=waiter["id"])["result"]
+        assert mine["id"] == waiter["id"] and mine["label"] == "secret.ipynb"  # still hers
+    finally:
+        alice.close()
+        bob.close()
+
+
+def test_settings_show_a_user_their_own_entries_and_the_pools_defaults_and_an_admin_all(lab):
+    lab.configure(user_quotas={"alice": {"kernels": 3}, "bob": {"kernels": 2}},
+                  group_quotas={"ta": {"kernels": 9}, "students": {"kernels": 8}},
+                  group_members={"ta": ["alice"], "students": ["alice", "bob"]},
+                  budgets={"alice": {"gpu_hours": 7, "period": "week"}, "students": {"gpu_hours": 5},
+                           "ta": {"gpu_hours": 6}},
+                  default_user_quota={"kernels": 1},
+                  policy=[{"name": "alice-late", "match": {"user": "alice"}, "idle_timeout": "2h"},
+                          {"name": "ta-late", "match": {"group": "ta"}, "idle_timeout": "2h"},
+                          {"name": "everyone", "idle_timeout": "1h"}])
+    lab.service()
+    [mine] = raw(lab, "bob", [request("settings")])
+    config = mine["result"]["config"]
+    assert config["user_quotas"] == {"bob": {"kernels": 2}}
+    assert set(config["group_quotas"]) == {"students"} and config["group_members"] == {"students": ["bob"]}
+    assert set(config["budgets"]) == {"students"} and config["default_user_quota"] == {"kernels": 1}
+    assert [rule["name"] for rule in config["policy"]] == ["everyone"]  # the rules that may be his
+    assert "alice" not in json.dumps(config) and "ta" not in config["group_quotas"]
+    admin = subprocess.run([sys.executable, "-c", "import json, sys\nfrom jupyter_gpu_pool.service.client import "
+                            "ServiceClient\nprint(json.dumps(ServiceClient(sys.argv[1]).call('settings')['config']))",
+                            lab.socket], capture_output=True, text=True, timeout=60)
+    everything = json.loads(admin.stdout)
+    assert len(everything["policy"]) == 3 and set(everything["user_quotas"]) == {"alice", "bob"} and set(everything["budgets"]) == {"alice", "students",
+                                                                                                "ta"}
+    # and bob's own server still works from his part: his quota is his own
+    bob = lab.server("bob")
+    assert bob.me()["quota"]["kernels"] == 2
+    assert [bob.start_kernel()[0] for _ in range(3)] == [201, 201, 403]
+
+
+def test_bob_can_neither_file_entries_about_alices_kernel_nor_tell_her_leases_from_none(lab):
+    lab.configure(trace_recording=True)
+    lab.service()
+    alice, bob = Connection(lab, "alice"), Connection(lab, "bob")
+    try:
+        hers = alice.call("allocate", kernel_id="k-alice", profile="small")["result"]
+        mine = bob.call("allocate", kernel_id="k-bob", profile="small")["result"]
+        now = time.time()
+        refused = [bob.call("record", kind="noted", kernel_id="k-alice", detail={"by": "bob"}),
+                   bob.call("record", kind="noted", lease_id=mine["id"], kernel_id="k-alice"),
+                   bob.call("trace_record", events=[{"t": now, "e": "busy", "k": "k-alice"}])]
+        assert [r["error"]["reason"] for r in refused] == ["not_yours", "bad_request", "not_yours"], refused
+        assert bob.call("record", kind="noted", kernel_id="k-bob")["ok"]  # his own, as ever
+        assert bob.call("trace_record", events=[{"t": now, "e": "busy", "k": "k-bob"}])["result"] == 1
+        entries = alice.call("journal", kinds=["noted"])["result"]
+        assert entries == []
+        with sqlite3.connect(f"file:{lab.ledger}?mode=ro", uri=True) as db:
+            assert db.execute("SELECT count(*) FROM journal WHERE kernel_id='k-alice' AND owner='bob'").fetchone() == (0,)
+            assert db.execute("SELECT count(*) FROM trace WHERE kernel_id='k-alice'").fetchone() == (0,)
+        # her lease and no lease at all are answered alike
+        for op, args in [("get", {}), ("stop", {}), ("adopt", {}), ("mps_env", {}), ("set_holder", {"pid": bob.pid}),
+                         ("set_phase", {"to": "hibernating"}), ("hibernate", {"host_bytes": 0}), ("resume", {}),
+                         ("release", {}), ("reserve_host_bytes", {"host_bytes": 1}), ("enqueue", {"kernel_id": "k-b2"})]:
+            theirs = bob.call(op, lease_id=hers["id"], **args)
+            none = bob.call(op, lease_id="0" * len(hers["id"]), **args)
+            theirs.pop("id"), none.pop("id")
+            assert json.dumps(theirs).replace(hers["id"], "?") == json.dumps(none).replace("0" * len(hers["id"]),
+                                                                                        "?"), (op, theirs, none)
+        assert alice.call("get", lease_id=hers["id"])["result"]["state"] == "active"
+        # numbers no ledger holds: a clear refusal, no failure
+        huge = 10**399
+        replies = [bob.call("journal", since=huge), bob.call("journal", after_seq=huge),
+                   bob.call("set_phase", lease_id=mine["id"], to="hibernating", deadline=huge),
+                   bob.call("hibernate", lease_id=mine["id"], host_bytes=huge),
+                   bob.call("reserve_host_bytes", lease_id=mine["id"], host_bytes=huge),
+                   bob.call("spenders", since=huge), bob.call("trace_export", since=huge),
+                   bob.call("trace_export", after=[huge, 1]), bob.call("trace_export", after=[1.0, huge]),
+                   bob.call("journal", since=-huge)]
+        assert [r["error"]["reason"] for r in replies] == ["bad_request"] * len(replies), replies
+        assert all("out of range" in r["error"]["message"] or "'after'" in r["error"]["message"] for r in replies)
+        assert bob.call("get", lease_id=mine["id"])["result"]["phase"] == ""  # nothing changed
+    finally:
+        alice.close()
+        bob.close()
+    log = (lab.root / "service.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_the_service_ends_a_proven_kernel_and_its_children_and_nothing_unproven(unix_users):
+    """The helper budget enforcement ends kernels with: the registered process (pid, start time, owner's
+    uid) and its descendants; a wrong start time or another owner's uid, and nothing is signalled."""
+    from jupyter_gpu_pool.service.kernels import end_kernel
+
+    parent = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              "print(child.pid, flush=True)\ntime.sleep(600)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", parent], **identity("alice"), cwd="/", stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        child = psutil.Process(int(kernel.stdout.readline()))
+        start = psutil.Process(kernel.pid).create_time()
+        assert end_kernel(kernel.pid, start + 1.0, uid_of("alice"), grace=1) == []  # not the registered one
+        assert end_kernel(kernel.pid, start, uid_of("bob"), grace=1) == []  # not the owner's
+        assert end_kernel(kernel.pid, start, 0, grace=1) == []  # root's: never
+        assert kernel.poll() is None and child.is_running()
+        assert end_kernel(kernel.pid, start, uid_of("alice"), grace=1) == [kernel.pid, child.pid]
+        assert kernel.wait(timeout=10) is not None
+        child.wait(timeout=10)
+    finally:
+        kernel.kill()
+        kernel.wait()
