@@ -2,8 +2,7 @@
 
 pids are reused; the pair (pid, start time) names one process for the life of
 the machine.  This is the edge the ledger's ``reconcile`` calls to judge
-whether a holder still lives.  A kernel's process tree is ``devices.processes.process_tree``
-(re-exported here for the callers that find a holder's processes through this module).
+whether a holder still lives.  A kernel's process tree is ``devices.processes.process_tree``.
 """
 
 from __future__ import annotations
@@ -13,10 +12,9 @@ import socket
 
 import psutil
 
-from ..devices.processes import process_tree
 from ..pool import Holder
 
-__all__ = ["hostname", "identify", "is_alive", "process_tree"]
+__all__ = ["hostname", "identify", "is_alive"]
 
 # psutil derives start times from boot time and clock ticks; allow for rounding.
 _START_TOLERANCE = 0.05

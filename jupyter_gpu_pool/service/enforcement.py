@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import psutil
 
-from ..local import processes
+from ..devices.processes import process_tree
 from ..local.pool import LocalPool
 from ..pool import ACTIVE, Lease
 from . import kernels
@@ -110,8 +110,8 @@ class Enforcement:
             return None
         uid = next((u for u in (_uid_of(lease.holder_pid), _uid_of(lease.manager_pid)) if u is not None), caller_uid)
         others = {pid for other in self.ledger.leases(lease.owner, states=(ACTIVE,)) if other.id != lease.id
-                  for pid in processes.process_tree(other.holder_pid)}
-        kernel = set(processes.process_tree(lease.holder_pid))
+                  for pid in process_tree(other.holder_pid)}
+        kernel = set(process_tree(lease.holder_pid))
         held: dict[int, int] = {}
         for per_pid in found.values():
             for pid, used in per_pid.items():
