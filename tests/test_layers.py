@@ -89,3 +89,110 @@ def test_each_part_imports_only_what_its_layer_allows(part):
     wrong = [f"{f} imports {t}" for f, p, t in imports_between_parts()
              if p == part and not any(t == ok or t.startswith(ok + ".") for ok in ALLOWED[part])]
     assert not wrong, "imports against docs/architecture.md's layers:\n" + "\n".join(wrong)
+
+
+# -- no import circle inside a package ----------------------------------------------------------------
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.parts[-1] == "__init__" else rel.parts)
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Every module of the package -> the package's modules it imports: at module level, inside a
+    function, or only for type checking (under ``if TYPE_CHECKING:``), for each is a dependency a reader
+    must follow.  ``from . import x`` names the module ``x`` where there is one."""
+    modules = {_module_of(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    found: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets.add(base)
+                targets.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules)
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+        found[module] = {t for t in targets if t in modules and t != module}
+    return found
+
+
+def circles() -> dict[str, list[list[str]]]:
+    """Per package: its import circles, each a list of the package's children (modules or
+    subpackages) that import one another round (an import of ``a.b.c`` by ``a.d`` is ``d`` -> ``b``
+    in package ``a``)."""
+    imports = module_imports()
+    packages = {m for m in imports if (PACKAGE.parent / m.replace(".", "/") / "__init__.py").exists()}
+    out: dict[str, list[list[str]]] = {}
+    for package in sorted(packages):
+        depth = package.count(".") + 1
+
+        def child(module: str) -> str | None:
+            parts = module.split(".")
+            return parts[depth] if module.startswith(package + ".") else None
+
+        graph: dict[str, set[str]] = {}
+        for source, targets in imports.items():
+            a = child(source)
+            if a is None:
+                continue
+            graph.setdefault(a, set()).update(b for t in targets if (b := child(t)) is not None and b != a)
+        found = _strongly_connected(graph)
+        if found:
+            out[package] = found
+    return out
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one node: each is one or more circles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_circle_finder_sees_type_only_and_function_level_imports():
+    found = _strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    assert found == [["a", "b", "c"]]
+    imports = module_imports()
+    assert "jupyter_gpu_pool.service.client" in imports["jupyter_gpu_pool.pools"]  # inside a function
+    assert "jupyter_gpu_pool.server_extension.backend" in imports["jupyter_gpu_pool.server_extension.views"]
+
+
+@pytest.mark.parametrize("package", sorted(_module_of(p) for p in PACKAGE.rglob("__init__.py")))
+def test_no_import_circle_inside_a_package(package):
+    found = circles().get(package, [])
+    assert not found, f"import circles inside {package} (each group imports one another round):\n" + "\n".join(
+        " <-> ".join(c) for c in found)

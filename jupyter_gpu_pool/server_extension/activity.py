@@ -1,7 +1,8 @@
 """The activity trace of this server's GPU kernels, for the capacity planner (``pool.trace``).
 
-The culler hands each pass's view to :meth:`ActivityRecorder.observe`, which writes what changed, as
-one batch through the backend (the ledger, or the pool service):
+The culler hands each pass's view (and the server's read-only context) to
+:meth:`ActivityRecorder.observe`, which writes what changed, as one batch through the backend (the
+ledger, or the pool service):
 
 - each kernel when first seen: profile, groups, kernelspec, whether it can hibernate (and why not),
   whether its GPUs are declared, and the culler's pass schedule;
@@ -15,7 +16,7 @@ one batch through the backend (the ledger, or the pool service):
   admin asked for (an ``act`` with reason ``user`` or ``admin``, at the time asked).
 
 Never any code, output or notebook name.  Every event goes out through ``pool.trace.clipped``, so that
-what is recorded is within what a reader accepts.  A failure to write is logged and never stops the culler.
+what is recorded is within what a reader accepts.  A failure to write is logged and never stops the context.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..pool import HIBERNATED, SOFT, JournalEntry, Lease, Snapshot
 from ..pool.trace import REQUESTED, RESUME, START, TraceEvent, clipped
 from ..pool.units import unix_time
 from .backend import PoolBackend
+from .context import ServerContext
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +58,13 @@ class ActivityRecorder:
         self._started = self._journal_at = clock()  # the journal from when this server started
         self._waiters: set[str] = set()
 
-    async def observe(self, snapshot: Snapshot, kernels: dict, *, now: float, culler) -> None:
-        """One pass: ``kernels`` is this server's pool kernels (kernel id -> (kernel, lease))."""
+    async def observe(self, snapshot: Snapshot, kernels: dict, *, now: float, context: ServerContext,
+                      grid: tuple[float, float] | None) -> None:
+        """One pass: ``kernels`` is this server's pool kernels (kernel id -> (kernel, lease)); ``grid`` the
+        culler's pass schedule (its first pass and interval)."""
         events: list[TraceEvent] = []
         for kid, (kernel, lease) in kernels.items():
-            self._kernel(events, kid, kernel, lease, now, culler)
+            self._kernel(events, kid, kernel, lease, now, context, grid)
         for gone in set(self.kernels) - set(kernels):
             del self.kernels[gone]
         self._queue(events, snapshot)
@@ -79,19 +83,20 @@ class ActivityRecorder:
 
     # -- what the culler saw ---------------------------------------------------------------------
 
-    def _kernel(self, events: list[TraceEvent], kid: str, kernel, lease: Lease, now: float, culler) -> None:
+    def _kernel(self, events: list[TraceEvent], kid: str, kernel, lease: Lease, now: float, context: ServerContext,
+                grid: tuple[float, float] | None) -> None:
         busy = kernel.execution_state == "busy"
         last = unix_time(kernel.last_activity)
         seen = self.kernels.get(kid)
         owner = lease.owner
         if seen is None:
-            can, why = culler.hibernation(lease)
+            can, why = context.hibernation(lease)
             gpus = {g.uuid: g for g in self.backend.gpus()}
             mine = [gpus[u] for u in (lease.gpus or lease.last_gpus) if u in gpus]
             info = {"p": lease.profile, "g": list(lease.groups), "s": kernel.kernel_name or "",
                     "hib": bool(can), "why": why, "declared": bool(mine) and all(g.declared for g in mine)}
-            if culler.grid is not None:
-                info["grid"] = [culler.grid[0], culler.grid[1]]
+            if grid is not None:
+                info["grid"] = [grid[0], grid[1]]
             events.append(TraceEvent(now, "kernel", kid, owner, info))
             if last is not None:
                 events.append(TraceEvent(last, "busy" if busy else "active", kid, owner))
@@ -108,7 +113,7 @@ class ActivityRecorder:
         if lease.state != seen.state:  # hibernated or woken: the sampler reads it afresh, so does the trace
             seen.state, seen.sample = lease.state, None
         if lease.state != HIBERNATED:
-            self._reading(events, kid, owner, seen, culler.sampler.reading(kid))
+            self._reading(events, kid, owner, seen, context.sampler.reading(kid))
 
     def _reading(self, events: list[TraceEvent], kid: str, owner: str, seen: _Kernel, reading) -> None:
         if reading is None:

@@ -20,11 +20,14 @@ from ..devices.telemetry import NVMLSource, Sampler
 from ..pools import pool_for
 from ..traits import Count, Names, Seconds
 from . import events
+from .context import ServerContext
 from .activity import ActivityRecorder
 from .backend import LocalBackend, NoPool, PoolBackend
 from .culler import SERVER_CULLER_EXEMPT, Culler
 from .handlers import handlers
+from .hibernation_handlers import resume_handlers
 from .hibernation_hook import HibernationHook
+from .hibernation_websocket import install_transparent_resume
 from .identity import is_personal_server
 from .recorder import Recorder
 
@@ -94,6 +97,14 @@ class GPUPoolExtension(ExtensionApp):
         instead, and say why.""",
     ).tag(config=True)
 
+    cull_concurrency = Count(
+        10, minimum=1,
+        help="""The most hibernations and shutdowns the idle policy carries out at once (like
+        jupyterhub-idle-culler's --concurrency).  More kernels due in one pass wait their turn; each
+        shows as under way meanwhile, so no later pass decides it again.  Users' and admins' own
+        requests are not held back.""",
+    ).tag(config=True)
+
     hibernator = Instance(HibernationHook, allow_none=True,
                           help="The hibernation hook in use (see hibernator_class).")
 
@@ -103,6 +114,7 @@ class GPUPoolExtension(ExtensionApp):
 
     backend: PoolBackend
     culler: Culler
+    server_context: ServerContext  # what the REST views read (the culler's, read-only)
     _config_error: ConfigError | None = None
     sampler: Sampler
 
@@ -127,7 +139,9 @@ class GPUPoolExtension(ExtensionApp):
                                                                   thresholds=self.backend.policy.thresholds)
         self.culler = Culler(kernel_manager=km, backend=self.backend, sampler=self.sampler, recorder=self.recorder,
                              web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
-                             exempt_server_culler=self.exempt_from_server_culler, activity=activity)
+                             exempt_server_culler=self.exempt_from_server_culler, activity=activity,
+                             concurrency=self.cull_concurrency)
+        self.server_context = self.culler.context
         self._tasks: list[asyncio.Task] = []
         self._stop: asyncio.Event | None = None  # set once the loops run
         self._check_server_culler(km)
@@ -185,6 +199,9 @@ class GPUPoolExtension(ExtensionApp):
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers())
         self.handlers.extend(start_handlers())
+        if self.hibernator.resumes:
+            self.handlers.extend(resume_handlers())
+            install_transparent_resume(self.serverapp, self.hibernator, self.settings)
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         loop = asyncio.get_running_loop()

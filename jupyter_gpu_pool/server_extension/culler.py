@@ -3,11 +3,13 @@
 It runs on the server's event loop and never blocks it: the ledger and NVML are read in threads
 (the backend, the telemetry sampler), deciding is pure and fast (``pool.policy.decide``), and
 actions (shutdown, hibernation) run as their own tasks so that one slow checkpoint does not hold up
-the pass.  What is under way on a kernel is the ledger's to say (the lease's phase: a shutdown
-claims the lease by compare-and-set, the hibernator claims it for a move), so a kernel with a phase
-is left alone; the culler keeps only the policy's memory of each kernel (its warning and snoozes)
-and its own running tasks.  Everything that acts, warns or is snoozed is put on record through the
-:class:`Recorder`.
+the pass (at most ``concurrency`` of the policy's at once).  What is under way on a kernel is the
+ledger's to say (the lease's phase: a shutdown claims the lease by compare-and-set, the hibernator
+claims it for a move), so a kernel with a phase is left alone; the culler keeps only the policy's memory of each kernel (its warning and snoozes)
+and its own running tasks, which it shows the REST views through a read-only :class:`ServerContext`.
+Everything that acts, warns or is snoozed is put on record through the :class:`Recorder`; what a user
+reads of an action done on request is written in ``messages``.  Admins' requests for this server's
+kernels arrive on the pool's journal (``admin_requests``) and are carried out here, like a user's own.
 
 A *pool kernel* is a kernel of this server that holds a lease.  Other kernels are left to
 jupyter_server (and its own culler, if on).
@@ -19,21 +21,21 @@ import asyncio
 import datetime
 import logging
 import time
-from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from ..hibernation import HibernationFailed, HibernationRefused
 from ..kernel_provisioner.base import PoolKernelProvisioner, shut_down
 from ..periodic import every
-from ..pool import Lease, Snapshot
+from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import culling as C
 from ..pool.budgets import Standing
 from ..pool import policy as P
-from ..pool.profiles import MPS
 from ..pool.units import format_clock, unix_time
-from . import admin_requests, metrics
+from . import admin_requests, messages, metrics
 from .activity import ActivityRecorder
 from .backend import PoolBackend
+from .context import Seen, ServerContext
 from .hibernation_hook import HibernationHook
 from .recorder import Recorder
 
@@ -44,25 +46,16 @@ log = logging.getLogger(__name__)
 SERVER_CULLER_EXEMPT = 10 * 365 * 86400
 
 
-@dataclass
-class Seen:
-    """What the last pass learned about one kernel (the ``me`` view reads it)."""
-
-    rule: P.Rule
-    facts: P.Facts
-    decision: P.Decision
-
-
 class Culler:
     def __init__(self, *, kernel_manager, backend: PoolBackend, sampler, recorder: Recorder,
                  web_settings: dict | None = None, hibernator_getter=HibernationHook,
-                 exempt_server_culler: bool = True, clock=time.time, activity: ActivityRecorder | None = None):
+                 exempt_server_culler: bool = True, clock=time.time, activity: ActivityRecorder | None = None,
+                 concurrency: int = 10):
         self.km = kernel_manager
         self.backend = backend
         self.sampler = sampler
         self.recorder = recorder
         self.web_settings = web_settings if web_settings is not None else {}
-        self._hibernator = hibernator_getter
         self.exempt_server_culler = exempt_server_culler
         self.clock = clock
         self.activity = activity  # the planner's activity trace, where the pool keeps one
@@ -75,10 +68,10 @@ class Culler:
         self._waiters_seen: set[str] = set()
         self.passes = 0
         self.grid: tuple[float, float] | None = None  # (first pass, interval) once running
-
-    @property
-    def hibernator(self) -> HibernationHook:
-        return self._hibernator()
+        self.slots = asyncio.Semaphore(concurrency)  # the policy's actions in flight at once
+        self.context = ServerContext(km=kernel_manager, backend=backend, sampler=sampler, hook=hibernator_getter,
+                                     states=MappingProxyType(self.states), seen=MappingProxyType(self.seen),
+                                     acting=MappingProxyType(self.acting), passes=lambda: self.passes)
 
     @property
     def policy(self) -> P.Policy:
@@ -100,23 +93,6 @@ class Culler:
                 continue
         return found
 
-    def rule_for(self, kernel, lease: Lease) -> P.Rule:
-        return self.policy.rule_for(lease.owner, lease.groups, lease.profile, kernel.kernel_name or "")
-
-    def hibernation(self, lease: Lease) -> tuple[bool, str | None]:
-        """Whether this kernel can hibernate now, and why not."""
-        if lease.isolation == MPS:
-            return False, "an MPS client cannot be checkpointed (CUDA error 801)"
-        try:
-            ok, why = self.hibernator.can_hibernate(lease)
-        except Exception as e:  # the hook must not break a culling pass
-            return False, f"the hibernator failed: {e}"
-        return bool(ok), why
-
-    def busy(self, kernel_id: str) -> bool:
-        """An action of this server on the kernel is under way."""
-        return kernel_id in self.acting
-
     def facts(self, kernel_id: str, kernel, lease: Lease, rule: P.Rule, now: float,
               budget: Standing | None = None) -> P.Facts:
         execution_state = kernel.execution_state or "unknown"
@@ -127,7 +103,7 @@ class Culler:
         else:
             self.busy_since[kernel_id] = since
         reading = self.sampler.reading(kernel_id)
-        can, why = self.hibernation(lease)
+        can, why = self.context.hibernation(lease)
         return C.kernel_facts(
             lease, execution_state=execution_state, last_activity=last_activity, busy_since=since,
             gpu_active=self.sampler.last_gpu_activity(kernel_id, rule.gpu_idle_threshold),
@@ -152,9 +128,9 @@ class Culler:
             if i % 500 == 499:
                 await asyncio.sleep(0)  # thousands of kernels: let requests in between
             self._exempt_from_server_culler(kernel)
-            if lease.phase or self.busy(kid):
+            if lease.phase or self.context.busy(kid):
                 continue  # a move or a shutdown is under way: the ledger's phase says which
-            rule = self.rule_for(kernel, lease)
+            rule = self.context.rule_for(kernel, lease)
             if lease.owner not in budgets:
                 budgets[lease.owner] = await self.backend.budget(lease.owner, lease.groups)
             facts = self.facts(kid, kernel, lease, rule, now, budgets[lease.owner])
@@ -173,7 +149,7 @@ class Culler:
         if gpu_active:
             self.report_gpu_activity()
         if self.activity is not None:
-            await self.activity.observe(snapshot, kernels, now=now, culler=self)
+            await self.activity.observe(snapshot, kernels, now=now, context=self.context, grid=self.grid)
         await self._follow_journal(snapshot)
         self._update_metrics(snapshot, kernels)
         self.passes += 1
@@ -213,8 +189,15 @@ class Culler:
             await self.recorder.record(kind, lease, reason=decision.reason or "", message=decision.message,
                                        rule=rule.name, dry_run=True, action=decision.action, note=decision.note)
             return
-        self.spawn(kid, self.carry_out(kid, lease, rule, decision.action or P.SHUTDOWN, decision.reason or "",
-                                       decision.message, decision.note, user_release=False, decided=decided))
+        self.spawn(kid, self._bounded(self.carry_out(kid, lease, rule, decision.action or P.SHUTDOWN,
+                                                     decision.reason or "", decision.message, decision.note,
+                                                     user_release=False, decided=decided)))
+
+    async def _bounded(self, action) -> None:
+        """Run one of the policy's actions once fewer than ``concurrency`` run (it shows as under way,
+        ``busy``, from when it was decided, so no later pass decides it again)."""
+        async with self.slots:
+            await action
 
     def spawn(self, kid: str, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -230,7 +213,7 @@ class Culler:
         try:
             if action == P.HIBERNATE:
                 try:
-                    outcome = await self.hibernator.hibernate(kid, reason)
+                    outcome = await self.context.hibernator.hibernate(kid, reason)
                 except HibernationRefused as e:
                     if e.keep_running:  # refused for now (busy GPU, host RAM): leave it be
                         log.info("kernel %s: not hibernated now, it keeps running: %s", kid, e)
@@ -258,7 +241,7 @@ class Culler:
             if not await self.shutdown(kid, why, lease, expect=expect):
                 return
             if user_release and note:
-                message = "Shut down at your request: the GPU slice is back in the pool."
+                message = messages.on_request(P.SHUTDOWN)
             if note:
                 message = f"{message} ({note})"
             await self.recorder.record("released" if user_release else "culled", lease, reason=reason,
@@ -294,13 +277,40 @@ class Culler:
 
     def release(self, kid: str, lease: Lease, rule: P.Rule) -> str:
         """Give the slice back now, as the rule says (hibernate where it can, else shut down)."""
-        can, why = self.hibernation(lease)
+        can, why = self.context.hibernation(lease)
         action, note = P.release_action(rule, can, why)
-        message = ("Hibernated at your request: the GPU slice is back in the pool, your variables are kept."
-                   if action == P.HIBERNATE else "Shut down at your request: the GPU slice is back in the pool.")
         self.states[kid] = P.FRESH
-        self.spawn(kid, self.carry_out(kid, lease, rule, action, "user", message, note, user_release=True))
+        self.spawn(kid, self.carry_out(kid, lease, rule, action, "user", messages.on_request(action), note,
+                                       user_release=True))
         return action
+
+    def act(self, lease: Lease, action: str, by: str | None) -> str:
+        """Start ``action`` (one of ``admin_requests.ACTIONS``) on a kernel of this server; return what is
+        done (hibernate or shutdown).
+
+        ``by``: the admin who asked (None: the kernel's own user).  ``release`` is what the kernel's rule
+        says (hibernate where it can, else shut down); a ``hibernate`` the kernel cannot do is refused
+        (ValueError, saying why)."""
+        kid = lease.kernel_id
+        rule = self.context.rule_for(self.km.get_kernel(kid), lease)
+        if action == "release" and by is None:
+            return self.release(kid, lease, rule)  # the user's own Release GPU
+        can, why = self.context.hibernation(lease)
+        note = None
+        if action == "hibernate":
+            if lease.state == HIBERNATED:
+                raise ValueError("it is hibernated already")
+            if not can:
+                raise ValueError(f"it cannot hibernate: {why}")
+            done = P.HIBERNATE
+        elif action == "release":
+            done, note = P.release_action(rule, can, why)
+        else:
+            done = P.SHUTDOWN
+        self.states[kid] = P.FRESH
+        self.spawn(kid, self.carry_out(kid, lease, rule, done, "user" if by is None else "admin",
+                                       messages.on_request(done, by), note, user_release=True))
+        return done
 
     # -- what others did (refusals, the queue) -------------------------------------------------------
 
@@ -325,7 +335,7 @@ class Culler:
                 self.recorder.announce("refused", kernel_id=e.kernel_id or "", user=e.owner or owner,
                                        reason=e.reason, message=str(e.detail.get("message", "")),
                                        profile=e.detail.get("profile"))
-        await admin_requests.follow(self, asked)
+        await self._follow_requests(asked)
         mine = [w for w in snapshot.waiters if w.owner == owner]
         for w in mine:
             if w.id not in self._waiters_seen:
@@ -334,6 +344,28 @@ class Culler:
                                        message=f"Waiting for a GPU slice to {what}: position {w.position} in the "
                                                "queue.", profile=w.profile)
         self._waiters_seen = {w.id for w in mine}
+
+    async def _follow_requests(self, entries) -> None:
+        """Carry out the admins' requests among ``entries`` (new journal entries of this server's owner)
+        for kernels this server runs; a request for a kernel that ended meanwhile has nothing to do."""
+        if not entries:
+            return
+        snapshot = await self.backend.snapshot()
+        for e in entries:
+            if e.kind != admin_requests.KIND or e.kernel_id not in self.km or self.context.busy(e.kernel_id):
+                continue
+            lease = snapshot.lease_of_kernel(e.kernel_id)
+            action, by = e.detail.get("action"), str(e.detail.get("by") or "an admin")
+            if lease is None or lease.phase or action not in admin_requests.ACTIONS:
+                continue
+            try:
+                done = self.act(lease, action, by)
+            except ValueError as why:
+                log.info("kernel %s: %s's request to %s it is not carried out: %s", e.kernel_id, by, action, why)
+                await self.recorder.record("refused", lease, reason="admin", message=f"Not {action}d: {why}.",
+                                           action=action)
+                continue
+            log.info("kernel %s: %s at the request of admin %s", e.kernel_id, done, by)
 
     def _update_metrics(self, snapshot: Snapshot, kernels: dict) -> None:
         per_kernel = {}

@@ -10,30 +10,27 @@ can draw how the slices shared a GPU.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from ..pool import ACTIVE, Snapshot
 from .backend import PoolBackend
-
-if TYPE_CHECKING:
-    from .culler import Culler
+from .context import ServerContext
 
 WINDOW_MAX = 24 * 3600.0  # seconds of readings one request may ask for
 
 
-def telemetry(*, backend: PoolBackend, culler: Culler, snapshot: Snapshot, window: float) -> dict:
+def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapshot, window: float) -> dict:
     now = time.time()
     start = now - window
     gpus = []
     for u in snapshot.gpus:
         g = u.gpu
         gpus.append({"uuid": g.uuid, "label": g.label, "memory": g.memory,
-                     "utilization": [[t, v] for t, v in culler.sampler.device_history(g.uuid) if t >= start]})
+                     "utilization": [[t, v] for t, v in context.sampler.device_history(g.uuid) if t >= start]})
     kernels = []
     for lease in snapshot.leases:
         if lease.state != ACTIVE or not lease.gpus:
             continue
-        readings = [r for r in culler.sampler.history(lease.kernel_id) if r.at >= start]
+        readings = [r for r in context.sampler.history(lease.kernel_id) if r.at >= start]
         kernels.append({
             "kernel_id": lease.kernel_id, "owner": lease.owner, "name": lease.label, "profile": lease.profile,
             "gpus": list(lease.gpus), "slice_memory": lease.memory if not lease.whole else None,

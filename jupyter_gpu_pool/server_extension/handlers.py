@@ -25,7 +25,7 @@ from .identity import Caller, caller_of
 
 AUTH_RESOURCE = "kernels"
 API = "gpu-pool/api/v1"
-_KERNEL_ID = r"(?P<kernel_id>[^/]+)"
+KERNEL_ID = r"(?P<kernel_id>[^/]+)"
 MAX_SECONDS = 365 * 86400.0  # a snooze longer than a year is a typo (the rule caps it far lower anyway)
 
 
@@ -51,15 +51,15 @@ class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
-            raise _error(400, "bad_json", f"The request body is not valid JSON ({e}); send {{}} or an object.")
+            raise api_error(400, "bad_json", f"The request body is not valid JSON ({e}); send {{}} or an object.")
         except RecursionError:
-            raise _error(400, "bad_json", "The request body nests too deeply; send {} or a flat object.") from None
+            raise api_error(400, "bad_json", "The request body nests too deeply; send {} or a flat object.") from None
         if not isinstance(body, dict):
-            raise _error(400, "bad_body", f"The request body must be a JSON object, not {type(body).__name__}.")
+            raise api_error(400, "bad_body", f"The request body must be a JSON object, not {type(body).__name__}.")
         unknown = set(body) - allowed
         if unknown:
             known = f"the allowed key is {', '.join(sorted(allowed))}" if allowed else "send {} (no keys)"
-            raise _error(400, "unknown_keys", f"Unknown key(s) {sorted(unknown)} in the request body; {known}.")
+            raise api_error(400, "unknown_keys", f"Unknown key(s) {sorted(unknown)} in the request body; {known}.")
         return body
 
     def send(self, payload: dict, status: int = 200) -> None:
@@ -72,20 +72,21 @@ class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
         ext = self.ext
         caller = self.caller()
         if not ext.backend.enabled:
-            raise _error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
+            raise api_error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
         snapshot = await ext.backend.snapshot()
         lease = next((lease for lease in snapshot.leases if lease.kernel_id == kernel_id), None)
-        culler = ext.culler
+        context = ext.server_context
         if lease is None:
-            raise _error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
-                                                "(it ended, or it is not a GPU pool kernel).")
+            raise api_error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
+                                                   "(it ended, or it is not a GPU pool kernel).")
         if lease.owner != caller.user and not caller.admin:
-            raise _error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels only.")
-        if kernel_id not in culler.km:
-            raise _error(409, "other_server", f"Kernel {kernel_id!r} runs in another Jupyter server; act on it "
-                                              "from that server.")
-        kernel = culler.km.get_kernel(kernel_id)
-        return caller, lease, culler.rule_for(kernel, lease)
+            raise api_error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels "
+                                              "only.")
+        if kernel_id not in context.km:
+            raise api_error(409, "other_server", f"Kernel {kernel_id!r} runs in another Jupyter server; act on it "
+                                                 "from that server.")
+        kernel = context.km.get_kernel(kernel_id)
+        return caller, lease, context.rule_for(kernel, lease)
 
 
 def _seconds(value) -> float:
@@ -98,13 +99,14 @@ def _seconds(value) -> float:
         if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
             raise ValueError
     except (ValueError, OverflowError):
-        raise _error(400, "bad_snooze", f"'seconds' must be a number of seconds (at most {MAX_SECONDS:g}), "
-                                        f"not {shown}.") from None
+        raise api_error(400, "bad_snooze", f"'seconds' must be a number of seconds (at most {MAX_SECONDS:g}), "
+                                           f"not {shown}.") from None
     return seconds
 
 
-def _error(status: int, reason: str, message: str) -> web.HTTPError:
-    """An error the API answers as {"message", "reason"}, the message as written."""
+def api_error(status: int, reason: str, message: str) -> web.HTTPError:
+    """An error the API answers as {"message", "reason"}, the message as written (every handler of the
+    API raises these, the resume handler's too)."""
     return VerbatimHTTPError(status, message, reason=reason)
 
 
@@ -113,7 +115,7 @@ class MeHandler(PoolAPIHandler):
     @authorized
     async def get(self) -> None:
         caller = self.caller()
-        self.send(await views.me(caller.user, caller.admin, backend=self.ext.backend, culler=self.ext.culler))
+        self.send(await views.me(caller.user, caller.admin, backend=self.ext.backend, context=self.ext.server_context))
 
 
 class PoolHandler(PoolAPIHandler):
@@ -122,9 +124,9 @@ class PoolHandler(PoolAPIHandler):
     async def get(self) -> None:
         caller = self.caller()
         if not caller.admin:
-            raise _error(403, "not_admin", "The pool view is for the pool's admins "
-                                           "(GPUPoolExtension.admin_users, or JupyterHub admins).")
-        self.send(await views.pool(backend=self.ext.backend, culler=self.ext.culler))
+            raise api_error(403, "not_admin", "The pool view is for the pool's admins "
+                                              "(GPUPoolExtension.admin_users, or JupyterHub admins).")
+        self.send(await views.pool(backend=self.ext.backend, context=self.ext.server_context))
 
 
 class SnoozeHandler(PoolAPIHandler):
@@ -136,17 +138,17 @@ class SnoozeHandler(PoolAPIHandler):
         if seconds is not None:
             seconds = _seconds(seconds)
         caller, lease, rule = await self.own_kernel(kernel_id)
-        culler = self.ext.culler
-        if lease.phase or culler.busy(kernel_id):
-            raise _error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
+        culler, context = self.ext.culler, self.ext.server_context
+        if lease.phase or context.busy(kernel_id):
+            raise api_error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
         if lease.state == HIBERNATED and rule.max_hibernated is None:
-            raise _error(409, "nothing_to_snooze", "This kernel is hibernated and nothing is pending for it.")
+            raise api_error(409, "nothing_to_snooze", "This kernel is hibernated and nothing is pending for it.")
         try:
             await culler.snooze(kernel_id, lease, rule, seconds)
         except P.SnoozeRefused as e:
-            raise _error(e.status, e.reason, e.message) from None
+            raise api_error(e.status, e.reason, e.message) from None
         snapshot = await self.ext.backend.snapshot()
-        self.send(views.kernel_object(lease, backend=self.ext.backend, culler=culler, snapshot=snapshot,
+        self.send(views.kernel_object(lease, backend=self.ext.backend, context=context, snapshot=snapshot,
                                       now=time.time()))
 
 
@@ -159,33 +161,34 @@ class KernelActionHandler(PoolAPIHandler):
     @authorized
     async def post(self, kernel_id: str, action: str) -> None:
         self.json_body(set())
-        ext, culler = self.ext, self.ext.culler
+        ext, context = self.ext, self.ext.server_context
         caller = self.caller()
         if not ext.backend.enabled:
-            raise _error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
+            raise api_error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
         lease = (await ext.backend.snapshot()).lease_of_kernel(kernel_id)
         if lease is None:
-            raise _error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
-                                                "(it ended, or it is not a GPU pool kernel).")
+            raise api_error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
+                                                   "(it ended, or it is not a GPU pool kernel).")
         if lease.owner != caller.user and not caller.admin:
-            raise _error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels only.")
-        if lease.phase or culler.busy(kernel_id):
-            raise _error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
+            raise api_error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels "
+                                              "only.")
+        if lease.phase or context.busy(kernel_id):
+            raise api_error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
         if lease.state == HIBERNATED and action != "shutdown":
-            raise _error(409, "not_holding", "This kernel is hibernated: it holds no GPU slice. "
-                                             "Shut it down from the kernel menu if you no longer need it.")
+            raise api_error(409, "not_holding", "This kernel is hibernated: it holds no GPU slice. "
+                                                "Shut it down from the kernel menu if you no longer need it.")
         by = caller.user if lease.owner != caller.user else None
-        if kernel_id not in culler.km:
+        if kernel_id not in context.km:
             if not caller.admin:
-                raise _error(409, "other_server", f"Kernel {kernel_id!r} runs in another Jupyter server; act on it "
-                                                  "from that server.")
-            await admin_requests.ask(culler, lease, action, caller.user)
+                raise api_error(409, "other_server", f"Kernel {kernel_id!r} runs in another Jupyter server; act on "
+                                                     "it from that server.")
+            await admin_requests.ask(ext.backend, lease, action, caller.user)
             self.send({"action": action, "kernel_id": kernel_id, "requested": True}, status=202)
             return
         try:
-            done = admin_requests.carry_out(culler, lease, action, by)
+            done = ext.culler.act(lease, action, by)
         except ValueError as e:
-            raise _error(409, "cannot_hibernate", f"This kernel cannot hibernate now: {e}.") from None
+            raise api_error(409, "cannot_hibernate", f"This kernel cannot hibernate now: {e}.") from None
         self.send({"action": done, "kernel_id": kernel_id}, status=202)
 
 
@@ -197,8 +200,8 @@ class TelemetryHandler(PoolAPIHandler):
     async def get(self) -> None:
         caller = self.caller()
         if not caller.admin:
-            raise _error(403, "not_admin", "The pool's readings are for the pool's admins "
-                                           "(GPUPoolExtension.admin_users, or JupyterHub admins).")
+            raise api_error(403, "not_admin", "The pool's readings are for the pool's admins "
+                                              "(GPUPoolExtension.admin_users, or JupyterHub admins).")
         raw = self.get_argument("window", "600")
         try:
             window = float(raw)
@@ -206,18 +209,18 @@ class TelemetryHandler(PoolAPIHandler):
                 raise ValueError
         except ValueError:
             shown = raw if len(raw) < 40 else f"{raw[:30]}… ({len(raw)} characters)"
-            raise _error(400, "bad_window", f"'window' must be a number of seconds above 0 and at most "
-                                            f"{dashboard.WINDOW_MAX:g}, not {shown!r}.") from None
+            raise api_error(400, "bad_window", f"'window' must be a number of seconds above 0 and at most "
+                                               f"{dashboard.WINDOW_MAX:g}, not {shown!r}.") from None
         snapshot = await self.ext.backend.snapshot()
-        self.send(dashboard.telemetry(backend=self.ext.backend, culler=self.ext.culler, snapshot=snapshot,
-                                      window=window))
+        self.send(dashboard.telemetry(backend=self.ext.backend, context=self.ext.server_context,
+                                      snapshot=snapshot, window=window))
 
 
 def handlers() -> list[tuple[str, type]]:
     return [
         (rf"/{API}/me", MeHandler),
         (rf"/{API}/pool", PoolHandler),
-        (rf"/{API}/kernels/{_KERNEL_ID}/snooze", SnoozeHandler),
+        (rf"/{API}/kernels/{KERNEL_ID}/snooze", SnoozeHandler),
         (rf"/{API}/pool/telemetry", TelemetryHandler),
-        (rf"/{API}/kernels/{_KERNEL_ID}/(?P<action>release|hibernate|shutdown)", KernelActionHandler),
+        (rf"/{API}/kernels/{KERNEL_ID}/(?P<action>release|hibernate|shutdown)", KernelActionHandler),
     ]

@@ -17,7 +17,7 @@ from ..hibernation import HibernationError
 from ..pool.phases import IN_FLIGHT, PhaseConflict
 from ..pool import HIBERNATED, PoolError
 from . import views
-from .handlers import _KERNEL_ID, API, PoolAPIHandler, _error
+from .handlers import API, KERNEL_ID, PoolAPIHandler, api_error
 
 SETTLE = 0.5  # seconds to let the resume say whether it runs or waits in the queue before answering
 
@@ -30,27 +30,27 @@ class ResumeHandler(PoolAPIHandler):
         _caller, lease, _rule = await self.own_kernel(kernel_id)
         hook = self.ext.hibernator
         if not hook.enabled:
-            raise _error(409, "no_hibernation", "Hibernation is not enabled on this server, so there is nothing "
-                                                "to resume.")
+            raise api_error(409, "no_hibernation", "Hibernation is not enabled on this server, so there is "
+                                                   "nothing to resume.")
         if lease.state != HIBERNATED and lease.phase not in IN_FLIGHT:
-            raise _error(409, "not_hibernated", f"This kernel is {lease.state}, not hibernated: there is nothing "
-                                                "to resume.")
+            raise api_error(409, "not_hibernated", f"This kernel is {lease.state}, not hibernated: there is "
+                                                   "nothing to resume.")
         task = hook.start_resume(kernel_id, "user")
         await hook.settle(kernel_id, SETTLE)
         if task.done() and not task.cancelled() and task.exception() is not None:
             err = task.exception()
             if isinstance(err, HibernationError):
-                raise _error(err.status, err.reason, str(err))
+                raise api_error(err.status, err.reason, str(err))
             if isinstance(err, PoolError):  # the pool service down (503), or its refusal of the request
-                raise _error(err.status or 409, err.reason, str(err))
+                raise api_error(err.status or 409, err.reason, str(err))
             if isinstance(err, PhaseConflict):
-                raise _error(409, "in_progress", f"{err}: try again when that is done.")
-            raise _error(500, "resume_failed", f"The resume failed: {err}")
+                raise api_error(409, "in_progress", f"{err}: try again when that is done.")
+            raise api_error(500, "resume_failed", f"The resume failed: {err}")
         snapshot = await self.ext.backend.snapshot()
         current = snapshot.lease_of_kernel(kernel_id) or lease
-        self.send(views.kernel_object(current, backend=self.ext.backend, culler=self.ext.culler, snapshot=snapshot,
-                                      now=time.time()), status=202)
+        self.send(views.kernel_object(current, backend=self.ext.backend, context=self.ext.server_context,
+                                      snapshot=snapshot, now=time.time()), status=202)
 
 
 def resume_handlers() -> list[tuple[str, type]]:
-    return [(rf"/{API}/kernels/{_KERNEL_ID}/resume", ResumeHandler)]
+    return [(rf"/{API}/kernels/{KERNEL_ID}/resume", ResumeHandler)]

@@ -3,11 +3,11 @@
 :class:`HibernationHook` declares what the culler, the handlers and the kernel websockets ask of
 hibernation, with defaults for a server without it (nothing can hibernate; the policy shuts such
 kernels down and says why).  :class:`PoolHibernation` is the one that moves GPU memory: built by
-the extension as ``PoolHibernation(parent=extension)``, it adds the ``POST kernels/{id}/resume``
-handler, installs transparent resume on the kernel websockets (a cell run on a hibernated kernel
-resumes it and then runs), runs the hibernator's upkeep (evictions past the host-RAM cap, kernels a
-previous server left mid-move), and puts what the hibernator did on record through the extension's
-recorder.
+the extension as ``PoolHibernation(parent=extension)``, it runs the hibernator's upkeep (evictions
+past the host-RAM cap, kernels a previous server left mid-move) and puts what the hibernator did on
+record through the extension's recorder.  It ``resumes``, so the extension (``app``) serves the
+``POST kernels/{id}/resume`` handler and installs transparent resume on the kernel websockets (a cell
+run on a hibernated kernel resumes it and then runs); the hook itself knows nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from abc import ABC
 from ..hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..periodic import every
 from ..pool import Lease
-from .hibernation_handlers import resume_handlers
-from .hibernation_websocket import install_transparent_resume
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +31,9 @@ class HibernationHook(ABC):
     default, so that a caller never asks whether a hook has it."""
 
     enabled = False
+    #: Whether the hook resumes kernels itself: the extension then serves ``POST kernels/{id}/resume``
+    #: and holds cells sent to a sleeping kernel until it has resumed (transparent resume).
+    resumes = False
 
     def __init__(self, parent=None, **kwargs):
         self.extension = parent
@@ -70,6 +71,7 @@ class PoolHibernation(HibernationHook):
     """The hibernation hook of one Jupyter server on the local pool."""
 
     enabled = True
+    resumes = True
 
     def __init__(self, parent, upkeep_interval: float = 5.0):
         super().__init__(parent)
@@ -81,8 +83,6 @@ class PoolHibernation(HibernationHook):
         self._stop = asyncio.Event()
         self._recording: set[asyncio.Future] = set()
         self._watched: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
-        parent.handlers.extend(resume_handlers())
-        install_transparent_resume(parent.serverapp, self, parent.settings)
 
     # -- what the culler, the handlers and the websockets ask ----------------------------------------
 

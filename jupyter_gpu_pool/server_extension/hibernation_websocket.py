@@ -164,8 +164,8 @@ def install_transparent_resume(serverapp, hook, extension_settings: dict | None 
     """Put transparent resume on the server's kernel websockets; returns the class in use, or None
     where another extension replaced the connection class with one we cannot extend.
 
-    Called while an extension prepares its settings: jupyter_server then copies the extension's
-    ``settings`` over the web app's, so both are set."""
+    Called while the extension prepares its handlers (``initialize_handlers``), once its settings are
+    the web app's: both are set, and jupyter_server reads the class from the web app's at each connection."""
     targets = [serverapp.web_app.settings] + ([extension_settings] if extension_settings is not None else [])
     base = serverapp.web_app.settings.get("kernel_websocket_connection_class") or ZMQChannelsWebsocketConnection
     if issubclass(base, TransparentResume):

@@ -1,15 +1,15 @@
 """The JSON the REST API answers (docs/api.md): a user's view (``me``) and the admin's (``pool``).
 
 Built from one ledger snapshot plus what this server knows live (execution
-state, telemetry, the culler's warnings), so every number a user sees is what
-the ledger holds at that moment.
+state, telemetry, the culler's warnings), read through the server's read-only
+:class:`ServerContext`, so every number a user sees is what the ledger holds at
+that moment.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ..pool import policy as P
@@ -17,9 +17,7 @@ from ..pool.phases import display_state
 from ..pool.units import unix_time
 from . import dashboard
 from .backend import PoolBackend
-
-if TYPE_CHECKING:
-    from .culler import Culler
+from .context import ServerContext
 
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
 RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
@@ -36,37 +34,33 @@ def gpu_refs(backend: PoolBackend, uuids) -> list[dict]:
     return out
 
 
-def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapshot: Snapshot, now: float) -> dict:
+def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext, snapshot: Snapshot,
+                  now: float) -> dict:
     """One kernel as the user sees it.  Kernels of other servers (same user, shared ledger) show
     what the ledger knows, with null for what only their own server knows."""
     kid = lease.kernel_id
     profile = backend.profile(lease.profile)
-    kernel = None
-    if kid in culler.km:
-        try:
-            kernel = culler.km.get_kernel(kid)
-        except KeyError:
-            kernel = None
+    kernel = context.kernel(kid)
     here = kernel is not None
-    rule = culler.rule_for(kernel, lease) if here else culler.policy.rule_for(lease.owner, lease.groups,
-                                                                               lease.profile, "")
+    rule = context.rule_for(kernel, lease) if here else context.policy.rule_for(lease.owner, lease.groups,
+                                                                                 lease.profile, "")
     state = display_state(lease)  # the ledger's phase says what is under way, for every server alike
     waiter = snapshot.waiter_of_kernel(kid)
     queue_position = waiter.position if waiter is not None else None
     execution_state = kernel.execution_state if here else None
     last_activity = unix_time(kernel.last_activity) if here else None
-    reading = culler.sampler.reading(kid) if here and lease.state != HIBERNATED else None
-    samples = culler.sampler.samples(kid) if here else []
-    can, why = culler.hibernation(lease) if here else (False, "the kernel runs in another server")
+    reading = context.sampler.reading(kid) if here and lease.state != HIBERNATED else None
+    samples = context.sampler.samples(kid) if here else []
+    can, why = context.hibernation(lease) if here else (False, "the kernel runs in another server")
     action, _note = P.release_action(rule, can, why)
-    kstate = culler.states.get(kid, P.FRESH)
+    kstate = context.states.get(kid, P.FRESH)
     warning = None
-    if kstate.warning is not None and not culler.policy.dry_run:
+    if kstate.warning is not None and not context.policy.dry_run:
         w = kstate.warning
         warning = {"action": w.action, "reason": w.reason, "message": w.message, "deadline": w.deadline,
                    "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze}
     next_action = None
-    seen = culler.seen.get(kid) if here else None
+    seen = context.seen.get(kid) if here else None
     if seen is not None and warning is None and not lease.phase and execution_state != "busy":
         # When the policy acts if the kernel stays idle: the last pass's facts, with any activity since.
         facts = replace(seen.facts, last_activity=max(seen.facts.last_activity, last_activity or 0.0))
@@ -74,12 +68,12 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
         if found is not None and found[0] > now:
             next_action = {"at": found[0], "reason": found[1], "action": found[2]}
     actions = []
-    if here and not lease.phase and not culler.busy(kid):
+    if here and not lease.phase and not context.busy(kid):
         if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] == P.OVER_MEMORY):
             actions.append("snooze")
         if lease.state != HIBERNATED:
             actions.append("release")
-        elif culler.hibernator.enabled:
+        elif context.hibernator.enabled:
             actions.append("resume")
         actions.append("shutdown")
     spec = profile.slice if profile else None
@@ -102,7 +96,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
         "utilization": {"current": reading.utilization if reading else None,
                         "samples": [[t, u] for t, u in samples]},
         "queue_position": queue_position,
-        "queue_reason": culler.hibernator.queue_reason(kid) if here and queue_position is not None else None,
+        "queue_reason": context.hibernator.queue_reason(kid) if here and queue_position is not None else None,
         "warning": warning,
         "next_action": next_action,
         "snoozed_until": kstate.snoozed_until if kstate.snoozed_until > now else None,
@@ -117,22 +111,14 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, culler: Culler, snapsho
     }
 
 
-def _kernel(culler: Culler, kernel_id: str):
-    """This server's kernel manager of the kernel, or None (another server's, or shut down meanwhile)."""
-    try:
-        return culler.km.get_kernel(kernel_id) if kernel_id in culler.km else None
-    except KeyError:
-        return None
-
-
-def admin_actions(lease: Lease, culler: Culler) -> list[str]:
+def admin_actions(lease: Lease, context: ServerContext) -> list[str]:
     """What an admin may do to a lease from the dashboard: nothing while a move is under way; a
     hibernated kernel can only be shut down; one of another server is asked of that server."""
-    if lease.phase or culler.busy(lease.kernel_id):
+    if lease.phase or context.busy(lease.kernel_id):
         return []
     if lease.state == HIBERNATED:
         return ["shutdown"]
-    if lease.kernel_id in culler.km and not culler.hibernation(lease)[0]:
+    if lease.kernel_id in context.km and not context.hibernation(lease)[0]:
         return ["release", "shutdown"]
     return ["release", "hibernate", "shutdown"]
 
@@ -170,7 +156,7 @@ def pool_summary(backend: PoolBackend, snapshot: Snapshot) -> dict:
     }
 
 
-async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) -> dict:
+async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerContext) -> dict:
     now = time.time()
     snapshot = await backend.snapshot()
     mine = [lease for lease in snapshot.leases if lease.owner == user]
@@ -181,7 +167,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
             continue
         members = [lease for lease in snapshot.leases if group in lease.groups]
         groups.append({"name": group, "quota": quota.to_dict(), "usage": usage_of(members).to_dict()})
-    kernels = [kernel_object(lease, backend=backend, culler=culler, snapshot=snapshot, now=now) for lease in mine]
+    kernels = [kernel_object(lease, backend=backend, context=context, snapshot=snapshot, now=now) for lease in mine]
     leased = {lease.kernel_id for lease in mine}
     queue = []
     for w in snapshot.waiters:
@@ -215,7 +201,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, culler: Culler) ->
     }
 
 
-async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
+async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
     now = time.time()
     snapshot = await backend.snapshot()
     gpus = []
@@ -224,19 +210,19 @@ async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
         gpus.append({"uuid": g.uuid, "label": g.label, "name": g.name, "memory": g.memory, "source": g.source,
                      "index": g.index, "node": g.node, "used_memory": u.memory, "used_sm_percent": u.sm_percent,
                      "free_memory": u.free_memory, "exclusive": u.exclusive, "slices": u.leases,
-                     "utilization": culler.sampler.device_utilization(g.uuid)})
+                     "utilization": context.sampler.device_utilization(g.uuid)})
     leases = []
     for lease in snapshot.leases:
         item = lease.to_dict()
-        reading = culler.sampler.reading(lease.kernel_id)
-        kstate = culler.states.get(lease.kernel_id, P.FRESH)
-        kernel = _kernel(culler, lease.kernel_id)
+        reading = context.sampler.reading(lease.kernel_id)
+        kstate = context.states.get(lease.kernel_id, P.FRESH)
+        kernel = context.kernel(lease.kernel_id)
         here = kernel is not None
         execution_state = kernel.execution_state if here else None
         item.update({"label": lease.label, "here": here, "execution_state": execution_state,
                      "idle_since": (unix_time(kernel.last_activity)
                                     if here and execution_state != "busy" else None),
-                     "actions": admin_actions(lease, culler),
+                     "actions": admin_actions(lease, context),
                      "memory_used": reading.memory_used if reading else None,
                      "utilization": reading.utilization if reading else None,
                      "warning": ({"reason": kstate.warning.reason, "action": kstate.warning.action,
@@ -255,7 +241,7 @@ async def pool(*, backend: PoolBackend, culler: Culler) -> dict:
         "leases": leases,
         "queue": [w.to_dict() for w in snapshot.waiters],
         "decisions": decisions,
-        "policy": culler.policy.to_dict(),
+        "policy": context.policy.to_dict(),
         "pressure": bool(snapshot.waiters),
-        "passes": culler.passes,
+        "passes": context.passes(),
     }

@@ -183,3 +183,27 @@ class LedgerOnlyHibernator(HibernationHook):
         pool = self.ext.backend.pool
         lease = await asyncio.to_thread(pool.ledger.by_kernel, kernel_id)
         return await asyncio.to_thread(pool.ledger.resume, lease.id, pool.settings.quotas)
+
+
+class GatedHibernator(LedgerOnlyHibernator):
+    """A :class:`LedgerOnlyHibernator` whose hibernations wait at a gate the test opens, counting how
+    many are in flight at once (the culler's ``cull_concurrency`` bounds that)."""
+
+    gate: asyncio.Event
+    in_flight = 0
+    most_in_flight = 0
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        cls = type(self)
+        cls.gate, cls.in_flight, cls.most_in_flight = asyncio.Event(), 0, 0
+
+    async def hibernate(self, kernel_id, reason):
+        cls = type(self)
+        cls.in_flight += 1
+        cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
+        try:
+            await cls.gate.wait()
+            return await super().hibernate(kernel_id, reason)
+        finally:
+            cls.in_flight -= 1

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from server_helpers import (
+    GatedHibernator,
     GiB,
     LedgerOnlyHibernator,
     ScriptedReadings,
@@ -304,6 +305,23 @@ async def test_hibernation_hook_then_max_hibernated_shuts_down(jp_fetch, jp_ws_f
     assert culled["reason"] == "max_hibernated"
     assert (await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED))
     events.close()
+
+
+@pytest.mark.policy(rules=[{"idle_timeout": 1, "gpu_idle_timeout": None, "warn": 0.5, "action": "hibernate"}])
+@pytest.mark.extension(hibernator_class=GatedHibernator, cull_concurrency=2)
+async def test_the_policy_carries_out_at_most_cull_concurrency_actions_at_once(jp_fetch, ext, pool_home):
+    kids = [await start_kernel(jp_fetch) for _ in range(3)]
+    context = ext.server_context
+    # All three are decided (each shows as under way, so no pass decides it again) ...
+    await wait_until(lambda: all(context.busy(kid) for kid in kids), 30, what="all three kernels due")
+    passes = ext.culler.passes
+    await wait_until(lambda: ext.culler.passes >= passes + 3, what="three more passes")
+    # ... but only two hibernate while the gate holds them; the third waits its turn.
+    assert GatedHibernator.in_flight == 2 and len(GatedHibernator.calls) == 0
+    GatedHibernator.gate.set()
+    await wait_until(lambda: all(lease_of(pool_home, kid).state == HIBERNATED for kid in kids), 30,
+                     what="all three hibernated")
+    assert GatedHibernator.most_in_flight == 2 and sorted(k for k, _ in GatedHibernator.calls) == sorted(kids)
 
 
 @pytest.mark.policy(rules=[{"idle_timeout": None, "gpu_idle_timeout": None, "action": "shutdown"}])

@@ -60,6 +60,7 @@ BAD_SETTINGS = [
     ("c.GPUPoolExtension.telemetry_interval = 0", "GPUPoolExtension.telemetry_interval must be a number of seconds"),
     ("c.GPUPoolExtension.telemetry_interval = -1", "GPUPoolExtension.telemetry_interval must be a number of"),
     ("c.GPUPoolExtension.telemetry_history = -1", "GPUPoolExtension.telemetry_history must be a whole number"),
+    ("c.GPUPoolExtension.cull_concurrency = 0", "GPUPoolExtension.cull_concurrency must be a whole number of at least"),
     ('c.GPUPoolExtension.admin_users = "alice,bob"', "GPUPoolExtension.admin_users must be a list of names"),
 ]
 
