@@ -17,6 +17,7 @@ from typing import Any
 from ..devices.telemetry import Sampler
 from ..pool import Lease
 from ..pool import policy as P
+from ..pool.rules import Policy
 from ..pool.profiles import MPS
 from .backend import PoolBackend
 from .hibernation_hook import HibernationHook
@@ -47,7 +48,7 @@ class ServerContext:
         return self.hook()
 
     @property
-    def policy(self) -> P.Policy:
+    def policy(self) -> Policy:
         return self.backend.policy
 
     def busy(self, kernel_id: str) -> bool:

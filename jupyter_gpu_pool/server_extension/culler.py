@@ -31,6 +31,7 @@ from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import culling as C
 from ..pool.budgets import Standing
 from ..pool import policy as P
+from ..pool.rules import Policy
 from ..pool.units import format_clock, unix_time
 from . import admin_requests, messages, metrics
 from .activity import ActivityRecorder
@@ -74,7 +75,7 @@ class Culler:
                                      acting=MappingProxyType(self.acting), passes=lambda: self.passes)
 
     @property
-    def policy(self) -> P.Policy:
+    def policy(self) -> Policy:
         return self.backend.policy
 
     # -- facts ----------------------------------------------------------------------------
