@@ -32,7 +32,8 @@ MAX_AGE = "max_age"
 MAX_HIBERNATED = "max_hibernated"
 OVER_MEMORY = "over_memory"
 BUDGET = "budget"  # the owner's GPU-hour budget: warned at 90%, acted on at 100%
-REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY, BUDGET)
+PRESSURE = "pressure"  # chosen (pool.reclaim) to give its slice back to someone waiting in the queue
+REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY, BUDGET, PRESSURE)
 
 # Decision verbs.
 NONE = "none"
@@ -110,8 +111,11 @@ def release_action(rule: Rule, can_hibernate: bool, why_not: str | None) -> tupl
     return SHUTDOWN, None
 
 
-def _conditions(facts: Facts, rule: Rule, pressure: bool) -> list[tuple[float, str, bool, float]]:
-    """(when due, reason, snoozable, warning lead) for every limit that applies to the kernel now."""
+def _conditions(facts: Facts, rule: Rule, pressure: bool,
+                reclaim: bool = False) -> list[tuple[float, str, bool, float]]:
+    """(when due, reason, snoozable, warning lead) for every limit that applies to the kernel now.
+    ``reclaim``: the kernel is chosen (``pool.reclaim``) for a waiter: due already, warned ``rule.warn``
+    ahead like any other action."""
     found: list[tuple[float, str, bool, float]] = []
     if rule.max_age is not None:
         found.append((facts.started + rule.max_age, MAX_AGE, True, rule.warn))
@@ -134,6 +138,8 @@ def _conditions(facts: Facts, rule: Rule, pressure: bool) -> list[tuple[float, s
         warn_at = facts.budget_warn_at if facts.budget_warn_at is not None else facts.budget_due
         lead = facts.budget_due - warn_at if facts.budget_due > warn_at else rule.warn  # spent already: the rule's lead
         found.append((facts.budget_due, BUDGET, False, lead))
+    if reclaim:
+        found.append((facts.last_activity, PRESSURE, True, rule.warn))
     return found
 
 
@@ -162,9 +168,14 @@ def next_action(facts: Facts, rule: Rule, state: KernelState = FRESH, *,
 
 
 def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
-           pressure: bool = False, dry_run: bool = False) -> Decision:
-    """What to do with one kernel now.  Pure: same inputs, same decision."""
-    conditions = _conditions(facts, rule, pressure)
+           pressure: bool = False, reclaim: bool = False, dry_run: bool = False) -> Decision:
+    """What to do with one kernel now.  Pure: same inputs, same decision.
+
+    ``reclaim``: the kernel is chosen to give its slice back to a waiter (``pool.reclaim``); it is
+    warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more.
+    ``pressure`` (the capacity planner's approximation of the same) multiplies the idle timeouts by
+    the rule's ``pressure_factor``; the server's culler reclaims instead."""
+    conditions = _conditions(facts, rule, pressure, reclaim)
     best = _earliest(conditions, state)
     in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)  # nothing close to due
 
@@ -173,8 +184,11 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
         if in_use and (state.snoozes_used or state.snoozed_until or state.reported):
             new = KernelState()  # used again: snoozes are given back
         if state.warning is not None:
+            message = "The kernel is in use again; the warning is withdrawn."
+            if state.warning.reason == PRESSURE and facts.last_activity <= state.warning.warned_at:
+                message = "Nobody waits for this kernel's GPU slice any more; the warning is withdrawn."
             return Decision(WITHDRAW, replace(new, warning=None), reason=state.warning.reason,
-                            message="The kernel is in use again; the warning is withdrawn.", dry_run=dry_run)
+                            message=message, dry_run=dry_run)
         return Decision(NONE, new, dry_run=dry_run)
 
     effective, reason, lead = best
@@ -270,6 +284,7 @@ _WHAT = {
     MAX_HIBERNATED: "Hibernated for {hibernated}, longer than the {max_hibernated} the pool allows",
     OVER_MEMORY: "Using {used} of GPU memory, more than its slice's {limit}",
     BUDGET: "GPU time this {period}: {spent} of {budget} h used",
+    PRESSURE: "Someone is waiting for a GPU slice and this kernel has been idle for {idle}",
 }
 _DOING = {HIBERNATE: "hibernated (its variables are kept; the GPU slice is given back)",
           SHUTDOWN: "shut down to give its GPU slice back"}

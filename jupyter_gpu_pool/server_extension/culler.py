@@ -29,6 +29,9 @@ from ..kernel_provisioner.base import PoolKernelProvisioner, shut_down
 from ..periodic import every
 from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import culling as C
+from ..pool import reclaim as R
+from ..pool.allocation import resume_candidates
+from ..pool.phases import HIBERNATING, STOPPING
 from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.rules import Policy
@@ -121,10 +124,10 @@ class Culler:
         kernels = self.pool_kernels(snapshot)
         self.sampler.track({kid: (k.provisioner.pid or -1, frozenset(lease.gpus))
                             for kid, (k, lease) in kernels.items() if isinstance(k.provisioner, PoolKernelProvisioner)})
-        pressure = C.pressure(snapshot.waiters)
         dry_run = self.policy.dry_run
         gpu_active = False
         budgets: dict[str, Standing | None] = {}  # per owner, once a pass
+        judged: list[tuple[str, Lease, P.Rule, P.Facts]] = []
         for i, (kid, (kernel, lease)) in enumerate(kernels.items()):
             if i % 500 == 499:
                 await asyncio.sleep(0)  # thousands of kernels: let requests in between
@@ -138,7 +141,11 @@ class Culler:
             reading = self.sampler.reading(kid)
             if reading and reading.utilization is not None and reading.utilization >= rule.gpu_idle_threshold:
                 gpu_active = True
-            decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), pressure=pressure, dry_run=dry_run)
+            judged.append((kid, lease, rule, facts))
+        reclaimed = self.reclaim(snapshot, kernels, judged, now)
+        for kid, lease, rule, facts in judged:
+            decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=kid in reclaimed,
+                                dry_run=dry_run)
             self.states[kid] = decision.state
             self.seen[kid] = Seen(rule, facts, decision)
             if decision.verb != P.NONE:
@@ -154,6 +161,36 @@ class Culler:
         await self._follow_journal(snapshot)
         self._update_metrics(snapshot, kernels)
         self.passes += 1
+
+    def reclaim(self, snapshot: Snapshot, kernels: dict, judged: list, now: float) -> set[str]:
+        """The kernels of this server to give their slices back to the waiters in the queue now
+        (``pool.reclaim``): fewest, hibernation before shutdown, on a GPU a waiter may take."""
+        if not snapshot.waiters:
+            return set()
+        candidates = []
+        for kid, lease, rule, facts in judged:
+            action = P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0]
+            found = R.candidate(lease, rule, action, idle_since=facts.last_activity,
+                                busy=facts.execution_state == "busy", now=now)
+            if found is not None:
+                candidates.append(found)
+        if not candidates:
+            return set()
+        hibernated = {lease.id: lease for lease in snapshot.leases if lease.state == HIBERNATED}
+        usage = snapshot.gpus
+        needs = []
+        for w in snapshot.waiters:
+            waiting = hibernated.get(w.lease_id) if w.lease_id else None
+            only = None
+            if waiting is not None:  # a resume lands on its last GPUs' model (the ledger's rule)
+                only = resume_candidates(usage, waiting.last_gpus, same_gpu=False, same_model=True)
+            needs.append(R.Need(w, only))
+        freeing = {kid for kid, (_k, lease) in kernels.items() if self.context.busy(kid) or lease.phase in (
+            HIBERNATING, STOPPING)}
+        warned = {kid for kid, state in self.states.items() if state.warning and state.warning.reason == P.PRESSURE}
+        chosen = R.choose_reclaim([u.gpu for u in usage], list(snapshot.leases), needs, candidates, freeing=freeing,
+                                  warned=warned)
+        return {c.kernel_id for c in chosen}
 
     def report_gpu_activity(self) -> None:
         """Count GPU use as server activity (``/api/status``, JupyterHub's idle culler): jupyter_server

@@ -64,7 +64,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
     if seen is not None and warning is None and not lease.phase and execution_state != "busy":
         # When the policy acts if the kernel stays idle: the last pass's facts, with any activity since.
         facts = replace(seen.facts, last_activity=max(seen.facts.last_activity, last_activity or 0.0))
-        found = P.next_action(facts, rule, kstate, pressure=bool(snapshot.waiters))
+        found = P.next_action(facts, rule, kstate)
         if found is not None and found[0] > now:
             next_action = {"at": found[0], "reason": found[1], "action": found[2]}
     actions = []

@@ -1,0 +1,141 @@
+"""Reclaim: which idle kernels give their slice back for the waiters in the queue now.
+
+Pure.  Under pressure (someone waits in the queue for a slice) the pool takes back the least that
+serves the waiters: for each waiter in queue order that the room left cannot serve, the set of
+idle kernels whose slices would make room for it on a GPU it may take, chosen by, in order:
+
+1. fewest kernels that would lose their state (an MPS kernel, or a rule whose action is shutdown;
+   such a kernel is a candidate at all only where its rule's action is ``shutdown``);
+2. fewest kernels;
+3. the kernels warned for a waiter already (a choice holds while it still serves);
+4. the least GPU memory taken back (a whole GPU is not taken for a 10 GiB waiter);
+5. the longest idle.
+
+A refused start is not a waiter (it left no place in the queue), and a waiter the room left serves
+already needs nothing.  Kernels already on their way out (warned for a waiter, or being hibernated)
+count as room coming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import combinations
+
+from .allocation import gpu_usage
+from .gpus import GPU
+from .leases import ACTIVE, Lease
+from .placement import BINPACK, GPUUsage, choose
+from .queue import Waiter
+from .rules import SHUTDOWN, Rule
+
+MAX_CANDIDATES = 12  # the longest-idle ones are weighed; more would only cost time
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One idle kernel that may give its slice back: its lease (GPUs, slice), what reclaiming it does
+    (hibernate keeps its variables; shutdown loses them) and since when it is idle."""
+
+    lease: Lease
+    action: str  # hibernate or shutdown
+    idle_since: float
+
+    @property
+    def kernel_id(self) -> str:
+        return self.lease.kernel_id
+
+    @property
+    def loses_state(self) -> bool:
+        return self.action == SHUTDOWN
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One waiter as reclaiming sees it: its slice and the GPUs it may take (None: any)."""
+
+    waiter: Waiter
+    only: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One kernel to reclaim, the action, and the waiter it makes room for."""
+
+    kernel_id: str
+    action: str
+    waiter_id: str
+
+
+def candidate(lease: Lease, rule: Rule, action: str, *, idle_since: float, busy: bool, now: float) -> Candidate | None:
+    """The kernel as a candidate, or None where its rule does not let it be reclaimed now: it is busy or
+    not active, its rule has no idle timeout, it has been idle less than ``idle_timeout × pressure_factor``,
+    or reclaiming would shut it down (its variables lost) and its rule's action is not shutdown."""
+    if busy or lease.state != ACTIVE or rule.idle_timeout is None:
+        return None
+    if now - idle_since < rule.idle_timeout * rule.pressure_factor:
+        return None
+    if action == SHUTDOWN and rule.action != SHUTDOWN:
+        return None  # the rule keeps state (hibernate) and this kernel cannot: never lose it for a waiter
+    return Candidate(lease, action, idle_since)
+
+
+def _without(gpus: list[GPU], leases: Iterable[Lease], gone: set[str]) -> list[GPUUsage]:
+    return gpu_usage(gpus, [lease for lease in leases if lease.kernel_id not in gone])
+
+
+def _serves(usage: list[GPUUsage], need: Need, placement: str) -> list[GPU] | None:
+    allowed = [u for u in usage if need.only is None or u.gpu.uuid in need.only]
+    return choose(allowed, need.waiter.slice, placement)
+
+
+def choose_reclaim(gpus: list[GPU], leases: list[Lease], needs: list[Need], candidates: list[Candidate], *,
+                   freeing: Iterable[str] = (), warned: Iterable[str] = (), placement: str = BINPACK) -> list[Choice]:
+    """The kernels to reclaim now for ``needs`` (the queue, in order), among ``candidates``.
+
+    ``leases``: every held lease of the pool; ``freeing``: kernel ids whose slices are on the way back
+    already (their room counts, and they are not chosen again); ``warned``: kernels warned for a waiter
+    by an earlier pass (preferred among equals, so that a choice holds from pass to pass).  A waiter that no choice of candidates
+    serves is passed over (the kernels it would take are not reclaimed in vain)."""
+    gone = set(freeing)
+    warned = set(warned)
+    pool = {c.kernel_id: c for c in sorted(candidates, key=lambda c: c.idle_since) if c.kernel_id not in gone}
+    weighed = list(pool.values())[:MAX_CANDIDATES]
+    placed: list[Lease] = []  # the slices earlier waiters take, as leases on their GPUs
+    chosen: list[Choice] = []
+    for need in needs:
+        usage = _without(gpus, [*leases, *placed], gone)
+        fit = _serves(usage, need, placement)
+        if fit is None:
+            best: tuple | None = None
+            left = [c for c in weighed if c.kernel_id not in gone]
+            for size in range(1, len(left) + 1):
+                if best is not None and best[0][0] == 0 and size > best[0][1]:
+                    break  # nothing larger beats a set that loses no state
+                for combo in combinations(left, size):
+                    ids = {c.kernel_id for c in combo}
+                    fit = _serves(_without(gpus, [*leases, *placed], gone | ids), need, placement)
+                    if fit is None:
+                        continue
+                    key = (sum(c.loses_state for c in combo), size, -sum(c.kernel_id in warned for c in combo),
+                           sum(c.lease.total_memory for c in combo), sum(c.idle_since for c in combo))
+                    if best is None or key < best[0]:
+                        best = (key, combo, fit)
+            if best is None:
+                continue
+            _key, combo, fit = best
+            for c in combo:
+                gone.add(c.kernel_id)
+                chosen.append(Choice(c.kernel_id, c.action, need.waiter.id))
+        placed.append(_placed(need.waiter, fit))
+    return chosen
+
+
+def _placed(waiter: Waiter, gpus: list[GPU]) -> Lease:
+    """The waiter's slice as a lease on the GPUs it would take (so later waiters see that room taken)."""
+    spec = waiter.slice
+    return Lease(id=f"waiter:{waiter.id}", owner=waiter.owner, kernel_id=f"waiter:{waiter.id}", profile=waiter.profile,
+                 isolation="", memory=spec.memory or 0, sm_percent=spec.sm_percent, whole=spec.whole,
+                 gpu_count=spec.gpu_count, state=ACTIVE, gpus=tuple(g.uuid for g in gpus), last_gpus=(), groups=(),
+                 label="", created=0.0, updated=0.0, state_since=0.0)
+
