@@ -221,3 +221,81 @@ async def test_release_on_a_declared_gpu_hibernates_where_the_rule_says_hibernat
     half = await server.me_kernel(mps)
     assert half["can_hibernate"] is False and half["release_action"] == "shutdown"
     assert body(await server.post(mps, "release"))["action"] == "shutdown"
+
+
+# The reclaim scene: candidates after 1.2 s idle (60 s x 0.02) under pressure; the warning comes 2 s ahead.
+RECLAIM = {**HIBERNATE, "idle_timeout": 60, "pressure_factor": 0.02, "warn": 2}
+
+
+@pytest.mark.pool_settings(policy=[RECLAIM])
+async def test_a_queued_resume_reclaims_one_idle_kernel_hibernated_and_never_the_mps_one(server, channels, events):
+    """The pool full, a hibernated kernel's cell queued at #1, the user's other idle kernels (a whole GPU, an
+    MPS one, two 10 GiB ones): exactly one 10 GiB kernel is warned (pressure, the rule's warning time) and
+    hibernated; the MPS kernel keeps running with its variables; no deadline moves earlier without a new
+    warning; the cell runs.  A refused start before that is no waiter: nothing is warned for it."""
+    from jupyter_gpu_pool.pool import PoolExhausted
+
+    whole, _ = await server.gpu_kernel(profile="whole")  # GPU 0
+    mps, mps_pid = await server.gpu_kernel(profile="half")  # GPU 1: 20 GiB
+    x, _ = await server.gpu_kernel()  # GPU 1: 30 GiB
+    queued, _ = await server.gpu_kernel()  # GPU 1: 40 GiB
+    ch = await channels(queued)
+    await ch.replies(await ch.execute("y = 7"))
+    mps_ch = await channels(mps)
+    await mps_ch.replies(await mps_ch.execute("x = 42"))
+    await server.hibernate(queued)
+    y, _ = await server.gpu_kernel()  # GPU 1 full again: the pool is full
+    others = {whole, mps, x, y}
+    pool = server.ext.backend.pool
+    assert {server.lease(k).gpus for k in others} == {server.lease(whole).gpus, server.lease(mps).gpus}
+
+    shown: dict[str, list[tuple[float | None, float | None]]] = {k: [] for k in others}
+
+    async def watch() -> None:  # each card's deadline as GET me shows it: (warned at, deadline)
+        while True:
+            for k in (await server.me())["kernels"]:
+                if k["kernel_id"] in shown:
+                    w, nxt = k.get("warning"), k.get("next_action")
+                    deadline = w["deadline"] if w else (nxt["at"] if nxt else None)
+                    warned_at = next((e.at for e in pool.ledger.journal() if e.kind == "warned"
+                                      and e.kernel_id == k["kernel_id"]), None) if w else None
+                    shown[k["kernel_id"]].append((warned_at, deadline))
+            await asyncio.sleep(0.2)
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        with pytest.raises(PoolExhausted):  # a refused start: it leaves no place in the queue
+            pool.ledger.allocate(LeaseRequest(owner=pool.ledger.by_kernel(x).owner, kernel_id="refused",
+                                              profile=Profile("small", SliceSpec.parse("10GiB"), "soft", "small")),
+                                 pool.settings.quotas)
+        await asyncio.sleep(3)  # ten passes, every kernel idle long enough to be a candidate
+        assert not [e for e in pool.ledger.journal() if e.kind == "warned"]
+
+        seen: list = []
+        cell = asyncio.ensure_future(ch.replies(await ch.execute("print(y)"), timeout=120, seen=seen))
+        await wait_until(lambda: server.lease(queued).phase == "queued", what="queued")
+        got = await asyncio.wait_for(cell, 120)
+        assert "7\n" in texts(got) and next(c for _ch, k, c in got if k == "execute_reply")["status"] == "ok"
+        await asyncio.sleep(2)  # more passes: nothing more is reclaimed once the waiter is served
+    finally:
+        watcher.cancel()
+
+    journal = [e for e in reversed(pool.ledger.journal())  # (newest first)
+               if e.kernel_id in others and e.detail.get("source") == "policy"]
+    assert [e.kind for e in journal] == ["warned", "hibernated"], [(e.kind, e.kernel_id) for e in journal]
+    warned, hibernated = journal
+    assert warned.kernel_id == hibernated.kernel_id and warned.kernel_id in (x, y)
+    assert warned.reason == "pressure" and warned.detail["action"] == "hibernate"
+    assert warned.detail["message"].startswith("Someone is waiting for a GPU slice")
+    # the deadline is the pass's time + the rule's 2 s (the journal's time is a few ms later); acted on after it
+    assert warned.detail["deadline"] - warned.at >= 1.95 and hibernated.at - warned.at >= 2
+    assert hibernated.at >= warned.detail["deadline"]
+    assert (await events.action("warned", warned.kernel_id))["reason"] == "pressure"
+    assert server.lease(warned.kernel_id).state == HIBERNATED
+    for k in others - {warned.kernel_id}:
+        assert server.lease(k).state == ACTIVE, k
+    assert psutil.pid_exists(mps_pid) and "42\n" in texts(await mps_ch.replies(await mps_ch.execute("print(x)")))
+    for k, seq in shown.items():  # a deadline earlier than the last one shown comes with a new warning
+        for (was_warned, before), (now_warned, after) in zip(seq, seq[1:]):
+            if before is not None and after is not None and after < before - 0.5:
+                assert now_warned is not None and now_warned != was_warned, (k, seq)
