@@ -256,18 +256,33 @@ async def test_dry_run_decides_and_reports_without_acting(jp_fetch, jp_ws_fetch,
     events.close()
 
 
-@pytest.mark.policy(rules=[{"idle_timeout": 20, "gpu_idle_timeout": None, "warn": 1, "pressure_factor": 0.1,
+@pytest.mark.policy(rules=[{"idle_timeout": 600, "gpu_idle_timeout": None, "warn": 1, "pressure_factor": 0.002,
                             "action": "shutdown"}])
-async def test_timeouts_tighten_while_someone_waits(jp_fetch, jp_ws_fetch, pool_home):
-    from jupyter_gpu_pool.pool import SliceSpec
+async def test_a_waiter_the_room_left_cannot_serve_reclaims_an_idle_kernel(jp_fetch, jp_ws_fetch, pool_home):
+    """Someone waiting is no reason to take a kernel back while the room left serves them; where it cannot,
+    an idle kernel (idle past 600 s x 0.002) is warned for them, with the rule's warning time, and its own
+    idle clock never moved."""
+    from jupyter_gpu_pool.pool import LeaseRequest, Profile, QuotaBook, SliceSpec
 
     events = await subscribe(jp_ws_fetch)
-    kid = await start_kernel(jp_fetch)
+    kid = await start_kernel(jp_fetch)  # 10 GiB on GPU 0 of 2 x 40 GiB
     ledger = pool_home.ledger()
-    waiter = ledger.enqueue("carol", "carols-kernel", "whole", SliceSpec(whole=True))
+    blocker = ledger.allocate(LeaseRequest(owner="dave", kernel_id="daves-kernel",  # all of GPU 1's 40 GiB
+                                           profile=Profile("p", SliceSpec.parse("40GiB"), "soft", "p")), QuotaBook())
+    assert blocker.gpus != lease_of(pool_home, kid).gpus
+    waiter = ledger.enqueue("carol", "carols-kernel", "small", SliceSpec.parse("10GiB"))
+    await asyncio.sleep(3)  # passes: GPU 0 has room for carol's 10 GiB
+    assert not [e for e in journal(pool_home, kid) if e.kind == "warned"]
+    assert my_kernel(body(await jp_fetch(*ME)), kid)["next_action"]["at"] > time.time() + 500
+    ledger.dequeue(waiter.id)
+    waiter = ledger.enqueue("carol", "carols-kernel", "whole", SliceSpec(whole=True))  # only GPU 0, emptied, serves
     started = time.time()
-    warned = await events.pool_action("warned", kid, timeout=15)  # 20 s x 0.1 = 2 s under pressure
-    assert warned["reason"] == "idle" and time.time() - started < 12
+    warned = await events.pool_action("warned", kid, timeout=15)
+    assert warned["reason"] == "pressure" and time.time() - started < 12
+    assert warned["message"].startswith("Someone is waiting for a GPU slice")
+    assert warned["deadline"] - time.time() > 0.5  # ~1 s ahead (the rule's warn), less the event's trip
+    culled = await events.pool_action("culled", kid, timeout=15)
+    assert culled["reason"] == "pressure"
     ledger.dequeue(waiter.id)
     events.close()
 
