@@ -14,7 +14,9 @@ from .policy import Facts
 
 
 def pressure(waiters) -> bool:
-    """Idle timeouts tighten (the rule's ``pressure_factor``) while anyone waits for a slice."""
+    """Someone waits for a slice.  The capacity planner's replay still tightens idle timeouts by the
+    rule's ``pressure_factor`` then; the server reclaims the least that serves the waiters instead
+    (:mod:`.reclaim`)."""
     return bool(waiters)
 
 

@@ -12,8 +12,8 @@ idle kernels whose slices would make room for it on a GPU it may take, chosen by
 5. the longest idle.
 
 A refused start is not a waiter (it left no place in the queue), and a waiter the room left serves
-already needs nothing.  Kernels already on their way out (warned for a waiter, or being hibernated)
-count as room coming.
+already needs nothing.  Kernels already on their way out (being hibernated or shut down) count as
+room coming.
 """
 
 from __future__ import annotations
@@ -67,11 +67,12 @@ class Choice:
     waiter_id: str
 
 
-def candidate(lease: Lease, rule: Rule, action: str, *, idle_since: float, busy: bool, now: float) -> Candidate | None:
-    """The kernel as a candidate, or None where its rule does not let it be reclaimed now: it is busy or
-    not active, its rule has no idle timeout, it has been idle less than ``idle_timeout × pressure_factor``,
+def candidate(lease: Lease, rule: Rule, action: str, *, idle_since: float, busy: bool, now: float,
+              snoozed_until: float = 0.0) -> Candidate | None:
+    """The kernel as a candidate, or None where its rule does not let it be reclaimed now: it is busy,
+    snoozed or not active, its rule has no idle timeout, it has been idle less than ``idle_timeout × pressure_factor``,
     or reclaiming would shut it down (its variables lost) and its rule's action is not shutdown."""
-    if busy or lease.state != ACTIVE or rule.idle_timeout is None:
+    if busy or snoozed_until > now or lease.state != ACTIVE or rule.idle_timeout is None:
         return None
     if now - idle_since < rule.idle_timeout * rule.pressure_factor:
         return None
@@ -95,8 +96,8 @@ def choose_reclaim(gpus: list[GPU], leases: list[Lease], needs: list[Need], cand
 
     ``leases``: every held lease of the pool; ``freeing``: kernel ids whose slices are on the way back
     already (their room counts, and they are not chosen again); ``warned``: kernels warned for a waiter
-    by an earlier pass (preferred among equals, so that a choice holds from pass to pass).  A waiter that no choice of candidates
-    serves is passed over (the kernels it would take are not reclaimed in vain)."""
+    by an earlier pass (preferred among equals, so that a choice holds from pass to pass).  A waiter that
+    no choice of candidates serves is passed over (the kernels it would take are not reclaimed in vain)."""
     gone = set(freeing)
     warned = set(warned)
     pool = {c.kernel_id: c for c in sorted(candidates, key=lambda c: c.idle_since) if c.kernel_id not in gone}
@@ -109,12 +110,15 @@ def choose_reclaim(gpus: list[GPU], leases: list[Lease], needs: list[Need], cand
         if fit is None:
             best: tuple | None = None
             left = [c for c in weighed if c.kernel_id not in gone]
+            held = [*leases, *placed]
+            if _serves(_without(gpus, held, gone | {c.kernel_id for c in left}), need, placement) is None:
+                continue  # not even all of them would serve it (taking more never makes less room)
             for size in range(1, len(left) + 1):
                 if best is not None and best[0][0] == 0 and size > best[0][1]:
                     break  # nothing larger beats a set that loses no state
                 for combo in combinations(left, size):
                     ids = {c.kernel_id for c in combo}
-                    fit = _serves(_without(gpus, [*leases, *placed], gone | ids), need, placement)
+                    fit = _serves(_without(gpus, held, gone | ids), need, placement)
                     if fit is None:
                         continue
                     key = (sum(c.loses_state for c in combo), size, -sum(c.kernel_id in warned for c in combo),

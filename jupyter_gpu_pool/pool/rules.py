@@ -76,7 +76,7 @@ class Rule:
     snooze: float = 1800.0  # longest one snooze
     max_snoozes: int = 2  # snoozes per episode (given back once the kernel is used again)
     action: str = HIBERNATE
-    pressure_factor: float = 0.5  # idle timeouts are multiplied by this while someone waits for a slice
+    pressure_factor: float = 0.5  # idle for idle_timeout x this: may be reclaimed for a waiter (pool.reclaim)
     over_memory_grace: float = 120.0  # soft isolation: from the warning to the action
 
     @property
@@ -178,8 +178,8 @@ def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Ru
     if "pressure_factor" in entry:
         f = entry["pressure_factor"]
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
-            raise PolicyError(f"{where}.pressure_factor must be a number above 0 and at most 1 "
-                              f"(1: no tightening), not {f!r}")
+            raise PolicyError(f"{where}.pressure_factor must be a number above 0 and at most 1 (1: a kernel is "
+                              f"taken back for a waiter only once idle for its whole idle_timeout), not {f!r}")
         values["pressure_factor"] = float(f)
     rule = Rule(**values)
     if "warn" in entry:  # an explicit warning longer than what it warns of would come before the kernel is idle

@@ -171,7 +171,8 @@ class Culler:
         for kid, lease, rule, facts in judged:
             action = P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0]
             found = R.candidate(lease, rule, action, idle_since=facts.last_activity,
-                                busy=facts.execution_state == "busy", now=now)
+                                busy=facts.execution_state == "busy", now=now,
+                                snoozed_until=self.states.get(kid, P.FRESH).snoozed_until)
             if found is not None:
                 candidates.append(found)
         if not candidates:

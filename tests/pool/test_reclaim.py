@@ -105,6 +105,7 @@ IDLE_RULE = Rule(idle_timeout=600.0, pressure_factor=0.5)
 CANDIDATE_ROWS = [
     # (name, lease, rule, action, idle for, busy, a candidate?)
     ("idle long enough, hibernates", TEN_A, IDLE_RULE, HIBERNATE, 300, False, True),
+    ("snoozed by its user", TEN_A, IDLE_RULE, HIBERNATE, 3000, "snoozed", False),
     ("idle less than idle_timeout x pressure_factor", TEN_A, IDLE_RULE, HIBERNATE, 299, False, False),
     ("busy", TEN_A, IDLE_RULE, HIBERNATE, 3000, True, False),
     ("no idle timeout in its rule", TEN_A, Rule(idle_timeout=None), HIBERNATE, 9000, False, False),
@@ -117,8 +118,9 @@ CANDIDATE_ROWS = [
 
 @pytest.mark.parametrize("name,held,rule,action,idle_for,busy,expected", CANDIDATE_ROWS,
                          ids=[r[0] for r in CANDIDATE_ROWS])
-def test_candidate_table(name, held, rule, action, idle_for, busy, expected):
-    found = candidate(held, rule, action, idle_since=NOW - idle_for, busy=busy, now=NOW)
+def test_candidate_table(name, held, rule, action, idle_for, busy, expected):  # busy: True, False or "snoozed"
+    found = candidate(held, rule, action, idle_since=NOW - idle_for, busy=busy is True, now=NOW,
+                      snoozed_until=NOW + 60 if busy == "snoozed" else 0.0)
     assert (found is not None) == expected
 
 
