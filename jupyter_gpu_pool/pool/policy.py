@@ -175,6 +175,9 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
     warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more.
     ``pressure`` (the capacity planner's approximation of the same) multiplies the idle timeouts by
     the rule's ``pressure_factor``; the server's culler reclaims instead."""
+    if reclaim and state.warning is not None and state.warning.reason != PRESSURE \
+            and state.warning.deadline <= now + rule.warn:
+        reclaim = False  # warned already of an action as soon: a second warning would only postpone it
     conditions = _conditions(facts, rule, pressure, reclaim)
     best = _earliest(conditions, state)
     in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)  # nothing close to due

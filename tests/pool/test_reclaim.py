@@ -152,3 +152,13 @@ def test_pressure_alone_moves_no_idle_deadline():
     facts = P.Facts("k", last_activity=NOW - 200, can_hibernate=True)
     assert P.next_action(facts, RULE) == (NOW - 200 + 3600.0, P.IDLE, HIBERNATE)
     assert P.decide(facts, RULE, NOW).verb == P.NONE
+
+
+def test_a_kernel_warned_already_of_an_action_as_soon_keeps_that_warning_and_its_deadline():
+    facts = P.Facts("k", last_activity=NOW - 3600 + 60, can_hibernate=True)  # idle, due in 60 s: warned
+    idle = P.decide(facts, RULE, NOW)
+    assert (idle.verb, idle.reason, idle.deadline) == (P.WARN, P.IDLE, NOW + 90.0)
+    chosen = P.decide(facts, RULE, NOW + 10, idle.state, reclaim=True)
+    assert chosen.verb == P.NONE and chosen.deadline == NOW + 90.0 and chosen.state.warning == idle.state.warning
+    done = P.decide(facts, RULE, NOW + 90, chosen.state, reclaim=True)
+    assert (done.verb, done.reason) == (P.ACT, P.IDLE)
