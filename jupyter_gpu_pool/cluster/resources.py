@@ -49,6 +49,7 @@ INVALID = "InvalidSpec"
 SERVER_GONE = "ServerGone"
 UNSUPPORTED = "DeviceUnsupported"  # dra: the cluster cannot hold the profile's claim as written
 PREEMPTED = "PodDeleted"
+POD_REFUSED = "PodRefused"  # the API server refused the kernel's pod (a ResourceQuota, an admission policy)
 
 _LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import logging
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from kubernetes_asyncio import client
@@ -54,6 +56,24 @@ KERNEL_POD_SELECTOR = (f"{resources.LABEL_COMPONENT}={resources.KERNEL_COMPONENT
 Announce = Callable[[dict, str, str, str], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The API server refused a kernel's pod: for which launch, the wait before the next try, and when."""
+    launch: int
+    wait: float
+    retry_at: float
+
+
+def _api_message(e: ApiException) -> str:
+    """The API server's own words of a refusal (its Status's message), else its HTTP reason."""
+    try:
+        said = json.loads(e.body or "{}").get("message") or ""
+    except (ValueError, AttributeError):
+        said = ""
+    said = said or f"{e.status} {e.reason}"
+    return said if said.endswith(".") else said + "."
+
+
 class Controller:
     def __init__(self, settings: OperatorSettings, api: client.ApiClient, metrics: OperatorMetrics | None = None,
                  clock: Callable[[], float] = time.time):
@@ -82,6 +102,7 @@ class Controller:
         self._templates_ok: set[str] = set()  # dra: namespaces whose ResourceClaimTemplates are as rendered
         self._unsupported: dict[str, str] = {}  # dra: profile -> why the cluster cannot hold its claim as written
         self._devices: dict[tuple[str, str], tuple[float, tuple | None]] = {}  # dra: (class, driver) -> facts
+        self._refused: dict[tuple[str, str], Refusal] = {}  # kernels whose pod the API server refused: back off
 
     # -- intake (from the watches) ----------------------------------------------------------------
 
@@ -104,6 +125,7 @@ class Controller:
         self._locks.pop(k, None)
         self._secrets.discard(uid)
         self._policies_made.discard(uid)
+        self._refused.pop(k, None)
         recheck = self._rechecks.pop(k, None)
         if recheck is not None and recheck is not asyncio.current_task():
             recheck.cancel()
@@ -276,11 +298,23 @@ class Controller:
             st = status(kernel)
             if st.get("launch") == launch and st.get("phase") == STOPPED:
                 return  # this launch ran and ended; a new launch needs spec.launch + 1
+            refused = self._refused.get(k)
+            if refused is not None and refused.launch != launch:
+                del self._refused[k]  # a new launch starts afresh
+                refused = None
+            if refused is not None and now < refused.retry_at:
+                self._check_again(k, refused.retry_at - now)  # the API server refused it: not before then
+                return
             # The status first: a kernel deleted unseen answers 404 here, before anything is made for it.
-            kernel = await self._set_status(kernel, {"phase": STARTING, "reason": "", "launch": launch,
-                                                     "pod": wanted, "podIP": None, "node": None, "exitCode": None,
-                                                     "message": f"Starting on {rendering.description}.",
-                                                     "startedAt": now, "runningAt": None}, always=True)
+            # startedAt once per launch, and a refusal's words kept while it is tried again: a write that
+            # changes nothing is not made, so its watch event cannot bring this kernel back here at once.
+            starting = {"phase": STARTING, "launch": launch, "pod": wanted, "podIP": None, "node": None,
+                        "exitCode": None, "runningAt": None}
+            if refused is None:
+                starting.update(reason="", message=f"Starting on {rendering.description}.")
+            if st.get("launch") != launch or not st.get("startedAt") or st.get("phase") != STARTING:
+                starting["startedAt"] = now
+            kernel = await self._set_status(kernel, starting, always=True)
             if kernel is None:
                 return
             if rendering.claim is not None:
@@ -289,7 +323,12 @@ class Controller:
                     await self._fail(kernel, resources.UNSUPPORTED, self._unsupported[profile.name])
                     return
             await self._ensure_secret_and_policy(kernel)
-            await self._create_pod(kernel, rendering, image, launch)
+            try:
+                await self._create_pod(kernel, rendering, image, launch)
+            except ApiException as e:
+                await self._pod_refused(kernel, launch, e, now)
+                return
+            self._refused.pop(k, None)
             self._check_again(k)
             return
         events, node = await self._start_story(pod, now)
@@ -317,6 +356,30 @@ class Controller:
             await self._delete_pod(pod, 0)
 
     # -- pieces -------------------------------------------------------------------------------
+
+    async def _pod_refused(self, kernel: dict, launch: int, e: ApiException, now: float) -> None:
+        """The API server refused the kernel's pod (a ResourceQuota, an admission policy; or it failed):
+        tried again after a wait that doubles from ``api_retry_first`` up to ``reconcile_interval``, with
+        the API server's words in the kernel's status (the user's server shows them) and, once per new
+        refusal, an Event.  The kernel keeps waiting: a quota frees when other pods end."""
+        k = key(kernel)
+        previous = self._refused.get(k)
+        wait = self.settings.api_retry_first if previous is None else \
+            min(previous.wait * 2, max(self.settings.reconcile_interval, self.settings.api_retry_first))
+        self._refused[k] = Refusal(launch, wait, now + wait)
+        said = _api_message(e)
+        message = (f"The cluster refused the kernel's pod: {said} The operator tries again, at least every "
+                   f"{self.settings.reconcile_interval:.0f} s, until your server's start timeout. "
+                   + ("Ask your admin to raise the namespace's ResourceQuota, or shut down a kernel you no "
+                      "longer need." if "exceeded quota" in said else "Ask your admin."))
+        self.metrics.launch_failures.labels(reason=resources.POD_REFUSED).inc()
+        log.warning("kernel %s/%s: pod refused (%s), trying again in %.0f s: %s", *k, e.status, wait, said)
+        if status(kernel).get("message") != message:
+            kernel = await self._set_status(kernel, {"phase": STARTING, "reason": resources.POD_REFUSED,
+                                                     "message": message})
+            if kernel is not None:
+                await self.announce(kernel, "Warning", resources.POD_REFUSED, message)
+        self._check_again(k, wait)
 
     async def _ensure_secret_and_policy(self, kernel: dict) -> None:
         """The kernel's Secret (its connection key) and NetworkPolicy, made once, before its first pod."""
@@ -445,8 +508,9 @@ class Controller:
 
     async def _set_status(self, kernel: dict, wanted: dict, *, always: bool = False) -> dict | None:
         """Write what changed of ``wanted`` into the kernel's status (``always``: even when nothing did, to
-        learn whether the kernel still exists); the kernel as written, or None when it is gone (a 404: it
-        was deleted without this operator hearing of it, and is forgotten here)."""
+        learn whether the kernel still exists: an empty patch, which the API server answers without a write
+        or a watch event); the kernel as written, or None when it is gone (a 404: it was deleted without
+        this operator hearing of it, and is forgotten here)."""
         current = status(kernel)
         changes = {k: v for k, v in wanted.items() if current.get(k) != v and not (v is None and k not in current)}
         if not changes and not always:
@@ -574,13 +638,13 @@ class Controller:
             if e.status != 404:
                 raise
 
-    def _check_again(self, k: tuple[str, str]) -> None:
-        """Reconcile a starting kernel again in ``progress_interval`` (once at a time)."""
+    def _check_again(self, k: tuple[str, str], delay: float | None = None) -> None:
+        """Reconcile a starting kernel again in ``delay`` (``progress_interval`` by default; once at a time)."""
         if k in self._rechecks:
             return
 
         async def later() -> None:
-            await asyncio.sleep(self.settings.progress_interval)
+            await asyncio.sleep(self.settings.progress_interval if delay is None else delay)
             self._rechecks.pop(k, None)
             try:
                 await self.reconcile(k)

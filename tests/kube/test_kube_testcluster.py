@@ -360,3 +360,69 @@ async def test_injected_faults_answer_like_a_failing_api_server(cluster, kube):
     await cluster.fault(resume=True)
     await asyncio.wait_for(task, 5)
     assert [(e["type"], e["object"]["code"]) for e in events] == [("ERROR", 410)]
+
+
+def gpu_pod(name: str, gpus: str = "1", **resources) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "kernel", "image": "python",
+                                     "resources": {"limits": {"nvidia.com/gpu": gpus, **resources}}}]}}
+
+
+def resource_quota(name: str, **hard) -> dict:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name}, "spec": {"hard": hard}}
+
+
+def test_a_resource_quota_refuses_a_pod_over_it_with_the_real_servers_words():
+    store = store_with_crds()
+    pods, quotas = store.kind("", "v1", "pods"), store.kind("", "v1", "resourcequotas")
+    quota = store.create(quotas, NS, resource_quota("gpus", **{"requests.nvidia.com/gpu": "1", "count/pods": "5",
+                                                               "requests.memory": "1Gi", "nvidia.com/gpu": "0"}))
+    assert quota["status"]["used"] == {"requests.nvidia.com/gpu": "0", "count/pods": "0", "requests.memory": "0",
+                                       "nvidia.com/gpu": "0"}
+    # A bare extended resource name limits no pod (the real pod evaluator counts requests.<name> only).
+    store.create(pods, NS, gpu_pod("first", memory="512Mi"))
+    assert store.get(quotas, NS, "gpus")["status"]["used"]["requests.nvidia.com/gpu"] == "1"
+    before = len(store.objects)
+    with pytest.raises(ApiError) as e:
+        store.create(pods, NS, gpu_pod("second"))
+    assert e.value.code == 403 and e.value.reason == "Forbidden"
+    assert e.value.message == ('pods "second" is forbidden: exceeded quota: gpus, requested: '
+                               'requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=1, '
+                               'limited: requests.nvidia.com/gpu=1')
+    assert len(store.objects) == before  # nothing was written
+    store.create(pods, NS, gpu_pod("cpu-only", gpus="0", memory="256Mi"))  # within every limit
+    with pytest.raises(ApiError, match=r"requested: requests.memory=512Mi, used: requests.memory=768Mi, "
+                                       r"limited: requests.memory=1Gi"):
+        store.create(pods, NS, gpu_pod("big", gpus="0", memory="512Mi"))
+    # A finished pod holds no GPU, but is still a pod object (count/pods, not pods).
+    store.patch(pods, NS, "first", "application/merge-patch+json", {"status": {"phase": "Succeeded"}}, "status")
+    store.create(pods, NS, gpu_pod("after"))
+    assert store.get(quotas, NS, "gpus")["status"]["used"]["count/pods"] == "3"
+    # Another namespace's quota does not apply.
+    store.create(store.kind("", "v1", "namespaces"), None, {"apiVersion": "v1", "kind": "Namespace",
+                                                            "metadata": {"name": "other"}})
+    store.create(pods, "other", gpu_pod("elsewhere", gpus="4"))
+
+
+def test_a_resource_quota_is_validated_as_a_real_server_does():
+    store = store_with_crds()
+    quotas = store.kind("", "v1", "resourcequotas")
+    with pytest.raises(ApiError, match="spec.hard.*must be a standard resource for quota") as e:
+        store.create(quotas, NS, resource_quota("bad", gpu="1"))
+    assert e.value.code == 422
+    with pytest.raises(ApiError, match="must be greater than or equal to 0"):
+        store.create(quotas, NS, resource_quota("negative", pods="-1"))
+    with pytest.raises(ApiError, match="spec.hardd|Additional properties") as e:  # the schema: no unknown field
+        store.create(quotas, NS, {**resource_quota("typo"), "spec": {"hardd": {"pods": "1"}}})
+    assert e.value.code == 422
+    with pytest.raises(ApiError, match="scopes are not supported") as e:
+        store.create(quotas, NS, {**resource_quota("scoped", pods="1"), "spec": {"hard": {"pods": "1"},
+                                                                               "scopes": ["BestEffort"]}})
+    assert store.list(quotas, NS)[0] == []
+    # A changed spec.hard: the status follows, and the next pod meets the new limit.
+    store.create(quotas, NS, resource_quota("q", pods="0"))
+    with pytest.raises(ApiError, match='exceeded quota: q, requested: pods=1, used: pods=0, limited: pods=0'):
+        store.create(store.kind("", "v1", "pods"), NS, gpu_pod("p"))
+    raised = store.patch(quotas, NS, "q", "application/merge-patch+json", {"spec": {"hard": {"pods": "1"}}})
+    assert raised["status"]["hard"] == {"pods": "1"}
+    store.create(store.kind("", "v1", "pods"), NS, gpu_pod("p"))

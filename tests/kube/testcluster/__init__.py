@@ -41,6 +41,10 @@ What it does as a real API server does:
   every ``Quantity`` in its canonical form (``10240Mi`` is stored as ``10Gi``), and
   without the fields of a feature gate that is off (``--feature-gates``, 1.34's
   defaults: DRAConsumableCapacity off drops consumable capacity).
+- The ResourceQuota admission of pods (``quota.py``): a pod that would take its
+  namespace over a quota's ``spec.hard`` (``pods``, ``count/pods``, cpu and
+  memory, ``requests.nvidia.com/gpu``) is refused with 403 Forbidden in the
+  real server's words ("exceeded quota: ..."), and ``status.used`` follows.
 - Lists are paged (``limit``, ``continue``, ``remainingItemCount``).
 - Enough kinds (Deployments, DaemonSets, Services, RBAC) and discovery for the
   real ``kubectl apply -k`` of the deployment.
@@ -60,7 +64,8 @@ Where it differs (and so what these tests cannot show):
   compared with the audit log of what each client asked.
 - Validation is the OpenAPI schema only: none of the server's hand-written
   validation (immutability of pod specs, name formats beyond the schema, CEL
-  ``x-kubernetes-validations``), no admission plugins, no defaulting beyond a
+  ``x-kubernetes-validations``), no admission plugins but ResourceQuota for pods
+  (``quota.py``), no defaulting beyond a
   pod's ``restartPolicy``, ``terminationGracePeriodSeconds``, ``schedulerName``,
   ``dnsPolicy``, and a custom object's pruning.
 - A strategic merge patch is applied as a JSON merge patch (lists replaced,

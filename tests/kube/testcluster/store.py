@@ -26,6 +26,7 @@ import kubernetes_validate
 from .errors import ApiError, conflict, invalid, not_found
 from .patches import json_patch, merge_patch
 from .quantities import QuantityFields
+from .quota import admit_pod, check_quota, status_of
 from .selectors import field_matcher, label_matcher
 
 KUBERNETES_VERSION = "1.34.0"  # the schemas built-in objects are validated against
@@ -70,6 +71,7 @@ BUILTIN = [
     Kind("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
     Kind("", "v1", "events", "Event", True, "event", ("ev",)),
     Kind("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
+    Kind("", "v1", "resourcequotas", "ResourceQuota", True, "resourcequota", ("quota",), ("status",)),
     Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
          "customresourcedefinition", ("crd", "crds"), ("status",)),
     Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, "networkpolicy", ("netpol",)),
@@ -400,10 +402,40 @@ class Store:
         if kind.kind == "Namespace":
             obj["status"] = {"phase": "Active"}
         obj = self._check(kind, obj)
+        if kind.kind == "ResourceQuota":  # its status as the quota controller would write it at once
+            check_quota(obj)
+            obj["status"] = status_of(obj, self._namespace_pods(meta["namespace"]))
+        if kind.kind == "Pod":
+            self._admit_pod(obj)
         created = self._commit(kind, obj, "ADDED", None)
+        if kind.kind == "Pod":
+            self._count_quotas(meta["namespace"])
         if kind.kind == "CustomResourceDefinition":
             self._register_crd(created)
         return created
+
+    # -- admission: ResourceQuota (quota.py) --
+
+    def _namespace_objects(self, plural: str, namespace: str) -> list[dict]:
+        return [o for (key, ns, _), o in self.objects.items() if key == ("", plural) and ns == namespace]
+
+    def _namespace_pods(self, namespace: str) -> list[dict]:
+        return self._namespace_objects("pods", namespace)
+
+    def _admit_pod(self, pod: dict) -> None:
+        namespace = pod["metadata"]["namespace"]
+        admit_pod(pod, self._namespace_objects("resourcequotas", namespace), self._namespace_pods(namespace))
+
+    def _count_quotas(self, namespace: str) -> None:
+        """Each quota of the namespace's ``status.used`` after a pod was admitted."""
+        kind = self.kind("", "v1", "resourcequotas")
+        pods = self._namespace_pods(namespace)
+        for quota in self._namespace_objects("resourcequotas", namespace):
+            wanted = status_of(quota, pods)
+            if quota.get("status") != wanted:
+                updated = copy.deepcopy(quota)
+                updated["status"] = wanted
+                self._commit(kind, updated, "MODIFIED", quota)
 
     @staticmethod
     def _fold_string_data(obj: dict) -> None:
@@ -508,6 +540,9 @@ class Store:
         if kind.kind == "Secret":
             self._fold_string_data(obj)
         obj = self._check(kind, obj)
+        if kind.kind == "ResourceQuota" and subresource != "status":  # a new spec.hard: its status follows
+            check_quota(obj)
+            obj["status"] = status_of(obj, self._namespace_pods(meta["namespace"]))
         if obj == current:
             return copy.deepcopy(current)  # a no-op write changes no resourceVersion
         updated = self._commit(kind, obj, "MODIFIED", current)
