@@ -14,6 +14,8 @@ For each kernel, on every change to it or its pod, and on a sweep every
 
 The controller keeps the kernels, pods and quotas it was told about (kopf's
 watches feed it, see ``handlers.py``) and writes through ``kubernetes_asyncio``.
+A starting pod's story is read by ``story.py``, Events are posted by
+``events.py``, and (dra) the claim templates and device facts are ``claims.py``'s.
 Nothing here logs a Secret or its key.
 """
 
@@ -33,20 +35,21 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..pool import PoolError, QuotaExceeded
 from ..pool.rules import PolicyError, parse_policy
-from ..pool.units import format_rfc3339
 from ..cluster import resources
 from ..cluster.quotas import read_quotas
 from ..cluster.resources import claim_template_name
 from ..cluster.watch import list_all, list_and_watch
 from . import admission
 from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
+from .claims import ClaimTemplates, DeviceFacts
 from .diagnosis import claims_unmet, device_shortfall, diagnose
 from ..cluster.kernels import key, meta, spec, status
-from .manifests import (MANAGER, PROFILE_ANNOTATION, SPEC_ANNOTATION, new_curve_keys, new_key,
-                        render_claim_templates, render_network_policy, render_pod, render_secret)
+from .events import Events
+from .manifests import new_curve_keys, new_key, render_network_policy, render_pod, render_secret
 from .metrics import OperatorMetrics
-from .sharing import DRA, DeviceNeed
+from .sharing import DRA
 from .settings import OperatorSettings
+from .story import StartStories
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
 
@@ -97,11 +100,10 @@ class Controller:
         self._gone: dict[str, float] = {}  # uid -> when: kernels deleted or found gone (late events must not revive them)
         self._rechecks: dict[tuple[str, str], asyncio.Task] = {}  # starting kernels, looked at again soon
         self._pod_watches: dict[str, asyncio.Task] = {}  # namespace -> its kernel-pod watch
-        self._stories: dict[str, tuple[float, list[dict]]] = {}  # pod uid -> (read at, its Events)
-        self._nodes: dict[str, tuple[float, dict | None]] = {}  # node name -> (read at, the Node)
-        self._templates_ok: set[str] = set()  # dra: namespaces whose ResourceClaimTemplates are as rendered
-        self._unsupported: dict[str, str] = {}  # dra: profile -> why the cluster cannot hold its claim as written
-        self._devices: dict[tuple[str, str], tuple[float, tuple | None]] = {}  # dra: (class, driver) -> facts
+        self.events = Events(self.core, clock)
+        self.stories = StartStories(self.core, settings.progress_interval)
+        self.claims = ClaimTemplates(settings, self.resource, self.events)  # dra
+        self.devices = DeviceFacts(self.resource, settings.progress_interval)  # dra
         self._refused: dict[tuple[str, str], Refusal] = {}  # kernels whose pod the API server refused: back off
 
     # -- intake (from the watches) ----------------------------------------------------------------
@@ -137,7 +139,7 @@ class Controller:
         self.ensure_pod_watch(namespace)
         if self.settings.sharing.backend == DRA:
             try:
-                await self.ensure_claim_templates(namespace)
+                await self.claims.ensure(namespace)
             except Exception as e:  # the first kernel of the namespace tries again
                 log.warning("could not write the ResourceClaimTemplates of namespace %s: %s", namespace, e)
 
@@ -230,7 +232,7 @@ class Controller:
     async def sweep(self) -> None:
         """List kernels and quotas afresh (forgetting what is gone), then reconcile every kernel (orphans,
         pods that vanished, grace periods that ran out)."""
-        self._templates_ok.clear()  # dra: look at the claim templates again (someone may have deleted one)
+        self.claims.look_again()  # dra (someone may have deleted a template)
         try:
             await self.relist()
         except Exception:  # the cluster may blink: reconcile what is known, list again next sweep
@@ -318,9 +320,9 @@ class Controller:
             if kernel is None:
                 return
             if rendering.claim is not None:
-                await self.ensure_claim_templates(k[0])
-                if profile.name in self._unsupported:
-                    await self._fail(kernel, resources.UNSUPPORTED, self._unsupported[profile.name])
+                await self.claims.ensure(k[0])
+                if profile.name in self.claims.unsupported:
+                    await self._fail(kernel, resources.UNSUPPORTED, self.claims.unsupported[profile.name])
                     return
             await self._ensure_secret_and_policy(kernel)
             try:
@@ -331,10 +333,10 @@ class Controller:
             self._refused.pop(k, None)
             self._check_again(k)
             return
-        events, node = await self._start_story(pod, now)
+        events, node = await self.stories.read(pod, now)
         shortfall = None
         if rendering.need is not None and claims_unmet(pod):
-            facts = await self._device_facts(rendering.need, now)
+            facts = await self.devices.of(rendering.need, now)
             shortfall = device_shortfall(rendering.need, *facts) if facts is not None else None
         verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace,
                            events, node, rendering.need, shortfall)
@@ -352,7 +354,7 @@ class Controller:
             self._check_again(k)  # its message says how long, and why: keep the numbers true
         if verdict.phase == FAILED:
             self.metrics.launch_failures.labels(reason=verdict.reason).inc()
-            await self.announce(kernel, "Warning", verdict.reason, verdict.message)
+            await self.events.announce(kernel, "Warning", verdict.reason, verdict.message)
             await self._delete_pod(pod, 0)
 
     # -- pieces -------------------------------------------------------------------------------
@@ -378,7 +380,7 @@ class Controller:
             kernel = await self._set_status(kernel, {"phase": STARTING, "reason": resources.POD_REFUSED,
                                                      "message": message})
             if kernel is not None:
-                await self.announce(kernel, "Warning", resources.POD_REFUSED, message)
+                await self.events.announce(kernel, "Warning", resources.POD_REFUSED, message)
         self._check_again(k, wait)
 
     async def _ensure_secret_and_policy(self, kernel: dict) -> None:
@@ -455,14 +457,9 @@ class Controller:
         """Drop what the caches keep about things that are gone: the Events and Nodes read for start
         stories (read again when needed), pods of unknown kernels, deleted kernels' uids once no late
         event can bring them back."""
-        live_pods = {meta(p).get("uid") for pods in self.pods.values() for p in pods.values()}
-        for uid in [u for u in self._stories if u not in live_pods]:
-            del self._stories[uid]
         now = self.clock()
-        for name in [n for n, (at, _) in self._nodes.items() if now - at >= self.settings.progress_interval]:
-            del self._nodes[name]
-        for need in [n for n, (at, _) in self._devices.items() if now - at >= self.settings.progress_interval]:
-            del self._devices[need]
+        self.stories.prune({meta(p).get("uid") for pods in self.pods.values() for p in pods.values()}, now)
+        self.devices.prune(now)
         for k in [k for k, pods in self.pods.items() if not pods and k not in self.kernels]:
             del self.pods[k]
         known = {meta(k).get("uid") for k in self.kernels.values()}
@@ -504,7 +501,7 @@ class Controller:
             return
         log.info("kernel %s/%s refused: %s", *key(kernel), reason)
         await self._set_status(kernel, {"phase": FAILED, "reason": reason, "message": message})
-        await self.announce(kernel, "Warning", reason, message)
+        await self.events.announce(kernel, "Warning", reason, message)
 
     async def _set_status(self, kernel: dict, wanted: dict, *, always: bool = False) -> dict | None:
         """Write what changed of ``wanted`` into the kernel's status (``always``: even when nothing did, to
@@ -550,94 +547,6 @@ class Controller:
         self.pods[key(kernel)].setdefault(meta(pod)["name"], pod)
         log.info("kernel %s/%s: pod %s created (launch %d)", *key(kernel), meta(pod)["name"], launch)
 
-    async def ensure_claim_templates(self, namespace: str) -> None:
-        """dra: the namespace's ResourceClaimTemplates are those rendered from the profiles (a template's
-        spec cannot change: a changed one is deleted and made again; one of a removed profile goes).
-
-        A template is known by the hash of the spec it was written from (an annotation), not by comparing
-        specs: the API server stores its own form (canonical quantities, defaults), and drops a device
-        request's ``capacity`` where consumable capacity is off.  Such a drop is refused loudly: the claim
-        would get a whole GPU while its kernel is counted as a slice."""
-        if namespace in self._templates_ok:
-            return
-        wanted = {meta(t)["name"]: t for t in render_claim_templates(self.settings, namespace)}
-        existing, _ = await list_all(self.resource.list_namespaced_resource_claim_template, namespace,
-                                     label_selector=f"{resources.LABEL_MANAGED_BY}={MANAGER}")
-        have = {meta(t)["name"]: t for t in existing}
-        for name in set(have) - set(wanted):
-            await self._delete_template(namespace, name)
-        for name, template in wanted.items():
-            current = have.get(name)
-            written = meta(template)["annotations"][SPEC_ANNOTATION]
-            if current is not None and (meta(current).get("annotations") or {}).get(SPEC_ANNOTATION) == written:
-                await self._check_template(template, current)
-                continue
-            if current is not None:
-                await self._delete_template(namespace, name)
-            try:
-                stored = await self.resource.create_namespaced_resource_claim_template(namespace, template)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-                continue  # made meanwhile (another pass): looked at on the next sweep
-            log.info("ResourceClaimTemplate %s/%s written for profile %s", namespace, name,
-                     meta(template)["annotations"][PROFILE_ANNOTATION])
-            await self._check_template(template, self.resource.api_client.sanitize_for_serialization(stored))
-        self._templates_ok.add(namespace)
-
-    async def _check_template(self, rendered: dict, stored: dict) -> None:
-        """Whether the API server kept each device request's ``capacity`` (consumable capacity, dra_slices
-        'shares'); where it dropped one, kernels of the profile are refused with the reason."""
-        profile = meta(rendered)["annotations"][PROFILE_ANNOTATION]
-        kept = {r.get("name"): (r.get("exactly") or {}).get("capacity")
-                for r in ((((stored.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or [])}
-        dropped = [r["name"] for r in rendered["spec"]["spec"]["devices"]["requests"]
-                   if (r.get("exactly") or {}).get("capacity") and not kept.get(r["name"])]
-        if not dropped:
-            self._unsupported.pop(profile, None)
-            return
-        message = (f"Profile {profile!r} holds its slice as a share of a GPU's memory (DRA consumable capacity), "
-                   f"but the cluster dropped the capacity request from its ResourceClaimTemplate "
-                   f"{meta(stored).get('name')!r}: its API server does not serve consumable capacity (Kubernetes' "
-                   "DRAConsumableCapacity feature gate is off; it is alpha in 1.34). A kernel would get a whole GPU "
-                   "while counted as a slice, so kernels of this profile are refused. Ask your admin to turn the "
-                   "gate on (API server, scheduler and kubelets, with the DRA driver's ConsumableShares), or to set "
-                   "GPUPoolOperator.dra_slices to 'mig'.")
-        if self._unsupported.get(profile) != message:
-            log.error("%s", message)
-            await self._post_event(stored, "resource.k8s.io/v1", "ResourceClaimTemplate", "Warning",
-                                   resources.UNSUPPORTED, message)
-        self._unsupported[profile] = message
-
-    async def _device_facts(self, need: DeviceNeed, now: float) -> tuple[dict | None, list[dict]] | None:
-        """dra: the DeviceClass the claim names (None: there is none) and the ResourceSlices of its driver,
-        read at most once per ``progress_interval``; None when they cannot be read."""
-        key_ = (need.device_class, need.driver)
-        if key_ in self._devices and now - self._devices[key_][0] < self.settings.progress_interval:
-            return self._devices[key_][1]  # a failed read too: the API is asked again next interval
-        try:
-            try:
-                device_class = self.resource.api_client.sanitize_for_serialization(
-                    await self.resource.read_device_class(need.device_class))
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                device_class = None
-            slices, _ = await list_all(self.resource.list_resource_slice, field_selector=f"spec.driver={need.driver}")
-            facts = (device_class, slices)
-        except Exception as e:  # noqa: BLE001 (the refusal then names both causes, as the scheduler's words do)
-            log.warning("could not read the cluster's DRA devices: %s", e)
-            facts = None
-        self._devices[(need.device_class, need.driver)] = (now, facts)
-        return facts
-
-    async def _delete_template(self, namespace: str, name: str) -> None:
-        try:
-            await self.resource.delete_namespaced_resource_claim_template(name, namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-
     def _check_again(self, k: tuple[str, str], delay: float | None = None) -> None:
         """Reconcile a starting kernel again in ``delay`` (``progress_interval`` by default; once at a time)."""
         if k in self._rechecks:
@@ -653,36 +562,6 @@ class Controller:
                 log.exception("reconciling kernel %s/%s failed", *k)
 
         self._rechecks[k] = asyncio.create_task(later())
-
-    async def _start_story(self, pod: dict, now: float) -> tuple[list[dict], dict | None]:
-        """For a pod placed on a node that has not started it yet: its Events, and its Node.  Each read
-        at most once per ``progress_interval`` (per pod, per node); a read that fails only makes the
-        story shorter."""
-        spec_, st = pod.get("spec") or {}, pod.get("status") or {}
-        if st.get("phase") != "Pending" or not spec_.get("nodeName"):
-            return [], None
-        events: list[dict] = []
-        uid = meta(pod)["uid"]
-        read_at, cached = self._stories.get(uid, (0.0, []))
-        if now - read_at < self.settings.progress_interval:
-            events = cached
-        else:
-            try:
-                events, _ = await list_all(self.core.list_namespaced_event, meta(pod)["namespace"],
-                                           field_selector=f"involvedObject.uid={uid}")
-            except Exception as e:  # noqa: BLE001 (a courtesy: the story is shorter without them)
-                log.debug("could not read the events of pod %s: %s", meta(pod)["name"], e)
-            self._stories[uid] = (now, events)
-        name = spec_["nodeName"]
-        read_at, node = self._nodes.get(name, (0.0, None))
-        if now - read_at >= self.settings.progress_interval:
-            try:
-                node = self.core.api_client.sanitize_for_serialization(await self.core.read_node(name))
-            except Exception as e:  # noqa: BLE001
-                log.debug("could not read node %s: %s", name, e)
-                node = None
-            self._nodes[name] = (now, node)
-        return events, node
 
     async def _delete_pod(self, pod: dict, grace: int) -> None:
         try:
@@ -715,28 +594,7 @@ class Controller:
         if deleted:
             log.info("kernel %s/%s deleted: %s", ns, name, reason)
             self.metrics.orphans.inc()
-            await self.announce(kernel, "Warning", reason, message)
-
-    async def announce(self, kernel: dict, type_: str, reason: str, message: str) -> None:
-        """An Event on the GPUKernel (``kubectl describe gpukernel`` shows it)."""
-        await self._post_event(kernel, resources.API_VERSION, resources.KERNEL_KIND, type_, reason, message)
-
-    async def _post_event(self, obj: dict, api_version: str, kind: str, type_: str, reason: str, message: str) -> None:
-        """An Event on any object of the kernels' namespace (a GPUKernel, a ResourceClaimTemplate)."""
-        now = format_rfc3339(self.clock())
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{meta(obj)['name']}.", "namespace": meta(obj)["namespace"]},
-                 "involvedObject": {"apiVersion": api_version, "kind": kind,
-                                    "name": meta(obj)["name"], "namespace": meta(obj)["namespace"],
-                                    "uid": meta(obj)["uid"]},
-                 "type": type_, "reason": reason, "message": message[:1000],
-                 "source": {"component": "jupyter-gpu-pool-operator"},
-                 "reportingComponent": "jupyter-gpu-pool-operator", "reportingInstance": "jupyter-gpu-pool-operator",
-                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-        try:
-            await self.core.create_namespaced_event(meta(obj)["namespace"], event)
-        except ApiException as e:  # events are a courtesy: never fail a reconcile over one
-            log.debug("could not post an event on %s: %s", meta(obj)["name"], e.reason)
+            await self.events.announce(kernel, "Warning", reason, message)
 
     def _count_phases(self) -> None:
         counts = defaultdict(int)

@@ -248,15 +248,15 @@ async def test_the_operator_forgets_what_it_kept_about_things_that_are_gone(clus
     api = await cluster.api()
     controller = Controller(settings, api, clock=lambda: now[0])
     try:
-        controller._stories["uid-of-a-gone-pod"] = (now[0], [])
-        controller._nodes["gpu-node-1"] = (now[0] - 10, None)
+        controller.stories.events["uid-of-a-gone-pod"] = (now[0], [])
+        controller.stories.nodes["gpu-node-1"] = (now[0] - 10, None)
         controller.pods[("jhub", "k-unknown")] = {}
         controller._gone["uid-of-a-deleted-kernel"] = now[0]
         await controller.sweep()
         assert "uid-of-a-deleted-kernel" in controller._gone  # a late event may still come: kept a while
         now[0] += 61
         await controller.sweep()
-        assert controller._stories == {} and controller._nodes == {} and controller._gone == {}
+        assert controller.stories.events == {} and controller.stories.nodes == {} and controller._gone == {}
         assert ("jhub", "k-unknown") not in controller.pods
     finally:
         await controller.stop()
