@@ -16,6 +16,7 @@ import {
   IActionView,
   ICardView,
   IMeterView,
+  pendingWarning,
   quotaBars,
   statusView
 } from './view';
@@ -67,7 +68,7 @@ export function Meter(props: { view: IMeterView }): JSX.Element {
         </span>
         <span className="jp-GpuPool-meterText">{v.text}</span>
       </div>
-      {v.fraction === null ? (
+      {v.textOnly ? null : v.fraction === null ? (
         <div className="jp-GpuPool-meterTrack jp-mod-unknown" role="img" aria-label={name}>
           <div className="jp-GpuPool-meterFill jp-mod-unknown" />
         </div>
@@ -262,7 +263,7 @@ export function MyKernels(props: { me: IMe; now: number; actions: IActions }): J
       ) : (
         // A kernel with a pending action first: its card must not sit under a notification.
         [...me.kernels]
-          .sort((a, b) => Number(!!b.warning) - Number(!!a.warning))
+          .sort((a, b) => Number(!!pendingWarning(b)) - Number(!!pendingWarning(a)))
           .map(k => (
             <KernelCard
               key={k.kernel_id}
@@ -282,9 +283,10 @@ export function StatusItem(props: {
   me: IMe | null;
   error: string | null;
   now: number;
+  unreachableSince?: number | null;
   onOpen: () => void;
 }): JSX.Element {
-  const v = statusView(props.me, props.error, props.now);
+  const v = statusView(props.me, props.error, props.now, props.unreachableSince ?? null);
   const label =
     v.level === 'warning'
       ? __('GPU pool: %1, an idle action is pending. Open the GPU panel.', v.text)

@@ -95,6 +95,19 @@ export function formatClock(unixSeconds: number): string {
   return `${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+/**
+ * A time the user reads beside `now`: "19:25" on the same day, "Nov 25 19:25" on another (a time
+ * of day alone, for a deadline days away, looks past).
+ */
+export function formatWhen(unixSeconds: number, now: number): string {
+  const d = new Date(unixSeconds * 1000);
+  if (d.toDateString() === new Date(now * 1000).toDateString()) {
+    return formatClock(unixSeconds);
+  }
+  const day = d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' });
+  return `${day} ${formatClock(unixSeconds)}`;
+}
+
 /** A time of day with seconds, for tables of what happened: "14:05:09". */
 export function formatClockSeconds(unixSeconds: number): string {
   const d = new Date(unixSeconds * 1000);

@@ -11,7 +11,12 @@ import { keepAlive } from './actions';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { Notebooks } from './notebooks';
-import { INotice, INoticeChanges, NoticeBook, shortName } from './notices';
+import { INotice, INoticeChanges, NoticeBook, shortName, toHide } from './notices';
+
+/** The data of a toast about one kernel: a later notice about that kernel withdraws it. */
+export interface IKernelToastData {
+  gpuPoolKernel: string;
+}
 
 export class Toasts {
   constructor(
@@ -67,11 +72,13 @@ export class Toasts {
         Notification.dismiss(id);
         this._shown.delete(key);
       }
+      this._closed.add(key); // withdrawn: the fact changed; it never comes back
     }
     for (const notice of changes.show) {
-      if (this._shown.has(notice.key)) {
+      if (this._shown.has(notice.key) || this._closed.has(notice.key)) {
         continue;
       }
+      this._withdrawAbout(notice.kernelId);
       if (notice.kernelGone) {
         // JupyterLab learns of a kernel ended by the server only at its next poll; ask now,
         // so that the notebook says "No Kernel" instead of a stale "Idle", and starts no fresh
@@ -81,7 +88,39 @@ export class Toasts {
         void this._app.serviceManager.kernels.refreshRunning();
       }
       if (!this.muted) {
-        this._shown.set(notice.key, this._emit(notice));
+        const id = this._emit(notice);
+        this._shown.set(notice.key, id);
+        this._order.push({ id, warning: notice.key.startsWith('warning:') });
+      }
+    }
+    this._limitOnScreen();
+  }
+
+  /**
+   * Toasts of the last action on this kernel ("kept alive: it keeps its GPU slice", "hibernates:
+   * …"): a newer notice about the kernel says what is true now, so they go.
+   */
+  private _withdrawAbout(kernelId: string): void {
+    for (const n of Notification.manager.notifications) {
+      if ((n.options.data as IKernelToastData | undefined)?.gpuPoolKernel === kernelId) {
+        Notification.dismiss(n.id);
+      }
+    }
+  }
+
+  /**
+   * At most MAX_ON_SCREEN of our toasts on screen: eight stacked toasts covered the panel and ran
+   * off the window. The rest leave the screen but stay in JupyterLab's notification centre (an
+   * update that closes the toast at once keeps the notification).
+   */
+  private _limitOnScreen(): void {
+    const live = new Set(Notification.manager.notifications.map(n => n.id));
+    this._order = this._order.filter(t => live.has(t.id));
+    const onScreen = this._order.filter(t => document.getElementById(t.id) !== null);
+    for (const id of toHide(onScreen)) {
+      const n = Notification.manager.notifications.find(x => x.id === id);
+      if (n) {
+        Notification.update({ id, message: n.message, autoClose: 1 });
       }
     }
   }
@@ -95,6 +134,7 @@ export class Toasts {
         displayType: 'accent',
         callback: () => {
           this._shown.delete(notice.key); // the toast closes; its answer comes as a toast of its own
+          this._closed.add(notice.key);
           void keepAlive(this._model, notice.kernelId);
         }
       });
@@ -106,6 +146,7 @@ export class Toasts {
         displayType: 'accent',
         callback: () => {
           this._shown.delete(notice.key);
+          this._closed.add(notice.key);
           void this._notebooks.startNewKernel(notice.kernelId, id =>
             this._app.shell.activateById(id)
           );
@@ -123,4 +164,6 @@ export class Toasts {
 
   private _book: NoticeBook | null = null;
   private _shown = new Map<string, string>(); // notice key -> notification id
+  private _closed = new Set<string>(); // notice keys whose toast the user closed: never again
+  private _order: { id: string; warning: boolean }[] = []; // our notifications, oldest first
 }
