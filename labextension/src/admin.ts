@@ -16,6 +16,7 @@ import {
   gpuShortName,
   kindWord,
   reasonPhrase,
+  sliceWords,
   stateWord
 } from './format';
 import { __ } from './i18n';
@@ -64,6 +65,8 @@ export interface ILeaseRow {
 export interface IQueueRow {
   position: number;
   owner: string;
+  /** The notebook that waits ("–" where the server gave no name). */
+  notebook: string;
   what: string;
   profile: string;
   waiting: string;
@@ -248,8 +251,9 @@ export function dashboardView(
       .map(w => ({
         position: w.position,
         owner: w.owner,
+        notebook: baseName(w.label ?? '') || '–',
         what: w.lease_id ? __('resume') : __('start'),
-        profile: w.slice ? __('%1 (%2)', name(w.profile), w.slice) : name(w.profile),
+        profile: w.slice ? __('%1 (%2)', name(w.profile), sliceWords(w.slice)) : name(w.profile),
         waiting: formatDuration(now - w.enqueued)
       })),
     budgets: (pool.budgets ?? [])

@@ -246,6 +246,7 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
             <tr>
               <th scope="col">#</th>
               <th scope="col">{__('User')}</th>
+              <th scope="col">{__('Notebook')}</th>
               <th scope="col">{__('For')}</th>
               <th scope="col">{__('Profile')}</th>
               <th scope="col">{__('Waiting')}</th>
@@ -256,6 +257,7 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
               <tr key={q.position}>
                 <td>{q.position}</td>
                 <td>{q.owner}</td>
+                <td title={q.notebook}>{q.notebook}</td>
                 <td>{q.what}</td>
                 <td>{q.profile}</td>
                 <td>{q.waiting}</td>

@@ -108,6 +108,15 @@ export function formatWhen(unixSeconds: number, now: number): string {
   return `${day} ${formatClock(unixSeconds)}`;
 }
 
+/** A slice as the server writes it ("10GiB", "20GiB,50%") as the UI writes sizes: "10 GiB", "20 GiB · 50%". */
+export function sliceWords(text: string): string {
+  return text
+    .replace(/(\d)\s*([KMGT]i?B)\b/g, '$1 $2')
+    .split(',')
+    .map(part => part.trim())
+    .join(' · ');
+}
+
 /** A time of day with seconds, for tables of what happened: "14:05:09". */
 export function formatClockSeconds(unixSeconds: number): string {
   const d = new Date(unixSeconds * 1000);

@@ -46,10 +46,10 @@ describe('dashboardView', () => {
   it('orders the queue, shows GPUs and newest decisions first', () => {
     const v = dashboardView(pool(), NOW);
     assert.deepEqual(
-      v.queue.map(q => [q.position, q.owner, q.what, q.waiting]),
+      v.queue.map(q => [q.position, q.owner, q.notebook, q.what, q.waiting]),
       [
-        [1, 'dave', 'resume', '1 min'],
-        [2, 'carol', 'start', '30 s']
+        [1, 'dave', 'dave-train.ipynb', 'resume', '1 min'],
+        [2, 'carol', '–', 'start', '30 s']
       ]
     );
     assert.equal(v.gpus[0].memoryText, '20 GiB of 40 GiB held');
@@ -140,7 +140,7 @@ describe('profile names', () => {
     );
     assert.deepEqual(
       v.queue.map(q => q.profile),
-      ['Python 3 · GPU 10 GiB (10GiB)', 'Python 3 · whole GPU (whole)']
+      ['Python 3 · GPU 10 GiB (10 GiB)', 'Python 3 · whole GPU (whole)']
     );
     // The log's search finds a row by either name.
     assert.equal(filterDecisions(v.decisions, { text: 'gpu-10g', kind: '', user: '' }).length, 2);

@@ -10,6 +10,7 @@ import {
   formatClockSeconds,
   formatHours,
   formatPercent,
+  sliceWords,
   formatUsedOf,
   gpuShortName,
   kernelsText,
@@ -187,5 +188,14 @@ describe('sparklinePoints', () => {
       ),
       '0,24 100,0'
     );
+  });
+});
+
+describe('sliceWords', () => {
+  it('writes a slice as the UI writes sizes: a space before the unit, the SM share after a dot', () => {
+    assert.equal(sliceWords('10GiB'), '10 GiB');
+    assert.equal(sliceWords('20GiB,50%'), '20 GiB · 50%');
+    assert.equal(sliceWords('512MiB'), '512 MiB');
+    assert.equal(sliceWords('whole'), 'whole');
   });
 });
