@@ -15,6 +15,7 @@ import {
   formatPercent,
   gpuShortName,
   kindWord,
+  plainNote,
   reasonPhrase,
   sliceWords,
   stateWord
@@ -212,7 +213,7 @@ export function dashboardView(
     (a, b) => a.owner.localeCompare(b.owner) || a.created - b.created
   );
   return {
-    note: pool.note,
+    note: plainNote(pool.note),
     dryRun: !!pool.policy?.dry_run,
     declared: !!pool.declared,
     gpus: pool.gpus.map(g => ({

@@ -6,7 +6,7 @@
 
 import * as React from 'react';
 
-import { formatAgo } from './format';
+import { formatAgo, plainNote } from './format';
 import { __ } from './i18n';
 import type { IMe, KernelAction } from './types';
 import {
@@ -273,7 +273,7 @@ export function MyKernels(props: { me: IMe; now: number; actions: IActions }): J
           ))
       )}
       <History me={me} now={now} />
-      <p className="jp-GpuPool-note">{me.pool.note}</p>
+      <p className="jp-GpuPool-note">{plainNote(me.pool.note)}</p>
     </div>
   );
 }

@@ -18,7 +18,7 @@ import {
 } from './admin';
 import { StackedChart } from './chart';
 import { MeterTrack } from './components';
-import { kindWord } from './format';
+import { kindWord, plainNote } from './format';
 import { __ } from './i18n';
 import type { AdminAction, IPool, IProfile, ITelemetry } from './types';
 
@@ -141,7 +141,7 @@ function GpuSection(props: {
         </tbody>
       </table>
       {props.telemetryError ? (
-        <p className="jp-GpuPool-empty">{__('No readings: %1', props.telemetryError)}</p>
+        <p className="jp-GpuPool-empty">{__('No readings: %1', plainNote(props.telemetryError))}</p>
       ) : null}
       <div className="jp-GpuPool-plots">
         {plots.map(p => (

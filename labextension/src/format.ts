@@ -108,6 +108,20 @@ export function formatWhen(unixSeconds: number, now: number): string {
   return `${day} ${formatClock(unixSeconds)}`;
 }
 
+/**
+ * The pool's note in words a user understands: NVML's own error text ("NVML unavailable: NVML
+ * Shared Library Not Found") says that this machine has no NVIDIA driver; the admin finds the
+ * library's words in the server log and `jupyter gpu-pool status`.
+ */
+export function plainNote(note: string): string {
+  return note
+    .replace(/no GPU detected by NVML \(NVML unavailable: [^()]*(\([^()]*\)[^()]*)*\)/g, () =>
+      __('no NVIDIA driver found on this machine')
+    )
+    .replace(/NVML unavailable: [^;)]*/g, () => __('no NVIDIA driver found on this machine'))
+    .replace(/no GPU detected by NVML \(none found\)/g, () => __('no NVIDIA GPU found'));
+}
+
 /** A slice as the server writes it ("10GiB", "20GiB,50%") as the UI writes sizes: "10 GiB", "20 GiB · 50%". */
 export function sliceWords(text: string): string {
   return text

@@ -21,6 +21,7 @@ import {
   gpuShortName,
   kernelsText,
   kindWord,
+  plainNote,
   reasonPhrase,
   sparklinePoints,
   stateWord,
@@ -156,7 +157,7 @@ export function statusView(
       text: __('no GPU pool'),
       short: __('no GPU pool'),
       level: 'off',
-      title: __('No GPU pool on this server: %1', me.pool.note)
+      title: __('No GPU pool on this server: %1', plainNote(me.pool.note))
     };
   }
   const s = shares(me);
@@ -233,7 +234,7 @@ export function statusView(
   for (const k of queued) {
     lines.push(__('%1: queued at position %2.', baseName(k.name), k.queue_position ?? '?'));
   }
-  lines.push(__('Pool: %1', me.pool.note));
+  lines.push(__('Pool: %1', plainNote(me.pool.note)));
   lines.push(__('Click to open the GPU panel.'));
 
   let level: StatusLevel = 'ok';

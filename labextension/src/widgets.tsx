@@ -12,6 +12,7 @@ import { flushSync } from 'react-dom';
 
 import { IActions, MyKernels, StatusItem } from './components';
 import { Dashboard, IAdminActions } from './dashboard';
+import { plainNote } from './format';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { Notebooks } from './notebooks';
@@ -112,7 +113,11 @@ function PanelBody(props: {
   if (!me) {
     body = <p className="jp-GpuPool-empty">{status.title}</p>;
   } else if (!me.pool.enabled) {
-    body = <p className="jp-GpuPool-empty">{__('No GPU pool on this server. %1', me.pool.note)}</p>;
+    body = (
+      <p className="jp-GpuPool-empty">
+        {__('No GPU pool on this server. %1', plainNote(me.pool.note))}
+      </p>
+    );
   } else {
     body = <MyKernels me={me} now={now} actions={props.actions} />;
   }

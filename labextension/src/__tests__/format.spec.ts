@@ -10,6 +10,7 @@ import {
   formatClockSeconds,
   formatHours,
   formatPercent,
+  plainNote,
   sliceWords,
   formatUsedOf,
   gpuShortName,
@@ -197,5 +198,25 @@ describe('sliceWords', () => {
     assert.equal(sliceWords('20GiB,50%'), '20 GiB · 50%');
     assert.equal(sliceWords('512MiB'), '512 MiB');
     assert.equal(sliceWords('whole'), 'whole');
+  });
+});
+
+describe('plainNote', () => {
+  it('says NVML’s own error in words a user understands', () => {
+    const note =
+      '2 declared GPU(s) from the inventory (no GPU detected by NVML (NVML unavailable: NVML Shared Library Not Found))';
+    assert.equal(
+      plainNote(note),
+      '2 declared GPU(s) from the inventory (no NVIDIA driver found on this machine)'
+    );
+    assert.equal(
+      plainNote('NVML unavailable: NVML Shared Library Not Found'),
+      'no NVIDIA driver found on this machine'
+    );
+    assert.doesNotMatch(plainNote(note), /NVML|Shared Library/);
+    assert.equal(
+      plainNote('2 GPU(s) detected by NVML (A100; driver 570)'),
+      '2 GPU(s) detected by NVML (A100; driver 570)'
+    );
   });
 });
