@@ -11,7 +11,21 @@ import { keepAlive } from './actions';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { Notebooks } from './notebooks';
-import { INotice, INoticeChanges, NoticeBook, shortName, toHide } from './notices';
+import { INotice, INoticeChanges, MAX_ON_SCREEN, NoticeBook, shortName, toHide } from './notices';
+
+/** Milliseconds a toast just emitted counts as on screen before JupyterLab has rendered it. */
+const RENDER_MS = 2000;
+
+interface IShownToast {
+  id: string;
+  warning: boolean;
+  /** When it was emitted (Date.now()). */
+  at: number;
+  /** Seen on screen once. */
+  rendered: boolean;
+  /** Sent to the centre only, or taken off the screen by us. */
+  off: boolean;
+}
 
 /** The data of a toast about one kernel: a later notice about that kernel withdraws it. */
 export interface IKernelToastData {
@@ -88,12 +102,26 @@ export class Toasts {
         void this._app.serviceManager.kernels.refreshRunning();
       }
       if (!this.muted) {
-        const id = this._emit(notice);
+        const warning = notice.key.startsWith('warning:');
+        // Room on screen: a warning makes its own (the oldest other toast leaves the screen);
+        // any other notice past the limit goes to the notification centre without a toast.
+        const onScreen = this._onScreen();
+        const silent = onScreen.length >= MAX_ON_SCREEN && !warning;
+        if (warning) {
+          // Only a rendered toast can leave the screen (an update of one not yet shown recreates it).
+          const rendered = onScreen.filter(t => t.rendered);
+          toHide(
+            [...rendered, { id: '', warning: true }],
+            MAX_ON_SCREEN + rendered.length - onScreen.length
+          )
+            .filter(Boolean)
+            .forEach(id => this._offScreen(id));
+        }
+        const id = this._emit(notice, silent);
         this._shown.set(notice.key, id);
-        this._order.push({ id, warning: notice.key.startsWith('warning:') });
+        this._order.push({ id, warning, at: Date.now(), rendered: false, off: silent });
       }
     }
-    this._limitOnScreen();
   }
 
   /**
@@ -109,23 +137,36 @@ export class Toasts {
   }
 
   /**
-   * At most MAX_ON_SCREEN of our toasts on screen: eight stacked toasts covered the panel and ran
-   * off the window. The rest leave the screen but stay in JupyterLab's notification centre (an
-   * update that closes the toast at once keeps the notification).
+   * Our toasts on screen now, oldest first: at most MAX_ON_SCREEN (eight stacked toasts covered
+   * the panel and ran off the window). One just emitted counts before it renders; one closed
+   * (by the user, or its autoClose) no longer does.
    */
-  private _limitOnScreen(): void {
+  private _onScreen(): IShownToast[] {
     const live = new Set(Notification.manager.notifications.map(n => n.id));
     this._order = this._order.filter(t => live.has(t.id));
-    const onScreen = this._order.filter(t => document.getElementById(t.id) !== null);
-    for (const id of toHide(onScreen)) {
-      const n = Notification.manager.notifications.find(x => x.id === id);
-      if (n) {
-        Notification.update({ id, message: n.message, autoClose: 1 });
+    return this._order.filter(t => {
+      if (t.off) {
+        return false;
       }
+      if (document.getElementById(t.id) !== null) {
+        t.rendered = true;
+        return true;
+      }
+      return !t.rendered && Date.now() - t.at < RENDER_MS;
+    });
+  }
+
+  /** Take a toast off the screen; its notification stays in the centre (an update that closes it at once). */
+  private _offScreen(id: string): void {
+    const t = this._order.find(x => x.id === id);
+    const n = Notification.manager.notifications.find(x => x.id === id);
+    if (t && n) {
+      t.off = true;
+      Notification.update({ id, message: n.message, autoClose: 1 });
     }
   }
 
-  private _emit(notice: INotice): string {
+  private _emit(notice: INotice, silent: boolean): string {
     const buttons: Notification.IAction[] = [];
     if (notice.keepAlive) {
       buttons.push({
@@ -157,7 +198,8 @@ export class Toasts {
       buttons.push({ label: __('Open GPU panel'), displayType: 'link', callback: this._openPanel });
     }
     return Notification.emit(notice.message, notice.type, {
-      autoClose: notice.autoClose,
+      // autoClose 0: JupyterLab puts the notification in its centre and shows no toast.
+      autoClose: silent ? 0 : notice.autoClose,
       actions: buttons
     });
   }
@@ -165,5 +207,5 @@ export class Toasts {
   private _book: NoticeBook | null = null;
   private _shown = new Map<string, string>(); // notice key -> notification id
   private _closed = new Set<string>(); // notice keys whose toast the user closed: never again
-  private _order: { id: string; warning: boolean }[] = []; // our notifications, oldest first
+  private _order: IShownToast[] = []; // our notifications, oldest first
 }

@@ -674,8 +674,12 @@ export function cardView(given: IKernel, now: number, waiting = false): ICardVie
   const util = kernel.utilization;
   const current = holdsGpu ? (util?.current ?? null) : null;
   const samples = util?.samples ?? [];
+  // "declared" once per card (the memory line's "no reading (declared GPU)"): the GPU's label
+  // without it, short enough not to be cut in a narrow panel.
   const gpu = holdsGpu
-    ? kernel.gpus.map(g => g.label).join(', ')
+    ? kernel.gpus
+        .map(g => (g.source === 'declared' ? g.label.replace(/ \(declared\)$/, '') : g.label))
+        .join(', ')
     : kernel.state === 'queued'
       ? __('waiting for a GPU')
       : __('no GPU held');

@@ -187,3 +187,17 @@ describe('quota without a limit', () => {
     assert.match(bars[0].text, /no limit/);
   });
 });
+
+describe('a card on a declared GPU', () => {
+  it('says "declared" once: in the memory line, not again in the GPU line', () => {
+    const k = kernel({
+      state: 'active',
+      execution_state: 'idle',
+      gpus: [{ uuid: 'GPU-D0', label: 'GPU 0 · Demo GPU · 40 GiB (declared)', source: 'declared' }],
+      memory_used: null
+    });
+    const v = cardView(k, NOW);
+    assert.equal(v.gpu, 'GPU 0 · Demo GPU · 40 GiB');
+    assert.equal(v.memory.note, 'no reading (declared GPU)');
+  });
+});
