@@ -190,7 +190,14 @@ export function decisionRow(
     at: d.at,
     time: formatClockSeconds(d.at),
     user: d.owner ?? '',
-    notebook: d.name ? baseName(d.name) : d.kernel_id ? d.kernel_id.slice(0, 8) : '',
+    // A refused start has no notebook yet on the server's side: "a new kernel", not its id.
+    notebook: d.name
+      ? baseName(d.name)
+      : d.kind === 'refused'
+        ? __('a new kernel')
+        : d.kernel_id
+          ? d.kernel_id.slice(0, 8)
+          : '',
     profile: d.profile ? name(d.profile) : '',
     profileId: d.profile ?? '',
     action: d.action ?? '',

@@ -222,6 +222,9 @@ export function reasonPhrase(reason: string | undefined | null): string {
       return __('no slice freed up in time');
     case 'pressure':
       return __('others wait for a GPU slice');
+    case 'cell':
+      // A resume for the user's own cell: no policy of the pool's.
+      return __('a cell ran on it');
     case 'user':
       return __('you asked');
     case 'admin':

@@ -170,7 +170,16 @@ def test_server_stopped_says_the_pool_cannot_be_reached(lab, page, artifacts, tm
             "el => getComputedStyle(el).filter") == "grayscale(1)"
         assert_accessible(page, "the pool unreachable", include=[".jp-GpuPool-statusItem", "#jp-gpu-pool-panel"])
         shoot(page, artifacts, "21-server-gone")
+
+        # The server is back: the figures come back, no longer grey (its kernels ended with it).
+        server.start()
+        expect(status).to_have_text("GPU mem: 0 / 40 GiB", timeout=90_000)
+        expect(status).not_to_have_class(re.compile(r"\bjp-mod-lost\b"))
+        expect(line).to_have_count(0)
+        # The dark theme (a theme is a setting the server stores: chosen while it runs), then gone again.
         set_theme(page, "JupyterLab Dark")
+        server.stop()
+        expect(status).to_have_text("GPU pool unreachable", timeout=45_000)
         assert_accessible(page, "the pool unreachable, dark theme",
                           include=[".jp-GpuPool-statusItem", "#jp-gpu-pool-panel"])
         shoot(page, artifacts, "21-server-gone-dark", small=False)

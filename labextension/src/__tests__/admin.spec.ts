@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 
-import { dashboardView, filterDecisions, gpuPlots, kernelColours, PALETTE } from '../admin';
+import {
+  dashboardView,
+  decisionRow,
+  filterDecisions,
+  gpuPlots,
+  kernelColours,
+  PALETTE
+} from '../admin';
 import { GiB, NOW, pool, profiles, telemetry } from './fixtures';
 
 describe('dashboardView', () => {
@@ -234,5 +241,34 @@ describe('gpuPlots', () => {
     assert.deepEqual(gpu0.utilization.series[0].values, [null, null]);
     t.kernels[0].held_since = NOW - 5000; // held for longer than the window: from the window's start
     assert.deepEqual(gpuPlots(t)[0].memory.times, [NOW - 600, NOW]);
+  });
+});
+
+describe('the decision log in words', () => {
+  it('says a resume was for the user’s cell, and a refused start is "a new kernel", not an id', () => {
+    const resumed = decisionRow(
+      {
+        at: NOW,
+        kind: 'resumed',
+        kernel_id: 'k-1234567890',
+        name: 'a.ipynb',
+        reason: 'cell',
+        message: ''
+      },
+      0
+    );
+    assert.equal(resumed.reason, 'a cell ran on it');
+    assert.doesNotMatch(resumed.reason, /policy/);
+    const refused = decisionRow(
+      {
+        at: NOW,
+        kind: 'refused',
+        kernel_id: 'k-1234567890',
+        reason: 'pool_exhausted',
+        message: ''
+      },
+      0
+    );
+    assert.equal(refused.notebook, 'a new kernel');
   });
 });
