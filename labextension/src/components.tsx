@@ -111,17 +111,42 @@ export function Sparkline(props: { points: string; label: string; text: string }
   );
 }
 
+/** How long a card keeps its buttons after an action while the server allows none. */
+const HOLD_BUTTONS_MS = 10000;
+
 export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.Element {
   const v = props.view;
   const [busy, setBusy] = React.useState<KernelAction | null>(null);
+  // After an action the server allows none for a moment (a hibernation under way): the card keeps
+  // the buttons it had, inert, the one pressed marked "…", instead of an empty row for a second.
+  const [held, setHeld] = React.useState<{ actions: IActionView[]; action: KernelAction } | null>(
+    null
+  );
   const run = async (action: IActionView, opener: HTMLElement) => {
     setBusy(action.action);
+    setHeld({ actions: v.actions, action: action.action });
     try {
       await props.actions.run(v.kernelId, action, opener);
     } finally {
       setBusy(null);
     }
   };
+  const allowed = v.actions.map(a => a.action).join(' ');
+  React.useEffect(() => {
+    if (held && !busy && allowed && allowed !== held.actions.map(a => a.action).join(' ')) {
+      setHeld(null); // the server allows other actions now: its own
+    }
+  }, [held, busy, allowed]);
+  React.useEffect(() => {
+    if (!held || busy) {
+      return;
+    }
+    const timer = window.setTimeout(() => setHeld(null), HOLD_BUTTONS_MS);
+    return () => window.clearTimeout(timer);
+  }, [held, busy]);
+  const holding = !v.actions.length && held !== null;
+  const shown = holding ? held.actions : v.actions;
+  const pressed = busy ?? (holding ? held.action : null);
   const headingId = `jp-GpuPool-card-${v.kernelId}`;
   return (
     <section
@@ -172,9 +197,9 @@ export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.E
           <span className="jp-GpuPool-countdownWhy">{v.countdown.message}</span>
         </div>
       ) : null}
-      {v.actions.length ? (
+      {shown.length ? (
         <div className="jp-GpuPool-actions" role="group" aria-label={__('Actions for %1', v.title)}>
-          {v.actions.map(a => (
+          {shown.map(a => (
             <button
               key={a.action}
               className={`jp-Button jp-GpuPool-action jp-mod-${a.action}${
@@ -182,14 +207,15 @@ export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.E
               }`}
               title={a.title}
               aria-label={`${a.label}: ${v.title}`}
-              aria-busy={busy === a.action}
+              aria-busy={pressed === a.action}
+              aria-disabled={holding || undefined}
               onClick={event => {
-                if (busy === null) {
+                if (busy === null && !holding) {
                   void run(a, event.currentTarget);
                 }
               }}
             >
-              {busy === a.action ? `${a.label}…` : a.label}
+              {pressed === a.action ? `${a.label}…` : a.label}
             </button>
           ))}
         </div>
