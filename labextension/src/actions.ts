@@ -42,8 +42,10 @@ export async function confirm(
 export async function keepAlive(model: PoolModel, kernelId: string): Promise<void> {
   try {
     const kernel = await model.client.snooze(kernelId);
+    // Tagged with the kernel: its next warning or explanation withdraws this toast (toasts.ts).
     Notification.success(__('%1 is kept alive: it keeps its GPU slice.', kernelOf(kernel?.name)), {
-      autoClose: 5000
+      autoClose: 5000,
+      data: { gpuPoolKernel: kernelId }
     });
   } catch (error) {
     Notification.error(__('Could not keep the kernel alive: %1', (error as Error).message), {
@@ -92,7 +94,7 @@ export async function runAction(
                 kernelOf(kernel.name)
               )
             : __('%1 shuts down to give its GPU slice back.', kernelOf(kernel.name)),
-          { autoClose: 5000 }
+          { autoClose: 5000, data: { gpuPoolKernel: kernelId } }
         );
         break;
       }

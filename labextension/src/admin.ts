@@ -15,7 +15,9 @@ import {
   formatPercent,
   gpuShortName,
   kindWord,
+  plainNote,
   reasonPhrase,
+  sliceWords,
   stateWord
 } from './format';
 import { __ } from './i18n';
@@ -64,6 +66,8 @@ export interface ILeaseRow {
 export interface IQueueRow {
   position: number;
   owner: string;
+  /** The notebook that waits ("–" where the server gave no name). */
+  notebook: string;
   what: string;
   profile: string;
   waiting: string;
@@ -186,7 +190,14 @@ export function decisionRow(
     at: d.at,
     time: formatClockSeconds(d.at),
     user: d.owner ?? '',
-    notebook: d.name ? baseName(d.name) : d.kernel_id ? d.kernel_id.slice(0, 8) : '',
+    // A refused start has no notebook yet on the server's side: "a new kernel", not its id.
+    notebook: d.name
+      ? baseName(d.name)
+      : d.kind === 'refused'
+        ? __('a new kernel')
+        : d.kernel_id
+          ? d.kernel_id.slice(0, 8)
+          : '',
     profile: d.profile ? name(d.profile) : '',
     profileId: d.profile ?? '',
     action: d.action ?? '',
@@ -209,7 +220,7 @@ export function dashboardView(
     (a, b) => a.owner.localeCompare(b.owner) || a.created - b.created
   );
   return {
-    note: pool.note,
+    note: plainNote(pool.note),
     dryRun: !!pool.policy?.dry_run,
     declared: !!pool.declared,
     gpus: pool.gpus.map(g => ({
@@ -248,8 +259,9 @@ export function dashboardView(
       .map(w => ({
         position: w.position,
         owner: w.owner,
+        notebook: baseName(w.label ?? '') || '–',
         what: w.lease_id ? __('resume') : __('start'),
-        profile: w.slice ? __('%1 (%2)', name(w.profile), w.slice) : name(w.profile),
+        profile: w.slice ? __('%1 (%2)', name(w.profile), sliceWords(w.slice)) : name(w.profile),
         waiting: formatDuration(now - w.enqueued)
       })),
     budgets: (pool.budgets ?? [])

@@ -6,7 +6,7 @@
 
 import * as React from 'react';
 
-import { formatAgo } from './format';
+import { formatAgo, plainNote } from './format';
 import { __ } from './i18n';
 import type { IMe, KernelAction } from './types';
 import {
@@ -16,6 +16,7 @@ import {
   IActionView,
   ICardView,
   IMeterView,
+  pendingWarning,
   quotaBars,
   statusView
 } from './view';
@@ -67,7 +68,7 @@ export function Meter(props: { view: IMeterView }): JSX.Element {
         </span>
         <span className="jp-GpuPool-meterText">{v.text}</span>
       </div>
-      {v.fraction === null ? (
+      {v.textOnly ? null : v.fraction === null ? (
         <div className="jp-GpuPool-meterTrack jp-mod-unknown" role="img" aria-label={name}>
           <div className="jp-GpuPool-meterFill jp-mod-unknown" />
         </div>
@@ -110,17 +111,42 @@ export function Sparkline(props: { points: string; label: string; text: string }
   );
 }
 
+/** How long a card keeps its buttons after an action while the server allows none. */
+const HOLD_BUTTONS_MS = 10000;
+
 export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.Element {
   const v = props.view;
   const [busy, setBusy] = React.useState<KernelAction | null>(null);
+  // After an action the server allows none for a moment (a hibernation under way): the card keeps
+  // the buttons it had, inert, the one pressed marked "…", instead of an empty row for a second.
+  const [held, setHeld] = React.useState<{ actions: IActionView[]; action: KernelAction } | null>(
+    null
+  );
   const run = async (action: IActionView, opener: HTMLElement) => {
     setBusy(action.action);
+    setHeld({ actions: v.actions, action: action.action });
     try {
       await props.actions.run(v.kernelId, action, opener);
     } finally {
       setBusy(null);
     }
   };
+  const allowed = v.actions.map(a => a.action).join(' ');
+  React.useEffect(() => {
+    if (held && !busy && allowed && allowed !== held.actions.map(a => a.action).join(' ')) {
+      setHeld(null); // the server allows other actions now: its own
+    }
+  }, [held, busy, allowed]);
+  React.useEffect(() => {
+    if (!held || busy) {
+      return;
+    }
+    const timer = window.setTimeout(() => setHeld(null), HOLD_BUTTONS_MS);
+    return () => window.clearTimeout(timer);
+  }, [held, busy]);
+  const holding = !v.actions.length && held !== null;
+  const shown = holding ? held.actions : v.actions;
+  const pressed = busy ?? (holding ? held.action : null);
   const headingId = `jp-GpuPool-card-${v.kernelId}`;
   return (
     <section
@@ -171,9 +197,9 @@ export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.E
           <span className="jp-GpuPool-countdownWhy">{v.countdown.message}</span>
         </div>
       ) : null}
-      {v.actions.length ? (
+      {shown.length ? (
         <div className="jp-GpuPool-actions" role="group" aria-label={__('Actions for %1', v.title)}>
-          {v.actions.map(a => (
+          {shown.map(a => (
             <button
               key={a.action}
               className={`jp-Button jp-GpuPool-action jp-mod-${a.action}${
@@ -181,14 +207,15 @@ export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.E
               }`}
               title={a.title}
               aria-label={`${a.label}: ${v.title}`}
-              aria-busy={busy === a.action}
+              aria-busy={pressed === a.action}
+              aria-disabled={holding || undefined}
               onClick={event => {
-                if (busy === null) {
+                if (busy === null && !holding) {
                   void run(a, event.currentTarget);
                 }
               }}
             >
-              {busy === a.action ? `${a.label}…` : a.label}
+              {pressed === a.action ? `${a.label}…` : a.label}
             </button>
           ))}
         </div>
@@ -262,7 +289,7 @@ export function MyKernels(props: { me: IMe; now: number; actions: IActions }): J
       ) : (
         // A kernel with a pending action first: its card must not sit under a notification.
         [...me.kernels]
-          .sort((a, b) => Number(!!b.warning) - Number(!!a.warning))
+          .sort((a, b) => Number(!!pendingWarning(b)) - Number(!!pendingWarning(a)))
           .map(k => (
             <KernelCard
               key={k.kernel_id}
@@ -272,7 +299,7 @@ export function MyKernels(props: { me: IMe; now: number; actions: IActions }): J
           ))
       )}
       <History me={me} now={now} />
-      <p className="jp-GpuPool-note">{me.pool.note}</p>
+      <p className="jp-GpuPool-note">{plainNote(me.pool.note)}</p>
     </div>
   );
 }
@@ -282,9 +309,10 @@ export function StatusItem(props: {
   me: IMe | null;
   error: string | null;
   now: number;
+  unreachableSince?: number | null;
   onOpen: () => void;
 }): JSX.Element {
-  const v = statusView(props.me, props.error, props.now);
+  const v = statusView(props.me, props.error, props.now, props.unreachableSince ?? null);
   const label =
     v.level === 'warning'
       ? __('GPU pool: %1, an idle action is pending. Open the GPU panel.', v.text)

@@ -18,7 +18,7 @@ import {
 } from './admin';
 import { StackedChart } from './chart';
 import { MeterTrack } from './components';
-import { kindWord } from './format';
+import { kindWord, plainNote } from './format';
 import { __ } from './i18n';
 import type { AdminAction, IPool, IProfile, ITelemetry } from './types';
 
@@ -141,7 +141,7 @@ function GpuSection(props: {
         </tbody>
       </table>
       {props.telemetryError ? (
-        <p className="jp-GpuPool-empty">{__('No readings: %1', props.telemetryError)}</p>
+        <p className="jp-GpuPool-empty">{__('No readings: %1', plainNote(props.telemetryError))}</p>
       ) : null}
       <div className="jp-GpuPool-plots">
         {plots.map(p => (
@@ -246,6 +246,7 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
             <tr>
               <th scope="col">#</th>
               <th scope="col">{__('User')}</th>
+              <th scope="col">{__('Notebook')}</th>
               <th scope="col">{__('For')}</th>
               <th scope="col">{__('Profile')}</th>
               <th scope="col">{__('Waiting')}</th>
@@ -256,6 +257,7 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
               <tr key={q.position}>
                 <td>{q.position}</td>
                 <td>{q.owner}</td>
+                <td title={q.notebook}>{q.notebook}</td>
                 <td>{q.what}</td>
                 <td>{q.profile}</td>
                 <td>{q.waiting}</td>

@@ -95,6 +95,42 @@ export function formatClock(unixSeconds: number): string {
   return `${pad(d.getHours())}:${pad(d.getMinutes())}`;
 }
 
+/**
+ * A time the user reads beside `now`: "19:25" on the same day, "Nov 25 19:25" on another (a time
+ * of day alone, for a deadline days away, looks past).
+ */
+export function formatWhen(unixSeconds: number, now: number): string {
+  const d = new Date(unixSeconds * 1000);
+  if (d.toDateString() === new Date(now * 1000).toDateString()) {
+    return formatClock(unixSeconds);
+  }
+  const day = d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' });
+  return `${day} ${formatClock(unixSeconds)}`;
+}
+
+/**
+ * The pool's note in words a user understands: NVML's own error text ("NVML unavailable: NVML
+ * Shared Library Not Found") says that this machine has no NVIDIA driver; the admin finds the
+ * library's words in the server log and `jupyter gpu-pool status`.
+ */
+export function plainNote(note: string): string {
+  return note
+    .replace(/no GPU detected by NVML \(NVML unavailable: [^()]*(\([^()]*\)[^()]*)*\)/g, () =>
+      __('no NVIDIA driver found on this machine')
+    )
+    .replace(/NVML unavailable: [^;)]*/g, () => __('no NVIDIA driver found on this machine'))
+    .replace(/no GPU detected by NVML \(none found\)/g, () => __('no NVIDIA GPU found'));
+}
+
+/** A slice as the server writes it ("10GiB", "20GiB,50%") as the UI writes sizes: "10 GiB", "20 GiB · 50%". */
+export function sliceWords(text: string): string {
+  return text
+    .replace(/(\d)\s*([KMGT]i?B)\b/g, '$1 $2')
+    .split(',')
+    .map(part => part.trim())
+    .join(' · ');
+}
+
 /** A time of day with seconds, for tables of what happened: "14:05:09". */
 export function formatClockSeconds(unixSeconds: number): string {
   const d = new Date(unixSeconds * 1000);
@@ -186,6 +222,9 @@ export function reasonPhrase(reason: string | undefined | null): string {
       return __('no slice freed up in time');
     case 'pressure':
       return __('others wait for a GPU slice');
+    case 'cell':
+      // A resume for the user's own cell: no policy of the pool's.
+      return __('a cell ran on it');
     case 'user':
       return __('you asked');
     case 'admin':

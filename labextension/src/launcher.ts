@@ -17,6 +17,16 @@ import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { IMe, IProfile } from './types';
 
+/** Whether kernels of this profile can hibernate at all: NVIDIA MPS clients refuse a checkpoint. */
+export function profileHibernates(profile: IProfile): boolean {
+  return profile.isolation !== 'mps';
+}
+
+/** The launcher card's line for a profile that cannot hibernate. */
+export function noHibernationNote(): string {
+  return __('cannot hibernate');
+}
+
 /** What a profile's slice means, in words. */
 export function profileTooltip(profile: IProfile, declared: boolean): string {
   const lines: string[] = [];
@@ -36,6 +46,13 @@ export function profileTooltip(profile: IProfile, declared: boolean): string {
   } else {
     lines.push(
       __('A slice of %1 of GPU memory; the GPU’s compute is shared.', profile.slice_label)
+    );
+  }
+  if (!profileHibernates(profile)) {
+    lines.push(
+      __(
+        'It cannot hibernate (NVIDIA MPS): an idle kernel of this kind is shut down and loses its variables. Save your work.'
+      )
     );
   }
   if (declared) {
@@ -81,6 +98,16 @@ export function annotateLauncher(root: HTMLElement, me: IMe | null): void {
       labelBox.appendChild(mark);
     } else if (!declared && demo) {
       demo.remove();
+    }
+    if (
+      labelBox &&
+      !profileHibernates(profile) &&
+      !labelBox.querySelector('.jp-GpuPool-launcherNote')
+    ) {
+      const note = document.createElement('span');
+      note.className = 'jp-GpuPool-launcherNote';
+      note.textContent = noHibernationNote();
+      labelBox.appendChild(note);
     }
   }
 }

@@ -20,6 +20,9 @@ export interface IPoolModelOptions {
   interval?: number;
 }
 
+/** Failed reads of GET me in a row after which the widgets say the pool cannot be reached. */
+export const UNREACHABLE_AFTER = 2;
+
 /** Seconds of readings the dashboard's plots show. */
 export const TELEMETRY_WINDOW = 600;
 
@@ -73,6 +76,14 @@ export class PoolModel {
   /** Why the dashboard's plots have no readings, or null. */
   get telemetryError(): string | null {
     return this._telemetryError;
+  }
+
+  /**
+   * Since when (server time) the server has not answered GET me, after UNREACHABLE_AFTER failed
+   * reads in a row; null while it answers. `me` then is what it said last: the widgets grey it.
+   */
+  get unreachableSince(): number | null {
+    return this._failures >= UNREACHABLE_AFTER ? this._lastAnswer : null;
   }
 
   /** The server's clock now, from the offset measured at the last read. */
@@ -129,7 +140,10 @@ export class PoolModel {
       this._offset = me.now - Date.now() / 1000;
       this._me = me;
       this._error = null;
+      this._failures = 0;
+      this._lastAnswer = me.now;
     } catch (error) {
+      this._failures += 1;
       if (error instanceof PoolApiError && error.status !== 0) {
         // The server answered: it has no pool for us (say why, keep polling slowly).
         this._me = null;
@@ -184,6 +198,8 @@ export class PoolModel {
   private _poolError: string | null = null;
   private _telemetryError: string | null = null;
   private _offset = 0;
+  private _failures = 0; // failed reads of GET me in a row
+  private _lastAnswer: number | null = null; // server time of the last answer
   private _poolWanted = false;
   private _mePoll: Poll;
   private _poolPoll: Poll;

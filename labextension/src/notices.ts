@@ -12,7 +12,7 @@
 import { baseName, formatClock, kindWord, reasonPhrase } from './format';
 import { __ } from './i18n';
 import type { IKernel, IKernelActionEvent, IMe, IRecent } from './types';
-import { canKeepAlive, declaredNote } from './view';
+import { canKeepAlive, declaredNote, onMps, pendingWarning } from './view';
 
 export type NoticeType = 'info' | 'success' | 'warning' | 'error';
 
@@ -288,6 +288,36 @@ export function warningMessage(kernel: IKernel): string {
           )
         );
   }
+  if (onMps(kernel)) {
+    // It would hibernate if it could (an MPS slice cannot): say so, the loss is the surprise.
+    return canKeepAlive(kernel)
+      ? fitting(
+          __(
+            '%1 shuts down at %2 (%3): it cannot hibernate, its variables will be lost. Run a cell or Keep alive.',
+            who,
+            at,
+            why
+          ),
+          __(
+            '%1 shuts down at %2: it cannot hibernate, its variables will be lost. Run a cell or Keep alive.',
+            who,
+            at
+          )
+        )
+      : fitting(
+          __(
+            '%1 shuts down at %2 (%3): it cannot hibernate, its variables will be lost. Run a cell or save your work.',
+            who,
+            at,
+            why
+          ),
+          __(
+            '%1 shuts down at %2: it cannot hibernate, its variables will be lost. Save your work.',
+            who,
+            at
+          )
+        );
+  }
   return canKeepAlive(kernel)
     ? fitting(
         __(
@@ -317,6 +347,25 @@ export function warningMessage(kernel: IKernel): string {
       );
 }
 
+/** At most this many of the pool's toasts on screen; older ones stay in the notification centre. */
+export const MAX_ON_SCREEN = 3;
+
+/**
+ * Which of the shown toasts (oldest first) to take off the screen so that at most `max` stay:
+ * the oldest, except warnings (a pending action the user can still stop), which go last.
+ */
+export function toHide(
+  onScreen: ReadonlyArray<{ id: string; warning: boolean }>,
+  max = MAX_ON_SCREEN
+): string[] {
+  const excess = onScreen.length - max;
+  if (excess <= 0) {
+    return [];
+  }
+  const order = [...onScreen.filter(t => !t.warning), ...onScreen.filter(t => t.warning)];
+  return order.slice(0, excess).map(t => t.id);
+}
+
 export class NoticeBook {
   /**
    * @param since - server time from which happenings are new; older `recent`
@@ -338,7 +387,7 @@ export class NoticeBook {
     // Warnings: one per pending action (a new deadline, or no Keep alive left, is a new warning).
     const current = new Map<string, string>();
     for (const kernel of me.kernels) {
-      const w = kernel.warning;
+      const w = pendingWarning(kernel);
       if (!w || w.deadline <= now) {
         continue;
       }
@@ -365,6 +414,7 @@ export class NoticeBook {
       }
     }
     this._warnings = current;
+    dismiss.push(...this._staleRefusals(me));
     // Explanations of what happened since this page was opened.
     for (const entry of [...me.recent].sort((a, b) => a.at - b.at)) {
       const notice = this._fromRecent(entry);
@@ -437,12 +487,16 @@ export class NoticeBook {
     context: { profile?: string; declared?: boolean; action?: string }
   ): INotice {
     const text = explanation(kind, name, reason, message, { ...context, me: this._me });
+    const key = `${kind}:${kernelId}:${Math.round(at)}`;
+    if (kind === 'refused' && !context.action) {
+      this._refusals.set(key, { reason, profile: context.profile, me: this._me });
+    }
     const gone =
       kind === 'culled' ||
       kind === 'reclaimed' ||
       (kind === 'released' && context.action !== 'hibernate');
     return {
-      key: `${kind}:${kernelId}:${Math.round(at)}`,
+      key,
       kernelId,
       type: noticeType(kind),
       message: text,
@@ -470,19 +524,50 @@ export class NoticeBook {
     return [];
   }
 
+  /**
+   * Whether this happening was explained already. Every explained happening is remembered (not
+   * only the latest of its kind): a kernel resumed twice has two `recent` entries, and comparing
+   * the older one with the newer time showed the older toast again minutes later.
+   */
   private _recentlyShown(kind: string, kernelId: string, at: number): boolean {
-    const shown = this._shown.get(`${kind}:${kernelId}`);
-    return shown !== undefined && Math.abs(shown - at) < SAME_HAPPENING;
+    const times = this._shown.get(`${kind}:${kernelId}`) ?? [];
+    return times.some(t => Math.abs(t - at) < SAME_HAPPENING);
   }
 
   private _remember(kind: string, kernelId: string, at: number): void {
-    this._shown.set(`${kind}:${kernelId}`, at);
+    const key = `${kind}:${kernelId}`;
+    this._shown.set(key, [...(this._shown.get(key) ?? []), at]);
+  }
+
+  /**
+   * Shown refusals whose advice no longer holds: "‘X’ would start now" after the pool filled up,
+   * or a profile that starts now where none did. The toast is withdrawn (never shown again): the
+   * GPU panel says what starts now.
+   */
+  private _staleRefusals(me: IMe): string[] {
+    const stale: string[] = [];
+    for (const [key, refusal] of this._refusals) {
+      const now = explanation('refused', undefined, refusal.reason, '', {
+        me,
+        profile: refusal.profile
+      });
+      const then = explanation('refused', undefined, refusal.reason, '', {
+        me: refusal.me,
+        profile: refusal.profile
+      });
+      if (now !== then) {
+        stale.push(key);
+        this._refusals.delete(key);
+      }
+    }
+    return stale;
   }
 
   private _since: number;
   private _me: IMe | null = null;
   private _warnings = new Map<string, string>();
-  private _shown = new Map<string, number>();
+  private _shown = new Map<string, number[]>(); // kind:kernel id -> times of the happenings explained
+  private _refusals = new Map<string, { reason?: string; profile?: string; me: IMe | null }>();
   private _explained = new Map<string, string>(); // kernel id -> key of its latest explanation
   private _names = new Map<string, string>();
 }

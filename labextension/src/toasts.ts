@@ -11,7 +11,26 @@ import { keepAlive } from './actions';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { Notebooks } from './notebooks';
-import { INotice, INoticeChanges, NoticeBook, shortName } from './notices';
+import { INotice, INoticeChanges, MAX_ON_SCREEN, NoticeBook, shortName, toHide } from './notices';
+
+/** Milliseconds a toast just emitted counts as on screen before JupyterLab has rendered it. */
+const RENDER_MS = 2000;
+
+interface IShownToast {
+  id: string;
+  warning: boolean;
+  /** When it was emitted (Date.now()). */
+  at: number;
+  /** Seen on screen once. */
+  rendered: boolean;
+  /** Sent to the centre only, or taken off the screen by us. */
+  off: boolean;
+}
+
+/** The data of a toast about one kernel: a later notice about that kernel withdraws it. */
+export interface IKernelToastData {
+  gpuPoolKernel: string;
+}
 
 export class Toasts {
   constructor(
@@ -67,11 +86,13 @@ export class Toasts {
         Notification.dismiss(id);
         this._shown.delete(key);
       }
+      this._closed.add(key); // withdrawn: the fact changed; it never comes back
     }
     for (const notice of changes.show) {
-      if (this._shown.has(notice.key)) {
+      if (this._shown.has(notice.key) || this._closed.has(notice.key)) {
         continue;
       }
+      this._withdrawAbout(notice.kernelId);
       if (notice.kernelGone) {
         // JupyterLab learns of a kernel ended by the server only at its next poll; ask now,
         // so that the notebook says "No Kernel" instead of a stale "Idle", and starts no fresh
@@ -81,12 +102,71 @@ export class Toasts {
         void this._app.serviceManager.kernels.refreshRunning();
       }
       if (!this.muted) {
-        this._shown.set(notice.key, this._emit(notice));
+        const warning = notice.key.startsWith('warning:');
+        // Room on screen: a warning makes its own (the oldest other toast leaves the screen);
+        // any other notice past the limit goes to the notification centre without a toast.
+        const onScreen = this._onScreen();
+        const silent = onScreen.length >= MAX_ON_SCREEN && !warning;
+        if (warning) {
+          // Only a rendered toast can leave the screen (an update of one not yet shown recreates it).
+          const rendered = onScreen.filter(t => t.rendered);
+          toHide(
+            [...rendered, { id: '', warning: true }],
+            MAX_ON_SCREEN + rendered.length - onScreen.length
+          )
+            .filter(Boolean)
+            .forEach(id => this._offScreen(id));
+        }
+        const id = this._emit(notice, silent);
+        this._shown.set(notice.key, id);
+        this._order.push({ id, warning, at: Date.now(), rendered: false, off: silent });
       }
     }
   }
 
-  private _emit(notice: INotice): string {
+  /**
+   * Toasts of the last action on this kernel ("kept alive: it keeps its GPU slice", "hibernates:
+   * …"): a newer notice about the kernel says what is true now, so they go.
+   */
+  private _withdrawAbout(kernelId: string): void {
+    for (const n of Notification.manager.notifications) {
+      if ((n.options.data as IKernelToastData | undefined)?.gpuPoolKernel === kernelId) {
+        Notification.dismiss(n.id);
+      }
+    }
+  }
+
+  /**
+   * Our toasts on screen now, oldest first: at most MAX_ON_SCREEN (eight stacked toasts covered
+   * the panel and ran off the window). One just emitted counts before it renders; one closed
+   * (by the user, or its autoClose) no longer does.
+   */
+  private _onScreen(): IShownToast[] {
+    const live = new Set(Notification.manager.notifications.map(n => n.id));
+    this._order = this._order.filter(t => live.has(t.id));
+    return this._order.filter(t => {
+      if (t.off) {
+        return false;
+      }
+      if (document.getElementById(t.id) !== null) {
+        t.rendered = true;
+        return true;
+      }
+      return !t.rendered && Date.now() - t.at < RENDER_MS;
+    });
+  }
+
+  /** Take a toast off the screen; its notification stays in the centre (an update that closes it at once). */
+  private _offScreen(id: string): void {
+    const t = this._order.find(x => x.id === id);
+    const n = Notification.manager.notifications.find(x => x.id === id);
+    if (t && n) {
+      t.off = true;
+      Notification.update({ id, message: n.message, autoClose: 1 });
+    }
+  }
+
+  private _emit(notice: INotice, silent: boolean): string {
     const buttons: Notification.IAction[] = [];
     if (notice.keepAlive) {
       buttons.push({
@@ -95,6 +175,7 @@ export class Toasts {
         displayType: 'accent',
         callback: () => {
           this._shown.delete(notice.key); // the toast closes; its answer comes as a toast of its own
+          this._closed.add(notice.key);
           void keepAlive(this._model, notice.kernelId);
         }
       });
@@ -106,6 +187,7 @@ export class Toasts {
         displayType: 'accent',
         callback: () => {
           this._shown.delete(notice.key);
+          this._closed.add(notice.key);
           void this._notebooks.startNewKernel(notice.kernelId, id =>
             this._app.shell.activateById(id)
           );
@@ -116,11 +198,14 @@ export class Toasts {
       buttons.push({ label: __('Open GPU panel'), displayType: 'link', callback: this._openPanel });
     }
     return Notification.emit(notice.message, notice.type, {
-      autoClose: notice.autoClose,
+      // autoClose 0: JupyterLab puts the notification in its centre and shows no toast.
+      autoClose: silent ? 0 : notice.autoClose,
       actions: buttons
     });
   }
 
   private _book: NoticeBook | null = null;
   private _shown = new Map<string, string>(); // notice key -> notification id
+  private _closed = new Set<string>(); // notice keys whose toast the user closed: never again
+  private _order: IShownToast[] = []; // our notifications, oldest first
 }

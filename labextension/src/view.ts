@@ -13,6 +13,7 @@ import {
   formatBytes,
   formatClock,
   formatCountdown,
+  formatWhen,
   formatDuration,
   formatHours,
   formatPercent,
@@ -20,6 +21,7 @@ import {
   gpuShortName,
   kernelsText,
   kindWord,
+  plainNote,
   reasonPhrase,
   sparklinePoints,
   stateWord,
@@ -39,7 +41,7 @@ export function declaredNote(): string {
   return __('declared: no GPU memory to move');
 }
 
-export type StatusLevel = 'loading' | 'off' | 'ok' | 'near' | 'warning';
+export type StatusLevel = 'loading' | 'off' | 'lost' | 'ok' | 'near' | 'warning';
 
 export interface IStatusView {
   text: string;
@@ -119,7 +121,21 @@ const PROGRESS_SHOWN = 40;
  * ("GPU kernels: 2 / 2"); a GPU-hour budget adds it in words ("GPU time this week: 6.2 of
  * 10 h"); a kernel whose pod is starting, what it does ("starting: Pulling image…").
  */
-export function statusView(me: IMe | null, error: string | null, now: number): IStatusView {
+export function statusView(
+  me: IMe | null,
+  error: string | null,
+  now: number,
+  unreachableSince: number | null = null
+): IStatusView {
+  if (unreachableSince !== null) {
+    // The server is gone (stopped, or the network): what it said last would be a stale story.
+    return {
+      text: __('GPU pool unreachable'),
+      short: __('GPU pool unreachable'),
+      level: 'lost',
+      title: unreachableText(unreachableSince, now)
+    };
+  }
   if (!me) {
     if (error) {
       return {
@@ -141,7 +157,7 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
       text: __('no GPU pool'),
       short: __('no GPU pool'),
       level: 'off',
-      title: __('No GPU pool on this server: %1', me.pool.note)
+      title: __('No GPU pool on this server: %1', plainNote(me.pool.note))
     };
   }
   const s = shares(me);
@@ -210,7 +226,7 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
   for (const k of starting) {
     lines.push(__('%1 is starting: %2.', baseName(k.name), k.progress!));
   }
-  const warned = me.kernels.filter(k => k.warning);
+  const warned = me.kernels.filter(k => pendingWarning(k));
   for (const k of warned) {
     lines.push(__('%1: %2.', baseName(k.name), countdownText(k, now)));
   }
@@ -218,7 +234,7 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
   for (const k of queued) {
     lines.push(__('%1: queued at position %2.', baseName(k.name), k.queue_position ?? '?'));
   }
-  lines.push(__('Pool: %1', me.pool.note));
+  lines.push(__('Pool: %1', plainNote(me.pool.note)));
   lines.push(__('Click to open the GPU panel.'));
 
   let level: StatusLevel = 'ok';
@@ -233,6 +249,14 @@ export function statusView(me: IMe | null, error: string | null, now: number): I
   }
   const join = (texts: string[]) => texts.filter(Boolean).join(' · ');
   return { text: join(parts), short: join(short), level, title: lines.join('\n') };
+}
+
+/** What the panel and the status bar say while the server does not answer. */
+export function unreachableText(since: number, now: number): string {
+  return __(
+    'The GPU pool cannot be reached: the server has not answered since %1. Is Jupyter still running? The figures shown are from then; they come back when it answers.',
+    formatWhen(since, now)
+  );
 }
 
 export interface IActionView {
@@ -251,6 +275,8 @@ export interface IMeterView {
   level: 'ok' | 'near' | 'over';
   /** Said beside the label: "no reading (declared GPU)". */
   note: string;
+  /** No bar at all, its text only: a resource without a limit (an empty bar says nothing). */
+  textOnly?: boolean;
 }
 
 export interface ICardView {
@@ -284,8 +310,23 @@ export function onDeclaredGpus(kernel: IKernel): boolean {
   return gpus.length > 0 && gpus.every(g => g.source === 'declared');
 }
 
+/**
+ * Whether a deadline's reason no longer fits the kernel's state: "hibernated too long" for a
+ * kernel that has resumed. The server replaces it at its next pass (up to its interval later);
+ * until then the card would threaten a shutdown for a limit the kernel no longer runs against.
+ */
+export function staleReason(kernel: IKernel, reason: string | undefined | null): boolean {
+  return reason === 'max_hibernated' && kernel.state !== 'hibernated';
+}
+
+/** The kernel's pending warning, or null (none, or a stale one: see staleReason). */
+export function pendingWarning(kernel: IKernel): IKernel['warning'] {
+  const w = kernel.warning ?? null;
+  return w && !staleReason(kernel, w.reason) ? w : null;
+}
+
 export function countdownText(kernel: IKernel, now: number): string {
-  const w = kernel.warning;
+  const w = pendingWarning(kernel);
   if (!w) {
     return '';
   }
@@ -298,15 +339,20 @@ export function countdownText(kernel: IKernel, now: number): string {
     : __('shuts down in %1 (at %2)', formatCountdown(left), formatClock(w.deadline));
 }
 
+/** Whether the kernel's slice is an NVIDIA MPS one: it can never hibernate (its idle rule shuts it down). */
+export function onMps(kernel: IKernel): boolean {
+  return kernel.isolation === 'mps';
+}
+
 /** Whether the user can still Keep alive (snooze) the pending action. */
 export function canKeepAlive(kernel: IKernel): boolean {
-  const w = kernel.warning;
+  const w = pendingWarning(kernel);
   return !!w && w.snoozes_left > 0 && (kernel.actions ?? []).includes('snooze');
 }
 
 /** The line under a countdown: why, what it costs, and what the user can still do. */
 export function warningConsequence(kernel: IKernel): string {
-  const w = kernel.warning;
+  const w = pendingWarning(kernel);
   if (!w) {
     return '';
   }
@@ -333,6 +379,17 @@ export function warningConsequence(kernel: IKernel): string {
           Why
         );
   }
+  if (onMps(kernel)) {
+    return keep
+      ? __(
+          '%1: it cannot hibernate, so it shuts down and its variables will be lost. Run a cell or Keep alive to keep it.',
+          Why
+        )
+      : __(
+          '%1: it cannot hibernate, so it shuts down and its variables will be lost. Run a cell to keep it, or save your work.',
+          Why
+        );
+  }
   return keep
     ? __('%1: its variables will be lost. Run a cell or Keep alive to keep it.', Why)
     : __('%1: its variables will be lost. Run a cell to keep it, or save your work.', Why);
@@ -341,10 +398,10 @@ export function warningConsequence(kernel: IKernel): string {
 /** "will be hibernated at 14:05 if still idle" */
 function nextActionText(kernel: IKernel, now: number): string {
   const next = kernel.next_action;
-  if (!next || next.at <= now) {
+  if (!next || next.at <= now || staleReason(kernel, next.reason)) {
     return '';
   }
-  const when = formatClock(next.at);
+  const when = formatWhen(next.at, now);
   if (next.reason === 'idle' || next.reason === 'gpu_idle') {
     return next.action === 'hibernate'
       ? __('will be hibernated at %1 if still idle', when)
@@ -381,11 +438,25 @@ export function stateView(
         return { kind: 'starting', label: __('starting'), detail: '' };
       }
       // A pending warning says everything (its countdown); no stale "kept alive until" beside it.
-      const next = kernel.warning ? '' : nextActionText(kernel, now);
-      const kept =
-        !kernel.warning && kernel.snoozed_until && kernel.snoozed_until > now
-          ? __('kept alive until %1', formatClock(kernel.snoozed_until))
-          : '';
+      const warned = !!pendingWarning(kernel);
+      const snoozed =
+        !warned && kernel.snoozed_until && kernel.snoozed_until > now ? kernel.snoozed_until : 0;
+      const next = warned ? '' : nextActionText(kernel, now);
+      // "kept alive until 19:25 · will be hibernated at 19:25" read as a contradiction: where the
+      // idle rule acts when the Keep alive ends, one sentence says both.
+      const then = kernel.next_action;
+      const joined =
+        snoozed &&
+        then &&
+        (then.reason === 'idle' || then.reason === 'gpu_idle') &&
+        Math.abs(then.at - snoozed) < 60;
+      const kept = !snoozed
+        ? ''
+        : joined
+          ? then!.action === 'hibernate'
+            ? __('kept alive until %1, then hibernated if still idle', formatWhen(snoozed, now))
+            : __('kept alive until %1, then shut down if still idle', formatWhen(snoozed, now))
+          : __('kept alive until %1', formatWhen(snoozed, now));
       const label = kernel.idle_since
         ? __(
             'idle since %1 (%2)',
@@ -393,7 +464,11 @@ export function stateView(
             formatDuration(now - kernel.idle_since)
           )
         : __('idle');
-      return { kind: 'idle', label, detail: [kept, next].filter(Boolean).join(' · ') };
+      return {
+        kind: 'idle',
+        label,
+        detail: [kept, joined ? '' : next].filter(Boolean).join(' · ')
+      };
     }
     case 'hibernating':
       return {
@@ -453,7 +528,7 @@ export function actionViews(kernel: IKernel): IActionView[] {
     switch (action) {
       case 'snooze': {
         // Keep alive only postpones a pending action: without one it would spend a snooze on nothing.
-        const w = kernel.warning;
+        const w = pendingWarning(kernel);
         if (!w || !canKeepAlive(kernel)) {
           break;
         }
@@ -599,8 +674,12 @@ export function cardView(given: IKernel, now: number, waiting = false): ICardVie
   const util = kernel.utilization;
   const current = holdsGpu ? (util?.current ?? null) : null;
   const samples = util?.samples ?? [];
+  // "declared" once per card (the memory line's "no reading (declared GPU)"): the GPU's label
+  // without it, short enough not to be cut in a narrow panel.
   const gpu = holdsGpu
-    ? kernel.gpus.map(g => g.label).join(', ')
+    ? kernel.gpus
+        .map(g => (g.source === 'declared' ? g.label.replace(/ \(declared\)$/, '') : g.label))
+        .join(', ')
     : kernel.state === 'queued'
       ? __('waiting for a GPU')
       : __('no GPU held');
@@ -636,11 +715,11 @@ export function cardView(given: IKernel, now: number, waiting = false): ICardVie
             )
     },
     state: stateView(kernel, now, waiting),
-    countdown: kernel.warning
+    countdown: pendingWarning(kernel)
       ? {
           text: countdownText(kernel, now),
           message: warningConsequence(kernel),
-          detail: kernel.warning.message,
+          detail: pendingWarning(kernel)!.message,
           level: 'warning'
         }
       : null,
@@ -662,7 +741,8 @@ export function quotaBars(me: IMe): IMeterView[] {
         : __('%1 of %2', formatBytes(me.usage.memory), formatBytes(mem)),
     fraction: mem ? Math.min(1, me.usage.memory / mem) : null,
     level: mem ? level(me.usage.memory / mem) : 'ok',
-    note: ''
+    note: '',
+    textOnly: !mem
   });
   const k = me.quota.kernels;
   bars.push({
@@ -670,7 +750,8 @@ export function quotaBars(me: IMe): IMeterView[] {
     text: k === null ? __('%1 (no limit)', me.usage.kernels) : __('%1 of %2', me.usage.kernels, k),
     fraction: k ? Math.min(1, me.usage.kernels / k) : null,
     level: k ? level(me.usage.kernels / k) : 'ok',
-    note: k !== null && me.usage.kernels >= k ? __('limit reached') : ''
+    note: k !== null && me.usage.kernels >= k ? __('limit reached') : '',
+    textOnly: !k
   });
   if (me.quota.sm_percent !== null) {
     bars.push({
@@ -699,7 +780,8 @@ export function quotaBars(me: IMe): IMeterView[] {
         : __('%1 (no limit)', formatBytes(g.usage.memory)),
       fraction: g.quota.memory ? Math.min(1, g.usage.memory / g.quota.memory) : null,
       level: g.quota.memory ? level(g.usage.memory / g.quota.memory) : 'ok',
-      note: ''
+      note: '',
+      textOnly: !g.quota.memory
     });
   }
   return bars;

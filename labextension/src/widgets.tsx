@@ -12,10 +12,11 @@ import { flushSync } from 'react-dom';
 
 import { IActions, MyKernels, StatusItem } from './components';
 import { Dashboard, IAdminActions } from './dashboard';
+import { plainNote } from './format';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { Notebooks } from './notebooks';
-import { indicatorView, statusView } from './view';
+import { indicatorView, pendingWarning, statusView } from './view';
 
 const GPU_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
   <g class="jp-icon3" fill="#616161">
@@ -55,6 +56,7 @@ export class StatusWidget extends ReactWidget {
             me={this._model.me}
             error={this._model.error}
             now={this._model.serverNow()}
+            unreachableSince={this._model.unreachableSince}
             onOpen={this._open}
           />
         )}
@@ -101,14 +103,21 @@ function PanelBody(props: {
   useStatus(props.notebooks);
   const me = model.me;
   const admin = !!me?.admin && !!me?.pool.enabled;
-  useTick(props.visible && !!me?.kernels.some(k => k.warning));
-  const now = model.serverNow();
-  const status = statusView(me, model.error, now);
+  const lost = model.unreachableSince;
+  useTick(props.visible && lost === null && !!me?.kernels.some(k => pendingWarning(k)));
+  // Unreachable, the panel stays at the server's last answer: its clock stops there too, so that
+  // no countdown reaches "hibernating now" on a server that is gone.
+  const now = lost ?? model.serverNow();
+  const status = statusView(me, model.error, model.serverNow(), lost);
   let body: JSX.Element;
   if (!me) {
     body = <p className="jp-GpuPool-empty">{status.title}</p>;
   } else if (!me.pool.enabled) {
-    body = <p className="jp-GpuPool-empty">{__('No GPU pool on this server. %1', me.pool.note)}</p>;
+    body = (
+      <p className="jp-GpuPool-empty">
+        {__('No GPU pool on this server. %1', plainNote(me.pool.note))}
+      </p>
+    );
   } else {
     body = <MyKernels me={me} now={now} actions={props.actions} />;
   }
@@ -128,7 +137,12 @@ function PanelBody(props: {
           {__('Open the pool dashboard')}
         </button>
       ) : null}
-      {body}
+      {lost !== null ? (
+        <p className="jp-GpuPool-unreachable" role="alert">
+          {status.title}
+        </p>
+      ) : null}
+      <div className={lost !== null ? 'jp-GpuPool-stale' : undefined}>{body}</div>
     </div>
   );
 }

@@ -46,11 +46,16 @@ POLICY = [{
 # Every label the card's state line shows, in order, as the page renders them (a resume on a
 # declared GPU takes a moment only: a poll may never see it, the page does).
 RECORD_STATES = """() => {
-  window.__gpuStates = [];
+  window.__gpuStates = []; window.__gpuDetails = new Set();
   const seen = () => {
     for (const el of document.querySelectorAll('.jp-GpuPool-card .jp-GpuPool-stateLabel')) {
       const last = window.__gpuStates[window.__gpuStates.length - 1];
       if (el.textContent !== last) { window.__gpuStates.push(el.textContent); }
+    }
+    // What the card threatens beside its state: a stale "hibernated too long" deadline after a resume
+    // would show here (the server replaces it only at its next pass).
+    for (const el of document.querySelectorAll('.jp-GpuPool-card .jp-GpuPool-stateDetail, .jp-GpuPool-card .jp-GpuPool-countdown')) {
+      window.__gpuDetails.add(el.textContent);
     }
   };
   new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, characterData: true});
@@ -137,6 +142,10 @@ def test_hibernate_then_resume_transparently_and_through_the_queue(lab, page, ar
     states = page.evaluate("() => window.__gpuStates")
     assert any(s.startswith("resuming: taking a GPU slice again (declared: no GPU memory to move)") for s in states), \
         states
+    # A resumed card never threatens the hibernated kernel's shutdown (the rule's max_hibernated).
+    page.wait_for_timeout(3000)
+    details = page.evaluate("() => [...window.__gpuDetails]")
+    assert not [d for d in details if "hibernated too long" in d or "shut down at" in d], details
     expect(indicator).to_have_text("GPU 0 (declared)")
     assert gpu_used(lab) == 10 * 1024**3
 

@@ -359,8 +359,14 @@ def test_launcher_marks_gpu_kernels_and_explains_their_slices(lab, page, artifac
     mps = card("Python 3 · GPU 20 GiB · 50%")
     expect(mps).to_have_attribute("title", re.compile(
         r"^Half a GPU's compute, guaranteed\nA slice of 20 GiB of GPU memory and 50% of the GPU’s compute "
-        r"\(its streaming multiprocessors\), enforced by NVIDIA MPS\.\nDemo: the pool’s GPUs are declared"))
+        r"\(its streaming multiprocessors\), enforced by NVIDIA MPS\.\n"
+        r"It cannot hibernate \(NVIDIA MPS\): an idle kernel of this kind is shut down and loses its variables\. "
+        r"Save your work\.\nDemo: the pool’s GPUs are declared"))
     expect(mps.locator(".jp-GpuPool-launcherDemo")).to_have_text("(demo)")
+    # MPS clients cannot be checkpointed: the card itself says so, the others do not.
+    expect(mps.locator(".jp-GpuPool-launcherNote")).to_have_text("cannot hibernate")
+    expect(gpu.locator(".jp-GpuPool-launcherNote")).to_have_count(0)
+    expect(gpu).not_to_have_attribute("title", re.compile("cannot hibernate"))
     expect(page.locator(".jp-LauncherCard[data-category='Notebook'].jp-GpuPool-launcherCard")).to_have_count(3)
     assert_accessible(page, "the launcher's GPU cards", include=[".jp-GpuPool-launcherCard"])
     set_theme(page, "JupyterLab Dark")

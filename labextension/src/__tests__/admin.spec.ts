@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 
-import { dashboardView, filterDecisions, gpuPlots, kernelColours, PALETTE } from '../admin';
+import {
+  dashboardView,
+  decisionRow,
+  filterDecisions,
+  gpuPlots,
+  kernelColours,
+  PALETTE
+} from '../admin';
 import { GiB, NOW, pool, profiles, telemetry } from './fixtures';
 
 describe('dashboardView', () => {
@@ -46,10 +53,10 @@ describe('dashboardView', () => {
   it('orders the queue, shows GPUs and newest decisions first', () => {
     const v = dashboardView(pool(), NOW);
     assert.deepEqual(
-      v.queue.map(q => [q.position, q.owner, q.what, q.waiting]),
+      v.queue.map(q => [q.position, q.owner, q.notebook, q.what, q.waiting]),
       [
-        [1, 'dave', 'resume', '1 min'],
-        [2, 'carol', 'start', '30 s']
+        [1, 'dave', 'dave-train.ipynb', 'resume', '1 min'],
+        [2, 'carol', '–', 'start', '30 s']
       ]
     );
     assert.equal(v.gpus[0].memoryText, '20 GiB of 40 GiB held');
@@ -140,7 +147,7 @@ describe('profile names', () => {
     );
     assert.deepEqual(
       v.queue.map(q => q.profile),
-      ['Python 3 · GPU 10 GiB (10GiB)', 'Python 3 · whole GPU (whole)']
+      ['Python 3 · GPU 10 GiB (10 GiB)', 'Python 3 · whole GPU (whole)']
     );
     // The log's search finds a row by either name.
     assert.equal(filterDecisions(v.decisions, { text: 'gpu-10g', kind: '', user: '' }).length, 2);
@@ -234,5 +241,34 @@ describe('gpuPlots', () => {
     assert.deepEqual(gpu0.utilization.series[0].values, [null, null]);
     t.kernels[0].held_since = NOW - 5000; // held for longer than the window: from the window's start
     assert.deepEqual(gpuPlots(t)[0].memory.times, [NOW - 600, NOW]);
+  });
+});
+
+describe('the decision log in words', () => {
+  it('says a resume was for the user’s cell, and a refused start is "a new kernel", not an id', () => {
+    const resumed = decisionRow(
+      {
+        at: NOW,
+        kind: 'resumed',
+        kernel_id: 'k-1234567890',
+        name: 'a.ipynb',
+        reason: 'cell',
+        message: ''
+      },
+      0
+    );
+    assert.equal(resumed.reason, 'a cell ran on it');
+    assert.doesNotMatch(resumed.reason, /policy/);
+    const refused = decisionRow(
+      {
+        at: NOW,
+        kind: 'refused',
+        kernel_id: 'k-1234567890',
+        reason: 'pool_exhausted',
+        message: ''
+      },
+      0
+    );
+    assert.equal(refused.notebook, 'a new kernel');
   });
 });

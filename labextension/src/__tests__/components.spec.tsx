@@ -216,3 +216,40 @@ describe('DecisionLog', () => {
     assert.equal(host.querySelector('[role="status"]')!.textContent, '1 of 3 shown');
   });
 });
+
+describe('KernelCard after Release GPU', () => {
+  it('keeps its buttons, inert and marked, while the server allows none, then shows the new ones', async () => {
+    const actions: IActions = {
+      run: async () => undefined,
+      open: () => undefined,
+      waiting: () => false
+    };
+    render(<KernelCard view={cardView(kernel(), NOW)} actions={actions} />);
+    const release = host.querySelector<HTMLButtonElement>('button.jp-mod-release')!;
+    await act(async () => release.click());
+    // The server says hibernating: no actions allowed for a moment.
+    render(
+      <KernelCard
+        view={cardView(kernel({ state: 'hibernating', actions: [] }), NOW)}
+        actions={actions}
+      />
+    );
+    const labels = () =>
+      [...host.querySelectorAll('button.jp-GpuPool-action')].map(b => b.textContent);
+    assert.deepEqual(labels(), ['Release GPU…', 'Shut down']);
+    assert.ok(
+      [...host.querySelectorAll('button.jp-GpuPool-action')].every(
+        b => b.getAttribute('aria-disabled') === 'true'
+      )
+    );
+    // Hibernated: the server's own actions again.
+    render(
+      <KernelCard
+        view={cardView(kernel({ state: 'hibernated', actions: ['resume', 'shutdown'] }), NOW)}
+        actions={actions}
+      />
+    );
+    assert.deepEqual(labels(), ['Resume', 'Shut down']);
+    assert.equal(host.querySelector('[aria-disabled="true"]'), null);
+  });
+});

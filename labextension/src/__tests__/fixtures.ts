@@ -138,6 +138,7 @@ export function pool(overrides: Partial<IPool> = {}): IPool {
         profile: 'gpu-10g',
         slice: '10GiB',
         lease_id: 'L9',
+        label: 'work/dave-train.ipynb',
         enqueued: NOW - 90
       }
     ],

@@ -10,6 +10,8 @@ import {
   formatClockSeconds,
   formatHours,
   formatPercent,
+  plainNote,
+  sliceWords,
   formatUsedOf,
   gpuShortName,
   kernelsText,
@@ -186,6 +188,35 @@ describe('sparklinePoints', () => {
         24
       ),
       '0,24 100,0'
+    );
+  });
+});
+
+describe('sliceWords', () => {
+  it('writes a slice as the UI writes sizes: a space before the unit, the SM share after a dot', () => {
+    assert.equal(sliceWords('10GiB'), '10 GiB');
+    assert.equal(sliceWords('20GiB,50%'), '20 GiB · 50%');
+    assert.equal(sliceWords('512MiB'), '512 MiB');
+    assert.equal(sliceWords('whole'), 'whole');
+  });
+});
+
+describe('plainNote', () => {
+  it('says NVML’s own error in words a user understands', () => {
+    const note =
+      '2 declared GPU(s) from the inventory (no GPU detected by NVML (NVML unavailable: NVML Shared Library Not Found))';
+    assert.equal(
+      plainNote(note),
+      '2 declared GPU(s) from the inventory (no NVIDIA driver found on this machine)'
+    );
+    assert.equal(
+      plainNote('NVML unavailable: NVML Shared Library Not Found'),
+      'no NVIDIA driver found on this machine'
+    );
+    assert.doesNotMatch(plainNote(note), /NVML|Shared Library/);
+    assert.equal(
+      plainNote('2 GPU(s) detected by NVML (A100; driver 570)'),
+      '2 GPU(s) detected by NVML (A100; driver 570)'
     );
   });
 });
