@@ -298,7 +298,9 @@ class CudaCheckpoint:
         with self._lock:
             init = self._cu_init()
         if init != CUDA_SUCCESS:
-            raise CheckpointUnavailable(f"cuInit failed in process {os.getpid()}: {self._name(init)} ({init})")
+            raise CheckpointUnavailable(f"cuInit failed in process {os.getpid()} (each process that checkpoints "
+                                        f"initialises the CUDA driver itself): {self._name(init)} ({init}); is a GPU "
+                                        "visible to it (CUDA_VISIBLE_DEVICES)?")
         code = getattr(self._lib, name)(pid, *args)
         if code != CUDA_SUCCESS:
             detail = ""

@@ -28,21 +28,22 @@ from typing import Any
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Unicode
 
-from ..devices.processes import process_tree
-from ..local import processes
 from ..config import ConfigError
 from ..devices import checkpoint
 from ..devices.mps import MPSUnavailable
+from ..devices.processes import process_tree
+from ..local import processes
 from ..local.pool import Pool
-from ..pools import pool_for
 from ..local.waiting import Place, QueueTimeout, wait_for_slice
 from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
 from ..pool.budgets import BudgetExceeded
 from ..pool.errors import MPSUserBusy
+from ..pools import pool_for
 from .base import KernelStartRefused, PoolKernelProvisioner
 from .encryption import local_launch_kwargs
 from .environment import slice_environment
 from .kernelspecs import PROVISIONER
+
 
 def _refusal(err: Exception) -> KernelStartRefused:
     if isinstance(err, (QuotaExceeded, BudgetExceeded)):

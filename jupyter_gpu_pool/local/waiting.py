@@ -13,21 +13,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from ..pool import Lease, PoolExhausted, SliceSpec, Waiter
-
-
-class QueueBook(Protocol):
-    """What waiting asks of a lease store's queue: the SQLite ``Ledger`` and the pool service's
-    ``ServiceLedger`` both keep one (``LeaseStore`` declares these among the rest)."""
-
-    def enqueue(self, owner: str, kernel_id: str, profile: str, spec: SliceSpec, *,
-                lease_id: str | None = None, label: str = "") -> Waiter: ...
-
-    def heartbeat(self, waiter_id: str) -> Waiter | None: ...
-
-    def dequeue(self, waiter_id: str) -> None: ...
+from .store import LeaseStore
 
 
 @dataclass(frozen=True)
@@ -50,7 +38,7 @@ class QueueTimeout(Exception):
         self.waited, self.refusal = waited, refusal
 
 
-async def wait_for_slice(ledger: QueueBook, attempt: Callable[[str | None], Lease], place: Place, *,
+async def wait_for_slice(ledger: LeaseStore, attempt: Callable[[str | None], Lease], place: Place, *,
                          poll: float = 1.0, timeout: float | None = None,
                          on_position: Callable[[int], Awaitable[None]] | None = None,
                          on_refusal: Callable[[PoolExhausted], Awaitable[None]] | None = None) -> tuple[Lease, float]:
@@ -93,6 +81,6 @@ async def wait_for_slice(ledger: QueueBook, attempt: Callable[[str | None], Leas
             await asyncio.to_thread(ledger.dequeue, waiter.id)
 
 
-def _enqueue(ledger: QueueBook, place: Place) -> Waiter:
+def _enqueue(ledger: LeaseStore, place: Place) -> Waiter:
     return ledger.enqueue(place.owner, place.kernel_id, place.profile, place.slice, lease_id=place.lease_id,
                           label=place.label)

@@ -131,9 +131,3 @@ def excesses(quota: Quota, used: Usage, asked: Usage) -> list[tuple[str, str, st
     if quota.sm_percent is not None and used.sm_percent + asked.sm_percent > quota.sm_percent:
         found.append(("SM share", f"{quota.sm_percent}%", f"{used.sm_percent}%", f"{asked.sm_percent}%"))
     return found
-
-
-def first_excess(quota: Quota, used: Usage, asked: Usage) -> tuple[str, str, str, str] | None:
-    """The first limit the request would pass, as (resource, limit, used, asked) text, else None."""
-    found = excesses(quota, used, asked)
-    return found[0] if found else None

@@ -209,12 +209,18 @@ def test_capability_allows_soft_and_whole_gpus_and_restore_elsewhere_only_from_5
 # A stand-in libcuda.so.1: the functions the binding loads, each checkpoint call answering
 # CUDA_ERROR_NOT_INITIALIZED (3) until cuInit ran in the calling process, as the real driver did on the
 # H100 (cuCheckpointProcessGetState in a process that had not called cuInit).  cuDriverGetVersion needs
-# no cuInit, as in the real driver.  It counts its cuInit calls per process.
+# no cuInit, as in the real driver.  It counts its cuInit calls per process; with STANDIN_CUINIT_FAILS
+# set, cuInit answers CUDA_ERROR_NO_DEVICE (100), as in a process that sees no GPU.
 LIBCUDA_STANDIN_C = r"""
+#include <stdlib.h>
 #include <unistd.h>
 static pid_t initialised = 0;
 static int inits = 0;
-int cuInit(unsigned flags) { (void)flags; initialised = getpid(); inits++; return 0; }
+int cuInit(unsigned flags) {
+    (void)flags;
+    if (getenv("STANDIN_CUINIT_FAILS")) return 100;
+    initialised = getpid(); inits++; return 0;
+}
 int standin_inits(void) { return inits; }
 int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 int cuGetErrorName(int code, const char **s) { (void)code; (void)s; return 1; }
@@ -291,3 +297,35 @@ def test_each_entry_point_initialises_the_driver_in_its_process_before_its_first
     assert got["forked"] == "ok"  # a child forked after the parent initialised: its first call initialises again
     assert got["forked_inits"] == got["parent_inits"] + 1
     assert got["again"] == "ok" and got["after"] == got["parent_inits"]  # and once per process, not per call
+
+
+# A process forked after the binding loaded whose own cuInit fails (it sees no GPU): its call is refused
+# naming the process, the driver's answer and what to check.
+CUINIT_FAILS_IN_CHILD = """
+import json, os, sys
+from jupyter_gpu_pool.devices import checkpoint as cp
+drv = cp.CudaCheckpoint(sys.argv[1])
+assert drv.info().available
+read, write = os.pipe()
+child = os.fork()
+if child == 0:
+    os.environ["STANDIN_CUINIT_FAILS"] = "1"
+    try:
+        drv.state(1)
+        said = "ok"
+    except cp.CheckpointUnavailable as e:
+        said = str(e)
+    os.write(write, json.dumps([os.getpid(), said]).encode())
+    os._exit(0)
+os.waitpid(child, 0)
+print(os.read(read, 65536).decode())
+"""
+
+
+def test_a_process_whose_cuinit_fails_is_refused_saying_which_and_what_to_check(libcuda_standin):
+    done = subprocess.run([sys.executable, "-c", CUINIT_FAILS_IN_CHILD, libcuda_standin],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pid, said = json.loads(done.stdout)
+    assert said == (f"unavailable: cuInit failed in process {pid} (each process that checkpoints initialises the "
+                    "CUDA driver itself): CUDA_ERROR_NO_DEVICE (100); is a GPU visible to it (CUDA_VISIBLE_DEVICES)?")

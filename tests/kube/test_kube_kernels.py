@@ -27,13 +27,19 @@ def kms(server_config, kube_sessions, managers):
     return lambda name="gpu-pool-kubernetes-small": managers(name)
 
 
-async def refused(km: AsyncKernelManager) -> KernelStartRefused:
-    """The refusal of a launch that cannot succeed, which must come within seconds, not at a timeout."""
+async def timed_refusal(km: AsyncKernelManager) -> tuple[KernelStartRefused, float]:
+    """The refusal of a launch that cannot succeed, and the seconds it took to come."""
     t0 = time.monotonic()
     with pytest.raises(KernelStartRefused) as refusal:
         await km.start_kernel()
-    assert time.monotonic() - t0 < 10
-    return refusal.value
+    return refusal.value, time.monotonic() - t0
+
+
+async def refused(km: AsyncKernelManager) -> KernelStartRefused:
+    """The refusal of a launch that cannot succeed, which must come within seconds, not at a timeout."""
+    refusal, waited = await timed_refusal(km)
+    assert waited < 10
+    return refusal
 
 
 @pytest.fixture
@@ -241,13 +247,10 @@ async def test_a_kernel_that_never_listens_is_refused_at_the_timeout_saying_so(
     await operator_factory(cluster, **{"GPUPoolOperator.kernel_command": NEVER_LISTENS})
     configure_server(cluster, **{"GPUPoolKubernetes.launch_timeout": 8.0})
     km = managers("gpu-pool-kubernetes-small")
-    t0 = time.monotonic()
-    with pytest.raises(KernelStartRefused) as refusal:
-        await km.start_kernel()
-    waited = time.monotonic() - t0
-    message = str(refusal.value)
+    refusal, waited = await timed_refusal(km)
+    message = str(refusal)
     assert 7.0 <= waited <= 12.0  # it waited for the whole start timeout, not a heartbeat's second
-    assert refusal.value.pool_reason == "not_ready" and refusal.value.status_code == 504
+    assert refusal.pool_reason == "not_ready" and refusal.status_code == 504
     said = int(re.search(r"did not answer within (\d+) s", message).group(1))
     assert abs(said - waited) <= 1.5
     assert "nothing listens on its ports" in message
@@ -293,12 +296,9 @@ async def test_a_pod_on_a_node_that_never_starts_is_explained_with_true_numbers(
     configure_server(cluster, **{"GPUPoolKubernetes.launch_timeout": 5.0,
                                  "GPUPoolKubernetes.progress_interval": 1.0})
     km = managers("gpu-pool-kubernetes-small")
-    t0 = time.monotonic()
-    with pytest.raises(KernelStartRefused) as refusal:
-        await km.start_kernel()
-    waited = time.monotonic() - t0
-    message = str(refusal.value)
-    assert refusal.value.pool_reason == "launch_timeout" and refusal.value.status_code == 504
+    refusal, waited = await timed_refusal(km)
+    message = str(refusal)
+    assert refusal.pool_reason == "launch_timeout" and refusal.status_code == 504
     said = int(re.search(r"did not start within (\d+) s", message).group(1))
     assert abs(said - waited) <= 1.0  # the number the user reads is the wait they had
     assert "placed on node 'gpu-node-gone'" in message and "not ready" in message

@@ -4,7 +4,6 @@ nothing, and the work grows with the events, not with the queue's length times t
 from __future__ import annotations
 
 import heapq
-import math
 import random
 
 import pytest

@@ -11,7 +11,7 @@ from jupyter_gpu_pool.pool import (
     parse_profile,
     parse_profiles,
 )
-from jupyter_gpu_pool.pool.quotas import first_excess
+from jupyter_gpu_pool.pool.quotas import excesses
 
 GiB = 2**30
 
@@ -117,9 +117,12 @@ def test_bad_quotas_name_the_quota_and_field(quota, words):
     assert words in str(err.value)
 
 
-def test_first_excess_reports_the_limit_passed():
+def test_excesses_report_each_limit_passed_in_order():
     quota = Quota(memory=40 * GiB, sm_percent=100, kernels=2)
-    assert first_excess(quota, Usage(30 * GiB, 0, 1), Usage(10 * GiB, 0, 1)) is None
-    assert first_excess(quota, Usage(30 * GiB, 0, 1), Usage(20 * GiB, 0, 1))[0] == "GPU memory"
-    assert first_excess(quota, Usage(0, 0, 2), Usage(10 * GiB, 0, 1))[0] == "kernels"
-    assert first_excess(quota, Usage(0, 75, 1), Usage(GiB, 50, 1))[0] == "SM share"
+    assert excesses(quota, Usage(30 * GiB, 0, 1), Usage(10 * GiB, 0, 1)) == []
+    assert excesses(quota, Usage(30 * GiB, 0, 1), Usage(20 * GiB, 0, 1)) == [
+        ("GPU memory", "40 GiB", "30 GiB", "20 GiB")]
+    assert [e[0] for e in excesses(quota, Usage(0, 0, 2), Usage(10 * GiB, 0, 1))] == ["kernels"]
+    assert [e[0] for e in excesses(quota, Usage(0, 75, 1), Usage(GiB, 50, 1))] == ["SM share"]
+    assert [e[0] for e in excesses(quota, Usage(30 * GiB, 75, 2), Usage(20 * GiB, 50, 1))] == [
+        "kernels", "GPU memory", "SM share"]
