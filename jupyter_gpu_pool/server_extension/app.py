@@ -29,6 +29,7 @@ from .hibernation_handlers import resume_handlers
 from .hibernation_hook import HibernationHook
 from .hibernation_websocket import install_transparent_resume
 from .identity import is_personal_server
+from .notebooks import Notebooks
 from .recorder import Recorder
 
 
@@ -127,7 +128,8 @@ class GPUPoolExtension(ExtensionApp):
         self.backend = self._make_backend()
         event_logger = self.serverapp.event_logger
         events.register(event_logger)
-        self.recorder = Recorder(self.backend, event_logger)
+        notebooks = Notebooks(self.serverapp.session_manager)
+        self.recorder = Recorder(self.backend, event_logger, notebooks)
         source = self.telemetry_source_class() if self.telemetry_source_class else None
         self.sampler = self.backend.make_sampler(source, self.backend.policy.thresholds, self.telemetry_history)
         if self.hibernator is None:
@@ -140,7 +142,7 @@ class GPUPoolExtension(ExtensionApp):
         self.culler = Culler(kernel_manager=km, backend=self.backend, sampler=self.sampler, recorder=self.recorder,
                              web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
                              exempt_server_culler=self.exempt_from_server_culler, activity=activity,
-                             concurrency=self.cull_concurrency)
+                             concurrency=self.cull_concurrency, notebooks=notebooks)
         self.server_context = self.culler.context
         self._tasks: list[asyncio.Task] = []
         self._stop: asyncio.Event | None = None  # set once the loops run

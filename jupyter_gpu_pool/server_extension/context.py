@@ -1,8 +1,9 @@
 """What the REST views read of this server: one small, read-only :class:`ServerContext`.
 
 The views (``views``, ``dashboard``), the handlers and the activity trace read the kernel manager,
-the sampler, the hibernation hook, the policy and the culler's memory of each kernel (its warning
-and snoozes, the last pass's facts, the actions under way).  They read them here, never through the
+the sampler, the hibernation hook, the policy, the notebook each kernel serves (jupyter_server's
+sessions) and the culler's memory of each kernel (its warning and snoozes, the last pass's facts,
+the actions under way).  They read them here, never through the
 culler: the culler owns that memory and acts; this context only shows it (the mappings are
 read-only views of the culler's own, so they are always current).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..devices.telemetry import Sampler
@@ -21,6 +22,7 @@ from ..pool.rules import Policy
 from ..pool.profiles import MPS
 from .backend import PoolBackend
 from .hibernation_hook import HibernationHook
+from .notebooks import Notebooks
 
 
 @dataclass
@@ -42,6 +44,7 @@ class ServerContext:
     seen: Mapping[str, Seen]  # the last pass's facts and decision, per kernel
     acting: Mapping[str, asyncio.Task]  # this server's actions under way, by kernel
     passes: Callable[[], int]  # culling passes done
+    notebooks: Notebooks = field(default_factory=Notebooks)  # which notebook each kernel serves now
 
     @property
     def hibernator(self) -> HibernationHook:

@@ -41,6 +41,7 @@ from .activity import ActivityRecorder
 from .backend import PoolBackend
 from .context import Seen, ServerContext
 from .hibernation_hook import HibernationHook
+from .notebooks import Notebooks
 from .recorder import Recorder
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class Culler:
     def __init__(self, *, kernel_manager, backend: PoolBackend, sampler, recorder: Recorder,
                  web_settings: dict | None = None, hibernator_getter=HibernationHook,
                  exempt_server_culler: bool = True, clock=time.time, activity: ActivityRecorder | None = None,
-                 concurrency: int = 10):
+                 concurrency: int = 10, notebooks: Notebooks | None = None):
         self.km = kernel_manager
         self.backend = backend
         self.sampler = sampler
@@ -75,7 +76,8 @@ class Culler:
         self.slots = asyncio.Semaphore(concurrency)  # the policy's actions in flight at once
         self.context = ServerContext(km=kernel_manager, backend=backend, sampler=sampler, hook=hibernator_getter,
                                      states=MappingProxyType(self.states), seen=MappingProxyType(self.seen),
-                                     acting=MappingProxyType(self.acting), passes=lambda: self.passes)
+                                     acting=MappingProxyType(self.acting), passes=lambda: self.passes,
+                                     notebooks=notebooks or Notebooks())
 
     @property
     def policy(self) -> Policy:
@@ -277,6 +279,7 @@ class Culler:
                                                declared=outcome.declared, extra=when)
                     return
             why = "released by its user" if user_release else f"culled: {reason} (rule {rule.name!r})"
+            name = await self.context.notebooks.name(lease)  # its session ends with it
             if not await self.shutdown(kid, why, lease, expect=expect):
                 return
             if user_release and note:
@@ -284,7 +287,8 @@ class Culler:
             if note:
                 message = f"{message} ({note})"
             await self.recorder.record("released" if user_release else "culled", lease, reason=reason,
-                                       message=message, rule=rule.name, action=P.SHUTDOWN, note=note, extra=when)
+                                       message=message, rule=rule.name, action=P.SHUTDOWN, note=note, name=name,
+                                       extra=when)
         except Exception:
             log.exception("kernel %s: %s (%s) failed", kid, action, reason)
 

@@ -10,15 +10,19 @@ can draw how the slices shared a GPU.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from ..pool import ACTIVE, Snapshot
 from .backend import PoolBackend
 from .context import ServerContext
+from .notebooks import name_of
 
 WINDOW_MAX = 24 * 3600.0  # seconds of readings one request may ask for
 
 
-def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapshot, window: float) -> dict:
+def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapshot, window: float,
+              notebooks: Mapping[str, str]) -> dict:
+    """``notebooks``: the notebook each kernel of this server serves now (``ServerContext.notebooks``)."""
     now = time.time()
     start = now - window
     gpus = []
@@ -32,7 +36,8 @@ def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapsho
             continue
         readings = [r for r in context.sampler.history(lease.kernel_id) if r.at >= start]
         kernels.append({
-            "kernel_id": lease.kernel_id, "owner": lease.owner, "name": lease.label, "profile": lease.profile,
+            "kernel_id": lease.kernel_id, "owner": lease.owner, "name": name_of(lease, notebooks),
+            "profile": lease.profile,
             "gpus": list(lease.gpus), "slice_memory": lease.memory if not lease.whole else None,
             "held_since": lease.state_since,
             "samples": [[r.at, r.memory_used, r.utilization] for r in readings],

@@ -149,7 +149,7 @@ class SnoozeHandler(PoolAPIHandler):
             raise api_error(e.status, e.reason, e.message) from None
         snapshot = await self.ext.backend.snapshot()
         self.send(views.kernel_object(lease, backend=self.ext.backend, context=context, snapshot=snapshot,
-                                      now=time.time()))
+                                      now=time.time(), notebooks=await context.notebooks.paths()))
 
 
 class KernelActionHandler(PoolAPIHandler):
@@ -212,8 +212,9 @@ class TelemetryHandler(PoolAPIHandler):
             raise api_error(400, "bad_window", f"'window' must be a number of seconds above 0 and at most "
                                                f"{dashboard.WINDOW_MAX:g}, not {shown!r}.") from None
         snapshot = await self.ext.backend.snapshot()
-        self.send(dashboard.telemetry(backend=self.ext.backend, context=self.ext.server_context,
-                                      snapshot=snapshot, window=window))
+        context = self.ext.server_context
+        self.send(dashboard.telemetry(backend=self.ext.backend, context=context, snapshot=snapshot, window=window,
+                                      notebooks=await context.notebooks.paths()))
 
 
 def handlers() -> list[tuple[str, type]]:

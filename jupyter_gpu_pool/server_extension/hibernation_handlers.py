@@ -48,8 +48,9 @@ class ResumeHandler(PoolAPIHandler):
             raise api_error(500, "resume_failed", f"The resume failed: {err}")
         snapshot = await self.ext.backend.snapshot()
         current = snapshot.lease_of_kernel(kernel_id) or lease
-        self.send(views.kernel_object(current, backend=self.ext.backend, context=self.ext.server_context,
-                                      snapshot=snapshot, now=time.time()), status=202)
+        context = self.ext.server_context
+        self.send(views.kernel_object(current, backend=self.ext.backend, context=context, snapshot=snapshot,
+                                      now=time.time(), notebooks=await context.notebooks.paths()), status=202)
 
 
 def resume_handlers() -> list[tuple[str, type]]:

@@ -13,6 +13,7 @@ import logging
 
 from ..pool import Lease
 from . import events, metrics
+from .notebooks import Notebooks
 
 log = logging.getLogger(__name__)
 
@@ -21,21 +22,25 @@ _EVENT_ACTION = {"hibernation_failed": "refused"}
 
 
 class Recorder:
-    def __init__(self, backend, event_logger=None):
+    def __init__(self, backend, event_logger=None, notebooks: Notebooks | None = None):
         self.backend = backend
         self.event_logger = event_logger
+        self.notebooks = notebooks or Notebooks()  # the entry names the notebook as it is called now
 
     async def record(self, kind: str, lease: Lease, *, reason: str = "", message: str = "", rule: str | None = None,
                      dry_run: bool = False, deadline: float | None = None, action: str | None = None,
                      note: str | None = None, duration: float | None = None, bytes: int | None = None,
-                     declared: bool = False, extra: dict | None = None) -> None:
+                     declared: bool = False, name: str | None = None, extra: dict | None = None) -> None:
         """Journal, event, metric and log line for one thing that happened to ``lease``'s kernel.
 
         ``action``: what was (or will be) done (hibernate, shutdown, resume); ``rule``: the policy rule
         that decided it; ``note``: why it was done another way (hibernation unavailable, so shut down);
-        ``declared``: a hibernation or resume on declared GPUs (no GPU memory to move)."""
+        ``declared``: a hibernation or resume on declared GPUs (no GPU memory to move); ``name``: the
+        kernel's notebook as named before it was shut down (by default, as it is named now)."""
+        if name is None:
+            name = await self.notebooks.name(lease)
         detail = {"source": "policy", "message": message, "dry_run": dry_run, "rule": rule, "action": action,
-                  "profile": lease.profile, "name": lease.label, **(extra or {})}
+                  "profile": lease.profile, "name": name, **(extra or {})}
         for key, value in (("deadline", deadline), ("note", note), ("duration", duration), ("bytes", bytes)):
             if value is not None:
                 detail[key] = value

@@ -9,6 +9,7 @@ that moment.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
@@ -18,6 +19,7 @@ from ..pool.units import unix_time
 from . import dashboard
 from .backend import PoolBackend
 from .context import ServerContext
+from .notebooks import name_of
 
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
 RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
@@ -35,9 +37,10 @@ def gpu_refs(backend: PoolBackend, uuids) -> list[dict]:
 
 
 def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext, snapshot: Snapshot,
-                  now: float) -> dict:
+                  now: float, notebooks: Mapping[str, str]) -> dict:
     """One kernel as the user sees it.  Kernels of other servers (same user, shared ledger) show
-    what the ledger knows, with null for what only their own server knows."""
+    what the ledger knows, with null for what only their own server knows.  ``notebooks``: the
+    notebook each kernel of this server serves now (``ServerContext.notebooks``)."""
     kid = lease.kernel_id
     profile = backend.profile(lease.profile)
     kernel = context.kernel(kid)
@@ -80,7 +83,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
     return {
         "kernel_id": kid,
         "lease_id": lease.id,
-        "name": lease.label,
+        "name": name_of(lease, notebooks),  # the notebook's path now: it follows a rename
         "profile": lease.profile,
         "profile_display_name": profile.display_name if profile else lease.profile,
         "slice": {"label": str(spec) if spec else "", "memory": lease.memory if not lease.whole else None,
@@ -167,7 +170,9 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
             continue
         members = [lease for lease in snapshot.leases if group in lease.groups]
         groups.append({"name": group, "quota": quota.to_dict(), "usage": usage_of(members).to_dict()})
-    kernels = [kernel_object(lease, backend=backend, context=context, snapshot=snapshot, now=now) for lease in mine]
+    notebooks = await context.notebooks.paths()
+    kernels = [kernel_object(lease, backend=backend, context=context, snapshot=snapshot, now=now, notebooks=notebooks)
+               for lease in mine]
     leased = {lease.kernel_id for lease in mine}
     queue = []
     for w in snapshot.waiters:
@@ -212,6 +217,7 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
                      "free_memory": u.free_memory, "exclusive": u.exclusive, "slices": u.leases,
                      "utilization": context.sampler.device_utilization(g.uuid)})
     leases = []
+    notebooks = await context.notebooks.paths()
     for lease in snapshot.leases:
         item = lease.to_dict()
         reading = context.sampler.reading(lease.kernel_id)
@@ -219,7 +225,7 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         kernel = context.kernel(lease.kernel_id)
         here = kernel is not None
         execution_state = kernel.execution_state if here else None
-        item.update({"label": lease.label, "here": here, "execution_state": execution_state,
+        item.update({"label": name_of(lease, notebooks), "here": here, "execution_state": execution_state,
                      "idle_since": (unix_time(kernel.last_activity)
                                     if here and execution_state != "busy" else None),
                      "actions": admin_actions(lease, context),
