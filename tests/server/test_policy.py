@@ -13,14 +13,13 @@ from jupyter_gpu_pool.pool.policy import (
     WITHDRAW,
     Facts,
     KernelState,
-    Rule,
     SnoozeRefused,
     Warning,
     decide,
     snooze,
 )
 from jupyter_gpu_pool.pool import rules as R
-from jupyter_gpu_pool.pool.rules import parse_policy
+from jupyter_gpu_pool.pool.rules import Rule, parse_policy
 from jupyter_gpu_pool.pool.units import parse_duration
 
 NOW = 10_000.0
