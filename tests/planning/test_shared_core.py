@@ -89,11 +89,13 @@ def states(draw):
 
 @settings(max_examples=400, deadline=None)
 @given(facts, rules, states(), st.booleans(), st.booleans(), st.lists(st.floats(0, 1), min_size=1, max_size=6))
-def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, pressure, dry_run, fractions):
+def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, reclaim, dry_run, fractions):
+    """Chosen for a waiter or not (``reclaim``, held the same), as the replay re-judges a kernel whose
+    choice changes."""
     now = NOW
     # the state the replay keeps is the one decide returned: start from it
-    state = P.decide(f, rule, now, state, pressure=pressure, dry_run=dry_run).state
-    until = P.quiet_until(f, rule, now, state, pressure=pressure, dry_run=dry_run)
+    state = P.decide(f, rule, now, state, reclaim=reclaim, dry_run=dry_run).state
+    until = P.quiet_until(f, rule, now, state, reclaim=reclaim, dry_run=dry_run)
     assert until >= now
     if until == now:
         return
@@ -102,5 +104,5 @@ def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, pressure, dry
         t = now + fraction * span
         if t >= until:
             continue
-        later = P.decide(f, rule, t, state, pressure=pressure, dry_run=dry_run)
+        later = P.decide(f, rule, t, state, reclaim=reclaim, dry_run=dry_run)
         assert later.verb == P.NONE and later.state == state, (t, until, later)
