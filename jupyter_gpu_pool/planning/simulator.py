@@ -45,6 +45,7 @@ from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE,
 
 # Where a session's kernel is.
 ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE = range(7)
+_NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
 _USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _PASS, _SAMPLE = range(7)
 
@@ -112,6 +113,7 @@ class Replay:
         self._kernels: list[_Kernel] = []
         self._busy_share = 0.0
         self._asleep = 0
+        self._idle_rules = False  # a kernel started under a rule with an idle timeout (only such are reclaimed)
         self._reclaimed: dict[tuple[float, float], set[_Kernel]] = {}  # per grid: chosen for a waiter at its last pass
         self._due: dict[tuple[float, float], list] = {}  # per grid: (wake, seq, kernel), the earliest first
         self._judge_all = every_pass or bool(config.budgets.budgets)
@@ -363,6 +365,7 @@ class Replay:
         k.state = RUNNING
         k.kstate, k.busy_since, k.last_activity, k.use, k.reading = P.FRESH, None, None, None, (0, 0.0)
         self._grids[k.grid][k] = None
+        self._idle_rules = self._idle_rules or self._rule(k).idle_timeout is not None
         k.wake = 0.0
         heapq.heappush(self._due[k.grid], (0.0, next(self._seq), k))
         self.tally.served(k.s.id, now - k.ask_at, k.asking)
@@ -479,8 +482,8 @@ class Replay:
                     judged.append(k)
         # Whether a kernel is chosen for a waiter is part of what decide is told: a kernel that comes into
         # or out of the choice is judged this pass (its quiet_until held for the choice it had).
-        reclaimed = self._reclaim(members, now, facts, budgets) if self.pool.queue else set()
-        before = self._reclaimed.get(grid, set())
+        reclaimed = self._reclaim(members, now, facts, budgets) if self.pool.queue and self._idle_rules else _NOBODY
+        before = self._reclaimed.get(grid, _NOBODY)
         if reclaimed != before:
             judged.extend(k for k in reclaimed ^ before if k in members and k not in judged)
         self._reclaimed[grid] = reclaimed
@@ -548,7 +551,7 @@ class Replay:
             if found is not None:
                 candidates.append(found)
         if not candidates:
-            return set()
+            return _NOBODY
         pool = self.pool
         usage = list(pool.usage.values())
         needs = []

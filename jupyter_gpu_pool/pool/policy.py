@@ -225,9 +225,18 @@ def quiet_until(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH
     """Until when :func:`decide` keeps answering ``none`` and leaving ``state`` as it is, for these facts
     and this ``reclaim`` (``now`` itself when it might not).  A replay that knows a kernel's facts and
     whether it is chosen for a waiter stay the same skips its passes until then: the answer is decide's
-    own rules read ahead, not a second policy.  (Once not warned for a choice as it is warned already of
-    something as soon, it stays so: ``now`` only grows.)"""
-    conditions = _conditions(facts, rule, _reclaiming(reclaim, rule, now, state))
+    own rules read ahead, not a second policy."""
+    reclaiming = _reclaiming(reclaim, rule, now, state)
+    until = _quiet_until(_conditions(facts, rule, reclaiming), now, state, dry_run)
+    warning = state.warning
+    if reclaiming and warning is not None and warning.reason != PRESSURE:
+        # from when that warning's deadline is within the rule's warning time on, the choice warns no more
+        until = min(until, warning.deadline - rule.warn)
+    return until
+
+
+def _quiet_until(conditions: list[tuple[float, str, bool, float]], now: float, state: KernelState,
+                 dry_run: bool) -> float:
     best = _earliest(conditions, state)
     if best is None or best[0] - best[2] > now:
         in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)
