@@ -114,7 +114,8 @@ class Replay:
         self._busy_share = 0.0
         self._asleep = 0
         self._idle_rules = False  # a kernel started under a rule with an idle timeout (only such are reclaimed)
-        self._reclaimed: dict[tuple[float, float], set[_Kernel]] = {}  # per grid: chosen for a waiter at its last pass
+        # per grid: the kernels chosen for a waiter at its last pass
+        self._reclaimed: dict[tuple[float, float], frozenset[_Kernel] | set[_Kernel]] = {}
         self._due: dict[tuple[float, float], list] = {}  # per grid: (wake, seq, kernel), the earliest first
         self._judge_all = every_pass or bool(config.budgets.budgets)
         self._step = max((workload.end - workload.start) / timeline_points, 1.0)
@@ -527,7 +528,7 @@ class Replay:
             memory_used=k.reading[0] if use is not None else None, can_hibernate=k.can, why=k.why,
             budget=budgets[lease.owner])
 
-    def _reclaim(self, members, now: float, facts: dict, budgets: dict) -> set[_Kernel]:
+    def _reclaim(self, members, now: float, facts: dict, budgets: dict) -> frozenset[_Kernel] | set[_Kernel]:
         """The kernels of this culler's server to give their slices back to the queue's waiters now, as
         the culler's ``reclaim`` chooses them (``pool.reclaim.choose_reclaim``, the same inputs): the
         candidates among its idle kernels, the whole pool's leases, each waiter with the GPUs it may take,

@@ -218,8 +218,8 @@ RECLAIM_POLICY = [  # candidates for a waiter after 3 s idle (60 s × 0.05); war
 async def test_a_replay_reclaims_for_a_waiter_what_the_live_pool_reclaimed(jp_fetch, ext, pool_home, tmp_path):
     """The pool full of idle kernels (a whole GPU; four 10 GiB slices on the other), all candidates, and a
     start that queues for 10 GiB: the live culler takes back one 10 GiB kernel, the longest idle (warned,
-    reason pressure, then hibernated; not the whole GPU), and the start gets its slice.  The replay of the recorded trace
-    chooses the same kernel (pool.reclaim), the same decisions within a pass, and nobody else."""
+    reason pressure, then hibernated; not the whole GPU), and the start gets its slice.  The replay of the
+    recorded trace chooses the same kernel (pool.reclaim), the same decisions within a pass, nobody else."""
     whole = await start_kernel(jp_fetch, "gpu-pool-whole")
     small = [await start_kernel(jp_fetch, "gpu-pool-small") for _ in range(4)]
     assert len({lease_of(pool_home, k).gpus for k in small}) == 1  # GPU 0 (or 1) full, the whole GPU the other

@@ -141,11 +141,10 @@ def test_the_replay_reclaims_the_kernel_the_pure_choice_takes_for_a_waiter():
     [waiter] = pool.queue
     assert waiter.kernel_id == "f"
     leases = list({lease.id: lease for held in pool.on_gpu.values() for lease in held.values()}.values())
-    rule = queued.policy.rule_for("a", ("students",), "slice", "")
     candidates = []
     for lease in leases:
-        can = lease.kernel_id != "x"
-        action = P.release_action(queued.policy.rule_for(lease.owner, lease.groups, lease.profile, ""), can, None)[0]
+        rule = queued.policy.rule_for(lease.owner, lease.groups, lease.profile, "")
+        action = P.release_action(rule, lease.kernel_id != "x", None)[0]  # x cannot hibernate
         found = Rc.candidate(lease, rule, action, idle_since=lease.created, busy=False, now=ASKED + 1)
         if found is not None:
             candidates.append(found)
