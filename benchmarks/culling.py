@@ -80,7 +80,7 @@ def bench_pass() -> dict:
         start = time.perf_counter()
         for user, groups, profile, spec, facts, state in kernels:
             rule = policy.rule_for(user, groups, profile, spec)
-            d = P.decide(facts, rule, now, state, pressure=False, dry_run=False)
+            d = P.decide(facts, rule, now, state, dry_run=False)
             verbs[d.verb] = verbs.get(d.verb, 0) + 1
         times.append(time.perf_counter() - start)
     best, median = min(times), statistics.median(times)

@@ -10,7 +10,9 @@ start giving up.  What the pool decides is the pool core's, called as the live p
   ``queue_timeout`` (a resume waits as long as it takes), as ``local/waiting.py`` does;
 - a culling pass: each kernel's facts from ``pool.culling.kernel_facts`` (GPU use through
   ``pool.gpu_use.GPUUse``), the rule from ``Policy.rule_for``, the decision from
-  ``pool.policy.decide`` under ``pool.culling.pressure``; a snooze through ``pool.policy.snooze``;
+  ``pool.policy.decide``; while someone waits in the queue, the kernels chosen to give their slices
+  back to the waiters by ``pool.reclaim.choose_reclaim`` (as the culler's ``reclaim``), each then
+  decided with ``reclaim=True``; a snooze through ``pool.policy.snooze``;
 - carrying out: a shutdown frees the slice at once; a hibernation holds it for the checkpoint's time
   (``costs``) and then frees it, and the policy's memory of the kernel starts afresh, as the culler's;
 - a hibernation its user or an admin asked for (Release GPU) happens when they asked, as the culler's
@@ -28,10 +30,11 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from ..pool import SOFT, PoolExhausted, Profile, Waiter
+from ..pool import HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
 from ..pool import culling as C
 from ..pool import policy as P
-from ..pool.allocation import Ask, Grant
+from ..pool import reclaim as R
+from ..pool.allocation import Ask, Grant, resume_candidates
 from ..pool.gpu_use import GPUUse
 from ..pool.placement import choose
 from .configuration import Configuration, PlanError
@@ -42,6 +45,7 @@ from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE,
 
 # Where a session's kernel is.
 ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE = range(7)
+_NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
 _USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _PASS, _SAMPLE = range(7)
 
@@ -109,7 +113,9 @@ class Replay:
         self._kernels: list[_Kernel] = []
         self._busy_share = 0.0
         self._asleep = 0
-        self._pressure: dict[tuple[float, float], bool] = {}
+        self._idle_rules = False  # a kernel started under a rule with an idle timeout (only such are reclaimed)
+        # per grid: the kernels chosen for a waiter at its last pass
+        self._reclaimed: dict[tuple[float, float], frozenset[_Kernel] | set[_Kernel]] = {}
         self._due: dict[tuple[float, float], list] = {}  # per grid: (wake, seq, kernel), the earliest first
         self._judge_all = every_pass or bool(config.budgets.budgets)
         self._step = max((workload.end - workload.start) / timeline_points, 1.0)
@@ -360,6 +366,7 @@ class Replay:
         k.state = RUNNING
         k.kstate, k.busy_since, k.last_activity, k.use, k.reading = P.FRESH, None, None, None, (0, 0.0)
         self._grids[k.grid][k] = None
+        self._idle_rules = self._idle_rules or self._rule(k).idle_timeout is not None
         k.wake = 0.0
         heapq.heappush(self._due[k.grid], (0.0, next(self._seq), k))
         self.tally.served(k.s.id, now - k.ask_at, k.asking)
@@ -458,16 +465,14 @@ class Replay:
         members = self._grids[grid]
         if not members:
             return
-        pressure = C.pressure(self.pool.queue)
         dry_run = self.policy.dry_run
         budgets: dict[str, object] = {}
+        facts: dict[_Kernel, tuple[P.Rule, P.Facts]] = {}  # this pass's, each kernel's read once
         # A kernel whose facts did not change since the policy said until when it stays quiet is skipped
-        # until then (policy.quiet_until); a change of pressure changes everyone's facts, and budget
-        # facts move with every lease of their owner, so with budgets every kernel is judged every pass.
-        everyone = pressure != self._pressure.get(grid) or self._judge_all
-        self._pressure[grid] = pressure
+        # until then (policy.quiet_until); budget facts move with every lease of their owner, so with
+        # budgets every kernel is judged every pass.
         due = self._due[grid]
-        if everyone:
+        if self._judge_all:
             judged = list(members)
             due.clear()
         else:
@@ -476,31 +481,24 @@ class Replay:
                 wake, _, k = heapq.heappop(due)
                 if wake == k.wake and k in members:
                     judged.append(k)
+        # Whether a kernel is chosen for a waiter is part of what decide is told: a kernel that comes into
+        # or out of the choice is judged this pass (its quiet_until held for the choice it had).
+        reclaimed = self._reclaim(members, now, facts, budgets) if self.pool.queue and self._idle_rules else _NOBODY
+        before = self._reclaimed.get(grid, _NOBODY)
+        if reclaimed != before:
+            judged.extend(k for k in reclaimed ^ before if k in members and k not in judged)
+        self._reclaimed[grid] = reclaimed
         judged.sort(key=_started_first)  # as the culler goes through its kernels: the oldest first
         for k in judged:
             if k.state not in (RUNNING, ASLEEP):
                 k.wake = 0.0
                 heapq.heappush(due, (0.0, next(self._seq), k))
                 continue  # a move is under way (its lease has a phase): the culler leaves it alone
-            lease = k.lease
-            rule = self._rule(k)
-            if k.use is not None and k.state == RUNNING:  # the sampler's latest reading
-                k.use.record(now, k.reading[0], k.reading[1], self.thresholds)
-            execution = "busy" if k.busy else "idle"
-            k.busy_since = C.busy_since(k.busy_since, execution, k.last_activity, now)
-            if lease.owner not in budgets:
-                budgets[lease.owner] = self.pool.standing(lease.owner, lease.groups, now)
-            threshold = rule.gpu_idle_threshold
-            use = k.use
-            facts = C.kernel_facts(
-                lease, execution_state=execution, last_activity=k.last_activity, busy_since=k.busy_since,
-                gpu_active=use.last_active(threshold) if use is not None else None,
-                gpu_idle_since=use.idle_since(threshold) if use is not None else None,
-                memory_used=k.reading[0] if use is not None else None, can_hibernate=k.can, why=k.why,
-                budget=budgets[lease.owner])
-            decision = P.decide(facts, rule, now, k.kstate, pressure=pressure, dry_run=dry_run)
+            rule, f = facts.get(k) or self._facts(k, now, budgets)
+            chosen = k in reclaimed
+            decision = P.decide(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run)
             k.kstate = decision.state
-            k.wake = max(P.quiet_until(facts, rule, now, k.kstate, pressure=pressure, dry_run=dry_run), now + 1e-6)
+            k.wake = max(P.quiet_until(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run), now + 1e-6)
             if k.wake != math.inf:
                 heapq.heappush(due, (k.wake, next(self._seq), k))
             if decision.verb == P.WARN:
@@ -509,6 +507,66 @@ class Replay:
                 self.tally.decision(now, k.s.id, "act", decision.reason, decision.action, decision.dry_run)
                 if not decision.dry_run:
                     self._act(k, now, decision.action)
+
+    def _facts(self, k: _Kernel, now: float, budgets: dict) -> tuple[P.Rule, P.Facts]:
+        """The kernel's rule and facts at this pass, as the culler reads them (the sampler's latest reading
+        recorded first)."""
+        lease = k.lease
+        rule = self._rule(k)
+        use = k.use
+        if use is not None and k.state == RUNNING:  # the sampler's latest reading
+            use.record(now, k.reading[0], k.reading[1], self.thresholds)
+        execution = "busy" if k.busy else "idle"
+        k.busy_since = C.busy_since(k.busy_since, execution, k.last_activity, now)
+        if lease.owner not in budgets:
+            budgets[lease.owner] = self.pool.standing(lease.owner, lease.groups, now)
+        threshold = rule.gpu_idle_threshold
+        return rule, C.kernel_facts(
+            lease, execution_state=execution, last_activity=k.last_activity, busy_since=k.busy_since,
+            gpu_active=use.last_active(threshold) if use is not None else None,
+            gpu_idle_since=use.idle_since(threshold) if use is not None else None,
+            memory_used=k.reading[0] if use is not None else None, can_hibernate=k.can, why=k.why,
+            budget=budgets[lease.owner])
+
+    def _reclaim(self, members, now: float, facts: dict, budgets: dict) -> frozenset[_Kernel] | set[_Kernel]:
+        """The kernels of this culler's server to give their slices back to the queue's waiters now, as
+        the culler's ``reclaim`` chooses them (``pool.reclaim.choose_reclaim``, the same inputs): the
+        candidates among its idle kernels, the whole pool's leases, each waiter with the GPUs it may take,
+        its kernels being hibernated as room coming, and those warned for a waiter already."""
+        candidates, freeing, warned = [], set(), set()
+        for k in members:
+            if k.state == HIBERNATING:
+                freeing.add(k.lease.kernel_id)
+                continue
+            if k.state != RUNNING or k.busy or k.kstate.snoozed_until > now:
+                continue  # not a candidate whatever its facts (pool.reclaim.candidate): spare reading them
+            rule = self._rule(k)
+            if rule.idle_timeout is None:
+                continue
+            rule, f = facts[k] = self._facts(k, now, budgets)
+            if k.kstate.warning is not None and k.kstate.warning.reason == P.PRESSURE:
+                warned.add(k.lease.kernel_id)
+            action = P.release_action(rule, f.can_hibernate, f.hibernate_unavailable)[0]
+            found = R.candidate(k.lease, rule, action, idle_since=f.last_activity, busy=False, now=now,
+                                snoozed_until=k.kstate.snoozed_until)
+            if found is not None:
+                candidates.append(found)
+        if not candidates:
+            return _NOBODY
+        pool = self.pool
+        usage = list(pool.usage.values())
+        needs = []
+        for w in pool.queue:
+            only = None
+            if w.lease_id is not None:  # a resume lands on its last GPUs' model (the ledger's rule)
+                waiting = self._waiting.get(w.id)
+                if waiting is not None and waiting.lease is not None and waiting.lease.state == HIBERNATED:
+                    only = resume_candidates(usage, waiting.lease.last_gpus, same_gpu=False, same_model=True)
+            needs.append(R.Need(w, only))
+        leases = list({lease.id: lease for held in pool.on_gpu.values() for lease in held.values()}.values())
+        chosen = R.choose_reclaim([u.gpu for u in usage], leases, needs, candidates, freeing=freeing, warned=warned)
+        ids = {c.kernel_id for c in chosen}
+        return {k for k in members if k.lease is not None and k.lease.kernel_id in ids}
 
     def _act(self, k: _Kernel, now: float, action: str) -> None:
         if action == P.HIBERNATE and k.state == RUNNING:

@@ -13,13 +13,6 @@ from .leases import ACTIVE, HIBERNATED, Lease
 from .policy import Facts
 
 
-def pressure(waiters) -> bool:
-    """Someone waits for a slice.  The capacity planner's replay still tightens idle timeouts by the
-    rule's ``pressure_factor`` then; the server reclaims the least that serves the waiters instead
-    (:mod:`.reclaim`)."""
-    return bool(waiters)
-
-
 def busy_since(previous: float | None, execution_state: str, last_activity: float | None, now: float) -> float | None:
     """When the kernel's running execution began, as passes see it: kept from the pass that first saw
     it busy (its last activity then, or the pass's time); None once it is not busy."""

@@ -111,8 +111,7 @@ def release_action(rule: Rule, can_hibernate: bool, why_not: str | None) -> tupl
     return SHUTDOWN, None
 
 
-def _conditions(facts: Facts, rule: Rule, pressure: bool,
-                reclaim: bool = False) -> list[tuple[float, str, bool, float]]:
+def _conditions(facts: Facts, rule: Rule, reclaim: bool = False) -> list[tuple[float, str, bool, float]]:
     """(when due, reason, snoozable, warning lead) for every limit that applies to the kernel now.
     ``reclaim``: the kernel is chosen (``pool.reclaim``) for a waiter: due already, warned ``rule.warn``
     ahead like any other action."""
@@ -123,15 +122,14 @@ def _conditions(facts: Facts, rule: Rule, pressure: bool,
         if rule.max_hibernated is not None:
             found.append((facts.state_since + rule.max_hibernated, MAX_HIBERNATED, True, rule.warn))
         return found
-    factor = rule.pressure_factor if pressure else 1.0
     if (facts.isolation == SOFT and facts.memory_used is not None and facts.memory_limit is not None
             and facts.memory_used > facts.memory_limit):
         found.append((float("-inf"), OVER_MEMORY, False, rule.over_memory_grace))
     # Anything but busy counts: a kernel no client ever talked to stays "starting" for jupyter_server.
     if rule.idle_timeout is not None and facts.execution_state != "busy":
-        found.append((facts.last_activity + rule.idle_timeout * factor, IDLE, True, rule.warn))
+        found.append((facts.last_activity + rule.idle_timeout, IDLE, True, rule.warn))
     if rule.gpu_idle_timeout is not None and facts.gpu_idle_since is not None:
-        found.append((facts.gpu_idle_since + rule.gpu_idle_timeout * factor, GPU_IDLE, True, rule.warn))
+        found.append((facts.gpu_idle_since + rule.gpu_idle_timeout, GPU_IDLE, True, rule.warn))
     if rule.max_busy is not None and facts.execution_state == "busy" and facts.busy_since is not None:
         found.append((facts.busy_since + rule.max_busy, MAX_BUSY, True, rule.warn))
     if facts.budget_due is not None:  # warned from 90% of the budget on, acted on at 100%; no snooze adds time
@@ -154,12 +152,11 @@ def _earliest(conditions: list[tuple[float, str, bool, float]],
     return best
 
 
-def next_action(facts: Facts, rule: Rule, state: KernelState = FRESH, *,
-                pressure: bool = False) -> tuple[float, str, str] | None:
+def next_action(facts: Facts, rule: Rule, state: KernelState = FRESH) -> tuple[float, str, str] | None:
     """When the policy will act on the kernel if nothing changes (it stays idle, nobody snoozes):
     (time, reason, action), or None where no limit applies.  What a user reads on an idle kernel's
     card ("will be hibernated at 14:05 if still idle"); the warning comes ``rule.warn`` before."""
-    best = _earliest(_conditions(facts, rule, pressure), state)
+    best = _earliest(_conditions(facts, rule), state)
     if best is None:
         return None
     action = SHUTDOWN if facts.state == HIBERNATED else release_action(rule, facts.can_hibernate,
@@ -167,18 +164,20 @@ def next_action(facts: Facts, rule: Rule, state: KernelState = FRESH, *,
     return best[0], best[1], action
 
 
+def _reclaiming(reclaim: bool, rule: Rule, now: float, state: KernelState) -> bool:
+    """Whether a kernel chosen for a waiter is warned for it: not where it was warned already of another
+    action as soon (a second warning would only postpone it)."""
+    warning = state.warning
+    return reclaim and not (warning is not None and warning.reason != PRESSURE and warning.deadline <= now + rule.warn)
+
+
 def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
-           pressure: bool = False, reclaim: bool = False, dry_run: bool = False) -> Decision:
+           reclaim: bool = False, dry_run: bool = False) -> Decision:
     """What to do with one kernel now.  Pure: same inputs, same decision.
 
     ``reclaim``: the kernel is chosen to give its slice back to a waiter (``pool.reclaim``); it is
-    warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more.
-    ``pressure`` (the capacity planner's approximation of the same) multiplies the idle timeouts by
-    the rule's ``pressure_factor``; the server's culler reclaims instead."""
-    if reclaim and state.warning is not None and state.warning.reason != PRESSURE \
-            and state.warning.deadline <= now + rule.warn:
-        reclaim = False  # warned already of an action as soon: a second warning would only postpone it
-    conditions = _conditions(facts, rule, pressure, reclaim)
+    warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more."""
+    conditions = _conditions(facts, rule, _reclaiming(reclaim, rule, now, state))
     best = _earliest(conditions, state)
     in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)  # nothing close to due
 
@@ -221,12 +220,23 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
                     dry_run=dry_run)
 
 
-def quiet_until(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *, pressure: bool = False,
+def quiet_until(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *, reclaim: bool = False,
                 dry_run: bool = False) -> float:
     """Until when :func:`decide` keeps answering ``none`` and leaving ``state`` as it is, for these facts
-    (``now`` itself when it might not).  A replay that knows a kernel's facts stay the same skips its
-    passes until then: the answer is decide's own rules read ahead, not a second policy."""
-    conditions = _conditions(facts, rule, pressure)
+    and this ``reclaim`` (``now`` itself when it might not).  A replay that knows a kernel's facts and
+    whether it is chosen for a waiter stay the same skips its passes until then: the answer is decide's
+    own rules read ahead, not a second policy."""
+    reclaiming = _reclaiming(reclaim, rule, now, state)
+    until = _quiet_until(_conditions(facts, rule, reclaiming), now, state, dry_run)
+    warning = state.warning
+    if reclaiming and warning is not None and warning.reason != PRESSURE:
+        # from when that warning's deadline is within the rule's warning time on, the choice warns no more
+        until = min(until, warning.deadline - rule.warn)
+    return until
+
+
+def _quiet_until(conditions: list[tuple[float, str, bool, float]], now: float, state: KernelState,
+                 dry_run: bool) -> float:
     best = _earliest(conditions, state)
     if best is None or best[0] - best[2] > now:
         in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)

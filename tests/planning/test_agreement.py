@@ -203,3 +203,45 @@ async def test_a_hibernation_its_user_asked_for_is_replayed_when_they_asked(jp_f
     assert result["hibernated"] == 1 and result["requested_by_users"] == 1 and result["resumed"] == 1
     assert result["decisions"] == [] and result["shut_down"] == 0
     assert replay["recorded"]["agrees"] and replay["recorded"]["matched"] == 0, replay["recorded"]
+
+
+RECLAIM_POLICY = [  # candidates for a waiter after 3 s idle (60 s × 0.05); warned 2 s ahead
+    {"name": "small", "match": {"profile": "small"}, "idle_timeout": 60, "pressure_factor": 0.05, "warn": 2,
+     "gpu_idle_timeout": None, "action": "hibernate", "max_hibernated": None},
+    {"name": "whole", "match": {"profile": "whole"}, "idle_timeout": 600, "pressure_factor": 0.005, "warn": 2,
+     "gpu_idle_timeout": None, "action": "hibernate", "max_hibernated": None},
+]
+
+
+@pytest.mark.policy(rules=RECLAIM_POLICY)
+@pytest.mark.pool_settings(start_queue_timeout=120)
+async def test_a_replay_reclaims_for_a_waiter_what_the_live_pool_reclaimed(jp_fetch, ext, pool_home, tmp_path):
+    """The pool full of idle kernels (a whole GPU; four 10 GiB slices on the other), all candidates, and a
+    start that queues for 10 GiB: the live culler takes back one 10 GiB kernel, the longest idle (warned,
+    reason pressure, then hibernated; not the whole GPU), and the start gets its slice.  The replay of the
+    recorded trace chooses the same kernel (pool.reclaim), the same decisions within a pass, nobody else."""
+    whole = await start_kernel(jp_fetch, "gpu-pool-whole")
+    small = [await start_kernel(jp_fetch, "gpu-pool-small") for _ in range(4)]
+    assert len({lease_of(pool_home, k).gpus for k in small}) == 1  # GPU 0 (or 1) full, the whole GPU the other
+    await asyncio.sleep(4)  # all idle long enough to be candidates; nobody waits: nothing is warned
+    assert not [e for e in pool_home.ledger().journal() if e.kind == "warned"]
+
+    waiter = await asyncio.wait_for(start_kernel(jp_fetch, "gpu-pool-small"), 60)  # queued, then served
+    await asyncio.sleep(3 * INTERVAL)  # more passes: nothing more is taken back once it is served
+    for kid in (whole, *small, waiter):
+        await jp_fetch("api", "kernels", kid, method="DELETE")
+    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+
+    live, refused = live_decisions(pool_home)
+    [taken] = live  # one kernel, a 10 GiB one (which: the longest idle by jupyter_server's last activity)
+    assert taken in small and refused == []
+    assert [x[1:] for x in live[taken]] == [("warn", "pressure", "hibernate"), ("act", "pressure", "hibernate")]
+
+    trace = tmp_path / "trace.jsonl"
+    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
+    assert done.returncode == 0, done.stderr
+    replay = simulate_json("--trace", str(trace), "--decisions")
+    [result] = replay["configurations"][0]["results"]
+    assert_same_decisions(live, replayed_by_kernel(result))
+    assert result["hibernated"] == 1 and result["shut_down"] == 0
+    assert replay["recorded"]["agrees"], replay["recorded"]

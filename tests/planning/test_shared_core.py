@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from planning_helpers import T0, configuration, session, workload
+
+from jupyter_gpu_pool.planning.simulator import Replay
 
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, Lease
 from jupyter_gpu_pool.pool import culling as C
 from jupyter_gpu_pool.pool import policy as P
+from jupyter_gpu_pool.pool import reclaim as Rc
 from jupyter_gpu_pool.pool import rules as R
 from jupyter_gpu_pool.pool.budgets import Budget, Scope, Standing
 from jupyter_gpu_pool.pool.gpu_use import GPUUse
@@ -89,11 +93,13 @@ def states(draw):
 
 @settings(max_examples=400, deadline=None)
 @given(facts, rules, states(), st.booleans(), st.booleans(), st.lists(st.floats(0, 1), min_size=1, max_size=6))
-def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, pressure, dry_run, fractions):
+def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, reclaim, dry_run, fractions):
+    """Chosen for a waiter or not (``reclaim``, held the same), as the replay re-judges a kernel whose
+    choice changes."""
     now = NOW
     # the state the replay keeps is the one decide returned: start from it
-    state = P.decide(f, rule, now, state, pressure=pressure, dry_run=dry_run).state
-    until = P.quiet_until(f, rule, now, state, pressure=pressure, dry_run=dry_run)
+    state = P.decide(f, rule, now, state, reclaim=reclaim, dry_run=dry_run).state
+    until = P.quiet_until(f, rule, now, state, reclaim=reclaim, dry_run=dry_run)
     assert until >= now
     if until == now:
         return
@@ -102,5 +108,61 @@ def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, pressure, dry
         t = now + fraction * span
         if t >= until:
             continue
-        later = P.decide(f, rule, t, state, pressure=pressure, dry_run=dry_run)
+        later = P.decide(f, rule, t, state, reclaim=reclaim, dry_run=dry_run)
         assert later.verb == P.NONE and later.state == state, (t, until, later)
+
+
+# The reclaim scene of issue 22: a whole-GPU kernel on GPU 0; on GPU 1 four 10 GiB kernels, the one idle
+# longest ("x") unable to hibernate; all idle past idle_timeout × pressure_factor when "f" asks for 10 GiB.
+RECLAIM_RULE = [{"name": "idle", "idle_timeout": 1800, "gpu_idle_timeout": None, "warn": 60, "action": "hibernate",
+                 "pressure_factor": 0.5, "max_hibernated": None}]
+ASKED = T0 + 1000
+
+
+def reclaim_scene(end: float, **settings):
+    config = configuration(gpus=2, memory="40GiB", policy=RECLAIM_RULE, **settings)
+    sessions = [session("W", T0, profile="whole"),
+                session("x", T0 + 10, can_hibernate=False, why="an MPS client cannot be checkpointed"),
+                session("a", T0 + 20), session("b", T0 + 30), session("c", T0 + 40), session("f", ASKED)]
+    w = workload(sessions, interval=30.0)
+    w.end = end
+    r = Replay(w, config, config.pool_of(2), keep_decisions=True)
+    return r, r.run()
+
+
+def test_the_replay_reclaims_the_kernel_the_pure_choice_takes_for_a_waiter():
+    """The scene as it stands when f has queued: the pure choice (pool.reclaim) from the pool's leases,
+    the waiter and each idle kernel as a candidate takes back one 10 GiB kernel that keeps its state, the
+    longest idle of those (not x, which would lose its variables; not the whole GPU).  The replay warns
+    that kernel and no other (reason pressure, the rule's warning time), hibernates it at the deadline,
+    and f starts on its slice; nobody else is warned although all are past the pressure factor."""
+    queued, _ = reclaim_scene(ASKED + 1, start_queue_timeout=3600)
+    pool = queued.pool
+    [waiter] = pool.queue
+    assert waiter.kernel_id == "f"
+    leases = list({lease.id: lease for held in pool.on_gpu.values() for lease in held.values()}.values())
+    candidates = []
+    for lease in leases:
+        rule = queued.policy.rule_for(lease.owner, lease.groups, lease.profile, "")
+        action = P.release_action(rule, lease.kernel_id != "x", None)[0]  # x cannot hibernate
+        found = Rc.candidate(lease, rule, action, idle_since=lease.created, busy=False, now=ASKED + 1)
+        if found is not None:
+            candidates.append(found)
+    assert {c.kernel_id for c in candidates} == {"W", "a", "b", "c"}  # x would lose its state: never
+    chosen = Rc.choose_reclaim(list(pool.gpus.values()), leases, [Rc.Need(waiter)], candidates)
+    assert [(c.kernel_id, c.action) for c in chosen] == [("a", P.HIBERNATE)]
+
+    _, tally = reclaim_scene(ASKED + 600, start_queue_timeout=3600)
+    decisions = [(d.kernel, d.verb, d.reason, d.action) for d in tally.decisions]
+    assert decisions == [("a", "warn", P.PRESSURE, P.HIBERNATE), ("a", "act", P.PRESSURE, P.HIBERNATE)]
+    warned, acted = (d.at for d in tally.decisions)
+    assert ASKED <= warned <= ASKED + 30 and acted >= warned + 60  # the next pass; the rule's warning time
+    assert tally.hibernated == 1 and tally.shut_down == 0
+    assert len(tally.waits) == 6 and 60 <= max(tally.waits) <= 120  # f waited for a's checkpoint, then started
+
+
+def test_a_refused_start_reclaims_nothing():
+    """The same scene with the queue off: f is refused at once, is no waiter, and nobody is warned."""
+    _, tally = reclaim_scene(ASKED + 600, start_queue_timeout=0)
+    assert [(r[1], r[2]) for r in tally.refused_asks] == [("f", "pool_exhausted")]
+    assert tally.decisions == [] and tally.hibernated == tally.shut_down == 0

@@ -176,11 +176,13 @@ def test_the_virtual_pool_grants_and_refuses_as_the_sqlite_ledger_does(tmp_path)
           start_queue_timeout=120)),
 ])
 def test_skipping_the_passes_that_cannot_change_a_kernel_changes_nothing(make, config):
-    """The replay skips a kernel's passes until policy.quiet_until; judging every pass gives the same."""
+    """The replay skips a kernel's passes until policy.quiet_until (and re-judges a kernel as it comes into or
+    out of the reclaim's choice for the queue's waiters); judging every pass gives the same."""
     w, c = make(), configuration(**config)
     fast = Replay(w, c, c.pool_of(len(c.gpus)), keep_decisions=True).run()
     slow = Replay(w, c, c.pool_of(len(c.gpus)), keep_decisions=True, every_pass=True).run()
     assert fast.decisions and fast.decisions == slow.decisions
+    assert any(d.reason == "pressure" for d in fast.decisions)  # kernels chosen for waiters, and released
     assert fast.to_dict() == slow.to_dict()
 
 

@@ -25,10 +25,9 @@ def test_a_kernel_that_cannot_hibernate_will_be_shut_down():
     assert P.next_action(facts(can_hibernate=False, hibernate_unavailable="MPS"), RULE) == (1600.0, P.IDLE, P.SHUTDOWN)
 
 
-def test_a_keep_alive_and_pressure_move_the_time():
+def test_a_keep_alive_moves_the_time():
     snoozed = P.KernelState(snoozes_used=1, snoozed_until=2000.0)
     assert P.next_action(facts(), RULE, snoozed)[0] == 2000.0
-    assert P.next_action(facts(), RULE, pressure=True)[0] == 1000.0 + 600.0 * RULE.pressure_factor
 
 
 def test_the_first_limit_due_wins_and_a_hibernated_kernel_is_shut_down_at_its_limit():

@@ -113,15 +113,9 @@ CASES = [
      KernelState(snoozes_used=1, snoozed_until=NOW + 59), {}, WARN, "idle", "shutdown", NOW + 60),
     ("over memory is not snoozable", facts(memory_used=11 * 2**30, memory_limit=10 * 2**30), rule(),
      KernelState(snoozes_used=1, snoozed_until=NOW + 600), {}, WARN, "over_memory", "shutdown", NOW + 120),
-    # pressure: someone waits for a slice
-    ("pressure tightens idle", facts(last_activity=NOW - 300), rule(idle_timeout=600, pressure_factor=0.5), FRESH,
-     {"pressure": True}, WARN, "idle", "shutdown", NOW + 60),
-    ("no pressure, same kernel", facts(last_activity=NOW - 300), rule(idle_timeout=600, pressure_factor=0.5), FRESH,
-     {}, NONE, None, None, None),
-    ("pressure tightens gpu idle", facts(gpu_idle_since=NOW - 600), rule(gpu_idle_timeout=1800,
-     pressure_factor=0.25), FRESH, {"pressure": True}, WARN, "gpu_idle", "shutdown", NOW + 60),
-    ("pressure leaves max_age alone", facts(started=NOW - 50000), rule(max_age=86400, pressure_factor=0.1), FRESH,
-     {"pressure": True}, NONE, None, None, None),
+    # someone waits for a slice: the timeouts stay as they are (pool.reclaim chooses whom to take back)
+    ("a waiter does not tighten idle", facts(last_activity=NOW - 300), rule(idle_timeout=600, pressure_factor=0.5),
+     FRESH, {}, NONE, None, None, None),
     # dry run: decides and reports, once
     ("dry run warns", facts(last_activity=NOW - 700), rule(idle_timeout=600), FRESH, {"dry_run": True},
      WARN, "idle", "shutdown", NOW + 60),
