@@ -5,8 +5,9 @@ It runs on the server's event loop and never blocks it: the ledger and NVML are 
 actions (shutdown, hibernation) run as their own tasks so that one slow checkpoint does not hold up
 the pass (at most ``concurrency`` of the policy's at once).  What is under way on a kernel is the
 ledger's to say (the lease's phase: a shutdown claims the lease by compare-and-set, the hibernator
-claims it for a move), so a kernel with a phase is left alone; the culler keeps only the policy's memory of each kernel (its warning and snoozes)
-and its own running tasks, which it shows the REST views through a read-only :class:`ServerContext`.
+claims it for a move), so a kernel with a phase is left alone; the culler keeps only the policy's
+memory of each kernel (its warning and snoozes) and its own running tasks, which it shows the REST
+views through a read-only :class:`ServerContext`.
 Everything that acts, warns or is snoozed is put on record through the :class:`Recorder`; what a user
 reads of an action done on request is written in ``messages``.  Admins' requests for this server's
 kernels arrive on the pool's journal (``admin_requests``) and are carried out here, like a user's own.
