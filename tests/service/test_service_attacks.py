@@ -15,7 +15,7 @@ import psutil
 import pytest
 from service_helpers import Connection, identity, probe_waits, raw, request, uid_of, user_env, wait_for
 
-from jupyter_gpu_pool.service.server import JOURNAL_CAPS
+from jupyter_gpu_pool.service.operations import JOURNAL_CAPS
 
 pytestmark = pytest.mark.timeout(300)
 
