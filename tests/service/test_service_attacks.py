@@ -5,7 +5,6 @@ read her settings or file entries about her kernels.  Each attack as bob would r
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
