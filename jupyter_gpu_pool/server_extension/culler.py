@@ -31,7 +31,6 @@ from ..periodic import every
 from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import culling as C
 from ..pool import reclaim as R
-from ..pool.allocation import resume_candidates
 from ..pool.phases import HIBERNATING, STOPPING
 from ..pool.budgets import Standing
 from ..pool import policy as P
@@ -182,13 +181,7 @@ class Culler:
             return set()
         hibernated = {lease.id: lease for lease in snapshot.leases if lease.state == HIBERNATED}
         usage = snapshot.gpus
-        needs = []
-        for w in snapshot.waiters:
-            waiting = hibernated.get(w.lease_id) if w.lease_id else None
-            only = None
-            if waiting is not None:  # a resume lands on its last GPUs' model (the ledger's rule)
-                only = resume_candidates(usage, waiting.last_gpus, same_gpu=False, same_model=True)
-            needs.append(R.Need(w, only))
+        needs = R.needs(snapshot.waiters, usage, lambda w: hibernated.get(w.lease_id) if w.lease_id else None)
         freeing = {kid for kid, (_k, lease) in kernels.items() if self.context.busy(kid) or lease.phase in (
             HIBERNATING, STOPPING)}
         warned = {kid for kid, state in self.states.items() if state.warning and state.warning.reason == P.PRESSURE}
