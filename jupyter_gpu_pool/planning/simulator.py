@@ -34,7 +34,7 @@ from ..pool import HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
 from ..pool import culling as C
 from ..pool import policy as P
 from ..pool import reclaim as R
-from ..pool.allocation import Ask, Grant, resume_candidates
+from ..pool.allocation import Ask, Grant
 from ..pool.gpu_use import GPUUse
 from ..pool.placement import choose
 from .configuration import Configuration, PlanError
@@ -555,14 +555,14 @@ class Replay:
             return _NOBODY
         pool = self.pool
         usage = list(pool.usage.values())
-        needs = []
-        for w in pool.queue:
-            only = None
-            if w.lease_id is not None:  # a resume lands on its last GPUs' model (the ledger's rule)
-                waiting = self._waiting.get(w.id)
-                if waiting is not None and waiting.lease is not None and waiting.lease.state == HIBERNATED:
-                    only = resume_candidates(usage, waiting.lease.last_gpus, same_gpu=False, same_model=True)
-            needs.append(R.Need(w, only))
+
+        def resuming(w: Waiter):
+            waiting = self._waiting.get(w.id) if w.lease_id is not None else None
+            if waiting is not None and waiting.lease is not None and waiting.lease.state == HIBERNATED:
+                return waiting.lease
+            return None
+
+        needs = R.needs(pool.queue, usage, resuming)
         leases = list({lease.id: lease for held in pool.on_gpu.values() for lease in held.values()}.values())
         chosen = R.choose_reclaim([u.gpu for u in usage], leases, needs, candidates, freeing=freeing, warned=warned)
         ids = {c.kernel_id for c in chosen}

@@ -18,11 +18,11 @@ room coming.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import combinations
 
-from .allocation import gpu_usage
+from .allocation import gpu_usage, resume_candidates
 from .gpus import GPU
 from .leases import ACTIVE, Lease
 from .placement import BINPACK, GPUUsage, choose
@@ -56,6 +56,17 @@ class Need:
 
     waiter: Waiter
     only: tuple[str, ...] | None = None
+
+
+def needs(waiters: Iterable[Waiter], usage: list[GPUUsage], resuming: Callable[[Waiter], Lease | None]) -> list[Need]:
+    """Each waiter in queue order with the GPUs it may take: the resume of a hibernated lease
+    (``resuming(waiter)``, None for a start) lands on its last GPUs' model (the ledger's rule)."""
+    found = []
+    for waiter in waiters:
+        lease = resuming(waiter)
+        only = None if lease is None else resume_candidates(usage, lease.last_gpus, same_gpu=False, same_model=True)
+        found.append(Need(waiter, only))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

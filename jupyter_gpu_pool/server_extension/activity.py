@@ -16,7 +16,7 @@ ledger, or the pool service):
   admin asked for (an ``act`` with reason ``user`` or ``admin``, at the time asked).
 
 Never any code, output or notebook name.  Every event goes out through ``pool.trace.clipped``, so that
-what is recorded is within what a reader accepts.  A failure to write is logged and never stops the context.
+what is recorded is within what a reader accepts.  A failure to write is logged and never stops the culler.
 """
 
 from __future__ import annotations

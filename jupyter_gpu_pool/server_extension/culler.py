@@ -5,8 +5,9 @@ It runs on the server's event loop and never blocks it: the ledger and NVML are 
 actions (shutdown, hibernation) run as their own tasks so that one slow checkpoint does not hold up
 the pass (at most ``concurrency`` of the policy's at once).  What is under way on a kernel is the
 ledger's to say (the lease's phase: a shutdown claims the lease by compare-and-set, the hibernator
-claims it for a move), so a kernel with a phase is left alone; the culler keeps only the policy's memory of each kernel (its warning and snoozes)
-and its own running tasks, which it shows the REST views through a read-only :class:`ServerContext`.
+claims it for a move), so a kernel with a phase is left alone; the culler keeps only the policy's
+memory of each kernel (its warning and snoozes) and its own running tasks, which it shows the REST
+views through a read-only :class:`ServerContext`.
 Everything that acts, warns or is snoozed is put on record through the :class:`Recorder`; what a user
 reads of an action done on request is written in ``messages``.  Admins' requests for this server's
 kernels arrive on the pool's journal (``admin_requests``) and are carried out here, like a user's own.
@@ -30,7 +31,6 @@ from ..periodic import every
 from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import culling as C
 from ..pool import reclaim as R
-from ..pool.allocation import resume_candidates
 from ..pool.phases import HIBERNATING, STOPPING
 from ..pool.budgets import Standing
 from ..pool import policy as P
@@ -181,13 +181,7 @@ class Culler:
             return set()
         hibernated = {lease.id: lease for lease in snapshot.leases if lease.state == HIBERNATED}
         usage = snapshot.gpus
-        needs = []
-        for w in snapshot.waiters:
-            waiting = hibernated.get(w.lease_id) if w.lease_id else None
-            only = None
-            if waiting is not None:  # a resume lands on its last GPUs' model (the ledger's rule)
-                only = resume_candidates(usage, waiting.last_gpus, same_gpu=False, same_model=True)
-            needs.append(R.Need(w, only))
+        needs = R.needs(snapshot.waiters, usage, lambda w: hibernated.get(w.lease_id) if w.lease_id else None)
         freeing = {kid for kid, (_k, lease) in kernels.items() if self.context.busy(kid) or lease.phase in (
             HIBERNATING, STOPPING)}
         warned = {kid for kid, state in self.states.items() if state.warning and state.warning.reason == P.PRESSURE}

@@ -28,6 +28,7 @@ from .turns import Turns
 
 MAX_WAITERS = 8  # places one user may hold in the queue at once
 MAX_ROWS = 10_000  # leases in one reply (the journal's reads have their limit, the trace's pages theirs)
+MAX_TRACE_EVENTS = 1000  # trace events in one trace_record request
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,8 +402,8 @@ class Operations:
     async def op_trace_record(self, caller: Caller, peer: Peer, args: Args) -> int:
         """Activity of the caller's own kernels (admins: anyone's), kept as the admin's settings say."""
         raw = args.get("events")
-        if not isinstance(raw, list) or len(raw) > 1000:
-            raise ProtocolError("'events' must be a list of at most 1000 trace events")
+        if not isinstance(raw, list) or len(raw) > MAX_TRACE_EVENTS:
+            raise ProtocolError(f"'events' must be a list of at most {MAX_TRACE_EVENTS} trace events")
         events = []
         for i, item in enumerate(raw):
             try:

@@ -35,13 +35,13 @@ from . import protocol
 from .arguments import Args
 from .enforcement import GPUMemoryHeld, GPUProcesses, GPUUnreadable, Enforcement
 from .identity import Caller, Identities, NoSuchUser, Peer, peer_of
-from .operations import JOURNAL_CAPS, MAX_ROWS, MAX_WAITERS, Busy, Denied, Operations, TooLarge
+from .operations import MAX_ROWS, Busy, Denied, Operations, TooLarge
 from .turns import Turns
 
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 128  # per user at once: a server uses one per thread (up to 32 each); more is a client gone wrong
-__all__ = ["JOURNAL_CAPS", "MAX_CONNECTIONS", "MAX_WAITERS", "Args", "PoolService", "StartError"]
+__all__ = ["MAX_CONNECTIONS", "PoolService", "StartError"]
 
 
 class StartError(RuntimeError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 
 import pytest
 from planning_helpers import GiB, jupyter, simulate_json
@@ -56,6 +57,15 @@ def replayed_by_kernel(result: dict) -> dict[str, list[tuple]]:
     for d in result["decisions"]:
         found.setdefault(d["kernel"], []).append((d["t"], d["verb"], d["reason"], d["action"]))
     return found
+
+
+def export_and_replay(tmp_path) -> tuple[Path, dict]:
+    """The pool's trace exported by ``jupyter gpu-pool trace export`` and its replay's --json (with
+    --decisions) by ``simulate``."""
+    trace = tmp_path / "trace.jsonl"
+    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
+    assert done.returncode == 0, done.stderr
+    return trace, simulate_json("--trace", str(trace), "--decisions")
 
 
 def assert_same_decisions(live: dict, replayed: dict) -> None:
@@ -112,10 +122,7 @@ async def test_a_replay_of_the_recorded_trace_decides_what_the_live_pool_decided
     assert ("act", "idle", "hibernate") in [x[1:] for x in live[b]]
     assert len(refused) == 1 and refused[0][1] == "pool_exhausted"
 
-    trace = tmp_path / "trace.jsonl"
-    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
-    assert done.returncode == 0, done.stderr
-    replay = simulate_json("--trace", str(trace), "--decisions")
+    _, replay = export_and_replay(tmp_path)
 
     [config] = replay["configurations"]
     [result] = config["results"]
@@ -157,10 +164,7 @@ async def test_a_replay_decides_gpu_idle_and_over_memory_as_the_live_pool_did(jp
     assert [x[1:] for x in live[a]] == [("warn", "over_memory", "shutdown"), ("act", "over_memory", "shutdown")]
     assert [x[1:] for x in live[b]] == [("warn", "gpu_idle", "shutdown"), ("act", "gpu_idle", "shutdown")]
 
-    trace = tmp_path / "trace.jsonl"
-    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
-    assert done.returncode == 0, done.stderr
-    replay = simulate_json("--trace", str(trace), "--decisions")
+    _, replay = export_and_replay(tmp_path)
     [result] = replay["configurations"][0]["results"]
     assert_same_decisions(live, replayed_by_kernel(result))
     assert result["shut_down"] == 2 and replay["recorded"]["agrees"], replay["recorded"]
@@ -193,12 +197,9 @@ async def test_a_hibernation_its_user_asked_for_is_replayed_when_they_asked(jp_f
     await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED, 60, what="shut down by its user")
     await asyncio.sleep(2 * INTERVAL)
 
-    trace = tmp_path / "trace.jsonl"
-    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
-    assert done.returncode == 0, done.stderr
+    trace, replay = export_and_replay(tmp_path)
     [request] = [e for e in map(json.loads, trace.read_text().splitlines()[1:-1]) if e["e"] == "act"]
     assert (request["r"], request["a"]) == ("user", "hibernate") and asked <= request["t"] <= asked + INTERVAL
-    replay = simulate_json("--trace", str(trace), "--decisions")
     [result] = replay["configurations"][0]["results"]
     assert result["hibernated"] == 1 and result["requested_by_users"] == 1 and result["resumed"] == 1
     assert result["decisions"] == [] and result["shut_down"] == 0
@@ -237,10 +238,7 @@ async def test_a_replay_reclaims_for_a_waiter_what_the_live_pool_reclaimed(jp_fe
     assert taken in small and refused == []
     assert [x[1:] for x in live[taken]] == [("warn", "pressure", "hibernate"), ("act", "pressure", "hibernate")]
 
-    trace = tmp_path / "trace.jsonl"
-    done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
-    assert done.returncode == 0, done.stderr
-    replay = simulate_json("--trace", str(trace), "--decisions")
+    _, replay = export_and_replay(tmp_path)
     [result] = replay["configurations"][0]["results"]
     assert_same_decisions(live, replayed_by_kernel(result))
     assert result["hibernated"] == 1 and result["shut_down"] == 0

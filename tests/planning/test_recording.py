@@ -19,6 +19,7 @@ from jupyter_gpu_pool.pool import RELEASED
 from jupyter_gpu_pool.pool.gpus import parse_inventory
 from jupyter_gpu_pool.pool.trace import MAX_LIST, MAX_TEXT, TraceEvent, clipped
 from jupyter_gpu_pool.service.identity import Caller, Peer
+from jupyter_gpu_pool.service.operations import MAX_TRACE_EVENTS
 from jupyter_gpu_pool.service.server import PoolService
 
 SECRET = "SECRET-7f3a"
@@ -180,6 +181,10 @@ def test_through_the_service_users_record_and_export_their_own_and_admins_all(tm
     assert refused["error"]["reason"] == "not_yours"
     bad = box.ask("alice", "trace_record", events=[alice[0], {"t": -1, "e": "busy", "k": "ka"}])
     assert bad["error"]["reason"] == "bad_request" and "events[1]: 't' must be a time" in bad["error"]["message"]
+    batch = [{"t": t, "e": "busy", "k": "ka"}] * (MAX_TRACE_EVENTS + 1)
+    too_many = box.ask("alice", "trace_record", events=batch)
+    assert too_many["error"]["reason"] == "bad_request" and \
+        f"at most {MAX_TRACE_EVENTS} trace events" in too_many["error"]["message"]
     assert len(box.pool.ledger.trace_export()[0]) == 4  # the refused requests wrote nothing
 
     def owners(user, admin=False, **args):

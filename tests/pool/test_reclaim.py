@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpu_pool.pool import policy as P
+from jupyter_gpu_pool.pool.allocation import gpu_usage
 from jupyter_gpu_pool.pool.gpus import GPU
 from jupyter_gpu_pool.pool.leases import ACTIVE, HIBERNATED, Lease
 from jupyter_gpu_pool.pool.queue import Waiter
-from jupyter_gpu_pool.pool.reclaim import Candidate, Need, candidate, choose_reclaim
+from jupyter_gpu_pool.pool.reclaim import Candidate, Need, candidate, choose_reclaim, needs
 from jupyter_gpu_pool.pool.rules import HIBERNATE, SHUTDOWN, Rule
 from jupyter_gpu_pool.pool.slices import SliceSpec
 
@@ -162,3 +163,12 @@ def test_a_kernel_warned_already_of_an_action_as_soon_keeps_that_warning_and_its
     assert chosen.verb == P.NONE and chosen.deadline == NOW + 90.0 and chosen.state.warning == idle.state.warning
     done = P.decide(facts, RULE, NOW + 90, chosen.state, reclaim=True)
     assert (done.verb, done.reason) == (P.ACT, P.IDLE)
+
+
+def test_a_resume_needs_its_last_gpus_model_and_a_start_any_gpu():
+    other = GPU("GPU-2", "Other GPU", 80 * GiB, 2)
+    usage = gpu_usage([G0, G1, other], [])
+    hibernated = {"L-w1": lease("w1", 10, "GPU-1", state=HIBERNATED)}
+    queue = [waiter(10, "w1"), waiter(10, "w2", resume=False), waiter(10, "w3")]  # w3's lease is not hibernated
+    found = needs(queue, usage, lambda w: hibernated.get(w.lease_id))
+    assert [(n.waiter.id, n.only) for n in found] == [("w1", ("GPU-0", "GPU-1")), ("w2", None), ("w3", None)]

@@ -229,6 +229,42 @@ for line in sys.stdin.buffer:
 """
 
 
+PROBE = """
+import json, socket, sys, time
+path, seconds, reads_journal = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "journal"
+s = socket.socket(socket.AF_UNIX); s.connect(path); s.settimeout(60); replies = s.makefile("rb")
+def ask(op, **args):
+    started = time.monotonic()
+    s.sendall(json.dumps({"id": 1, "op": op, "args": args}).encode() + b"\\n")
+    reply = json.loads(replies.readline())
+    assert reply["ok"], reply
+    return reply["result"], time.monotonic() - started
+waits, i, end = {"whoami": [], "allocate": [], "release": []}, 0, time.monotonic() + seconds
+if reads_journal:
+    waits["journal"] = []
+while time.monotonic() < end:
+    waits["whoami"].append(ask("whoami")[1])
+    if reads_journal:
+        waits["journal"].append(ask("journal", limit=50)[1])
+    lease, took = ask("allocate", kernel_id=f"k-{sys.argv[4]}-{i}", profile="small")
+    waits["allocate"].append(took)
+    waits["release"].append(ask("release", lease_id=lease["id"])[1])
+    i += 1
+    time.sleep(0.05)
+print(json.dumps(waits), flush=True)
+"""
+
+
+def probe_waits(lab, name: str, seconds: float, reads_journal: bool = False) -> dict[str, list[float]]:
+    """The user's requests, one after another for ``seconds`` from a process of theirs (who am I, a read
+    of their journal if ``reads_journal``, an allocation and its release): how long each answer took, by op."""
+    done = subprocess.run([sys.executable, "-c", PROBE, lab.socket, str(seconds),
+                           "journal" if reads_journal else "-", name], **identity(name), env=user_env(lab, name),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
 class Connection:
     """One connection to the service held open by a process of the user's (the socket's peer, so the
     manager of what it allocates), for requests one at a time: cheaper than a process a request."""

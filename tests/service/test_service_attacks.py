@@ -5,7 +5,6 @@ read her settings or file entries about her kernels.  Each attack as bob would r
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -13,9 +12,9 @@ import time
 
 import psutil
 import pytest
-from service_helpers import Connection, identity, raw, request, uid_of, user_env, wait_for
+from service_helpers import Connection, identity, probe_waits, raw, request, uid_of, user_env, wait_for
 
-from jupyter_gpu_pool.service.server import JOURNAL_CAPS
+from jupyter_gpu_pool.service.operations import JOURNAL_CAPS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -102,29 +101,6 @@ for t in threads: t.join()
 print(json.dumps(done), flush=True)
 """
 
-PROBE = """
-import json, socket, sys, time
-path, seconds = sys.argv[1], float(sys.argv[2])
-s = socket.socket(socket.AF_UNIX); s.connect(path); s.settimeout(60); replies = s.makefile("rb")
-def ask(op, **args):
-    started = time.monotonic()
-    s.sendall(json.dumps({"id": 1, "op": op, "args": args}).encode() + b"\\n")
-    reply = json.loads(replies.readline())
-    assert reply["ok"], reply
-    return reply["result"], time.monotonic() - started
-waits, i, end = {"whoami": [], "journal": [], "allocate": [], "release": []}, 0, time.monotonic() + seconds
-while time.monotonic() < end:
-    waits["whoami"].append(ask("whoami")[1])
-    waits["journal"].append(ask("journal", limit=50)[1])
-    lease, took = ask("allocate", kernel_id=f"k-alice-{i}", profile="small")
-    waits["allocate"].append(took)
-    waits["release"].append(ask("release", lease_id=lease["id"])[1])
-    i += 1
-    time.sleep(0.05)
-print(json.dumps(waits), flush=True)
-"""
-
-
 def test_bobs_reads_of_his_largest_journal_from_many_connections_cost_alice_nothing(lab):
     lab.configure(trace_recording=False)
     lab.service()
@@ -148,9 +124,7 @@ def test_bobs_reads_of_his_largest_journal_from_many_connections_cost_alice_noth
                                env=user_env(lab, "bob"), stdout=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)  # his reads under way
-        probe = subprocess.run([sys.executable, "-c", PROBE, lab.socket, str(seconds)], **identity("alice"),
-                               env=user_env(lab, "alice"), capture_output=True, text=True, timeout=120)
-        assert probe.returncode == 0, probe.stderr[-3000:]
+        waits = probe_waits(lab, "alice", seconds, reads_journal=True)
         out, _ = readers.communicate(timeout=120)
     finally:
         readers.kill()
@@ -159,7 +133,6 @@ def test_bobs_reads_of_his_largest_journal_from_many_connections_cost_alice_noth
     reads = json.loads(out)
     assert len(reads) == 6 and sum(n for n, _ in reads) >= 6
     assert min(size for _, size in reads) > 0.7 * JOURNAL_CAPS.bytes  # each read his whole journal
-    waits = json.loads(probe.stdout)
     assert len(waits["allocate"]) >= 5  # alice was served all along
     slowest = {op: max(w) for op, w in waits.items()}
     assert all(w < 1.0 for w in slowest.values()), slowest

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from service_helpers import execute, identity, ledger_dump, raw, request, user_env, wait_for
+from service_helpers import execute, identity, ledger_dump, probe_waits, raw, request, user_env, wait_for
 
 from jupyter_gpu_pool.service.client import ServiceClient, ServiceUnavailable
 from jupyter_gpu_pool.service import protocol
@@ -269,28 +269,6 @@ for t in threads: t.join()
 print(json.dumps(done), flush=True)
 """
 
-PROBE = """
-import json, socket, sys, time
-path, seconds = sys.argv[1], float(sys.argv[2])
-s = socket.socket(socket.AF_UNIX); s.connect(path); s.settimeout(60); replies = s.makefile("rb")
-def ask(op, **args):
-    started = time.monotonic()
-    s.sendall(json.dumps({"id": 1, "op": op, "args": args}).encode() + b"\\n")
-    reply = json.loads(replies.readline())
-    assert reply["ok"], reply
-    return reply["result"], time.monotonic() - started
-waits, i, end = {"whoami": [], "allocate": [], "release": []}, 0, time.monotonic() + seconds
-while time.monotonic() < end:
-    waits["whoami"].append(ask("whoami")[1])
-    lease, took = ask("allocate", kernel_id=f"k-alice-{i}", profile="small")
-    waits["allocate"].append(took)
-    waits["release"].append(ask("release", lease_id=lease["id"])[1])
-    i += 1
-    time.sleep(0.05)
-print(json.dumps(waits), flush=True)
-"""
-
-
 def test_one_users_flood_of_writes_holds_up_nobody_elses_requests(lab):
     """bob writes to the ledger as fast as several connections allow (the largest trace batches and
     journal entries a request may carry); alice's who-am-I, allocations and releases are each answered
@@ -301,14 +279,11 @@ def test_one_users_flood_of_writes_holds_up_nobody_elses_requests(lab):
                              env=user_env(lab, "bob"), stdout=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)  # the flood under way
-        probe = subprocess.run([sys.executable, "-c", PROBE, lab.socket, str(seconds)], **identity("alice"),
-                               env=user_env(lab, "alice"), capture_output=True, text=True, timeout=120)
-        assert probe.returncode == 0, probe.stderr[-3000:]
+        waits = probe_waits(lab, "alice", seconds)
         out, _ = flood.communicate(timeout=120)
     finally:
         flood.kill()
         flood.wait()
-    waits = json.loads(probe.stdout)
     flooded = json.loads(out)
     assert flood.returncode == 0 and len(flooded) == 32
     assert len(waits["allocate"]) >= 3  # alice was served all along, not once at the end

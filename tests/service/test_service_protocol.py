@@ -10,8 +10,8 @@ from jupyter_gpu_pool.pool import GPU, JournalEntry, Lease, SliceSpec, Snapshot,
 from jupyter_gpu_pool.pool.budgets import Budget, Scope, Standing
 from jupyter_gpu_pool.pool.placement import GPUUsage
 from jupyter_gpu_pool.service import protocol
+from jupyter_gpu_pool.service.arguments import Args
 from jupyter_gpu_pool.service.client import _rebuild
-from jupyter_gpu_pool.service.server import Args
 
 LEASE = Lease(id="l1", owner="ann", kernel_id="k1", profile="small", isolation="soft", memory=2**30, sm_percent=None,
               whole=False, gpu_count=1, state="active", gpus=("G0",), last_gpus=("G0",), groups=("students",),

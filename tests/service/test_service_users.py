@@ -13,7 +13,7 @@ import time
 import pytest
 from service_helpers import raw, request, uid_of
 
-from jupyter_gpu_pool.service.server import MAX_WAITERS
+from jupyter_gpu_pool.service.operations import MAX_WAITERS
 
 pytestmark = pytest.mark.timeout(240)
 
