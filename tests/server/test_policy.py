@@ -113,8 +113,9 @@ CASES = [
      KernelState(snoozes_used=1, snoozed_until=NOW + 59), {}, WARN, "idle", "shutdown", NOW + 60),
     ("over memory is not snoozable", facts(memory_used=11 * 2**30, memory_limit=10 * 2**30), rule(),
      KernelState(snoozes_used=1, snoozed_until=NOW + 600), {}, WARN, "over_memory", "shutdown", NOW + 120),
-    # someone waits for a slice: the timeouts stay as they are (pool.reclaim chooses whom to take back)
-    ("a waiter does not tighten idle", facts(last_activity=NOW - 300), rule(idle_timeout=600, pressure_factor=0.5),
+    # decide() has no waiters: a pressure_factor never tightens an idle timeout by itself (under pressure
+    # pool.reclaim chooses whom to take back, and decide(reclaim=True) warns only those)
+    ("pressure_factor alone tightens nothing", facts(last_activity=NOW - 300), rule(idle_timeout=600, pressure_factor=0.5),
      FRESH, {}, NONE, None, None, None),
     # dry run: decides and reports, once
     ("dry run warns", facts(last_activity=NOW - 700), rule(idle_timeout=600), FRESH, {"dry_run": True},
