@@ -22,6 +22,9 @@ import urllib.request
 from pathlib import Path
 from kernel_helpers import free_port
 
+# This checkout's build of the labextension (`jlpm build` in labextension/, or pip install -e .).
+CHECKOUT_BUILD = Path(__file__).resolve().parents[2] / "jupyter_gpu_pool" / "labextension"
+
 DEMO_INVENTORY = [{"name": "Demo GPU", "memory": "40GiB", "sm_count": 108, "count": 2}]
 DEMO_PROFILES = {
     "gpu-10g": {"slice": "10GiB", "isolation": "soft", "display_name": "GPU 10 GiB",
@@ -102,6 +105,13 @@ class LabServer:
         settings.mkdir(parents=True, exist_ok=True)
         (settings / "notification.jupyterlab-settings").write_text(
             json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        # This checkout's build first (the server's data dir comes before the environment's), so that
+        # a worktree's tests load its own bundle, whichever checkout installed the environment's.
+        built = CHECKOUT_BUILD
+        linked = self.data_dir / "labextensions" / "jupyter-gpu-pool"
+        if (built / "package.json").exists() and not linked.exists():
+            linked.parent.mkdir(parents=True, exist_ok=True)
+            linked.symlink_to(built, target_is_directory=True)
 
     def install_kernelspecs(self) -> None:
         subprocess.run([sys.executable, "-m", "jupyter_gpu_pool.cli", "kernelspec", "install", "--user"],
