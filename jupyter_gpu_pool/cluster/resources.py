@@ -39,7 +39,14 @@ KERNEL_COMPONENT = "kernel"
 
 # Kernel phases (status.phase) and reasons (status.reason).
 PENDING, STARTING, RUNNING, STOPPED, FAILED = "Pending", "Starting", "Running", "Stopped", "Failed"
-PHASES = (PENDING, STARTING, RUNNING, STOPPED, FAILED)
+# Hibernation (docs/kubernetes.md): the server asks through spec.desiredState; the operator admits
+# (Running -> Hibernating; Hibernated -> Resuming, or the kernel waits with status.hibernation.queuePosition);
+# the node agent moves the pod's CUDA processes and settles Hibernating -> Hibernated, Resuming -> Running.
+HIBERNATING, HIBERNATED, RESUMING = "Hibernating", "Hibernated", "Resuming"
+PHASES = (PENDING, STARTING, RUNNING, HIBERNATING, HIBERNATED, RESUMING, STOPPED, FAILED)
+# spec.desiredState: what the kernel's server wants (written with the object's resourceVersion: compare-and-set).
+DESIRED_RUNNING, DESIRED_HIBERNATED = "Running", "Hibernated"
+DESIRED_STATES = (DESIRED_RUNNING, DESIRED_HIBERNATED)
 QUOTA_EXCEEDED = "QuotaExceeded"
 UNSCHEDULABLE = "Unschedulable"
 IMAGE_PULL = "ImagePullFailed"
@@ -50,6 +57,9 @@ SERVER_GONE = "ServerGone"
 UNSUPPORTED = "DeviceUnsupported"  # dra: the cluster cannot hold the profile's claim as written
 PREEMPTED = "PodDeleted"
 POD_REFUSED = "PodRefused"  # the API server refused the kernel's pod (a ResourceQuota, an admission policy)
+HIBERNATION_REFUSED = "HibernationRefused"  # nothing moved: the backend, host memory or the node's cap says no
+HIBERNATION_FAILED = "HibernationFailed"  # the agent's checkpoint or restore failed (the message says what state it left)
+WAITING_FOR_ROOM = "WaitingForRoom"  # a resume waits until its node's GPU has the room (queuePosition)
 
 _LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 

@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from .resources import (GROUP, KERNEL_KIND, KERNELS, LABEL_PART_OF, PART_OF, PHASES, POLICIES, POLICY_KIND, QUOTA_KIND,
-                        QUOTAS, VERSION)
+from .resources import (DESIRED_STATES, GROUP, KERNEL_KIND, KERNELS, LABEL_PART_OF, PART_OF, PHASES, POLICIES,
+                        POLICY_KIND, QUOTA_KIND, QUOTAS, VERSION)
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -33,6 +33,10 @@ KERNEL_SCHEMA = {
                 "stopGraceSeconds": {**_INT, "minimum": 0},
                 "image": {**_STR, "description": "The kernel image; must be one the admin allows."},
                 "label": {**_STR, "description": "What the user calls it (the notebook's path)."},
+                "desiredState": {**_STR, "enum": list(DESIRED_STATES),
+                                 "description": "Running (default) or Hibernated: the kernel's server asks, with "
+                                                "the object's resourceVersion; the operator admits, the node agent moves."},
+                "hibernateReason": {**_STR, "description": "Why the server asked (idle, user, admin, pressure)."},
                 "server": {
                     "type": "object",
                     "description": "The Jupyter server that owns the kernel (the only pod allowed to reach it).",
@@ -72,6 +76,15 @@ KERNEL_SCHEMA = {
                     "description": "From the node agent: the pod's GPU memory and SM utilization.",
                     "properties": {"memoryUsed": _INT, "utilization": {"type": "number"},
                                    "devices": _NAMES, "sampledAt": {"type": "number"}},
+                },
+                "hibernation": {
+                    "type": "object",
+                    "description": "The last hibernation and resume, from the operator and the node agent.",
+                    "properties": {"requestedAt": {"type": "number"}, "hibernatedAt": {"type": "number"},
+                                   "resumedAt": {"type": "number"}, "bytes": _INT,
+                                   "checkpointSeconds": {"type": "number"}, "restoreSeconds": {"type": "number"},
+                                   "devices": _NAMES, "queuePosition": {**_INT, "nullable": True},
+                                   "reason": _STR, "message": _STR},
                 },
                 "startedAt": {"type": "number"},
                 "runningAt": {"type": "number"},
