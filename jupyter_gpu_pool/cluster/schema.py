@@ -126,6 +126,7 @@ _RULE = {
         "max_snoozes": {**_INT, "minimum": 0},
         "action": {**_STR, "enum": ["hibernate", "shutdown"]},
         "pressure_factor": {"type": "number"},
+        "slice_at": {**_STR, "enum": ["first-cell", "start"]},
     },
 }
 

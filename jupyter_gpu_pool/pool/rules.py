@@ -20,12 +20,17 @@ HIBERNATE = "hibernate"
 SHUTDOWN = "shutdown"
 ACTIONS = (HIBERNATE, SHUTDOWN)
 
+# When a GPU kernel takes its slice (``slice_at``): at its first cell (it starts holding nothing), or at start.
+FIRST_CELL = "first-cell"
+AT_START = "start"
+SLICE_AT = (FIRST_CELL, AT_START)
+
 MATCH_KEYS = ("user", "group", "profile", "kernelspec")
 
 # Durations the admin may turn off with null / "never".
 _OPTIONAL_DURATIONS = ("idle_timeout", "gpu_idle_timeout", "max_busy", "max_age", "max_hibernated")
 _DURATIONS = (*_OPTIONAL_DURATIONS, "warn", "snooze", "over_memory_grace")
-_RULE_KEYS = {"name", "match", *_DURATIONS, "gpu_idle_threshold", "max_snoozes", "action", "pressure_factor"}
+_RULE_KEYS = {"name", "match", *_DURATIONS, "gpu_idle_threshold", "max_snoozes", "action", "pressure_factor", "slice_at"}
 
 
 class PolicyError(ValueError):
@@ -78,6 +83,7 @@ class Rule:
     action: str = HIBERNATE
     pressure_factor: float = 0.5  # idle for idle_timeout x this: may be reclaimed for a waiter (pool.reclaim)
     over_memory_grace: float = 120.0  # soft isolation: from the warning to the action
+    slice_at: str = FIRST_CELL  # a new kernel takes its GPU slice at its first cell, or at start
 
     @property
     def snoozable(self) -> bool:
@@ -99,6 +105,7 @@ class Rule:
             "action": self.action,
             "pressure_factor": self.pressure_factor,
             "over_memory_grace": self.over_memory_grace,
+            "slice_at": self.slice_at,
         }
 
 
@@ -175,6 +182,12 @@ def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Ru
         if entry["action"] not in ACTIONS:
             raise PolicyError(f"{where}.action: {entry['action']!r} is not one of {', '.join(ACTIONS)}")
         values["action"] = entry["action"]
+    if "slice_at" in entry:
+        if entry["slice_at"] not in SLICE_AT:
+            raise PolicyError(f"{where}.slice_at: {entry['slice_at']!r} is not one of {', '.join(SLICE_AT)} "
+                              f"({FIRST_CELL}: a kernel takes its GPU slice when its first cell runs; "
+                              f"{AT_START}: when it starts)")
+        values["slice_at"] = entry["slice_at"]
     if "pressure_factor" in entry:
         f = entry["pressure_factor"]
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
