@@ -34,6 +34,9 @@ LABEL_OWNER = f"{GROUP}/owner"  # label-safe form of the owner's name
 LABEL_SERVER = f"{GROUP}/server"  # label-safe server id; also the label a server's pod carries
 LABEL_LAUNCH = f"{GROUP}/launch"
 ANNOTATION_HEARTBEAT = f"{GROUP}/heartbeat"  # Unix seconds, renewed by the owning server
+# On a Node, written by its agent: JSON {"devices": {gpu uuid: NVML free bytes}, "sampledAt": unix seconds}
+# (what the operator admits a resume against: safe wake).
+ANNOTATION_GPU_FREE = f"{GROUP}/gpu-free"
 PART_OF = "jupyter-gpu-pool"
 KERNEL_COMPONENT = "kernel"
 
