@@ -57,6 +57,14 @@ class HibernationHook(ABC):
         """Why the kernel's queued resume waits, where not for a free slice (no I/O)."""
         return None
 
+    def first_slice(self, kernel_id: str) -> bool:
+        """Whether the kernel's next slice is its first (it started without one: the words differ; no I/O)."""
+        return False
+
+    async def refresh(self, kernel_id: str) -> None:
+        """Read the kernel's state from the pool again (a websocket opens on it: a kernel that just started
+        without a slice must hold its first cell)."""
+
     async def settle(self, kernel_id: str, timeout: float) -> None:
         """Wait up to ``timeout`` for a resume just started to take a slice or a place in the queue."""
 
@@ -108,6 +116,12 @@ class PoolHibernation(HibernationHook):
     def queue_reason(self, kernel_id: str) -> str | None:
         return self.hibernator.queue_reason(kernel_id)
 
+    def first_slice(self, kernel_id: str) -> bool:
+        return self.hibernator.first_slice(kernel_id)
+
+    async def refresh(self, kernel_id: str) -> None:
+        await self.hibernator.refresh(kernel_id)
+
     async def settle(self, kernel_id: str, timeout: float) -> None:
         await self.hibernator.placed(kernel_id, timeout)
         await asyncio.sleep(0)  # let a queue position land
@@ -135,7 +149,7 @@ class PoolHibernation(HibernationHook):
         except Exception:
             log.exception("resume failed")
             return
-        if outcome.lease is not None and outcome.duration:
+        if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
                                        action="resume", rule="hibernation", duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared)
