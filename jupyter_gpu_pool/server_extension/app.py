@@ -205,8 +205,9 @@ class GPUPoolExtension(ExtensionApp):
             self.handlers.extend(resume_handlers())
             if install_transparent_resume(self.serverapp, self.hibernator, self.settings) is not None:
                 # The kernel websockets hold a first cell until its kernel has a slice: kernels may start
-                # without one where their rule says slice_at: first-cell (the provisioner reads this).
-                self.serverapp.config.GPUPoolProvisioner.first_cell_served = True
+                # without one where their rule says slice_at: first-cell.  The provisioners read the kernel
+                # manager's config (the server's own may be a copy by now).
+                self.serverapp.kernel_manager.config.GPUPoolProvisioner.first_cell_served = True
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         loop = asyncio.get_running_loop()
