@@ -216,9 +216,9 @@ def write_initial_config(directory: str, demo: bool) -> str:
     idle policy that hibernates."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{CONFIG_FILE}.json")
-    from .config import DEFAULT_PROFILES
+    from .config import DEFAULT_PROFILES, STARTING_POLICY
 
-    body: dict = {"GPUPool": {"profiles": DEFAULT_PROFILES}}
+    body: dict = {"GPUPool": {"profiles": DEFAULT_PROFILES, "policy": STARTING_POLICY}}
     if demo:
         body["GPUPool"]["inventory"] = DEMO_INVENTORY
         body["GPUPool"]["policy"] = DEMO_POLICY

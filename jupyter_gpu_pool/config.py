@@ -67,7 +67,10 @@ DEMO_INVENTORY = [{"name": "Demo GPU (declared, not real)", "memory": "40GiB", "
 # Written beside the demo inventory: short enough that a warning and a hibernation (declared GPUs: no GPU
 # memory to move, the kernel keeps its variables) show within minutes.
 DEMO_POLICY = [{"name": "demo", "idle_timeout": "5m", "gpu_idle_timeout": None, "warn": "2m", "snooze": "5m",
-                "max_snoozes": 1, "max_hibernated": "1d", "action": "hibernate"}]
+                "max_snoozes": 1, "max_hibernated": "1d", "action": "hibernate", "slice_at": "first-cell"}]
+# Written by `init` where no demo policy is: the built-in rule, with when a kernel takes its slice said
+# explicitly (first-cell: a notebook opened only to read, or restored by a page reload, holds no GPU).
+STARTING_POLICY = [{"name": "everyone", "slice_at": "first-cell"}]
 
 
 class ConfigError(ValueError):
