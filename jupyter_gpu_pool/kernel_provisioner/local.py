@@ -316,13 +316,15 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()
-        info.update({"gpu_pool_lease_id": self.lease_id, "gpu_pool_profile": self.profile})
+        info.update({"gpu_pool_lease_id": self.lease_id, "gpu_pool_profile": self.profile,
+                     "gpu_pool_pythonpath": self._base_pythonpath})  # for a slice a first cell takes later
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict) -> None:
         """A restarted server adopts a running kernel: its lease gets this server as manager."""
         await super().load_provisioner_info(provisioner_info)
         self.profile = provisioner_info.get("gpu_pool_profile") or self.profile
+        self._base_pythonpath = provisioner_info.get("gpu_pool_pythonpath") or ""
         lease_id = provisioner_info.get("gpu_pool_lease_id")
         if lease_id:
             pool = await self.pool()

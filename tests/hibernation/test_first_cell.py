@@ -231,3 +231,19 @@ async def test_a_kernel_without_the_server_extension_takes_its_slice_at_start(po
     lease = pool_home.ledger().by_kernel(km.kernel_id)
     assert lease.state == ACTIVE and len(lease.gpus) == 1
     assert start_environment(km.provisioner.pid)["CUDA_VISIBLE_DEVICES"] == lease.gpus[0]
+
+
+async def test_a_restart_before_the_first_cell_keeps_holding_nothing_and_the_cell_after_takes_the_slice(
+        jp_fetch, ext, server, channels):
+    kid, pid = await open_notebook(jp_fetch, ext)
+    lease_id = server.lease(kid).id
+
+    await jp_fetch("api", "kernels", kid, "restart", method="POST", body="{}")
+
+    new_pid = ext.serverapp.kernel_manager.get_kernel(kid).provisioner.pid
+    assert new_pid != pid and start_environment(new_pid)["CUDA_VISIBLE_DEVICES"] == ""
+    lease = server.lease(kid)
+    assert lease.id == lease_id and lease.awaits_first_cell  # the same lease, still holding nothing
+    ch = await channels(kid)
+    got = await ch.replies(await ch.execute("import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"))
+    assert f"{server.lease(kid).gpus[0]}\n" in texts(got) and server.lease(kid).state == ACTIVE
