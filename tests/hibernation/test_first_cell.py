@@ -247,3 +247,26 @@ async def test_a_restart_before_the_first_cell_keeps_holding_nothing_and_the_cel
     ch = await channels(kid)
     got = await ch.replies(await ch.execute("import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"))
     assert f"{server.lease(kid).gpus[0]}\n" in texts(got) and server.lease(kid).state == ACTIVE
+
+
+async def test_a_first_slice_whose_environment_cannot_be_set_is_given_back_and_the_cell_says_why(
+        jp_fetch, ext, server, channels, tmp_path, monkeypatch):
+    """The kernel's own startup code made os.environ unwritable: the slice cannot be put in force, so it
+    goes back to the pool and the kernel holds nothing, as before; the cell did not run."""
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-frozen.py").write_text(
+        "import os\nclass Frozen(dict):\n    def update(self, *a, **k):\n        raise RuntimeError('environment is frozen')\n"
+        "os.environ = Frozen(os.environ)\n")
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))  # the kernel inherits the server's environment
+    kid, _ = await open_notebook(jp_fetch, ext)
+    ch = await channels(kid)
+
+    got = await ch.replies(await ch.execute("print('ran')"))
+
+    assert next(c for _ch, k, c in got if k == "execute_reply")["status"] == "error" and "ran\n" not in texts(got)
+    error = next(c for _ch, k, c in got if k == "error")["evalue"]
+    assert "could not be given the slice's environment" in error and "environment is frozen" in error
+    lease = server.lease(kid)
+    assert lease.awaits_first_cell and lease.phase == "" and lease.gpus == ()
+    assert all(u.memory == 0 for u in ext.backend.pool.ledger.snapshot().gpus)  # the slice went back
