@@ -89,7 +89,15 @@ def render_status(pool: Pool, snap: Snapshot) -> str:
                                   "NOTEBOOK"])
             out.extend("    " + line for line in table.splitlines())
         out.append("")
-    hibernated = [lease for lease in snap.leases if not lease.gpus]
+    unsliced = [lease for lease in snap.leases if lease.awaits_first_cell]
+    if unsliced:
+        out.append("No GPU yet (each takes its slice when its first cell runs):")
+        rows = [[lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile,
+                 format_age(snap.at - lease.created), lease.phase or "-", lease.label or "-"] for lease in unsliced]
+        out.extend("    " + line for line in _table(
+            rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "AGE", "PHASE", "NOTEBOOK"]).splitlines())
+        out.append("")
+    hibernated = [lease for lease in snap.leases if not lease.gpus and not lease.awaits_first_cell]
     if hibernated:
         out.append("Hibernated (no GPU held; memory in host RAM):")
         rows = [[lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile, format_size(lease.host_bytes),

@@ -48,6 +48,20 @@ def test_status_prints_each_gpu_its_slices_and_the_leases(pool_home):
     assert "Queue: empty" in out
 
 
+def test_status_lists_kernels_with_no_gpu_yet_apart_from_hibernated_ones(pool_home):
+    from jupyter_gpu_pool.local import processes
+
+    pool = pool_home.pool()
+    request = pool.request("kernel-alice-2", pool.settings.profile("small"), label="reader.ipynb")
+    lease = pool.start_without_slice(request)
+    pool.ledger.set_holder(lease.id, processes.identify())
+    out = cli("status").stdout
+    section = out[out.index("No GPU yet (each takes its slice when its first cell runs):"):]
+    row = next(line for line in section.splitlines() if lease.short_id in line)
+    assert "reader.ipynb" in row and "small" in row
+    assert "Hibernated" not in out
+
+
 def test_status_json_is_what_the_ledger_holds(pool_home):
     lease = hold(pool_home, "alice", "half")
     data = json.loads(cli("status", "--json").stdout)
