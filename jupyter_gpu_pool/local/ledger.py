@@ -49,9 +49,9 @@ from ..pool import (
     Waiter,
 )
 from ..pool.allocation import Ask, Grant, Holdings, allocate, check_quota, resume_candidates
-from ..pool.leases import FIRST_CELL
 from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, share_of
 from ..pool.errors import MPSUserBusy
+from ..pool.leases import FIRST_CELL
 from ..pool.liveness import Graces, IsAlive, dead_reason
 from ..pool.phases import STOPPING, PhaseConflict, check_move
 from ..pool.trace import TraceEvent
