@@ -304,13 +304,18 @@ class Ledger(LeaseStore):
         the quota views and the UI know the kernel; its first cell takes a slice through :meth:`resume`.
         Only the kernel count of a quota is checked now (it is a kernel); the slice's quotas, budget and
         room are checked when it takes one."""
+        try:
+            return self._start_without_slice(request, quotas, host)
+        except QuotaExceeded as refusal:
+            self.record_refusal(request.kernel_id, request.owner, request.profile.name, refusal)
+            raise
+
+    def _start_without_slice(self, request: LeaseRequest, quotas: QuotaBook, host: str) -> Lease:
         now = self.clock()
         with self.db.write() as db:
             held = self._quota_leases(db, request.owner, quotas.limited_groups(request.groups))
             refusal = check_quota(held, request, quotas, Usage(kernels=1), now)
             if refusal is not None:
-                journal.write(db, now, "refused", None, request.kernel_id, request.owner, refusal.reason,
-                              {"profile": request.profile.name, "message": str(refusal)})
                 raise refusal
             spec = request.profile.slice
             lease_id = uuid.uuid4().hex
