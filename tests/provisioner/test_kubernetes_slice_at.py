@@ -1,6 +1,6 @@
 """A cluster kernel takes its slice at start whatever its rule's ``slice_at`` says (a pod gets its GPU from the
-scheduler when it is created), and the server's log says so: nothing is ignored silently.  The GPUKernel it
-creates is the same either way; no cluster is needed to judge the rule."""
+scheduler when it is created), and the server's log says so: nothing is ignored silently.  No cluster is
+needed to judge the rule."""
 
 from __future__ import annotations
 
