@@ -95,6 +95,9 @@ async def test_a_restored_notebook_holds_no_slice_and_its_first_cell_takes_one_w
     assert started["JUPYTER_GPU_POOL_LEASE"] == lease.id and "JUPYTER_GPU_POOL_MEMORY_FRACTION" not in started
     await asyncio.sleep(1.5)  # past the rule's max_hibernated, several culling passes: it is not shut down
     assert kid in ext.serverapp.kernel_manager and server.lease(kid).awaits_first_cell
+    metrics = (await jp_fetch("metrics")).body.decode()
+    assert 'jupyter_gpu_pool_leases{state="no_gpu_yet"} 1.0' in metrics
+    assert "jupyter_gpu_pool_hibernated_kernels 0.0" in metrics  # never hibernated: not counted so
 
     ch = await channels(kid)
     got = await ch.replies(await ch.execute(REPORT))
