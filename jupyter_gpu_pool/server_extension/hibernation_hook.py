@@ -136,8 +136,9 @@ class PoolHibernation(HibernationHook):
         except HibernationRefused as e:
             if e.reason in ("quota_exceeded", "budget_exceeded", "pool_exhausted"):
                 lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)
-                if lease is not None:
-                    await self.recorder.record("refused", lease, reason=e.reason, message=e.message, action="resume")
+                if lease is not None:  # a first cell's slice refused: the kernel's ask for one, not a resume
+                    await self.recorder.record("refused", lease, reason=e.reason, message=e.message,
+                                               action="first_cell" if lease.awaits_first_cell else "resume")
             return
         except HibernationFailed as e:
             lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)

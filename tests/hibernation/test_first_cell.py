@@ -178,6 +178,7 @@ async def test_a_refused_first_cell_says_why_in_the_pools_words_and_the_kernel_h
     assert error.startswith("This cell did not run: the kernel could not take its GPU slice.")
     refusal = next(e for e in ext.backend.pool.ledger.journal() if e.kernel_id == kid and e.kind == "refused")
     assert refusal.reason == "quota_exceeded" and refusal.detail["message"] in error  # the pool's own words
+    assert refusal.detail["action"] == "first_cell"  # the kernel's ask for its first slice, not a resume
     assert "Cannot resume" not in error
     lease = server.lease(kid)
     assert lease.awaits_first_cell and lease.phase == "" and (await server.me_kernel(kid))["state"] == "no_gpu_yet"
