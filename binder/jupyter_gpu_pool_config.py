@@ -24,7 +24,8 @@ c.GPUPool.unix_groups = False
 
 # A short idle policy, so that the demo shows a warning, Keep alive and a hibernation within
 # minutes: warned after 90 s idle, hibernated after 3 min (run a cell to resume); one Keep alive of
-# 3 min; a kernel hibernated for 30 min is shut down.
+# 3 min; a kernel hibernated for 30 min is shut down. The tour's kernel takes its slice when it starts
+# (slice_at "start"), as the tour describes; "first-cell" (the default) would take it at its first cell.
 c.GPUPool.policy = [{
     "name": "binder-demo",
     "idle_timeout": "3m",
@@ -34,6 +35,7 @@ c.GPUPool.policy = [{
     "max_snoozes": 1,
     "max_hibernated": "30m",
     "action": "hibernate",
+    "slice_at": "start",
 }]
 
 c.GPUPoolExtension.cull_interval = 5.0

@@ -89,7 +89,15 @@ def render_status(pool: Pool, snap: Snapshot) -> str:
                                   "NOTEBOOK"])
             out.extend("    " + line for line in table.splitlines())
         out.append("")
-    hibernated = [lease for lease in snap.leases if not lease.gpus]
+    unsliced = [lease for lease in snap.leases if lease.awaits_first_cell]
+    if unsliced:
+        out.append("No GPU yet (each takes its slice when its first cell runs):")
+        rows = [[lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile,
+                 format_age(snap.at - lease.created), lease.phase or "-", lease.label or "-"] for lease in unsliced]
+        out.extend("    " + line for line in _table(
+            rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "AGE", "PHASE", "NOTEBOOK"]).splitlines())
+        out.append("")
+    hibernated = [lease for lease in snap.leases if not lease.gpus and not lease.awaits_first_cell]
     if hibernated:
         out.append("Hibernated (no GPU held; memory in host RAM):")
         rows = [[lease.short_id, lease.owner, lease.kernel_id[:8], lease.profile, format_size(lease.host_bytes),
@@ -216,9 +224,9 @@ def write_initial_config(directory: str, demo: bool) -> str:
     idle policy that hibernates."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{CONFIG_FILE}.json")
-    from .config import DEFAULT_PROFILES
+    from .config import DEFAULT_PROFILES, STARTING_POLICY
 
-    body: dict = {"GPUPool": {"profiles": DEFAULT_PROFILES}}
+    body: dict = {"GPUPool": {"profiles": DEFAULT_PROFILES, "policy": STARTING_POLICY}}
     if demo:
         body["GPUPool"]["inventory"] = DEMO_INVENTORY
         body["GPUPool"]["policy"] = DEMO_POLICY

@@ -67,7 +67,10 @@ DEMO_INVENTORY = [{"name": "Demo GPU (declared, not real)", "memory": "40GiB", "
 # Written beside the demo inventory: short enough that a warning and a hibernation (declared GPUs: no GPU
 # memory to move, the kernel keeps its variables) show within minutes.
 DEMO_POLICY = [{"name": "demo", "idle_timeout": "5m", "gpu_idle_timeout": None, "warn": "2m", "snooze": "5m",
-                "max_snoozes": 1, "max_hibernated": "1d", "action": "hibernate"}]
+                "max_snoozes": 1, "max_hibernated": "1d", "action": "hibernate", "slice_at": "first-cell"}]
+# Written by `init` where no demo policy is: the built-in rule, with when a kernel takes its slice said
+# explicitly (first-cell: a notebook opened only to read, or restored by a page reload, holds no GPU).
+STARTING_POLICY = [{"name": "everyone", "slice_at": "first-cell"}]
 
 
 class ConfigError(ValueError):
@@ -268,9 +271,11 @@ class GPUPool(Configurable):
         {"name": "students", "match": {"group": "students"}, "idle_timeout": "30m",
         "gpu_idle_timeout": "20m", "gpu_idle_threshold": 5, "max_busy": null, "max_age": "8h",
         "max_hibernated": "1d", "warn": "5m", "snooze": "30m", "max_snoozes": 2,
-        "action": "hibernate", "pressure_factor": 0.5, "over_memory_grace": "2m"}.
+        "action": "hibernate", "pressure_factor": 0.5, "over_memory_grace": "2m", "slice_at": "first-cell"}.
         'match' keys: user, group, profile, kernelspec (names or glob patterns).  Durations are
-        seconds or text (90s, 30m, 2h, 1d); null turns a limit off.  See docs/server-extension.md.""",
+        seconds or text (90s, 30m, 2h, 1d); null turns a limit off.  slice_at: when a kernel takes its
+        GPU slice, at its first cell ("first-cell", the default: it starts holding none) or when it
+        starts ("start").  See docs/server-extension.md and docs/admin.md.""",
     ).tag(config=True)
 
     policy_dry_run = Bool(

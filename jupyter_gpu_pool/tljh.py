@@ -62,7 +62,9 @@ c.GPUPool.default_user_quota = {{"kernels": 2}}
 c.GPUPool.budgets = {{"jupyterhub-users": {{"gpu_hours": 10, "period": "week"}}}}
 
 # Idle kernels give their slice back: hibernated (variables kept) where the GPU allows, else shut down.
-c.GPUPool.policy = [{{"name": "lab", "idle_timeout": "30m", "warn": "5m", "action": "hibernate"}}]
+# slice_at: a kernel takes its slice when its first cell runs ("first-cell"), or when it starts ("start").
+c.GPUPool.policy = [{{"name": "lab", "idle_timeout": "30m", "warn": "5m", "action": "hibernate",
+                     "slice_at": "first-cell"}}]
 
 # The service: TLJH's users are jupyter-<name>; its admins are in jupyterhub-admins.
 c.PoolService.socket = {DEFAULT_SOCKET!r}

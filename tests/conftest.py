@@ -17,6 +17,7 @@ import asyncio
 import pytest
 import pytest_asyncio
 from jupyter_client.manager import AsyncKernelManager
+from kernel_helpers import slice_at_start
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -113,6 +114,7 @@ class PoolHome:
             "holder_grace": 2.0,
             **settings,
         }
+        merged["policy"] = slice_at_start(merged.get("policy", []))
         self.settings = merged
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text("".join(f"c.GPUPool.{k} = {v!r}\n" for k, v in merged.items()))

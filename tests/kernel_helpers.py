@@ -9,6 +9,17 @@ import time
 from jupyter_client.manager import AsyncKernelManager
 
 
+def slice_at_start(policy: list) -> list:
+    """A test's policy, its GPU kernels taking their slice at start as they did before ``slice_at``: each
+    rule that does not say otherwise says start, and where every rule matches only some kernels a last
+    rule does for the rest (the built-in default takes the slice at the first cell).  Tests of the first
+    cell write ``slice_at: first-cell`` in their rules."""
+    rules = [rule if "slice_at" in rule else {**rule, "slice_at": "start"} for rule in policy]
+    if not any("match" not in rule for rule in rules):
+        rules.append({"name": "slice at start", "slice_at": "start"})
+    return rules
+
+
 class CellFailed(AssertionError):
     """The cell ended in an error; the message is its output and traceback (a test fails with it)."""
 

@@ -48,6 +48,20 @@ def test_status_prints_each_gpu_its_slices_and_the_leases(pool_home):
     assert "Queue: empty" in out
 
 
+def test_status_lists_kernels_with_no_gpu_yet_apart_from_hibernated_ones(pool_home):
+    from jupyter_gpu_pool.local import processes
+
+    pool = pool_home.pool()
+    request = pool.request("kernel-alice-2", pool.settings.profile("small"), label="reader.ipynb")
+    lease = pool.start_without_slice(request)
+    pool.ledger.set_holder(lease.id, processes.identify())
+    out = cli("status").stdout
+    section = out[out.index("No GPU yet (each takes its slice when its first cell runs):"):]
+    row = next(line for line in section.splitlines() if lease.short_id in line)
+    assert "reader.ipynb" in row and "small" in row
+    assert "Hibernated" not in out
+
+
 def test_status_json_is_what_the_ledger_holds(pool_home):
     lease = hold(pool_home, "alice", "half")
     data = json.loads(cli("status", "--json").stdout)
@@ -109,9 +123,23 @@ def test_init_writes_a_demo_inventory_where_no_gpu_is_found(jp_environ, tmp_path
     body = json.loads((tmp_path / "jupyter_gpu_pool_config.json").read_text())
     assert body["GPUPool"]["inventory"][0]["name"].startswith("Demo GPU (declared")
     assert body["GPUPool"]["policy"][0]["action"] == "hibernate"  # declared GPUs hibernate: the demo shows it
+    assert body["GPUPool"]["policy"][0]["slice_at"] == "first-cell"  # said explicitly: the default for new configs
     assert "no GPU detected by NVML" in out and "demo inventory (not real GPUs)" in out
     again = cli("init", f"--dir={tmp_path}", check=False)
     assert again.returncode == 2 and "exists" in again.stderr
+
+
+def test_init_without_a_demo_writes_when_kernels_take_their_slice(tmp_path):
+    """A machine with GPUs gets no demo policy, but its starting config still says slice_at explicitly, so
+    an admin sees the choice (and writes "start" to keep kernels taking their slice when they start)."""
+    from jupyter_gpu_pool.cli import write_initial_config
+    from jupyter_gpu_pool.config import GPUPool
+    from traitlets.config import Config
+
+    body = json.loads(open(write_initial_config(str(tmp_path), demo=False)).read())
+    assert body["GPUPool"]["policy"] == [{"name": "everyone", "slice_at": "first-cell"}]
+    settings = GPUPool(config=Config(body)).check()
+    assert settings.idle_policy.rule_for("alice", (), "gpu-small", "").slice_at == "first-cell"
 
 
 def test_lab_sets_up_a_demo_pool_and_starts_jupyterlab(jp_environ, jp_config_dir, tmp_path):

@@ -38,6 +38,7 @@ from ..devices import checkpoint as cp
 from ..devices import nvml
 from ..local.waiting import Place, wait_for_slice
 from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, LeaseNotFound, QuotaExceeded, format_size
+from ..pool.leases import FIRST_CELL as FIRST_CELL_REASON
 from ..pool.budgets import BudgetExceeded
 from ..pool.units import format_age
 from ..pool.phases import (
@@ -45,6 +46,7 @@ from ..pool.phases import (
     FAILED,
     HIBERNATING,
     IN_FLIGHT,
+    NO_GPU_YET,
     QUEUED,
     RESUMING,
     STOPPING,
@@ -59,7 +61,7 @@ log = logging.getLogger(__name__)
 
 RAM_MARGIN = 2 * 2**30  # keep this much RAM free beyond a checkpoint, for everything else on the machine
 ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
-ASLEEP = (HIBERNATING, HIBERNATED, RESUMING, QUEUED)  # a cell sent now waits for a resume
+ASLEEP = (HIBERNATING, HIBERNATED, RESUMING, QUEUED, NO_GPU_YET)  # a cell sent now waits for a resume (or a first slice)
 USABLE = 0.97  # of a GPU's memory a process can ever find free (the driver keeps the rest)
 
 
@@ -109,6 +111,7 @@ class _Kernel:
     placed: asyncio.Event = field(default_factory=asyncio.Event)  # the resume under way has a slice or a queue place
     resume_wanted: bool = False  # a cell arrived while hibernating: give up the hibernation if not too late
     warned_eviction: float | None = None  # the eviction deadline its owner was told of
+    taking_first: bool = False  # the move under way takes the kernel's first slice (nothing to restore)
 
 
 class Hibernator:
@@ -235,6 +238,11 @@ class Hibernator:
         k = self._kernels.get(kernel_id)
         return k.position if k and k.seen == QUEUED else None
 
+    def first_slice(self, kernel_id: str) -> bool:
+        """Whether the kernel holds no slice yet, or is taking its first one (no I/O)."""
+        k = self._kernels.get(kernel_id)
+        return k is not None and (k.seen == NO_GPU_YET or k.taking_first)
+
     def queue_reason(self, kernel_id: str) -> str | None:
         """Why a queued resume waits, where it is not for a free slice ("waiting for 5 GiB of GPU
         memory to be free on GPU 0: 2 GiB is free"); None otherwise."""
@@ -277,6 +285,8 @@ class Hibernator:
         if lease is None:
             raise HibernationRefused("no_lease", "This kernel holds no GPU lease, so there is nothing to hibernate.",
                                      status=404)
+        if lease.awaits_first_cell:
+            raise HibernationRefused("no_slice", "This kernel holds no GPU slice yet: it takes one when a cell runs.")
         if lease.state == HIBERNATED:
             raise HibernationRefused("hibernated", "This kernel is hibernated already.")
         if lease.phase:
@@ -411,8 +421,8 @@ class Hibernator:
         for lease in hibernated:
             if covered >= over:
                 break
-            if lease.phase:
-                continue  # evicting already, or resuming
+            if lease.phase or lease.awaits_first_cell:
+                continue  # evicting already, or resuming; or it never held anything (no host RAM to free)
             try:
                 self.ledger.set_phase(lease.id, EVICTING, expect="", deadline=deadline)
             except (LeaseNotFound, PhaseConflict):
@@ -566,6 +576,8 @@ class Hibernator:
         if lease.state != HIBERNATED or lease.phase == FAILED:
             raise HibernationRefused("not_hibernated", f"This kernel is {display_state(lease)}"
                                      f"{' (' + lease.phase + ')' if lease.phase else ''}; there is nothing to resume.")
+        if lease.awaits_first_cell:
+            return await self._first_slice(kernel_id, lease, started)
         cap = self.capability(lease)
         tree = self.kernels.pids(kernel_id, lease.holder_pid)
         states = await self._cuda_states(cap, tree)
@@ -621,6 +633,52 @@ class Hibernator:
                        message=f"Resumed{where}{queued}: {moved_text}; every variable is as it was.",
                        declared=cap.declared)
 
+    async def _first_slice(self, kernel_id: str, lease: Lease, started: float) -> Outcome:
+        """A kernel that started without a slice takes one (its first cell, its rule's ``slice_at``): the same
+        claim, allocation decision and queue as a resume, with nothing to restore; then, before the cell
+        runs, the slice's environment goes into the running kernel (CUDA reads it when the process first
+        initialises it).  Where that fails, the slice goes back and the kernel holds nothing, as before."""
+        try:
+            claimed = await self._move(lease, RESUMING, expect=lease.phase)
+        except PhaseConflict as e:
+            raise HibernationRefused("in_progress", f"This kernel is {e.found}; try again when that is done.") from None
+        if claimed is None or claimed.phase != RESUMING:
+            raise HibernationRefused("stopping", "This kernel is shutting down; it takes no GPU slice.")
+        self._k(kernel_id).taking_first = True
+        try:
+            return await self._take_first_slice(kernel_id, lease, started)
+        finally:
+            self._k(kernel_id).taking_first = False
+
+    async def _take_first_slice(self, kernel_id: str, lease: Lease, started: float) -> Outcome:
+        try:
+            new, waited = await self._take_slice(lease, False, 0, refusal="")
+            code = await self.kernels.environment_code(kernel_id, new)
+            ran = await self.kernels.run_silently(kernel_id, code, self.settings.lock_timeout + ANSWER_GRACE) \
+                if code else "ran"
+        except BaseException:  # refused, cancelled (the kernel shut down), or the pool unreachable
+            await self._give_first_slice_back(kernel_id)
+            raise
+        if ran != "ran":
+            await self._give_first_slice_back(kernel_id)
+            raise HibernationRefused("environment_failed", f"This kernel took its GPU slice but could not be given "
+                                     f"the slice's environment ({ran}), so the slice was given back. Run the cell "
+                                     "again, or restart the kernel.")
+        settled = await self._settle(kernel_id, ACTIVE) or new
+        gpus = ", ".join(g.label for g in self._gpus_of(new)) or "the pool"
+        queued = f" after {waited:.0f} s in the queue" if waited >= 1 else ""
+        log.info("kernel %s took its GPU slice at its first cell on %s%s", kernel_id, new.gpus, queued)
+        return Outcome(kernel_id, "took_slice", time.monotonic() - started, gpus=new.gpus, waited=waited,
+                       lease=settled, message=f"This kernel took its GPU slice ({new.slice}) on {gpus}{queued}.",
+                       declared=self.declared)
+
+    async def _give_first_slice_back(self, kernel_id: str) -> None:
+        """A first slice given up (refused, cancelled, its environment not set): the kernel holds nothing."""
+        current = await self._lease(kernel_id)
+        if current is not None and current.state == ACTIVE:
+            await asyncio.to_thread(self.ledger.hibernate, current.id, 0, FIRST_CELL_REASON, (), current.phase)
+        await self._settle(kernel_id, HIBERNATED)
+
     async def _settle(self, kernel_id: str, state: str) -> Lease | None:
         """A resume ended: a lease in ``state`` with a resume's phase is settled (phase cleared)."""
         current = await self._lease(kernel_id)
@@ -629,9 +687,11 @@ class Hibernator:
         await self._show(kernel_id, display_state(current) if current else RELEASED)
         return current
 
-    async def _take_slice(self, lease: Lease, same_gpu: bool, need: int) -> tuple[Lease, float]:
+    async def _take_slice(self, lease: Lease, same_gpu: bool, need: int,
+                          refusal: str = "Cannot resume this kernel: ") -> tuple[Lease, float]:
         """Take a slice for the lease, waiting in the queue (phase ``queued``) while the pool is full or,
-        for ``need`` bytes to restore, while its GPU lacks that much free memory plus the margin."""
+        for ``need`` bytes to restore, while its GPU lacks that much free memory plus the margin.  A quota's
+        or budget's refusal is raised with the pool's words after ``refusal``."""
         place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label)
         wait: dict = {"position": None, "reason": None, "only_last": same_gpu}
 
@@ -667,7 +727,7 @@ class Hibernator:
             new, waited = await wait_for_slice(self.ledger, attempt, place, poll=self.settings.queue_poll,
                                                on_position=queued, on_refusal=refused)
         except (QuotaExceeded, BudgetExceeded) as e:
-            raise HibernationRefused(e.reason, f"Cannot resume this kernel: {e}", status=403) from None
+            raise HibernationRefused(e.reason, f"{refusal}{e}", status=403) from None
         except LeaseNotFound:
             raise HibernationRefused("no_lease", "This kernel's GPU lease ended while it waited to resume.",
                                      status=404) from None

@@ -85,18 +85,36 @@ class Kernels:
         """
         if not self.is_python(kernel_id):
             return "skipped"
+        result = await self.run_silently(kernel_id, RELEASE_CACHE_CODE, timeout)
+        if result.startswith("failed"):
+            log.warning("kernel %s: releasing cached GPU memory %s", kernel_id, result)
+            return "failed"
+        return "released" if result == "ran" else result
+
+    async def environment_code(self, kernel_id: str, lease) -> str:
+        """The code that gives the running kernel the environment of the slice it took at its first cell
+        (its provisioner's ``environment_code``); empty where it has none to give."""
+        try:
+            provisioner = self._km(kernel_id).provisioner
+        except KeyError:
+            return ""
+        return await provisioner.environment_code(lease) if isinstance(provisioner, PoolKernelProvisioner) else ""
+
+    async def run_silently(self, kernel_id: str, code: str, timeout: float) -> str:
+        """Run ``code`` in the kernel silently; return ``ran``, ``failed: <why>`` (it raised)
+        or ``timeout`` (no answer within ``timeout``; the code runs on in the kernel).
+
+        A silent execute still counts as activity for jupyter_server (it watches IOPub), so the
+        kernel's ``last_activity`` is put back as it was: the culler's clock is the user's, not ours."""
         km = self._km(kernel_id)
         before_kernel = getattr(km, "last_activity", None)  # jupyter_server's, as execution_state
         before_server = getattr(self.manager, "last_kernel_activity", None)
         client = km.client()
         client.start_channels()
         try:
-            reply = await client.execute(RELEASE_CACHE_CODE, silent=True, store_history=False, reply=True,
-                                         timeout=timeout)
-            result = "released" if reply["content"].get("status") == "ok" else "failed"
-            if result == "failed":
-                log.warning("kernel %s: releasing cached GPU memory failed: %s", kernel_id,
-                            reply["content"].get("evalue"))
+            reply = await client.execute(code, silent=True, store_history=False, reply=True, timeout=timeout)
+            content = reply["content"]
+            result = "ran" if content.get("status") == "ok" else f"failed: {content.get('evalue')}"
         except TimeoutError:
             return "timeout"  # the code runs on in the kernel; the caller leaves the kernel alone
         finally:

@@ -72,6 +72,12 @@ class PoolKernelProvisioner:
     def release_reason(self) -> str:
         return self._release_reason
 
+    async def environment_code(self, lease) -> str:
+        """Python code the running kernel runs (silently) before its first cell, where it took its slice at
+        that cell (the rule's ``slice_at``): the slice's environment, set in the kernel's process.  Empty
+        where this provisioner's kernels always take their slice at start."""
+        return ""
+
     def notebook(self, session_name: str) -> str:
         """The notebook's path as its user knows it, the label of its slice: relative to the server's root
         directory (jupyter_server passes the absolute path in JPY_SESSION_NAME)."""

@@ -9,6 +9,13 @@
 
 JAX's default of pre-allocating 75% of the GPU is turned off in every mode: it
 would defeat sharing and make every hibernation checkpoint huge.
+
+A kernel that starts without a slice (its rule's ``slice_at: first-cell``) gets
+:func:`no_slice_environment`: no GPU is visible, so nothing it runs before its first
+cell can take a device.  Its first cell takes the slice and puts :func:`slice_environment`
+into the running kernel (``hibernation.kernels.SET_ENVIRONMENT_CODE``) before the cell
+runs: CUDA reads these variables when a process first initialises it, and the kernel's
+subprocesses inherit them.
 """
 
 from __future__ import annotations
@@ -52,3 +59,45 @@ def slice_environment(lease: Lease, profile: Profile, gpus: list[GPU], mps_env: 
     elif profile.isolation != EXCLUSIVE:
         raise ValueError(f"unknown isolation mode {profile.isolation!r}")
     return env
+
+
+NO_GPU = ""  # CUDA_VISIBLE_DEVICES that shows no device: CUDA finds none, a framework finds CUDA unavailable
+
+
+def no_slice_environment(lease: Lease, profile: Profile) -> dict[str, str]:
+    """The environment of a kernel holding no slice yet: no GPU visible, and what it will take named."""
+    return {
+        "CUDA_VISIBLE_DEVICES": NO_GPU,
+        "JUPYTER_GPU_POOL_LEASE": lease.id,
+        "JUPYTER_GPU_POOL_PROFILE": profile.name,
+        "JUPYTER_GPU_POOL_SLICE": profile.slice.to_text(),
+        "JUPYTER_GPU_POOL_ISOLATION": profile.isolation,
+        "JUPYTER_GPU_POOL_GPUS": "",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    }
+
+
+# Run silently in a kernel that took its slice at its first cell, before that cell: the slice's environment
+# in os.environ (CUDA reads it when the process first initialises CUDA; subprocesses inherit it) and, on a
+# soft slice, PyTorch's cap (the softcap hook that a kernel started with its slice gets from sitecustomize).
+_SET_ENVIRONMENT_CODE = """\
+def _jupyter_gpu_pool_set_environment(env, softcap):
+    import os
+    os.environ.update(env)
+    if env.get("JUPYTER_GPU_POOL_MEMORY_FRACTION"):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_jupyter_gpu_pool_softcap", softcap)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.install()
+try:
+    _jupyter_gpu_pool_set_environment(%r, %r)
+finally:
+    del _jupyter_gpu_pool_set_environment
+"""
+
+
+def set_environment_code(env: dict[str, str]) -> str:
+    """Python code that puts ``env`` into the running kernel (and, for a soft slice, caps PyTorch)."""
+    return _SET_ENVIRONMENT_CODE % (dict(env), os.path.join(SOFTCAP_DIR, "sitecustomize.py"))

@@ -79,6 +79,7 @@ from ..cluster.session import KernelSession
 from ..cluster.settings import GPUPoolKubernetes, kubernetes_settings
 from ..config import ConfigError, GPUPool, load_settings
 from ..pool import UnknownProfile
+from ..pool.rules import FIRST_CELL
 from .base import KernelStartRefused, PoolKernelProvisioner
 
 log = logging.getLogger("jupyter_gpu_pool.kubernetes")
@@ -155,6 +156,17 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
             spec["image"] = image
         return {"apiVersion": API_VERSION, "kind": KERNEL_KIND, "metadata": metadata, "spec": spec}
 
+    def _note_slice_at(self, profile: str) -> None:
+        """A pod gets its GPU from the scheduler when it is created: a cluster kernel takes its slice at start
+        whatever its rule's ``slice_at`` says (docs/kubernetes.md).  Said in the log, never silently."""
+        pool = self._pool
+        assert pool is not None
+        kernelspec = (self.parent.kernel_name or "") if self.parent is not None else ""
+        rule = pool.idle_policy.rule_for(pool.owner, pool.groups_of(pool.owner), profile, kernelspec)
+        if rule.slice_at == FIRST_CELL:
+            log.info("kernel %s: its rule %r says slice_at: first-cell, but a cluster kernel's pod gets its GPU from "
+                     "the scheduler when it is created, so it takes its slice at start", self.kernel_id, rule.name)
+
     async def _request_launch(self, label: str) -> None:
         """Create the GPUKernel, or (a restart) ask for its next launch."""
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -167,6 +179,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
             raise KernelStartRefused(400, str(e), e.reason) from e
         existing = self.kernel
         if existing is None:
+            self._note_slice_at(profile)
             try:
                 created = await session.custom.create_namespaced_custom_object(
                     GROUP, VERSION, session.namespace, KERNELS, self._body(profile, label))

@@ -8,7 +8,11 @@ A kernelspec selects it with::
 Lifecycle (jupyter_client calls these; see ``KernelManager``):
 
 - ``pre_launch`` takes a lease (or reuses this kernel's lease on a restart) and
-  puts the slice into the kernel's environment;
+  puts the slice into the kernel's environment; where the kernel's rule says
+  ``slice_at: first-cell`` (and the server extension holds a first cell until the
+  kernel has its slice: ``first_cell_served``), the lease holds nothing yet and the
+  kernel sees no GPU; its first cell takes the slice, and ``environment_code`` puts
+  the slice's environment into the running kernel before that cell runs;
 - ``launch_kernel`` records the kernel process as the lease's holder;
 - ``kill`` / ``terminate`` first re-checkpoint what a resume restored (a driver workaround, bounded:
   ``hibernation_checkpoint_before_kill``);
@@ -26,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from jupyter_client.provisioning import LocalProvisioner
-from traitlets import Unicode
+from traitlets import Bool, Unicode
 
 from ..config import ConfigError
 from ..devices import checkpoint
@@ -38,10 +42,11 @@ from ..local.waiting import Place, QueueTimeout, wait_for_slice
 from ..pool import ACTIVE, MPS, Lease, LeaseNotFound, PoolError, PoolExhausted, Profile, QuotaExceeded, UnknownProfile
 from ..pool.budgets import BudgetExceeded
 from ..pool.errors import MPSUserBusy
+from ..pool.rules import FIRST_CELL
 from ..pools import pool_for
 from .base import KernelStartRefused, PoolKernelProvisioner
 from .encryption import local_launch_kwargs
-from .environment import slice_environment
+from .environment import no_slice_environment, set_environment_code, slice_environment
 from .kernelspecs import PROVISIONER
 
 
@@ -74,10 +79,18 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
 
     lease_id = Unicode(None, allow_none=True, help="The lease this kernel holds (set by the provisioner).")
 
+    first_cell_served = Bool(
+        False,
+        help="""Whether this server takes a kernel's slice when its first cell runs (set by the GPU pool's server
+        extension, whose kernel websockets hold that cell until the slice is taken).  The policy's slice_at
+        decides per rule; without this, every kernel takes its slice at start (nothing would take it later).""",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)  # PoolKernelProvisioner checks the kernelspec's provisioner config
         self._pool: Pool | None = None
         self._lease: Lease | None = None
+        self._base_pythonpath = ""  # the kernel's PYTHONPATH before the slice's, for a slice taken later
 
     # -- the pool ---------------------------------------------------------------------------
 
@@ -99,9 +112,9 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
             profile = pool.settings.profile(self.profile or None)
         except UnknownProfile as e:
             raise _refusal(e) from e
-        if self.lease_id:  # a restart: keep the lease unless it is gone
+        if self.lease_id:  # a restart: keep the lease unless it is gone (or hibernated: nothing to restore into)
             lease = await asyncio.to_thread(pool.ledger.get, self.lease_id)
-            if lease is not None and lease.state == ACTIVE:
+            if lease is not None and (lease.state == ACTIVE or lease.awaits_first_cell):
                 return lease, pool.settings.profiles.get(lease.profile, profile)
             if lease is not None:
                 await pool.arelease(lease.id, "restarted while hibernated")
@@ -109,12 +122,36 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
         # The other profiles, so that a refusal can say which of them would start now.
         request = replace(pool.request(self.kernel_id, profile, label=label),
                           alternatives=tuple(pool.settings.profiles.values()))
+        if self._slice_at_first_cell(pool, profile):
+            try:
+                return await asyncio.to_thread(pool.start_without_slice, request), profile
+            except PoolError as e:
+                raise _refusal(e) from e
         if pool.settings.start_queue_timeout > 0:
             return await self._wait_in_queue(pool, request), profile
         try:
             return await pool.aallocate(request), profile
         except PoolError as e:
             raise _refusal(e) from e
+
+    def _slice_at_first_cell(self, pool: Pool, profile: Profile) -> bool:
+        """Whether this kernel starts without a slice: its rule says ``slice_at: first-cell``, this server
+        takes a slice at a first cell, and the kernel is Python (its first cell's environment is set by
+        Python code in the kernel)."""
+        if not self.first_cell_served:
+            return False
+        owner = pool.settings.owner
+        kernelspec = (self.parent.kernel_name or "") if self.parent is not None else ""
+        rule = pool.settings.idle_policy.rule_for(owner, pool.groups_of(owner), profile.name, kernelspec)
+        if rule.slice_at != FIRST_CELL:
+            return False
+        language = (self.kernel_spec.language or "").lower() if self.kernel_spec is not None else ""
+        if language != "python":
+            self.log.info("kernel %s takes its GPU slice at start: its rule %r says first-cell, but only a Python "
+                          "kernel can be given its slice's environment after it starts (this one is %r)",
+                          self.kernel_id, rule.name, language or "unknown")
+            return False
+        return True
 
     async def _wait_in_queue(self, pool: Pool, request) -> Lease:
         timeout = pool.settings.start_queue_timeout
@@ -173,12 +210,30 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
                                   kwargs: dict[str, Any]) -> dict[str, Any]:
         """jupyter_client's launch arguments, with the slice's environment."""
         kwargs = await super().pre_launch(**local_launch_kwargs(self, kwargs))
+        self._base_pythonpath = kwargs["env"].get("PYTHONPATH", "")
+        if lease.awaits_first_cell:
+            kwargs["env"].update(no_slice_environment(lease, profile))
+            self.log.info("kernel %s starts without a GPU slice (lease %s): it takes %s when its first cell runs",
+                          self.kernel_id, lease.short_id, profile.slice)
+            return kwargs
         gpus = [g for g in (pool.gpu(u) for u in lease.gpus) if g is not None]
         mps_env = await asyncio.to_thread(pool.mps_env, lease) if profile.isolation == MPS else None
         kwargs["env"].update(slice_environment(lease, profile, gpus, mps_env, kwargs["env"].get("PYTHONPATH", "")))
         self.log.info("kernel %s holds GPU lease %s: %s on %s", self.kernel_id, lease.short_id,
                       profile.slice, ", ".join(g.label for g in gpus))
         return kwargs
+
+    async def environment_code(self, lease: Lease) -> str:
+        """Python code that puts the slice ``lease`` took at the kernel's first cell into the running
+        kernel's environment (``os.environ``, and PyTorch's cap on a soft slice)."""
+        pool = await self.pool()
+        profile = pool.settings.profiles.get(lease.profile) or pool.settings.profile(self.profile or None)
+        gpus = [g for g in (pool.gpu(u) for u in lease.gpus) if g is not None]
+        mps_env = await asyncio.to_thread(pool.mps_env, lease) if profile.isolation == MPS else None
+        self._lease = lease
+        self.log.info("kernel %s took GPU lease %s at its first cell: %s on %s", self.kernel_id, lease.short_id,
+                      profile.slice, ", ".join(g.label for g in gpus))
+        return set_environment_code(slice_environment(lease, profile, gpus, mps_env, self._base_pythonpath))
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any):
         async with self.start_step(self._launch_failed):
@@ -261,13 +316,15 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()
-        info.update({"gpu_pool_lease_id": self.lease_id, "gpu_pool_profile": self.profile})
+        info.update({"gpu_pool_lease_id": self.lease_id, "gpu_pool_profile": self.profile,
+                     "gpu_pool_pythonpath": self._base_pythonpath})  # for a slice a first cell takes later
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict) -> None:
         """A restarted server adopts a running kernel: its lease gets this server as manager."""
         await super().load_provisioner_info(provisioner_info)
         self.profile = provisioner_info.get("gpu_pool_profile") or self.profile
+        self._base_pythonpath = provisioner_info.get("gpu_pool_pythonpath") or ""
         lease_id = provisioner_info.get("gpu_pool_lease_id")
         if lease_id:
             pool = await self.pool()

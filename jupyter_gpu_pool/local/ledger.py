@@ -48,9 +48,10 @@ from ..pool import (
     Usage,
     Waiter,
 )
-from ..pool.allocation import Ask, Grant, Holdings, allocate, resume_candidates
+from ..pool.allocation import Ask, Grant, Holdings, allocate, check_quota, resume_candidates
 from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, share_of
 from ..pool.errors import MPSUserBusy
+from ..pool.leases import FIRST_CELL
 from ..pool.liveness import Graces, IsAlive, dead_reason
 from ..pool.phases import STOPPING, PhaseConflict, check_move
 from ..pool.trace import TraceEvent
@@ -297,6 +298,45 @@ class Ledger(LeaseStore):
             usage.open_interval(db, lease_id, request.owner, share_of(lease, result.gpus[0].memory), now)
             return lease  # type: ignore[return-value]
 
+    def start_without_slice(self, request: LeaseRequest, quotas: QuotaBook, *, host: str = "") -> Lease:
+        """Record a kernel that starts holding no slice (its rule's ``slice_at: first-cell``): a lease
+        in state hibernated with reason ``first_cell``, no GPU and nothing to restore, so that the pool,
+        the quota views and the UI know the kernel; its first cell takes a slice through :meth:`resume`.
+        Only the kernel count of a quota is checked now (it is a kernel); the slice's quotas, budget and
+        room are checked when it takes one."""
+        try:
+            return self._start_without_slice(request, quotas, host)
+        except QuotaExceeded as refusal:
+            self.record_refusal(request.kernel_id, request.owner, request.profile.name, refusal)
+            raise
+
+    def _start_without_slice(self, request: LeaseRequest, quotas: QuotaBook, host: str) -> Lease:
+        now = self.clock()
+        with self.db.write() as db:
+            held = self._quota_leases(db, request.owner, quotas.limited_groups(request.groups))
+            refusal = check_quota(held, request, quotas, Usage(kernels=1), now)
+            if refusal is not None:
+                raise refusal
+            spec = request.profile.slice
+            lease_id = uuid.uuid4().hex
+            manager = request.manager
+            db.execute(
+                """INSERT INTO leases(id, owner, kernel_id, profile, isolation, memory, sm_percent, whole,
+                     gpu_count, state, last_gpus, groups, label, created, updated, state_since, host,
+                     manager_pid, manager_start, reason)
+                   VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                (lease_id, request.owner, request.kernel_id, request.profile.name, request.profile.isolation,
+                 spec.memory or 0, spec.sm_percent, int(spec.whole), spec.gpu_count, HIBERNATED, "",
+                 "\n".join(request.groups), request.label, now, now, now,
+                 host or (manager.host if manager else ""), manager.pid if manager else None,
+                 manager.start if manager else None, FIRST_CELL),
+            )
+            db.executemany("INSERT INTO lease_groups(lease_id, grp) VALUES(?,?)",
+                           [(lease_id, group) for group in request.groups])
+            journal.write(db, now, "opened", lease_id, request.kernel_id, request.owner, FIRST_CELL,
+                          {"profile": request.profile.name})
+            return self._get(db, lease_id)  # type: ignore[return-value]
+
     @staticmethod
     def _insert_allocations(db: sqlite3.Connection, lease_id: str, spec: SliceSpec, grant: Grant) -> None:
         db.executemany(
@@ -339,15 +379,23 @@ class Ledger(LeaseStore):
                 raise result
             self._insert_allocations(db, lease_id, lease.slice, result)
             db.execute(
-                "UPDATE leases SET state=?, updated=?, state_since=?, last_gpus=?, host_bytes=0 WHERE id=?",
-                (ACTIVE, now, now, " ".join(g.uuid for g in result.gpus), lease_id),
+                "UPDATE leases SET state=?, updated=?, state_since=?, last_gpus=?, host_bytes=0, memory=?, reason=? "
+                "WHERE id=?",  # memory: a whole GPU's size is known once it is placed (a first cell's slice)
+                (ACTIVE, now, now, " ".join(g.uuid for g in result.gpus), result.memory,
+                 "" if lease.awaits_first_cell else lease.reason, lease_id),
             )
             if waiter_id:
                 queue.remove(db, waiter_id)
-            journal.write(db, now, "resumed", lease_id, lease.kernel_id, lease.owner, "",
-                          {"gpus": [g.uuid for g in result.gpus], "hibernated_for": now - lease.state_since})
-            usage.open_interval(db, lease_id, lease.owner, share_of(lease, result.gpus[0].memory), now)
-            return self._get(db, lease_id)  # type: ignore[return-value]
+            if lease.awaits_first_cell:  # its first slice: the kernel's start, as the journal and the trace count it
+                journal.write(db, now, "allocated", lease_id, lease.kernel_id, lease.owner, FIRST_CELL,
+                              {"profile": lease.profile, "gpus": [g.uuid for g in result.gpus],
+                               "waited_for_cell": now - lease.created})
+            else:
+                journal.write(db, now, "resumed", lease_id, lease.kernel_id, lease.owner, "",
+                              {"gpus": [g.uuid for g in result.gpus], "hibernated_for": now - lease.state_since})
+            taken = self._get(db, lease_id)
+            usage.open_interval(db, lease_id, lease.owner, share_of(taken, result.gpus[0].memory), now)
+            return taken  # type: ignore[return-value]
 
     # -- lifecycle -----------------------------------------------------------------------------
 

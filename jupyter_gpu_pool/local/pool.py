@@ -85,6 +85,11 @@ class Pool(ABC):
         """Take a slice for a kernel, or raise the pool's refusal (``waiter_id``: its place in the queue)."""
 
     @abstractmethod
+    def start_without_slice(self, request: LeaseRequest) -> Lease:
+        """Record a kernel that holds no slice until its first cell (a lease in state hibernated, reason
+        ``first_cell``), or raise the refusal of a quota's kernel count."""
+
+    @abstractmethod
     def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
                record_refusal: bool = True) -> Lease:
         """Take a slice again for a hibernated lease (its last GPU, else one of the same model;
@@ -123,6 +128,9 @@ class LocalPool(Pool):
         return self.ledger.allocate(request, self.settings.quotas, placement=self.settings.placement,
                                     is_alive=processes.is_alive, host=self.host, waiter_id=waiter_id,
                                     record_refusal=record_refusal, budgets=self.settings.budget_book)
+
+    def start_without_slice(self, request: LeaseRequest) -> Lease:
+        return self.ledger.start_without_slice(request, self.settings.quotas, host=self.host)
 
     def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
                record_refusal: bool = True) -> Lease:

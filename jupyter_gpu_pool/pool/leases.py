@@ -18,6 +18,9 @@ HIBERNATED = "hibernated"
 RELEASED = "released"
 STATES = (ACTIVE, HIBERNATED, RELEASED)
 HELD = (ACTIVE, HIBERNATED)
+# The reason of a lease that has held no slice yet (the rule's ``slice_at: first-cell``): its kernel started
+# without one, holding nothing like a hibernated kernel with nothing to restore; its first cell takes one.
+FIRST_CELL = "first_cell"
 _PRIVATE = ("manager_start", "holder_start", "extra")  # left out of to_dict
 
 
@@ -66,6 +69,11 @@ class Lease:
         if self.whole:
             return SliceSpec(whole=True, gpu_count=self.gpu_count)
         return SliceSpec(memory=self.memory, sm_percent=self.sm_percent)
+
+    @property
+    def awaits_first_cell(self) -> bool:
+        """Whether its kernel has held no slice yet: it takes one when its first cell runs."""
+        return self.state == HIBERNATED and self.reason == FIRST_CELL
 
     @property
     def total_memory(self) -> int:

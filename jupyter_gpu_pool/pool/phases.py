@@ -11,6 +11,9 @@ server, the CLI and the UI read it from the store, and every mover changes it by
           a cell started,                                        │
           a step failed and was undone                           └── quota / refusal ──▶ hibernated
 
+    (start) ──▶ hibernated, reason first_cell ("no GPU yet")  slice_at first-cell: the kernel started
+                 holding nothing; its first cell takes a slice the way a resume does (resuming / queued),
+                 with nothing to restore
     hibernated ──evicting (host RAM cap, warned, deadline)──▶ shut down
     any ──failed──  a step failed and could not be undone: the message says each process's CUDA state
     any ──stopping──▶ released   the kernel is being shut down (a cull, its user, its server);
@@ -22,6 +25,8 @@ What the user sees (``state`` in ``GET me``) is :func:`display_state`.
 from __future__ import annotations
 
 from .leases import ACTIVE, HIBERNATED, RELEASED, Lease
+
+NO_GPU_YET = "no_gpu_yet"  # what the UI shows for a kernel that has held no slice yet (Lease.awaits_first_cell)
 
 HIBERNATING = "hibernating"
 RESUMING = "resuming"
@@ -85,4 +90,6 @@ def display_state(lease: Lease | None) -> str:
         return lease.phase
     if lease.phase == EVICTING:
         return HIBERNATED
+    if lease.awaits_first_cell:
+        return NO_GPU_YET
     return lease.state

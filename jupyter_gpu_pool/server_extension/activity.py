@@ -185,9 +185,11 @@ class ActivityRecorder:
             else:
                 kind, data = "resumed", {}
         elif e.kind == "refused":
-            if policy and d.get("action") != "resume":
+            if policy and d.get("action") not in ("resume", "first_cell"):
                 return None  # a hibernation refused for now: the kernel ran on
-            kind, data = "refused", {"r": e.reason or "refused", "a": RESUME if policy else START}
+            # A first cell's slice refused is the kernel's ask for a slice refused: a start's, as the replay counts
+            kind, data = "refused", {"r": e.reason or "refused",
+                                     "a": RESUME if policy and d.get("action") == "resume" else START}
             if d.get("profile"):
                 data["p"] = d["profile"]
         elif e.kind == "warned":

@@ -203,7 +203,11 @@ class GPUPoolExtension(ExtensionApp):
         self.handlers.extend(start_handlers())
         if self.hibernator.resumes:
             self.handlers.extend(resume_handlers())
-            install_transparent_resume(self.serverapp, self.hibernator, self.settings)
+            if install_transparent_resume(self.serverapp, self.hibernator, self.settings) is not None:
+                # The kernel websockets hold a first cell until its kernel has a slice: kernels may start
+                # without one where their rule says slice_at: first-cell.  The provisioners read the kernel
+                # manager's config (the server's own may be a copy by now).
+                self.serverapp.kernel_manager.config.GPUPoolProvisioner.first_cell_served = True
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         loop = asyncio.get_running_loop()

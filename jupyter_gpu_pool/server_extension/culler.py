@@ -136,6 +136,8 @@ class Culler:
             self._exempt_from_server_culler(kernel)
             if lease.phase or self.context.busy(kid):
                 continue  # a move or a shutdown is under way: the ledger's phase says which
+            if lease.awaits_first_cell:
+                continue  # it has held nothing yet: nothing to give back, and no hibernation to time out
             rule = self.context.rule_for(kernel, lease)
             if lease.owner not in budgets:
                 budgets[lease.owner] = await self.backend.budget(lease.owner, lease.groups)

@@ -141,7 +141,7 @@ class SnoozeHandler(PoolAPIHandler):
         culler, context = self.ext.culler, self.ext.server_context
         if lease.phase or context.busy(kernel_id):
             raise api_error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
-        if lease.state == HIBERNATED and rule.max_hibernated is None:
+        if lease.awaits_first_cell or (lease.state == HIBERNATED and rule.max_hibernated is None):
             raise api_error(409, "nothing_to_snooze", "This kernel is hibernated and nothing is pending for it.")
         try:
             await culler.snooze(kernel_id, lease, rule, seconds)
@@ -174,6 +174,9 @@ class KernelActionHandler(PoolAPIHandler):
                                               "only.")
         if lease.phase or context.busy(kernel_id):
             raise api_error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
+        if lease.awaits_first_cell and action != "shutdown":
+            raise api_error(409, "not_holding", "This kernel holds no GPU slice yet: it takes one when a cell runs. "
+                                                "Shut it down from the kernel menu if you no longer need it.")
         if lease.state == HIBERNATED and action != "shutdown":
             raise api_error(409, "not_holding", "This kernel is hibernated: it holds no GPU slice. "
                                                 "Shut it down from the kernel menu if you no longer need it.")

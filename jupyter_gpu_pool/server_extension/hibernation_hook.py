@@ -57,6 +57,14 @@ class HibernationHook(ABC):
         """Why the kernel's queued resume waits, where not for a free slice (no I/O)."""
         return None
 
+    def first_slice(self, kernel_id: str) -> bool:
+        """Whether the kernel's next slice is its first (it started without one: the words differ; no I/O)."""
+        return False
+
+    async def refresh(self, kernel_id: str) -> None:
+        """Read the kernel's state from the pool again (a websocket opens on it: a kernel that just started
+        without a slice must hold its first cell)."""
+
     async def settle(self, kernel_id: str, timeout: float) -> None:
         """Wait up to ``timeout`` for a resume just started to take a slice or a place in the queue."""
 
@@ -108,6 +116,12 @@ class PoolHibernation(HibernationHook):
     def queue_reason(self, kernel_id: str) -> str | None:
         return self.hibernator.queue_reason(kernel_id)
 
+    def first_slice(self, kernel_id: str) -> bool:
+        return self.hibernator.first_slice(kernel_id)
+
+    async def refresh(self, kernel_id: str) -> None:
+        await self.hibernator.refresh(kernel_id)
+
     async def settle(self, kernel_id: str, timeout: float) -> None:
         await self.hibernator.placed(kernel_id, timeout)
         await asyncio.sleep(0)  # let a queue position land
@@ -122,8 +136,9 @@ class PoolHibernation(HibernationHook):
         except HibernationRefused as e:
             if e.reason in ("quota_exceeded", "budget_exceeded", "pool_exhausted"):
                 lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)
-                if lease is not None:
-                    await self.recorder.record("refused", lease, reason=e.reason, message=e.message, action="resume")
+                if lease is not None:  # a first cell's slice refused: the kernel's ask for one, not a resume
+                    await self.recorder.record("refused", lease, reason=e.reason, message=e.message,
+                                               action="first_cell" if lease.awaits_first_cell else "resume")
             return
         except HibernationFailed as e:
             lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)
@@ -135,7 +150,7 @@ class PoolHibernation(HibernationHook):
         except Exception:
             log.exception("resume failed")
             return
-        if outcome.lease is not None and outcome.duration:
+        if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
                                        action="resume", rule="hibernation", duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared)

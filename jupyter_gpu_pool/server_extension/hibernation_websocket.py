@@ -9,6 +9,11 @@ the queue).  Once the kernel runs on its GPU again, the notice is cleared and th
 to the kernel in their order.  If the resume is refused or fails, each held cell gets an error
 saying why, and the kernel shows idle; nothing waits silently.
 
+A kernel that started without a slice (its rule's ``slice_at: first-cell``) is held the same way:
+its first cell takes a slice through the same path (queue, refusal), the slice's environment is set
+in the kernel, then the cell runs; the words say it takes a GPU, not that it resumes.  The kernel's
+state is read from the pool when a websocket opens, so that a kernel just started holds its first cell.
+
 Other messages pass straight through: a hibernated kernel answers ``kernel_info``, completion and
 the like on its CPU.  Clients that talk to the kernel's ZMQ ports directly bypass this; they use
 ``POST …/resume``.
@@ -41,10 +46,19 @@ class TransparentResume:
     _held: list | None = None
     _resumer: asyncio.Task | None = None
     _notice_id: str | None = None
+    _first = False  # the held cells wait for the kernel's first slice, not for a resume
 
     @property
     def _hook(self):
         return self.websocket_handler.settings.get(SETTINGS_KEY)
+
+    async def connect(self):
+        hook = self._hook
+        if hook is not None:
+            await hook.refresh(self.kernel_id)  # a kernel just started without a slice: hold its first cell
+        connected = super().connect()  # type: ignore[misc]
+        if connected is not None:  # jupyter_server awaits connect(); its own returns a future, or None
+            await connected
 
     def handle_incoming_message(self, incoming_msg) -> None:
         if self._held is None:
@@ -56,6 +70,7 @@ class TransparentResume:
             return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
         if self._held is None:
             self._held = []
+            self._first = self._hook.first_slice(self.kernel_id)
             self._resumer = asyncio.ensure_future(self._resume_then_forward())
         self._held.append((incoming_msg, header))
         if header.get("msg_type") == "execute_request":
@@ -76,7 +91,13 @@ class TransparentResume:
         position = hook.hibernator.queue_position(self.kernel_id) if hook is not None else None
         reason = hook.queue_reason(self.kernel_id) if hook is not None else None
         declared = hook is not None and hook.hibernator.declared
-        if position is not None and reason:
+        if hook is not None and hook.first_slice(self.kernel_id):
+            if position is not None:
+                text = (f"Waiting for a GPU slice for this kernel's first cell: position {position} in the queue. "
+                        "The cell runs as soon as the kernel has its GPU.")
+            else:
+                text = "This kernel takes its GPU slice now (it holds none until a cell runs). The cell runs next."
+        elif position is not None and reason:
             text = (f"This kernel's resume is {reason}. Position {position} in the queue; the cell runs as soon "
                     "as the kernel has resumed.")
         elif position is not None:
@@ -127,7 +148,10 @@ class TransparentResume:
                            transient={"display_id": self._display_id})
 
     def _fail_cell(self, header: dict, error: Exception) -> None:
-        text = f"The kernel could not resume, so this cell did not run: {error}"
+        if self._first:
+            text = f"This cell did not run: the kernel could not take its GPU slice. {error}"
+        else:
+            text = f"The kernel could not resume, so this cell did not run: {error}"
         content = {"ename": "GPUPoolResumeError", "evalue": text, "traceback": [text]}
         self._send("iopub", "error", content, header)
         self._send("shell", "execute_reply", {"status": "error", "execution_count": None, **content}, header)

@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from ..pool import HIBERNATED, Profile, Snapshot
 from ..pool.leases import ACTIVE
+from ..pool.phases import NO_GPU_YET
 
 ACTIONS = Counter(
     "jupyter_gpu_pool_policy_actions",
@@ -74,7 +75,8 @@ class PoolCollector:
             ("gpu_slices_total", "Slices of each profile an empty GPU holds", ["gpu", "profile"]),
             ("gpu_slices_free", "Slices of each profile that still fit on each GPU", ["gpu", "profile"]),
             ("gpu_utilization_percent", "Device utilization from NVML (detected GPUs only)", ["gpu"]),
-            ("leases", "Leases by state (queued: requests waiting for a slice)", ["state"]),
+            ("leases", "Leases by state (queued: requests waiting for a slice; no_gpu_yet: kernels that take theirs "
+                       "at their first cell)", ["state"]),
             ("kernel_gpu_utilization_percent", "Per-kernel GPU utilization from NVML",
              ["kernel_id", "user", "profile"]),
             ("kernel_gpu_memory_used_bytes", "Per-kernel GPU memory from NVML", ["kernel_id", "user", "profile"]),
@@ -95,9 +97,10 @@ class PoolCollector:
                     [gpu.uuid, name], slice_capacity(gpu.memory, u.free_memory, u.free_sm, profile, u.leases == 0))
             if gpu.uuid in view.device_utilization:
                 g["gpu_utilization_percent"].add_metric([gpu.uuid], view.device_utilization[gpu.uuid])
-        states = {ACTIVE: 0, HIBERNATED: 0}
+        states = {ACTIVE: 0, HIBERNATED: 0, NO_GPU_YET: 0}
         for lease in view.snapshot.leases:
-            states[lease.state] = states.get(lease.state, 0) + 1
+            state = NO_GPU_YET if lease.awaits_first_cell else lease.state  # never hibernated: not counted so
+            states[state] = states.get(state, 0) + 1
         states["queued"] = len(view.snapshot.waiters)
         for state, n in states.items():
             g["leases"].add_metric([state], n)

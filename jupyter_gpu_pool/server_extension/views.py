@@ -76,7 +76,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
             actions.append("snooze")
         if lease.state != HIBERNATED:
             actions.append("release")
-        elif context.hibernator.enabled:
+        elif context.hibernator.enabled and not lease.awaits_first_cell:  # a first slice is taken by a cell
             actions.append("resume")
         actions.append("shutdown")
     spec = profile.slice if profile else None

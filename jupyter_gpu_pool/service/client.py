@@ -170,6 +170,10 @@ class ServiceLedger(LeaseStore):
         return self.client.call("allocate", kernel_id=request.kernel_id, profile=request.profile.name,
                                 label=request.label, waiter_id=waiter_id, record_refusal=record_refusal)
 
+    def start_without_slice(self, request: LeaseRequest, quotas=None, **_store_args) -> Lease:
+        return self.client.call("start_without_slice", kernel_id=request.kernel_id, profile=request.profile.name,
+                                label=request.label)
+
     def resume(self, lease_id: str, quotas=None, *, same_gpu: bool = False, waiter_id: str | None = None,
                record_refusal: bool = True, **_store_args) -> Lease:
         return self.client.call("resume", lease_id=lease_id, same_gpu=same_gpu, waiter_id=waiter_id,
@@ -274,6 +278,9 @@ class ServicePool(Pool):
 
     def allocate(self, request: LeaseRequest, waiter_id: str | None = None, record_refusal: bool = True) -> Lease:
         return self.ledger.allocate(request, waiter_id=waiter_id, record_refusal=record_refusal)
+
+    def start_without_slice(self, request: LeaseRequest) -> Lease:
+        return self.ledger.start_without_slice(request)
 
     def resume(self, lease: Lease, same_gpu: bool = False, waiter_id: str | None = None,
                record_refusal: bool = True) -> Lease:

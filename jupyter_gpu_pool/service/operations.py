@@ -152,6 +152,22 @@ class Operations:
 
         return await self.turns.write_here(caller.uid, allocate)
 
+    async def op_start_without_slice(self, caller: Caller, peer: Peer, args: Args) -> Lease:
+        """A kernel of the caller's that holds no slice until its first cell (its rule's slice_at)."""
+        kernel_id = arguments.kernel_id(args)
+        profile = self.pool.settings.profile(args.text("profile", required=False, default=""))
+        label = args.text("label", default="")
+        manager = Holder(peer.pid, _start_of(peer.pid), processes.hostname())
+
+        def start() -> Lease:
+            existing = self._held_kernel(caller, kernel_id)
+            if existing is not None:
+                return existing  # a retry after a lost reply: the same lease, not a second one
+            return self.pool.start_without_slice(LeaseRequest(owner=caller.user, kernel_id=kernel_id, profile=profile,
+                                                              groups=caller.groups, label=label, manager=manager))
+
+        return await self.turns.write_here(caller.uid, start)
+
     async def op_resume(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
         waiter_id = await self._own_waiter(caller, args.text("waiter_id", required=False))

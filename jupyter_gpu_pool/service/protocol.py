@@ -57,6 +57,7 @@ OPERATIONS = {op.name: op for op in (
     Operation("settings", who=POOL),
     Operation("mps_env", ("lease_id",)),
     Operation("allocate", ("kernel_id", "profile", "label", "waiter_id", "record_refusal")),
+    Operation("start_without_slice", ("kernel_id", "profile", "label")),
     Operation("resume", ("lease_id", "waiter_id", "same_gpu", "record_refusal")),
     Operation("release", ("lease_id", "reason")),
     Operation("set_holder", ("lease_id", "pid", "phase")),

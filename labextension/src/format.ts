@@ -250,6 +250,8 @@ export function stateWord(state: string | null | undefined): string {
       return __('hibernating');
     case 'hibernated':
       return __('hibernated');
+    case 'no_gpu_yet':
+      return __('no GPU yet');
     case 'resuming':
       return __('resuming');
     case 'queued':

@@ -175,6 +175,9 @@ export function explanation(
       if (context.action === 'resume') {
         return fit(__('%1 could not resume: %2. Its variables are kept.', who, why));
       }
+      if (context.action === 'first_cell') {
+        return fit(__('%1 could not take its GPU slice, so its cell did not run: %2.', who, why));
+      }
       if (context.action === 'hibernate') {
         return fit(__('%1 did not hibernate now (%2); it keeps running.', who, why));
       }

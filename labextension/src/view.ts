@@ -484,6 +484,19 @@ export function stateView(
         label: __('hibernated: GPU slice given back, variables kept%1', movedNote),
         detail: __('Run a cell (or Resume) to take a slice again and go on.')
       };
+    case 'no_gpu_yet':
+      // Started without a slice (the rule's slice_at: first-cell): not hibernated, nothing to restore.
+      return waiting
+        ? {
+            kind: 'resuming',
+            label: __('taking a GPU slice for the first cell…'),
+            detail: __('Your cell runs as soon as it holds the slice.')
+          }
+        : {
+            kind: 'hibernated',
+            label: __('no GPU yet: takes one when a cell runs'),
+            detail: ''
+          };
     case 'resuming':
       return {
         kind: 'resuming',

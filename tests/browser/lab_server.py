@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from kernel_helpers import free_port
+from kernel_helpers import free_port, slice_at_start
 
 # This checkout's build of the labextension (`jlpm build` in labextension/, or pip install -e .).
 CHECKOUT_BUILD = Path(__file__).resolve().parents[2] / "jupyter_gpu_pool" / "labextension"
@@ -64,6 +64,7 @@ class LabServer:
             "policy": [],  # the built-in default rule, whatever a config of the environment says
             **pool,
         }
+        self.pool_settings["policy"] = slice_at_start(self.pool_settings["policy"])
         self.extension_settings = extension
         self.server_config = server or {}
         self.kernelspecs = kernelspecs

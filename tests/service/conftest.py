@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kernel_helpers import slice_at_start
 from service_helpers import USERS, JupyterServer, PoolServiceProcess, as_user
 
 GiB = 2**30
@@ -119,6 +120,7 @@ class Lab:
             "unix_groups": True,
             **settings,
         }
+        base["policy"] = slice_at_start(base.get("policy", []))
         lines = [f"c.GPUPool.{k} = {v!r}" for k, v in base.items()]
         options = {"socket": self.socket, "user_prefix": "jupyter-", "reconcile_interval": 1, **(service or {})}
         lines += [f"c.PoolService.{k} = {v!r}" for k, v in options.items()]

@@ -42,6 +42,8 @@ def user_env(lab, name: str, **extra) -> dict:
         "JUPYTER_GPU_POOL_SOCKET": lab.socket,
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    if os.environ.get("PYTHONPATH"):  # the checkout under test (run with PYTHONPATH), not the one installed
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

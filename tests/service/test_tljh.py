@@ -165,8 +165,9 @@ def test_the_install_writes_a_starting_config_a_token_a_unit_and_kernelspecs(lay
     settings = load_settings(paths=[str(layout.config_dir)])  # the pool's own loader reads it
     assert settings.service_socket == DEFAULT_SOCKET
     assert settings.budgets["jupyterhub-users"].gpu_hours == 10 and settings.budgets["jupyterhub-users"].period == "week"
-    assert [rule.name for rule in settings.policy] == ["lab"]
+    assert [(rule.name, rule.slice_at) for rule in settings.policy] == [("lab", "first-cell")]
     text = layout.config_file.read_text()
+    assert '"slice_at": "first-cell"' in text  # written out, so that an admin sees the choice
     assert "c.PoolService.user_prefix = \"jupyter-\"" in text and "jupyterhub-admins" in text
     env_mode = stat.S_IMODE(layout.hub_env_file.stat().st_mode)
     assert env_mode == 0o600 and stat.S_IMODE(layout.hub_env_file.parent.stat().st_mode) == 0o700

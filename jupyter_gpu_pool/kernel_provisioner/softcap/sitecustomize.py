@@ -1,6 +1,7 @@
 """Soft-isolation caps for a gpu-pool kernel, applied lazily.
 
-This file is on the kernel's PYTHONPATH only for ``soft`` slices.  It costs a
+This file is on the kernel's PYTHONPATH only for ``soft`` slices (for a kernel that takes its
+slice at its first cell, it is loaded then, under another name, and :func:`install` called).  It costs a
 kernel that never imports PyTorch nothing but installing one import hook: when
 ``torch`` is imported, the hook queues ``set_per_process_memory_fraction`` to
 run when PyTorch initialises CUDA (``torch.cuda._lazy_call``), so even the
@@ -64,6 +65,19 @@ def _chain_shadowed_sitecustomize():
             return
 
 
-if os.environ.get("JUPYTER_GPU_POOL_MEMORY_FRACTION") and "torch" not in sys.modules:
-    sys.meta_path.insert(0, _TorchCapFinder())
-_chain_shadowed_sitecustomize()
+def install():
+    """Cap PyTorch in this process: at once where it is imported already, else when it is imported.  Run
+    at the interpreter's start, and by a kernel that took its slice at its first cell (loaded under
+    another name, so that it chains nothing)."""
+    if not os.environ.get("JUPYTER_GPU_POOL_MEMORY_FRACTION"):
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _cap_torch(torch)
+    elif not any(type(f).__name__ == "_TorchCapFinder" for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchCapFinder())
+
+
+if __name__ == "sitecustomize":
+    install()
+    _chain_shadowed_sitecustomize()

@@ -378,4 +378,13 @@ describe('explanations afterwards', () => {
       'a.ipynb’s kernel was shut down (busy longer than allowed): its variables are gone. Start a new kernel and run your cells again.'
     );
   });
+
+  it('says a refused first cell could not take its GPU slice, not that it could not resume', () => {
+    const text = explanation('refused', 'a.ipynb', 'quota_exceeded', '', { action: 'first_cell' });
+    assert.match(
+      text,
+      /^a\.ipynb’s kernel could not take its GPU slice, so its cell did not run: /
+    );
+    assert.doesNotMatch(text, /resume|variables/);
+  });
 });

@@ -280,6 +280,18 @@ describe('stateView', () => {
       /^queued at position 1/
     );
   });
+
+  it('says a kernel started without a slice has no GPU yet, not that it hibernated', () => {
+    const v = stateView(kernel({ state: 'no_gpu_yet', gpus: [] }), NOW);
+    assert.equal(v.label, 'no GPU yet: takes one when a cell runs');
+    assert.doesNotMatch(v.label + v.detail, /hibernat|resum/);
+    const taking = stateView(kernel({ state: 'no_gpu_yet', gpus: [] }), NOW, true);
+    assert.equal(taking.label, 'taking a GPU slice for the first cell…');
+    const k = kernel({ state: 'no_gpu_yet', gpus: [] });
+    const bar = indicatorView(me({ kernels: [k] }), k.kernel_id);
+    assert.equal(bar.text, 'no GPU yet');
+    assert.match(bar.title, /State: no GPU yet: takes one when a cell runs\./);
+  });
 });
 
 describe('actionViews', () => {
