@@ -136,6 +136,8 @@ class Culler:
             self._exempt_from_server_culler(kernel)
             if lease.phase or self.context.busy(kid):
                 continue  # a move or a shutdown is under way: the ledger's phase says which
+            if self.context.hibernator.hinted(kid):
+                continue  # woken on a hint, no cell yet: the hook puts it back to sleep, unwarned, if none comes
             rule = self.context.rule_for(kernel, lease)
             if lease.owner not in budgets:
                 budgets[lease.owner] = await self.backend.budget(lease.owner, lease.groups)

@@ -9,7 +9,8 @@ the queue).  Once the kernel runs on its GPU again, the notice is cleared and th
 to the kernel in their order.  If the resume is refused or fails, each held cell gets an error
 saying why, and the kernel shows idle; nothing waits silently.
 
-Other messages pass straight through: a hibernated kernel answers ``kernel_info``, completion and
+A kernel woken on a hint runs its cells at once; the first one tells the hook the hint was right
+(``used``: the kernel no longer goes back to sleep).  Other messages pass straight through: a hibernated kernel answers ``kernel_info``, completion and
 the like on its CPU.  Clients that talk to the kernel's ZMQ ports directly bypass this; they use
 ``POST …/resume``.
 """
@@ -50,6 +51,10 @@ class TransparentResume:
         if self._held is None:
             hook = self._hook
             if hook is None or not hook.asleep(self.kernel_id):
+                if hook is not None and hook.hinted(self.kernel_id):
+                    channel, header = self._peek(incoming_msg)
+                    if channel == "shell" and header.get("msg_type") in HOLD:
+                        hook.used(self.kernel_id)
                 return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
         channel, header = self._peek(incoming_msg)
         if channel != "shell" or (self._held is None and header.get("msg_type") not in HOLD):
