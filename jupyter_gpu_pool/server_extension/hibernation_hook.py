@@ -192,7 +192,7 @@ class PoolHibernation(HibernationHook):
             return
         if outcome.lease is not None:
             await self.recorder.record(
-                "hibernated", outcome.lease, reason="hint_unused", action="hibernate", rule="hint",
+                "hibernated", outcome.lease, reason="hint_unused", action="hibernate", rule="hibernation",
                 message=f"Back to sleep: it was woken in advance when its notebook was opened, but {why}, so its "
                         "GPU slice went back to the pool. Nothing was lost; a cell resumes it.",
                 duration=round(outcome.duration, 3), bytes=outcome.bytes, declared=outcome.declared)

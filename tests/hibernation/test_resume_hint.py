@@ -153,7 +153,7 @@ async def test_a_kernel_woken_on_a_hint_that_runs_no_cell_sleeps_again_unwarned(
     entries = journal(server, kid, since)
     assert "warned" not in [e.kind for e in entries] and "culled" not in [e.kind for e in entries]
     again = [e for e in entries if e.kind == "hibernated" and e.detail.get("source") == "policy"]
-    assert len(again) == 1 and again[0].reason == "hint_unused" and again[0].detail["rule"] == "hint"
+    assert len(again) == 1 and again[0].reason == "hint_unused" and again[0].detail["rule"] == "hibernation"
     assert "no cell ran within 2.5 s" in again[0].detail["message"]
     await event_where(events, lambda e: e.get("action") == "hibernated" and e.get("reason") == "hint_unused")
     assert "warned" not in events.actions(kid)
