@@ -461,7 +461,11 @@ export class NoticeBook {
   }
 
   private _fromRecent(entry: IRecent): INotice | null {
-    if (entry.at <= this._since || !EXPLAINED.has(entry.kind) || QUIET_REASONS.has(entry.reason ?? '')) {
+    if (
+      entry.at <= this._since ||
+      !EXPLAINED.has(entry.kind) ||
+      QUIET_REASONS.has(entry.reason ?? '')
+    ) {
       return null;
     }
     if (this._recentlyShown(entry.kind, entry.kernel_id, entry.at)) {

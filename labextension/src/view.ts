@@ -177,13 +177,13 @@ export function statusView(
     waking && !starting.length
       ? __('waking up…')
       : starting.length > 1
-      ? __('%1 kernels starting', starting.length)
-      : said
-        ? __(
-            'starting: %1',
-            said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
-          )
-        : '';
+        ? __('%1 kernels starting', starting.length)
+        : said
+          ? __(
+              'starting: %1',
+              said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
+            )
+          : '';
   const parts = [held, util === null ? '' : formatPercent(util), budget, progress];
   // A narrow window: the budget, what is near its limit, a start's progress.
   const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : parts;
@@ -874,15 +874,18 @@ export function historyLine(entry: IRecent): string {
         entry.reason === 'hint_unused'
           ? __('Back to sleep: woken in advance, but no cell ran; nothing was used%1.', declared)
           : entry.reason === 'admin'
-          ? __('Hibernated by an admin; its variables are kept%1.', declared)
-          : entry.reason === 'user'
-            ? __('Hibernated at your request; its variables are kept%1.', declared)
-            : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
+            ? __('Hibernated by an admin; its variables are kept%1.', declared)
+            : entry.reason === 'user'
+              ? __('Hibernated at your request; its variables are kept%1.', declared)
+              : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
       break;
     case 'resumed':
       text =
         entry.reason === 'hint'
-          ? __('Woken in advance as its notebook was opened: it holds a GPU slice again%1.', declared)
+          ? __(
+              'Woken in advance as its notebook was opened: it holds a GPU slice again%1.',
+              declared
+            )
           : __('Resumed: it holds a GPU slice again%1.', declared);
       break;
     case 'released':
