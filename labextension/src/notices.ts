@@ -422,7 +422,13 @@ export class NoticeBook {
     this._warnings = current;
     dismiss.push(...this._staleRefusals(me));
     // Explanations of what happened since this page was opened.
+    // A kernel woken on a hint: the ledger's entry of its resume comes before the server's own (which
+    // says it was a hint), and it is no news either way.
+    const waking = new Set(me.kernels.filter(k => k.woken_on_hint).map(k => k.kernel_id));
     for (const entry of [...me.recent].sort((a, b) => a.at - b.at)) {
+      if (entry.kind === 'resumed' && waking.has(entry.kernel_id)) {
+        continue;
+      }
       const notice = this._fromRecent(entry);
       if (notice) {
         show.push(notice);

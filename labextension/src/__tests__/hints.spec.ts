@@ -130,6 +130,16 @@ describe('"waking up…", calmly', () => {
       );
       assert.deepEqual(out.show, [], `${action} (${reason})`);
     }
+    // GET me may list the ledger's own entry of the resume (no reason yet) while it is under way
+    const polled = book.fromState(
+      me({
+        kernels: [waking],
+        recent: [
+          { at: NOW + 1, kind: 'resumed', kernel_id: waking.kernel_id, reason: '', message: '' }
+        ]
+      })
+    );
+    assert.deepEqual(polled.show, []);
     const slept = historyLine({
       at: NOW,
       kind: 'hibernated',
