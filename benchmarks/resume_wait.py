@@ -110,12 +110,16 @@ def one_run(browser, lab: LabServer, kind: str, n: int, typing: float) -> dict:
         page.keyboard.type(CODE, delay=typing * 1000 / len(CODE))
         typed = time.monotonic() - started
         state = next(k["state"] for k in lab.me()["kernels"] if k["kernel_id"] == kernel_id)
+        pressed = time.time()
         page.keyboard.press("Shift+Enter")
         page.wait_for_function("() => window.__answered !== null", timeout=120_000)
         wait = page.evaluate("() => (window.__answered - window.__pressed) / 1000")
-        resumed = [e["reason"] for e in lab.me()["recent"] if e["kernel_id"] == kernel_id and e["kind"] == "resumed"]
+        resumes = [e for e in lab.me()["recent"] if e["kernel_id"] == kernel_id and e["kind"] == "resumed"]
+        resumed = [e["reason"] for e in resumes]
         assert resumed == ([] if kind == "never slept" else ["hint"] if kind == "hint" else ["cell"]), (kind, resumed)
         return {"kind": kind, "wait": wait, "typed": typed, "state_at_run": state, "resumed_by": resumed,
+                # seconds from the end of the resume to Shift+Enter (negative: it ended after)
+                "resumed_to_run": round(pressed - resumes[0]["at"], 3) if resumes else None,
                 "hints_sent": len(hints), "hints_blocked": len(blocked)}
     finally:
         context.close()
@@ -157,8 +161,10 @@ def main() -> int:
                 for kind in KINDS[n % 3:] + KINDS[:n % 3]:  # take turns, so load drifts hit each kind alike
                     run = one_run(browser, lab, kind, n, args.typing)
                     runs.append(run)
+                    ended = ("" if run["resumed_to_run"] is None
+                             else f"; resumed {run['resumed_to_run']:+.2f} s before Shift+Enter")
                     print(f"  {kind:14s} {run['wait']:.3f} s  (typed {run['typed']:.1f} s; kernel "
-                          f"{run['state_at_run']} at Shift+Enter; hints {run['hints_sent']})", flush=True)
+                          f"{run['state_at_run']} at Shift+Enter{ended}; hints {run['hints_sent']})", flush=True)
             browser.close()
     finally:
         lab.stop()

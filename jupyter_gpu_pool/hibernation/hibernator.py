@@ -738,13 +738,13 @@ class Hibernator:
                                       "not woken in advance: it resumes when a cell runs, in its turn.")
         try:
             return attempt(None)
-        except (PoolExhausted, GPUMemoryShort):
+        except PoolExhausted:  # (GPUMemoryShort too: its GPU lacks the free memory)
             return HibernationRefused("no_room", "No GPU slice is free now, so this kernel was not woken in "
                                       "advance: it resumes when a cell runs (in the queue if need be).")
+        except LeaseNotFound:  # (before PoolError, its base)
+            return HibernationRefused("no_lease", "This kernel's GPU lease ended.", status=404)
         except PoolError as e:  # its quota or budget: a cell would be refused with the same words
             return HibernationRefused("not_now", f"This kernel was not woken in advance: {e}", status=403)
-        except LeaseNotFound:
-            return HibernationRefused("no_lease", "This kernel's GPU lease ended.", status=404)
 
     def _candidates(self, lease: Lease, same_gpu: bool) -> list[str]:
         """The GPUs a resume may land on: its last ones, or any of the same model."""

@@ -193,6 +193,23 @@ async def test_a_hint_does_nothing_on_a_full_pool_or_while_someone_waits_and_the
     assert kinds.count("resumed") == 0 and "refused" not in kinds and "warned" not in kinds  # nobody warned
 
 
+@pytest.mark.pool_settings(default_user_quota={"memory": "10GiB", "kernels": 4})
+async def test_a_hint_over_the_users_quota_does_nothing_and_records_no_refusal(server, channels):
+    kid, ch = await hibernated_kernel(server, channels)
+    await server.gpu_kernel()  # the user's whole 10 GiB quota, taken while the first slept
+    since = time.time()
+
+    r = await hint(server, kid)
+
+    assert r.code == 200 and body(r)["woken"] is False and body(r)["reason"] == "not_now"
+    assert "quota" in body(r)["message"]
+    await asyncio.sleep(0.5)
+    assert (server.lease(kid).state, server.lease(kid).phase) == (HIBERNATED, "")
+    assert not journal(server, kid, since) and server.ext.backend.pool.ledger.waiters() == []
+    got = await ch.replies(await ch.execute("print(x)"))  # a cell still says why, as before hints
+    assert "GPUPoolResumeError" in [c.get("ename") for _ch, kind, c in got if kind == "error"]
+
+
 @pytest.mark.pool_settings(hibernation_declared_restore_cost="1.5s + 0s/GiB")
 async def test_a_cell_sent_while_the_hinted_resume_is_under_way_waits_for_that_resume(server, channels, events):
     """The modelled restore (1.5 s) keeps the hinted resume under way when the cell arrives: the cell joins it
