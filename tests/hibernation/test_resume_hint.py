@@ -193,6 +193,36 @@ async def test_a_hint_does_nothing_on_a_full_pool_or_while_someone_waits_and_the
     assert kinds.count("resumed") == 0 and "refused" not in kinds and "warned" not in kinds  # nobody warned
 
 
+async def test_a_kernel_woken_on_a_hint_gives_its_slice_back_unwarned_as_soon_as_someone_waits(server, channels):
+    """hint_sleep_after is 30 s here: the waiter does not wait for it."""
+    from jupyter_gpu_pool.pool import LeaseRequest, Profile, SliceSpec
+
+    pool = server.ext.backend.pool
+    kid, _ch = await hibernated_kernel(server, channels)
+    assert (await hint(server, kid)).code == 202
+    await wait_until(lambda: server.lease(kid).state == ACTIVE and not server.lease(kid).phase, what="awake")
+    gpu = server.lease(kid).gpus
+    for name, size in (("bob-rest", "30GiB"), ("bob-other", "40GiB")):  # the rest of its GPU, then the other GPU
+        pool.ledger.allocate(LeaseRequest(owner="bob", kernel_id=name, profile=Profile(name, SliceSpec.parse(size),
+                                                                                        "soft", name)),
+                             pool.settings.quotas)
+    since = time.time()
+    small = Profile("small", SliceSpec.parse("10GiB"), "soft", "small")
+    waiter = pool.ledger.enqueue("bob", "bobs-start", "small", small.slice)
+
+    await wait_until(lambda: server.lease(kid).state == HIBERNATED and not server.lease(kid).phase, timeout=10,
+                     what="asleep again for the waiter")
+
+    assert time.time() - since < 8
+    served = pool.ledger.allocate(LeaseRequest(owner="bob", kernel_id="bobs-start", profile=small),
+                                  pool.settings.quotas, waiter_id=waiter.id)
+    assert served.gpus == gpu  # the room the hint had taken
+    entries = journal(server, kid, since)
+    assert "warned" not in [e.kind for e in entries]
+    [again] = [e for e in entries if e.kind == "hibernated" and e.detail.get("source") == "policy"]
+    assert again.reason == "hint_unused" and "someone is waiting for a GPU slice" in again.detail["message"]
+
+
 @pytest.mark.pool_settings(default_user_quota={"memory": "10GiB", "kernels": 4})
 async def test_a_hint_over_the_users_quota_does_nothing_and_records_no_refusal(server, channels):
     kid, ch = await hibernated_kernel(server, channels)
