@@ -348,8 +348,8 @@ class GPUPool(Configurable):
         "",
         help="""For benchmarks and their tests only, never in service: on declared GPUs (which hold no GPU
         memory, so a resume takes no time), make each resume's restore take a modelled time, seconds plus
-        seconds per GiB of the kernel's declared slice, such as '0.306s + 0.179s/GiB' (the line measured
-        on an H100, docs/gpu-verification.md).  Default '': no delay.  No effect on real GPUs.""",
+        seconds per GiB of the kernel's declared slice, such as '0.306s + 0.179s/GiB' (the H100's measured
+        resume line, 2026-11-26).  Default '': no delay.  No effect on real GPUs.""",
     ).tag(config=True)
 
     @validate("hibernation_declared_restore_cost")
