@@ -29,7 +29,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jupyter_core.paths import jupyter_config_path, jupyter_data_dir, jupyter_runtime_dir
-from traitlets import Bool, Enum, TraitError, Undefined, Unicode, default
+from traitlets import Bool, Enum, TraitError, Undefined, Unicode, default, validate
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
@@ -45,7 +45,14 @@ from .pool import (
     parse_profiles,
 )
 from .pool.budgets import Budget, BudgetBook, parse_budgets
-from .pool.hibernation import EVICT_OLDEST, OVER_CAP, HibernationSettings, parse_host_memory, parse_margin
+from .pool.hibernation import (
+    EVICT_OLDEST,
+    OVER_CAP,
+    HibernationSettings,
+    parse_host_memory,
+    parse_margin,
+    parse_restore_cost,
+)
 from .pool.rules import Policy, PolicyError, Rule, check_profile_names, parse_policy
 from .pool.quotas import parse_members, parse_quota, parse_quotas
 from .traits import Parsed, Seconds
@@ -342,6 +349,22 @@ class GPUPool(Configurable):
         kill goes ahead when they are up, so a shutdown never hangs on the driver.""",
     ).tag(config=True)
 
+    hibernation_declared_restore_cost = Unicode(
+        "",
+        help="""For benchmarks and their tests only, never in service: on declared GPUs (which hold no GPU
+        memory, so a resume takes no time), make each resume's restore take a modelled time, seconds plus
+        seconds per GiB of the kernel's declared slice, such as '0.306s + 0.179s/GiB' (the H100's measured
+        resume line, 2026-11-26).  Default '': no delay.  No effect on real GPUs.""",
+    ).tag(config=True)
+
+    @validate("hibernation_declared_restore_cost")
+    def _check_restore_cost(self, proposal):
+        try:
+            parse_restore_cost(proposal["value"])
+        except ValueError as e:
+            raise TraitError(f"GPUPool.hibernation_declared_restore_cost: {e}") from None
+        return proposal["value"]
+
     budgets = Parsed(
         parse_budgets, {}, is_parsed=lambda v: _all_of(v, Budget, empty=True),
         help="""GPU-hour budgets, by user or group name: {"students": {"gpu_hours": 10, "period": "week"}}.
@@ -434,7 +457,8 @@ class GPUPool(Configurable):
                                    release_cache=self.hibernation_release_cache,
                                    resume_margin=self.hibernation_resume_margin,
                                    checkpoint_before_kill=self.hibernation_checkpoint_before_kill,
-                                   shutdown_timeout=self.hibernation_shutdown_timeout)
+                                   shutdown_timeout=self.hibernation_shutdown_timeout,
+                                   declared_restore_cost=self.hibernation_declared_restore_cost)
 
     def profile(self, name: str | None) -> Profile:
         name = name or self.default_profile

@@ -13,6 +13,12 @@ checkpoint needs (as NVML counts it: soft slices are not enforced, and a restore
 memory can leave the process checkpointed for good): the resume waits in the pool's queue (the
 lease's phase says ``queued``, the queue says where, the hibernator why); nothing hangs silently.
 
+A resume on a *hint* (the user opened the kernel's notebook: a cell is likely soon) takes a slice
+only if one is free now and nobody waits in the queue: it never queues and never takes the room a
+waiter needs; declined, it changes nothing.  Until a cell arrives (:meth:`Hibernator.used`) the
+kernel stays marked as woken on a hint (:meth:`Hibernator.hinted`), so that its caller can put it
+back to sleep if none does.
+
 On declared GPUs (the pool's inventory, not real GPUs) a kernel holds no GPU memory: both moves
 run exactly as above (phase claims, host-RAM accounting of 0 bytes, the ledger, the queue) with
 no driver call, since there is nothing to checkpoint; their outcomes say ``declared``.
@@ -37,7 +43,17 @@ from dataclasses import dataclass, field
 from ..devices import checkpoint as cp
 from ..devices import nvml
 from ..local.waiting import Place, wait_for_slice
-from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, LeaseNotFound, QuotaExceeded, format_size
+from ..pool import (
+    ACTIVE,
+    HIBERNATED,
+    RELEASED,
+    Lease,
+    LeaseNotFound,
+    PoolError,
+    PoolExhausted,
+    QuotaExceeded,
+    format_size,
+)
 from ..pool.leases import FIRST_CELL as FIRST_CELL_REASON
 from ..pool.budgets import BudgetExceeded
 from ..pool.units import format_age
@@ -112,6 +128,7 @@ class _Kernel:
     resume_wanted: bool = False  # a cell arrived while hibernating: give up the hibernation if not too late
     warned_eviction: float | None = None  # the eviction deadline its owner was told of
     taking_first: bool = False  # the move under way takes the kernel's first slice (nothing to restore)
+    hint_only: bool = False  # resumed (or resuming) on a hint, and no cell has come for it yet
 
 
 class Hibernator:
@@ -278,6 +295,7 @@ class Hibernator:
             raise HibernationRefused("in_progress", f"This kernel is already {k.seen}; try again when that is done.")
         async with k.guard:
             k.resume_wanted = False
+            k.hint_only = False
             return await self._hibernate(kernel_id, reason, force)
 
     async def _hibernate(self, kernel_id: str, reason: str, force: bool) -> Outcome:
@@ -528,16 +546,38 @@ class Hibernator:
 
     # -- resume --------------------------------------------------------------------------------
 
-    def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
-        """Start resuming (or join the resume under way) and return its task at once."""
+    def start_resume(self, kernel_id: str, reason: str = "user", *, hint: bool = False) -> asyncio.Task:
+        """Start resuming (or join the resume under way) and return its task at once.
+
+        ``hint``: only if a slice is free now and nobody waits (declined with a :class:`HibernationRefused`
+        otherwise, nothing changed); a hint joins a resume under way without changing it.  A resume
+        that is not a hint (a cell, the user's Resume) makes a hinted one under way its own: it then
+        waits in the queue where the hint would have given up."""
         k = self._k(kernel_id)
-        if k.seen == HIBERNATING:
+        running = k.resume_task is not None and not k.resume_task.done()
+        if hint and running:
+            return k.resume_task  # type: ignore[return-value]
+        if not hint:
+            k.hint_only = False
+        if k.seen == HIBERNATING and not hint:
             k.resume_wanted = True  # if still before the checkpoint, the hibernation gives up
-        if k.resume_task is None or k.resume_task.done():
+        if not running:
+            k.hint_only = hint
             k.placed.clear()
             k.resume_task = asyncio.ensure_future(self._resume_guarded(kernel_id, reason))
             k.resume_task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
         return k.resume_task
+
+    def hinted(self, kernel_id: str) -> bool:
+        """Whether the kernel was resumed (or is resuming) on a hint and no cell has come since (no I/O)."""
+        k = self._kernels.get(kernel_id)
+        return bool(k and k.hint_only)
+
+    def used(self, kernel_id: str) -> None:
+        """A cell came for the kernel: a hint that woke it was right (it is no longer :meth:`hinted`)."""
+        k = self._kernels.get(kernel_id)
+        if k is not None:
+            k.hint_only = False
 
     async def resume(self, kernel_id: str, reason: str = "user") -> Outcome:
         """Resume the kernel and return once it runs on a GPU again (queue wait included)."""
@@ -560,6 +600,9 @@ class Hibernator:
         async with k.guard:
             try:
                 return await self._resume(kernel_id, reason)
+            except BaseException:
+                k.hint_only = False  # declined or failed: the kernel sleeps on, no longer on a hint
+                raise
             finally:
                 k.resume_wanted = False
 
@@ -596,6 +639,8 @@ class Hibernator:
             # Another GPU only where the driver can restore there, or nothing is to be restored on a declared one.
             same_gpu = not (cap.declared or (cap.remap and pids))
             new, waited = await self._take_slice(lease, same_gpu, moved if pids else 0)
+            if cap.declared:  # a modelled restore time, where a benchmark set one (none by default)
+                await asyncio.sleep(self.settings.declared_restore_seconds(lease.total_memory))
             pairs = list(zip(lease.last_gpus, new.gpus)) if pids and new.gpus != lease.last_gpus else None
             try:
                 await self._restore_all(pids, pairs, restored)
@@ -723,6 +768,15 @@ class Hibernator:
             if wait["position"] is not None:
                 await self._show(lease.kernel_id, QUEUED, wait["position"], wait["reason"])
 
+        k = self._k(lease.kernel_id)
+        if k.hint_only:
+            taken = await asyncio.to_thread(self._take_slice_now, lease, attempt)
+            if isinstance(taken, Lease):
+                k.placed.set()
+                return taken, 0.0
+            if k.hint_only:  # no cell came meanwhile: decline, nothing taken, nothing queued
+                raise taken
+            # else a cell came while the hint tried: it waits in the queue like any resume
         try:
             new, waited = await wait_for_slice(self.ledger, attempt, place, poll=self.settings.queue_poll,
                                                on_position=queued, on_refusal=refused)
@@ -735,6 +789,22 @@ class Hibernator:
         if new.phase == QUEUED:
             new = await self._move(new, RESUMING, expect=QUEUED) or new
         return new, waited
+
+    def _take_slice_now(self, lease: Lease, attempt: Callable[[str | None], Lease]) -> Lease | HibernationRefused:
+        """A hint's one try: the slice if the pool has room now and nobody waits, else the refusal that
+        declines it (returned; nothing was taken or queued).  Runs in a thread."""
+        if any(w.kernel_id != lease.kernel_id for w in self.ledger.waiters()):
+            return HibernationRefused("others_waiting", "Others are waiting for a GPU slice, so this kernel was "
+                                      "not woken in advance: it resumes when a cell runs, in its turn.")
+        try:
+            return attempt(None)
+        except PoolExhausted:  # (GPUMemoryShort too: its GPU lacks the free memory)
+            return HibernationRefused("no_room", "No GPU slice is free now, so this kernel was not woken in "
+                                      "advance: it resumes when a cell runs (in the queue if need be).")
+        except LeaseNotFound:  # (before PoolError, its base)
+            return HibernationRefused("no_lease", "This kernel's GPU lease ended.", status=404)
+        except PoolError as e:  # its quota or budget: a cell would be refused with the same words
+            return HibernationRefused("not_now", f"This kernel was not woken in advance: {e}", status=403)
 
     def _candidates(self, lease: Lease, same_gpu: bool) -> list[str]:
         """The GPUs a resume may land on: its last ones, or any of the same model."""

@@ -15,6 +15,22 @@ KEEP_RUNNING = "keep_running"
 OVER_CAP = (EVICT_OLDEST, SHUTDOWN, KEEP_RUNNING)
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_COST = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*s?\s*\+\s*(\d+(?:\.\d+)?)\s*s?\s*/\s*GiB\s*$")
+GiB = 2**30
+
+
+def parse_restore_cost(text) -> tuple[float, float] | None:
+    """``"0.306s + 0.179s/GiB"`` → (0.306, 0.179): seconds a restore takes, and seconds more per GiB;
+    ``""`` → None (no modelled cost).  Raises ValueError naming the text."""
+    if not isinstance(text, str):
+        raise ValueError(f"the restore cost must be text such as '0.306s + 0.179s/GiB', or '', not {text!r}")
+    if not text.strip():
+        return None
+    m = _COST.match(text)
+    if not m:
+        raise ValueError(f"{text[:40]!r} is not a restore cost: write seconds plus seconds per GiB, such as "
+                         "'0.306s + 0.179s/GiB', or '' for none")
+    return float(m.group(1)), float(m.group(2))
 
 
 def parse_margin(text) -> int:
@@ -57,9 +73,12 @@ class HibernationSettings:
     resume_margin: int = 2**30  # bytes a resume needs free on its GPU beyond its checkpoint
     checkpoint_before_kill: bool = True  # re-checkpoint a restored process before a kill (driver workaround)
     shutdown_timeout: float = 60.0  # seconds that checkpoint may take before the kill goes ahead anyway
+    # A modelled restore time on declared GPUs (benchmarks and their tests only): "0.306s + 0.179s/GiB".
+    declared_restore_cost: str = ""
 
     def __post_init__(self):
         parse_host_memory(self.host_memory)
+        parse_restore_cost(self.declared_restore_cost)
         if isinstance(self.resume_margin, bool) or not isinstance(self.resume_margin, int) or self.resume_margin < 0:
             raise ValueError(f"resume_margin must be a number of bytes, 0 or more, not {self.resume_margin!r}")
         if self.over_cap not in OVER_CAP:
@@ -68,6 +87,14 @@ class HibernationSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{name} must be a number of seconds above 0, not {value!r}")
+
+    def declared_restore_seconds(self, declared_bytes: int) -> float:
+        """Seconds a restore of ``declared_bytes`` takes on declared GPUs under the modelled cost (0 without)."""
+        cost = parse_restore_cost(self.declared_restore_cost)
+        if cost is None:
+            return 0.0
+        fixed, per_gib = cost
+        return fixed + per_gib * declared_bytes / GiB
 
     def cap_bytes(self, machine_ram: int) -> int | None:
         """The cap in bytes on a machine with ``machine_ram`` bytes of RAM (None: no cap)."""

@@ -28,6 +28,7 @@ from .handlers import handlers
 from .hibernation_handlers import resume_handlers
 from .hibernation_hook import HibernationHook
 from .hibernation_websocket import install_transparent_resume
+from .hints import HintLimiter
 from .identity import is_personal_server
 from .notebooks import Notebooks
 from .recorder import Recorder
@@ -106,6 +107,21 @@ class GPUPoolExtension(ExtensionApp):
         requests are not held back.""",
     ).tag(config=True)
 
+    hint_sleep_after = Seconds(
+        60.0,
+        help="""Seconds a kernel woken on a hint (its user opened its notebook or started typing in it:
+        POST kernels/{id}/hint) stays on its GPU slice waiting for a cell.  If none runs by then (or
+        someone starts waiting for a slice first), it goes back to sleep with no warning: nothing was
+        used.  A hint wakes a kernel only where a slice is free and nobody waits (docs/hibernation.md).""",
+    ).tag(config=True)
+
+    hint_rate_limit = Count(
+        20, minimum=1,
+        help="""The most hints (POST kernels/{id}/hint) one user may send in any minute; more are answered
+        429 with Retry-After.  JupyterLab sends one when a hibernated kernel's notebook is opened or
+        focused, or a cell in it is edited, at most one per notebook every few seconds.""",
+    ).tag(config=True)
+
     hibernator = Instance(HibernationHook, allow_none=True,
                           help="The hibernation hook in use (see hibernator_class).")
 
@@ -126,6 +142,7 @@ class GPUPoolExtension(ExtensionApp):
 
     def initialize_settings(self) -> None:
         self.backend = self._make_backend()
+        self.hint_limiter = HintLimiter(self.hint_rate_limit)
         event_logger = self.serverapp.event_logger
         events.register(event_logger)
         notebooks = Notebooks(self.serverapp.session_manager)

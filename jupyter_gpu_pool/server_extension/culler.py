@@ -138,6 +138,8 @@ class Culler:
                 continue  # a move or a shutdown is under way: the ledger's phase says which
             if lease.awaits_first_cell:
                 continue  # it has held nothing yet: nothing to give back, and no hibernation to time out
+            if self.context.hibernator.hinted(kid):
+                continue  # woken on a hint, no cell yet: the hook puts it back to sleep, unwarned, if none comes
             rule = self.context.rule_for(kernel, lease)
             if lease.owner not in budgets:
                 budgets[lease.owner] = await self.backend.budget(lease.owner, lease.groups)

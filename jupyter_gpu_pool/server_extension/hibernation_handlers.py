@@ -1,9 +1,11 @@
-"""``POST gpu-pool/api/v1/kernels/{kernel_id}/resume`` (docs/api.md): resume a hibernated kernel.
+"""``POST gpu-pool/api/v1/kernels/{kernel_id}/resume`` and ``…/hint`` (docs/api.md).
 
-Answers 202 at once with the kernel's object, its ``state`` ``resuming`` or ``queued`` (with
-``queue_position``); the resume goes on in the server, and the UI follows it through ``GET me``
-and the ``resumed`` event.  The same authentication, ownership checks and error shape as the other
-handlers of the API.
+``resume`` answers 202 at once with the kernel's object, its ``state`` ``resuming`` or ``queued``
+(with ``queue_position``); the resume goes on in the server, and the UI follows it through ``GET me``
+and the ``resumed`` event.  ``hint`` (the user opened the notebook of a hibernated kernel, or started
+typing in it) wakes the kernel only if a slice is free now and nobody waits, and says whether it did;
+rate-limited per user (``GPUPoolExtension.hint_rate_limit``).  The same authentication, ownership
+checks and error shape as the other handlers of the API.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..hibernation import HibernationError
-from ..pool.phases import IN_FLIGHT, PhaseConflict
+from ..pool.phases import IN_FLIGHT, PhaseConflict, display_state
 from ..pool import HIBERNATED, PoolError
 from . import views
 from .handlers import API, KERNEL_ID, PoolAPIHandler, api_error
+from .hints import retry_after
 
 SETTLE = 0.5  # seconds to let the resume say whether it runs or waits in the queue before answering
 
@@ -53,5 +56,50 @@ class ResumeHandler(PoolAPIHandler):
                                       now=time.time(), notebooks=await context.notebooks.paths()), status=202)
 
 
+class HintHandler(PoolAPIHandler):
+    """A guess that a cell is coming: 202 ``{"woken": true}`` when a resume started, else 200 with
+    ``"woken": false`` and why (``reason``, ``message``): never a queue place, never an error for a
+    kernel awake already."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str) -> None:
+        self.json_body(set())
+        caller = self.caller()
+        wait = self.ext.hint_limiter.allow(caller.user)
+        if wait is not None:
+            self.set_header("Retry-After", retry_after(wait))
+            limit = self.ext.hint_rate_limit
+            return self.send({"reason": "too_many_hints", "message": f"Too many hints: at most {limit} a minute "
+                              f"for each user; try again in {retry_after(wait)} s."}, status=429)
+        _caller, lease, _rule = await self.own_kernel(kernel_id)
+        if lease.owner != caller.user:  # an admin may act on others' kernels, but a hint is its user's guess
+            raise api_error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; only its user's own notebook "
+                                              "wakes it in advance.")
+        hook = self.ext.hibernator
+        answer = {"kernel_id": kernel_id, "woken": False}
+        if lease.state != HIBERNATED or lease.phase:
+            return self.send({**answer, "state": display_state(lease), "reason": "not_hibernated",
+                              "message": "This kernel is not sleeping: there is nothing to wake."})
+        if lease.awaits_first_cell:  # a restored tab's kernel takes its GPU when a cell runs, not on a guess
+            return self.send({**answer, "state": display_state(lease), "reason": "no_gpu_yet",
+                              "message": "This kernel has held no GPU yet: it takes one when a cell runs."})
+        task = hook.start_resume(kernel_id, "hint", hint=True)
+        await hook.settle(kernel_id, SETTLE)
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            err = task.exception()
+            if isinstance(err, HibernationError):
+                return self.send({**answer, "state": "hibernated", "reason": err.reason, "message": str(err)})
+            if isinstance(err, PhaseConflict):  # another move claimed it first: that one says what happens
+                return self.send({**answer, "state": display_state(lease), "reason": "in_progress",
+                                  "message": f"{err}."})
+            raise api_error(500, "resume_failed", f"The resume failed: {err}")
+        snapshot = await self.ext.backend.snapshot()
+        current = snapshot.lease_of_kernel(kernel_id) or lease
+        self.send({**answer, "woken": True, "state": display_state(current),
+                   "message": "Waking up: the kernel takes its GPU slice again before your next cell."}, status=202)
+
+
 def resume_handlers() -> list[tuple[str, type]]:
-    return [(rf"/{API}/kernels/{KERNEL_ID}/resume", ResumeHandler)]
+    return [(rf"/{API}/kernels/{KERNEL_ID}/resume", ResumeHandler),
+            (rf"/{API}/kernels/{KERNEL_ID}/hint", HintHandler)]

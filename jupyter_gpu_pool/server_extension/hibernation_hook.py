@@ -8,20 +8,28 @@ past the host-RAM cap, kernels a previous server left mid-move) and puts what th
 record through the extension's recorder.  It ``resumes``, so the extension (``app``) serves the
 ``POST kernels/{id}/resume`` handler and installs transparent resume on the kernel websockets (a cell
 run on a hibernated kernel resumes it and then runs); the hook itself knows nothing of HTTP.
+
+A resume on a hint (``POST kernels/{id}/hint``: the user opened the notebook, a cell is likely soon)
+takes a slice only where one is free and nobody waits; a kernel it woke that runs no cell within
+``GPUPoolExtension.hint_sleep_after`` (or sooner, once someone waits for a slice) goes back to sleep
+without a warning, recorded with reason ``hint_unused``: nothing was used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from abc import ABC
 
-from ..hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
+from ..hibernation import HibernationError, HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..periodic import every
 from ..pool import Lease
 
 log = logging.getLogger(__name__)
+
+HINT_POLL = 1.0  # seconds between two looks at the queue while a kernel woken on a hint waits for its cell
 
 
 class HibernationHook(ABC):
@@ -45,9 +53,18 @@ class HibernationHook(ABC):
     async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
         raise HibernationRefused("no_hibernation", "Hibernation is not enabled on this server.", keep_running=False)
 
-    def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
+    def start_resume(self, kernel_id: str, reason: str = "user", *, hint: bool = False) -> asyncio.Task:
+        """Start (or join) the kernel's resume.  ``hint``: only if a slice is free now and nobody waits."""
         raise HibernationRefused("no_hibernation", "Hibernation is not enabled on this server, so there is nothing "
                                                    "to resume.")
+
+    def hinted(self, kernel_id: str) -> bool:
+        """Whether a hint woke the kernel and no cell has come since (no I/O: asked per message and per pass;
+        the culler leaves such a kernel alone, the hook puts it back to sleep if no cell comes)."""
+        return False
+
+    def used(self, kernel_id: str) -> None:
+        """A cell came for the kernel (it is no longer :meth:`hinted`)."""
 
     def asleep(self, kernel_id: str) -> bool:
         """Whether a cell sent to the kernel now must wait for a resume (no I/O: asked per message)."""
@@ -91,6 +108,8 @@ class PoolHibernation(HibernationHook):
         self._stop = asyncio.Event()
         self._recording: set[asyncio.Future] = set()
         self._watched: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
+        self.hint_sleep_after = parent.hint_sleep_after
+        self._sleepers: set[asyncio.Future] = set()  # kernels woken on a hint, waiting for their first cell
 
     # -- what the culler, the handlers and the websockets ask ----------------------------------------
 
@@ -100,9 +119,9 @@ class PoolHibernation(HibernationHook):
     async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
         return await self.hibernator.hibernate(kernel_id, reason)
 
-    def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
+    def start_resume(self, kernel_id: str, reason: str = "user", *, hint: bool = False) -> asyncio.Task:
         """Start (or join) the kernel's resume; its outcome is put on record when it ends."""
-        task = self.hibernator.start_resume(kernel_id, reason)
+        task = self.hibernator.start_resume(kernel_id, reason, hint=hint)
         if task not in self._watched:  # one record per resume, however many callers join it
             self._watched.add(task)
             future = asyncio.ensure_future(self._record_resume(task, kernel_id, reason))
@@ -112,6 +131,12 @@ class PoolHibernation(HibernationHook):
 
     def asleep(self, kernel_id: str) -> bool:
         return self.hibernator.asleep(kernel_id)
+
+    def hinted(self, kernel_id: str) -> bool:
+        return self.hibernator.hinted(kernel_id)
+
+    def used(self, kernel_id: str) -> None:
+        self.hibernator.used(kernel_id)
 
     def queue_reason(self, kernel_id: str) -> str | None:
         return self.hibernator.queue_reason(kernel_id)
@@ -133,7 +158,7 @@ class PoolHibernation(HibernationHook):
             outcome = await asyncio.shield(task)
         except asyncio.CancelledError:
             return  # the kernel was shut down while it waited
-        except HibernationRefused as e:
+        except HibernationRefused as e:  # (a hint declined has reasons of its own: nothing to record)
             if e.reason in ("quota_exceeded", "budget_exceeded", "pool_exhausted"):
                 lease = await asyncio.to_thread(self.hibernator.ledger.by_kernel, kernel_id)
                 if lease is not None:  # a first cell's slice refused: the kernel's ask for one, not a resume
@@ -150,10 +175,42 @@ class PoolHibernation(HibernationHook):
         except Exception:
             log.exception("resume failed")
             return
+        hinted = self.hibernator.hinted(kernel_id)
+        if reason == "hint" and not hinted:
+            reason = "cell"  # a cell came while the hinted resume was under way: it was for the cell
         if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
                                        action="resume", rule="hibernation", duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared)
+        if hinted:
+            future = asyncio.ensure_future(self._sleep_again(kernel_id))
+            self._sleepers.add(future)
+            future.add_done_callback(self._sleepers.discard)
+
+    async def _sleep_again(self, kernel_id: str) -> None:
+        """A hint woke the kernel: if no cell comes within ``hint_sleep_after`` (or someone starts waiting
+        for a slice first), hibernate it again, recorded calmly, with no warning: nothing was used."""
+        deadline = time.monotonic() + self.hint_sleep_after
+        why = None
+        while why is None:
+            await asyncio.sleep(max(min(deadline - time.monotonic(), HINT_POLL), 0))
+            if not self.hibernator.hinted(kernel_id):
+                return  # a cell came, or the kernel went to sleep or away by another path
+            if time.monotonic() >= deadline:
+                why = f"no cell ran within {self.hint_sleep_after:g} s"
+            elif any(w.kernel_id != kernel_id for w in await asyncio.to_thread(self.hibernator.ledger.waiters)):
+                why = "someone is waiting for a GPU slice and no cell had run"
+        try:
+            outcome = await self.hibernator.hibernate(kernel_id, "hint_unused")
+        except HibernationError as e:  # a cell came at that moment, or it shuts down: it stays as it is
+            log.info("kernel %s woken on a hint stays awake: %s", kernel_id, e)
+            return
+        if outcome.lease is not None:
+            await self.recorder.record(
+                "hibernated", outcome.lease, reason="hint_unused", action="hibernate", rule="hibernation",
+                message=f"Back to sleep: it was woken in advance when its notebook was opened, but {why}, so its "
+                        "GPU slice went back to the pool. Nothing was lost; a cell resumes it.",
+                duration=round(outcome.duration, 3), bytes=outcome.bytes, declared=outcome.declared)
 
     # -- upkeep -------------------------------------------------------------------------------
 
@@ -181,4 +238,6 @@ class PoolHibernation(HibernationHook):
                 task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        await asyncio.gather(*self._recording, return_exceptions=True)
+        for sleeper in self._sleepers:  # a server that stops puts nothing back to sleep
+            sleeper.cancel()
+        await asyncio.gather(*self._recording, *self._sleepers, return_exceptions=True)

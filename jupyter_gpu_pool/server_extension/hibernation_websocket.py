@@ -14,7 +14,9 @@ its first cell takes a slice through the same path (queue, refusal), the slice's
 in the kernel, then the cell runs; the words say it takes a GPU, not that it resumes.  The kernel's
 state is read from the pool when a websocket opens, so that a kernel just started holds its first cell.
 
-Other messages pass straight through: a hibernated kernel answers ``kernel_info``, completion and
+A kernel woken on a hint runs its cells at once; the first one tells the hook the hint was right
+(``used``: the kernel no longer goes back to sleep).  Other messages pass straight through: a
+hibernated kernel answers ``kernel_info``, completion and
 the like on its CPU.  Clients that talk to the kernel's ZMQ ports directly bypass this; they use
 ``POST …/resume``.
 """
@@ -64,6 +66,10 @@ class TransparentResume:
         if self._held is None:
             hook = self._hook
             if hook is None or not hook.asleep(self.kernel_id):
+                if hook is not None and hook.hinted(self.kernel_id):
+                    channel, header = self._peek(incoming_msg)
+                    if channel == "shell" and header.get("msg_type") in HOLD:
+                        hook.used(self.kernel_id)
                 return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
         channel, header = self._peek(incoming_msg)
         if channel != "shell" or (self._held is None and header.get("msg_type") not in HOLD):

@@ -99,6 +99,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
         "utilization": {"current": reading.utilization if reading else None,
                         "samples": [[t, u] for t, u in samples]},
         "queue_position": queue_position,
+        "woken_on_hint": here and context.hibernator.hinted(kid),  # its notebook opened: woken before a cell
         "queue_reason": context.hibernator.queue_reason(kid) if here and queue_position is not None else None,
         "warning": warning,
         "next_action": next_action,

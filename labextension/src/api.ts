@@ -19,10 +19,21 @@ export class PoolApiError extends Error {
   constructor(
     readonly status: number,
     message: string,
-    readonly reason: string
+    readonly reason: string,
+    /** Seconds the server asks to wait before the next try (its Retry-After), where it said. */
+    readonly retryAfter: number | null = null
   ) {
     super(message);
   }
+}
+
+/** What a hint answered: whether the kernel is being woken, and if not, why. */
+export interface IHintReply {
+  kernel_id: string;
+  woken: boolean;
+  state: string;
+  reason?: string;
+  message: string;
 }
 
 /** What an action answered: what will be done, and whether this server does it or the kernel's own. */
@@ -64,6 +75,11 @@ export class PoolClient {
 
   resume(kernelId: string): Promise<IKernel> {
     return this._post<IKernel>(`kernels/${encodeURIComponent(kernelId)}/resume`, {});
+  }
+
+  /** The user opened or edited the notebook of this hibernated kernel: wake it if a slice is free now. */
+  hint(kernelId: string): Promise<IHintReply> {
+    return this._post<IHintReply>(`kernels/${encodeURIComponent(kernelId)}/hint`, {});
   }
 
   /** An admin's action on any lease (release, hibernate, shutdown). */
@@ -110,7 +126,13 @@ export class PoolClient {
         (response.status === 404 && path === 'me'
           ? __('the jupyter-gpu-pool server extension is not enabled on this server')
           : `${response.status} ${response.statusText}`);
-      throw new PoolApiError(response.status, message, (data && data.reason) || 'http');
+      const retry = Number(response.headers.get('Retry-After'));
+      throw new PoolApiError(
+        response.status,
+        message,
+        (data && data.reason) || 'http',
+        Number.isFinite(retry) && retry > 0 ? retry : null
+      );
     }
     return data as T;
   }

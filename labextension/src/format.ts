@@ -227,6 +227,10 @@ export function reasonPhrase(reason: string | undefined | null): string {
       return __('a cell ran on it');
     case 'user':
       return __('you asked');
+    case 'hint':
+      return __('its notebook was opened');
+    case 'hint_unused':
+      return __('woken in advance, but no cell ran');
     case 'admin':
       return __('an admin asked');
     case undefined:

@@ -18,6 +18,7 @@ import { PoolClient } from './api';
 import type { IActions } from './components';
 import { followRefusalDialogs } from './dialogs';
 import { __, setTranslator } from './i18n';
+import { Hints } from './hints';
 import { followLaunchers } from './launcher';
 import { PoolModel } from './model';
 import { Notebooks } from './notebooks';
@@ -66,6 +67,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const client = new PoolClient(serviceManager.serverSettings);
     const model = new PoolModel({ client, events: serviceManager.events });
     const notebooks = new Notebooks();
+    const hints = new Hints(model);
+    const hintCurrent = () => {
+      if (document.visibilityState === 'visible') {
+        hints.touch(notebooks.currentKernelId());
+      }
+    };
     const settings: ISettings = { ...DEFAULTS };
     const statusChanged = new Signal<unknown, void>(plugin);
 
@@ -183,6 +190,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
     model.changed.connect(refreshCommands);
     notebooks.tracker.currentChanged.connect(refreshCommands);
+    // Resume before the cell runs: the notebook opened or focused (in JupyterLab, or the browser tab).
+    notebooks.tracker.currentChanged.connect(hintCurrent);
+    window.addEventListener('focus', hintCurrent);
 
     if (statusBar) {
       statusBar.registerStatusItem(PLUGIN_ID, {
@@ -203,6 +213,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
         context: DocumentRegistry.IContext<DocumentRegistry.IModel>
       ) => {
         notebooks.add(widget, context);
+        // Resume before the cell runs: a cell's editor focused or typed in, and the notebook's kernel known.
+        const kernelOf = () => context.sessionContext.session?.kernel?.id;
+        const editing = (event: Event) => {
+          if ((event.target as Element | null)?.closest?.('.jp-Cell')) {
+            hints.touch(kernelOf());
+          }
+        };
+        widget.node.addEventListener('focusin', editing);
+        widget.node.addEventListener('keydown', editing);
+        context.sessionContext.ready
+          .then(() => {
+            if (notebooks.tracker.currentWidget === widget) {
+              hintCurrent();
+            }
+          })
+          .catch(() => undefined);
         const indicator = new SliceIndicator(model, context.sessionContext, openPanel);
         const placed =
           widget.toolbar.insertBefore('cellType', 'gpuPoolSlice', indicator) ||

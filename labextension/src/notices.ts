@@ -51,6 +51,12 @@ const EXPLAINED = new Set([
   'queued'
 ]);
 
+/**
+ * Reasons never worth a toast: the user's own request, and a kernel woken in advance as its notebook
+ * was opened, or put back to sleep when no cell came (shown calmly on its card: "waking up…").
+ */
+const QUIET_REASONS = new Set(['user', 'hint', 'hint_unused']);
+
 /** Seconds within which a pushed event and a polled `recent` entry are the same happening. */
 const SAME_HAPPENING = 120;
 
@@ -419,7 +425,13 @@ export class NoticeBook {
     this._warnings = current;
     dismiss.push(...this._staleRefusals(me));
     // Explanations of what happened since this page was opened.
+    // A kernel woken on a hint: the ledger's entry of its resume comes before the server's own (which
+    // says it was a hint), and it is no news either way.
+    const waking = new Set(me.kernels.filter(k => k.woken_on_hint).map(k => k.kernel_id));
     for (const entry of [...me.recent].sort((a, b) => a.at - b.at)) {
+      if (entry.kind === 'resumed' && waking.has(entry.kernel_id)) {
+        continue;
+      }
       const notice = this._fromRecent(entry);
       if (notice) {
         show.push(notice);
@@ -432,7 +444,7 @@ export class NoticeBook {
   /** Notices from a pushed kernel-action event (`now`: the server time it arrived). */
   fromEvent(event: IKernelActionEvent, now: number): INoticeChanges {
     const kind = event.action;
-    if (!EXPLAINED.has(kind) || event.dry_run || event.reason === 'user') {
+    if (!EXPLAINED.has(kind) || event.dry_run || QUIET_REASONS.has(event.reason ?? '')) {
       return { show: [], dismiss: [] };
     }
     if (this._recentlyShown(kind, event.kernel_id, now)) {
@@ -458,7 +470,11 @@ export class NoticeBook {
   }
 
   private _fromRecent(entry: IRecent): INotice | null {
-    if (entry.at <= this._since || !EXPLAINED.has(entry.kind) || entry.reason === 'user') {
+    if (
+      entry.at <= this._since ||
+      !EXPLAINED.has(entry.kind) ||
+      QUIET_REASONS.has(entry.reason ?? '')
+    ) {
       return null;
     }
     if (this._recentlyShown(entry.kind, entry.kernel_id, entry.at)) {

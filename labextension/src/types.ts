@@ -89,6 +89,11 @@ export interface IKernel {
   memory_limit: number | null;
   utilization: IUtilization | null;
   queue_position: number | null;
+  /**
+   * Its notebook was opened or edited while it slept, so the server woke it before a cell
+   * (POST kernels/{id}/hint); true until a cell runs. The UI says "waking up…" while it resumes.
+   */
+  woken_on_hint?: boolean;
   warning: IWarning | null;
   next_action?: INextAction | null;
   /** A Keep alive holds off the idle policy until then. */

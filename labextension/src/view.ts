@@ -172,15 +172,18 @@ export function statusView(
   const budget = me.budget ? budgetText(me.budget) : '';
   const starting = me.kernels.filter(k => k.progress);
   const said = starting.length === 1 ? starting[0].progress! : '';
+  const waking = me.kernels.some(k => k.woken_on_hint && k.state === 'resuming');
   const progress =
-    starting.length > 1
-      ? __('%1 kernels starting', starting.length)
-      : said
-        ? __(
-            'starting: %1',
-            said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
-          )
-        : '';
+    waking && !starting.length
+      ? __('waking up…')
+      : starting.length > 1
+        ? __('%1 kernels starting', starting.length)
+        : said
+          ? __(
+              'starting: %1',
+              said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
+            )
+          : '';
   const parts = [held, util === null ? '' : formatPercent(util), budget, progress];
   // A narrow window: the budget, what is near its limit, a start's progress.
   const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : parts;
@@ -498,6 +501,13 @@ export function stateView(
             detail: ''
           };
     case 'resuming':
+      if (kernel.woken_on_hint && !waiting) {
+        return {
+          kind: 'resuming',
+          label: __('waking up…'),
+          detail: __('Its notebook is open: it takes its GPU slice again before your next cell.')
+        };
+      }
       return {
         kind: 'resuming',
         label: __('resuming: taking a GPU slice again%1…', movedNote),
@@ -837,7 +847,7 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
       text = __('queued #%1', k.queue_position ?? '?');
       break;
     default: // hibernating, hibernated, resuming, released
-      text = stateWord(k.state);
+      text = k.state === 'resuming' && k.woken_on_hint ? __('waking up…') : stateWord(k.state);
   }
   const slice = !k.slice?.label
     ? k.profile_display_name || k.profile
@@ -874,14 +884,22 @@ export function historyLine(entry: IRecent): string {
       break;
     case 'hibernated':
       text =
-        entry.reason === 'admin'
-          ? __('Hibernated by an admin; its variables are kept%1.', declared)
-          : entry.reason === 'user'
-            ? __('Hibernated at your request; its variables are kept%1.', declared)
-            : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
+        entry.reason === 'hint_unused'
+          ? __('Back to sleep: woken in advance, but no cell ran; nothing was used%1.', declared)
+          : entry.reason === 'admin'
+            ? __('Hibernated by an admin; its variables are kept%1.', declared)
+            : entry.reason === 'user'
+              ? __('Hibernated at your request; its variables are kept%1.', declared)
+              : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
       break;
     case 'resumed':
-      text = __('Resumed: it holds a GPU slice again%1.', declared);
+      text =
+        entry.reason === 'hint'
+          ? __(
+              'Woken in advance as its notebook was opened: it holds a GPU slice again%1.',
+              declared
+            )
+          : __('Resumed: it holds a GPU slice again%1.', declared);
       break;
     case 'released':
       text =

@@ -83,6 +83,8 @@ def gpu_used(lab: LabServer) -> int:
 
 
 def test_hibernate_then_resume_transparently_and_through_the_queue(lab, page, artifacts):
+    # The resume a cell starts: no hint wakes the kernel first (test_resume_hint_ui.py shows the hint).
+    page.route(re.compile(r"/gpu-pool/api/v1/kernels/[^/]+/hint(\?|$)"), lambda route: route.abort())
     lab.write_notebook("sleepy.ipynb", "gpu-pool-gpu-10g", ["x = 42", "print(x)"])
     open_notebook(page, lab, "sleepy.ipynb")
     indicator = page.locator(".jp-GpuPool-indicatorButton")

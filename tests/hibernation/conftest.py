@@ -70,6 +70,7 @@ def jp_server_config(standin_machine, request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "pool_settings(**settings): more c.GPUPool settings of the test's server")
+    config.addinivalue_line("markers", "extension(**traits): GPUPoolExtension settings of the test's server")
 
 
 @pytest.fixture

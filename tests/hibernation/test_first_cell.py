@@ -274,3 +274,14 @@ async def test_a_first_slice_whose_environment_cannot_be_set_is_given_back_and_t
     lease = server.lease(kid)
     assert lease.awaits_first_cell and lease.phase == "" and lease.gpus == ()
     assert all(u.memory == 0 for u in ext.backend.pool.ledger.snapshot().gpus)  # the slice went back
+
+
+async def test_a_hint_never_gives_a_kernel_its_first_slice(jp_fetch, ext, server):
+    """Focusing a restored tab is no cell: its kernel keeps holding nothing until one runs."""
+    kid, _pid = await open_notebook(jp_fetch, ext)
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "hint", method="POST", body="{}")
+    answer = body(r)
+    assert r.code == 200 and answer["woken"] is False and answer["reason"] == "no_gpu_yet", answer
+    await asyncio.sleep(0.5)
+    lease = ext.backend.ledger.by_kernel(kid)
+    assert lease.awaits_first_cell and not lease.gpus
