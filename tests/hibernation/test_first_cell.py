@@ -283,5 +283,5 @@ async def test_a_hint_never_gives_a_kernel_its_first_slice(jp_fetch, ext, server
     answer = body(r)
     assert r.code == 200 and answer["woken"] is False and answer["reason"] == "no_gpu_yet", answer
     await asyncio.sleep(0.5)
-    lease = ext.backend.ledger.by_kernel(kid)
-    assert lease.awaits_first_cell and not lease.gpus
+    lease = server.lease(kid)
+    assert lease.awaits_first_cell and lease.phase == "" and lease.gpus == ()
