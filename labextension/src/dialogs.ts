@@ -5,6 +5,10 @@
  * does, in quotes ("'Python 3 · GPU 10 GiB' cannot start"): that is how it is recognised.
  */
 
+import { Dialog, ReactWidget } from '@jupyterlab/apputils';
+import { MessageLoop } from '@lumino/messaging';
+import { Panel, PanelLayout, Widget } from '@lumino/widgets';
+
 import type { IProfile } from './types';
 
 /** The class the stylesheet scopes the refusal's wrapping to. */
@@ -54,4 +58,88 @@ export function followRefusalDialogs(profiles: () => ReadonlyArray<IProfile>): M
   });
   outer.observe(document.body, { childList: true });
   return outer;
+}
+
+/**
+ * After the kernel-start error dialog closes, how long (ms) later errors still go to the
+ * notification centre: a page that restores many notebooks gets their errors within seconds.
+ */
+export const BURST_MS = 10_000;
+
+/**
+ * One kernel-start error dialog at a time: JupyterLab opens its modal "Error Starting Kernel" for
+ * every notebook whose kernel could not start, one after the other (19 restored tabs, 19 dialogs).
+ * The first shows; the others, while it is open or within BURST_MS of its closing, do not.
+ */
+export class KernelErrorGate {
+  /** A dialog arrives at `now` (ms): true, show it (it is open until `closed`). */
+  admit(now: number): boolean {
+    if (this._open || now - this._closedAt < BURST_MS) {
+      return false;
+    }
+    this._open = true;
+    return true;
+  }
+
+  /** The shown dialog closed at `now` (ms). */
+  closed(now: number): void {
+    this._open = false;
+    this._closedAt = now;
+  }
+
+  private _open = false;
+  private _closedAt = -Infinity;
+}
+
+/**
+ * A dialog's title and message (the first `<pre>` of its body), rendered now: JupyterLab draws its
+ * header only once the dialog is on screen, and a queued dialog is not yet.
+ */
+async function dialogText(
+  dialog: Dialog<unknown>
+): Promise<{ title: string; message: string } | null> {
+  const content = dialog.layout instanceof PanelLayout ? dialog.layout.widgets[0] : null;
+  if (!(content instanceof Panel) || content.widgets.length < 2) {
+    return null;
+  }
+  const [header, body] = content.widgets;
+  for (const part of [header, body]) {
+    if (part instanceof ReactWidget) {
+      MessageLoop.sendMessage(part, Widget.Msg.UpdateRequest);
+      await part.renderPromise;
+    }
+  }
+  return {
+    title: header.node.textContent?.trim() ?? '',
+    message: body.node.querySelector('pre')?.textContent ?? ''
+  };
+}
+
+/**
+ * Let at most one of JupyterLab's "Error Starting Kernel" dialogs (titled `title`, as JupyterLab
+ * words it in the user's language) show at a time (KernelErrorGate); each other one is closed
+ * before it shows and its message goes to `elsewhere` (a toast), unless it is the pool's refusal,
+ * which the pool's own refusal toast already says.
+ */
+export function oneKernelErrorDialog(
+  title: string,
+  profiles: () => ReadonlyArray<IProfile>,
+  elsewhere: (message: string) => void,
+  gate = new KernelErrorGate()
+): void {
+  Dialog.tracker.widgetAdded.connect((_, dialog) => {
+    void dialogText(dialog).then(text => {
+      if (!text || !text.title.startsWith(title) || dialog.isDisposed) {
+        return;
+      }
+      if (gate.admit(Date.now())) {
+        dialog.disposed.connect(() => gate.closed(Date.now()));
+        return;
+      }
+      dialog.reject();
+      if (!isRefusal(text.message, profiles())) {
+        elsewhere(text.message);
+      }
+    });
+  });
 }

@@ -229,6 +229,8 @@ export function reasonPhrase(reason: string | undefined | null): string {
       return __('you asked');
     case 'admin':
       return __('an admin asked');
+    case 'server_stopped':
+      return __('the server stopped');
     case undefined:
     case null:
     case '':

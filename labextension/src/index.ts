@@ -16,7 +16,7 @@ import { Signal } from '@lumino/signaling';
 import { adminAct, runAction } from './actions';
 import { PoolClient } from './api';
 import type { IActions } from './components';
-import { followRefusalDialogs } from './dialogs';
+import { followRefusalDialogs, oneKernelErrorDialog } from './dialogs';
 import { __, setTranslator } from './i18n';
 import { followLaunchers } from './launcher';
 import { PoolModel } from './model';
@@ -216,6 +216,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const toasts = new Toasts(app, model, notebooks, openPanel);
     followRefusalDialogs(() => model.me?.profiles ?? []);
+    // JupyterLab's own title for the dialog, in the user's language (as its session context words it).
+    const errorTitle = (translator?.load('jupyterlab') ?? null)?.__('Error Starting Kernel');
+    oneKernelErrorDialog(
+      errorTitle || 'Error Starting Kernel',
+      () => model.me?.profiles ?? [],
+      message => toasts.kernelError(message)
+    );
     followLaunchers(commands, model);
 
     if (settingRegistry) {

@@ -129,6 +129,8 @@ export interface IRecent {
   dry_run?: boolean;
   /** A hibernation or resume on declared GPUs: nothing was moved. */
   declared?: boolean;
+  /** The kernel ended because its server stopped (a release at the server's exit, or a reclaim after). */
+  with_server?: boolean;
 }
 
 export interface IGroup {

@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 
-import { followRefusalDialogs, isRefusal, markRefusal, REFUSAL_DIALOG } from '../dialogs';
+import {
+  BURST_MS,
+  followRefusalDialogs,
+  isRefusal,
+  KernelErrorGate,
+  markRefusal,
+  REFUSAL_DIALOG
+} from '../dialogs';
 import { profiles } from './fixtures';
 
 /** JupyterLab's "Error Starting Kernel" dialog: the message in the first <pre> of its body. */
@@ -58,5 +65,18 @@ describe('refusal dialogs', () => {
     observer.disconnect();
     dialog.remove();
     plain.remove();
+  });
+});
+
+describe('one kernel-error dialog at a time', () => {
+  it('shows the first, none while it is open, none within the burst after it closed', () => {
+    const gate = new KernelErrorGate();
+    assert.equal(gate.admit(0), true);
+    for (let i = 1; i < 19; i++) {
+      assert.equal(gate.admit(i * 100), false); // a restore's other 18 tabs
+    }
+    gate.closed(5_000);
+    assert.equal(gate.admit(5_000 + BURST_MS - 1), false);
+    assert.equal(gate.admit(5_000 + BURST_MS), true); // a later failure is news again
   });
 });

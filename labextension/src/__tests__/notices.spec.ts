@@ -378,4 +378,14 @@ describe('explanations afterwards', () => {
       'a.ipynb’s kernel was shut down (busy longer than allowed): its variables are gone. Start a new kernel and run your cells again.'
     );
   });
+
+  it('says a kernel ended with its server, not that it was shut down to give its slice back', () => {
+    assert.equal(
+      explanation('released', 'a.ipynb', 'server_stopped', '', {
+        action: 'shutdown',
+        withServer: true
+      }),
+      'a.ipynb’s kernel ended when the server stopped: its variables are gone.'
+    );
+  });
 });
