@@ -292,7 +292,8 @@ class Ledger(LeaseStore):
             if waiter_id:
                 queue.remove(db, waiter_id)
             journal.write(db, now, "allocated", lease_id, request.kernel_id, request.owner, "",
-                          {"profile": request.profile.name, "gpus": [g.uuid for g in result.gpus]})
+                          {"profile": request.profile.name, "gpus": [g.uuid for g in result.gpus],
+                           "label": request.label})
             lease = self._get(db, lease_id)
             usage.open_interval(db, lease_id, request.owner, share_of(lease, result.gpus[0].memory), now)
             return lease  # type: ignore[return-value]

@@ -72,12 +72,13 @@ def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapsho
     leases = {lease.id: lease for lease in snapshot.leases}
     active = {lease.id: lease.state_since for lease in snapshot.leases if lease.state == ACTIVE and lease.gpus}
     about: dict[str, JournalEntry] = {}  # lease id -> an entry naming its kernel, owner and profile
-    names: dict[str, str] = {}  # kernel id -> its notebook, as the server's own entries name it
+    names: dict[str, str] = {}  # kernel id -> its notebook, as the journal names it
     for e in entries:
         if e.lease_id and (e.lease_id not in about or e.detail.get("profile")):
             about[e.lease_id] = e
-        if e.kernel_id and e.detail.get("name"):
-            names.setdefault(e.kernel_id, e.detail["name"])
+        name = e.detail.get("name") or e.detail.get("label")  # the server's own entries, the grant's label
+        if e.kernel_id and name:
+            names.setdefault(e.kernel_id, name)
     kernels = []
     for lease_id, held in held_intervals(list(entries), active, start).items():
         lease = leases.get(lease_id)

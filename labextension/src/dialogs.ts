@@ -68,12 +68,16 @@ export const BURST_MS = 10_000;
 
 /**
  * One kernel-start error dialog at a time: JupyterLab opens its modal "Error Starting Kernel" for
- * every notebook whose kernel could not start, one after the other (19 restored tabs, 19 dialogs).
- * The first shows; the others, while it is open or within BURST_MS of its closing, do not.
+ * every notebook whose kernel could not start, one after the other (19 restored tabs, 19 dialogs),
+ * and after each a "Select Kernel" dialog for that notebook. The first error shows; the other
+ * errors, while it is open or within BURST_MS of its closing, do not, nor does a "Select Kernel"
+ * that follows a failed start within BURST_MS (the notebook stays without a kernel until its user
+ * picks one).
  */
 export class KernelErrorGate {
-  /** A dialog arrives at `now` (ms): true, show it (it is open until `closed`). */
-  admit(now: number): boolean {
+  /** An error dialog arrives at `now` (ms): true, show it (it is open until `closed`). */
+  error(now: number): boolean {
+    this._lastError = now;
     if (this._open || now - this._closedAt < BURST_MS) {
       return false;
     }
@@ -81,14 +85,20 @@ export class KernelErrorGate {
     return true;
   }
 
-  /** The shown dialog closed at `now` (ms). */
+  /** The shown error dialog closed at `now` (ms). */
   closed(now: number): void {
     this._open = false;
     this._closedAt = now;
   }
 
+  /** A "Select Kernel" dialog arrives at `now` (ms): false within a burst of failed starts. */
+  selection(now: number): boolean {
+    return !this._open && now - this._lastError >= BURST_MS;
+  }
+
   private _open = false;
   private _closedAt = -Infinity;
+  private _lastError = -Infinity;
 }
 
 /**
@@ -115,31 +125,56 @@ async function dialogText(
   };
 }
 
+/** JupyterLab's titles of the dialogs a failed start brings, in the user's language. */
+export interface IKernelDialogTitles {
+  /** "Error Starting Kernel" */
+  error: string;
+  /** "Select Kernel" */
+  select: string;
+}
+
 /**
- * Let at most one of JupyterLab's "Error Starting Kernel" dialogs (titled `title`, as JupyterLab
- * words it in the user's language) show at a time (KernelErrorGate); each other one is closed
- * before it shows and its message goes to `elsewhere` (a toast), unless it is the pool's refusal,
- * which the pool's own refusal toast already says.
+ * Let at most one of JupyterLab's "Error Starting Kernel" dialogs show at a time, and no "Select
+ * Kernel" after a failed start (KernelErrorGate); each other one is closed before it shows. An
+ * error's message goes to `elsewhere` (a toast), unless it is the pool's refusal, which the pool's
+ * own refusal toast already says.
  */
 export function oneKernelErrorDialog(
-  title: string,
+  titles: IKernelDialogTitles,
   profiles: () => ReadonlyArray<IProfile>,
   elsewhere: (message: string) => void,
   gate = new KernelErrorGate()
 ): void {
+  let judged = Promise.resolve(); // in the order they arrive: an error before the selection it brings
   Dialog.tracker.widgetAdded.connect((_, dialog) => {
-    void dialogText(dialog).then(text => {
-      if (!text || !text.title.startsWith(title) || dialog.isDisposed) {
-        return;
-      }
-      if (gate.admit(Date.now())) {
-        dialog.disposed.connect(() => gate.closed(Date.now()));
-        return;
-      }
-      dialog.reject();
-      if (!isRefusal(text.message, profiles())) {
-        elsewhere(text.message);
-      }
-    });
+    const now = Date.now(); // as it arrives: its text renders a moment later
+    judged = judged
+      .then(() => dialogText(dialog))
+      .then(text => {
+        if (!text || dialog.isDisposed) {
+          return;
+        }
+        if (text.title.startsWith(titles.select)) {
+          if (!gate.selection(now)) {
+            dialog.reject();
+          }
+          return;
+        }
+        if (!text.title.startsWith(titles.error)) {
+          return;
+        }
+        if (gate.error(now)) {
+          dialog.disposed.connect(() => gate.closed(Date.now()));
+          return;
+        }
+        dialog.reject();
+        if (!isRefusal(text.message, profiles())) {
+          elsewhere(text.message);
+        }
+      });
+    // A dialog that could not be read is left as it is; the next ones are judged all the same.
+    judged = judged.catch(error =>
+      console.warn('jupyter-gpu-pool: could not read a dialog', error)
+    );
   });
 }

@@ -216,10 +216,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const toasts = new Toasts(app, model, notebooks, openPanel);
     followRefusalDialogs(() => model.me?.profiles ?? []);
-    // JupyterLab's own title for the dialog, in the user's language (as its session context words it).
-    const errorTitle = (translator?.load('jupyterlab') ?? null)?.__('Error Starting Kernel');
+    // JupyterLab's own titles for these dialogs, in the user's language (as its session context words them).
+    const lab = translator?.load('jupyterlab') ?? null;
     oneKernelErrorDialog(
-      errorTitle || 'Error Starting Kernel',
+      {
+        error: lab?.__('Error Starting Kernel') || 'Error Starting Kernel',
+        select: lab?.__('Select Kernel') || 'Select Kernel'
+      },
       () => model.me?.profiles ?? [],
       message => toasts.kernelError(message)
     );

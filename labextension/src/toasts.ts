@@ -117,12 +117,7 @@ export class Toasts {
       if (id) {
         const left = this._repeats.remove(key);
         if (left && left.times > 0) {
-          // Others still count on this toast: one fewer, said in place.
-          Notification.update({
-            id,
-            message: counted(left.message, left.times),
-            autoClose: this._isOnScreen(id) ? undefined : 0
-          });
+          this._recount(id, counted(left.message, left.times)); // others still count on it: one fewer
         } else {
           Notification.dismiss(id);
         }
@@ -150,11 +145,7 @@ export class Toasts {
           // The same text again: counted on the toast already there, updated in place (off the
           // screen, only its entry in the notification centre: autoClose 0 shows no toast).
           const times = this._repeats.add(notice.message, notice.key, same);
-          Notification.update({
-            id: same,
-            message: counted(notice.message, times),
-            autoClose: this._isOnScreen(same) ? undefined : 0
-          });
+          this._recount(same, counted(notice.message, times));
           this._shown.set(notice.key, same);
           continue;
         }
@@ -211,6 +202,32 @@ export class Toasts {
       }
       return !t.rendered && Date.now() - t.at < RENDER_MS;
     });
+  }
+
+  /**
+   * Say a toast's new count in place. A toast emitted a moment ago and not rendered yet would lose
+   * the update (JupyterLab renders the text it was emitted with): it is said once the toast shows.
+   */
+  private _recount(id: string, message: string): void {
+    this._counts.set(id, message);
+    if (this._recounting.has(id)) {
+      return; // the pending one says the latest count
+    }
+    const say = () => {
+      const text = this._counts.get(id);
+      const t = this._order.find(x => x.id === id);
+      const rendering = t && !t.off && !t.rendered && Date.now() - t.at < RENDER_MS;
+      if (rendering && document.getElementById(id) === null) {
+        window.setTimeout(say, 100);
+        return;
+      }
+      this._recounting.delete(id);
+      if (text !== undefined && Notification.manager.notifications.some(n => n.id === id)) {
+        Notification.update({ id, message: text, autoClose: this._isOnScreen(id) ? undefined : 0 });
+      }
+    };
+    this._recounting.add(id);
+    say();
   }
 
   private _isOnScreen(id: string): boolean {
@@ -271,4 +288,6 @@ export class Toasts {
   private _order: IShownToast[] = []; // our notifications, oldest first
   private _repeats = new Repeats(); // which toast counts which notices of the same text
   private _errors = 0; // kernel-start errors whose dialog was not shown
+  private _counts = new Map<string, string>(); // notification id -> its latest counted text
+  private _recounting = new Set<string>(); // ids whose count waits for the toast to render
 }
