@@ -117,7 +117,8 @@ def test_after_a_restart_restored_tabs_show_one_dialog_and_the_story_says_the_ke
         expect(said).to_have_count(6)
         expect(history.locator("li", has_text=NOTEBOOKS[1]).first).to_contain_text("Ended when the server stopped")
         assert_accessible(page, "the story after a restart", include=["#jp-gpu-pool-panel", ".Toastify__toast"])
-        shoot(page, artifacts, "31-restart-story")
+        history.locator("li", has_text=NOTEBOOKS[1]).first.scroll_into_view_if_needed()
+        shoot(page, artifacts, "31-restart-story", small=False)
     finally:
         lab.stop()
         lab.copy_log(artifacts / "restart.server.log")

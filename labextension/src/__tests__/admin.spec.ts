@@ -284,7 +284,14 @@ describe('gpuPlots', () => {
     const [gpu0, gpu1] = gpuPlots(t);
     assert.deepEqual(gpu0.memory.series[0].values, [40, 40]);
     assert.equal(gpu0.memory.summary, 'carol · w.ipynb 40 GiB');
-    assert.deepEqual(gpu1.memory.times, [NOW - 400, NOW - 300, NOW - 200, NOW - 100, NOW - 50, NOW]);
+    assert.deepEqual(gpu1.memory.times, [
+      NOW - 400,
+      NOW - 300,
+      NOW - 200,
+      NOW - 100,
+      NOW - 50,
+      NOW
+    ]);
     const [sleeper, ended] = gpu1.memory.series;
     assert.deepEqual(sleeper.values, [null, 10, 10, null, 10, 10]);
     assert.deepEqual(ended.values, [10, 10, null, null, null, null]);
