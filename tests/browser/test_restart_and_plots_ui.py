@@ -79,7 +79,7 @@ def test_after_a_restart_restored_tabs_show_one_dialog_and_the_story_says_the_ke
 
         # The server stops and comes back, now with room for one kernel: five of six restored tabs are refused.
         # Stopped as a service manager or JupyterHub stops it (SIGTERM: jupyter_server shuts its kernels
-        # down; a ^C without a terminal, LabServer.stop's, skips that and leaves them running).
+        # down; a ^C without a terminal, LabServer.stop's, skips its clean-up altogether).
         lab.proc.send_signal(signal.SIGTERM)
         lab.proc.wait(timeout=90)
         lab.stop()
