@@ -430,7 +430,8 @@ class Ledger(LeaseStore):
             (RELEASED, reason, now, now, now, lease.id),
         )
         journal.write(db, now, kind, lease.id, lease.kernel_id, lease.owner, reason,
-                      {"profile": lease.profile, "gpus": list(lease.gpus), "held_for": now - lease.created})
+                      {"profile": lease.profile, "gpus": list(lease.gpus), "held_for": now - lease.created,
+                       "label": lease.label})
         return self._get(db, lease.id)
 
     def hibernate(self, lease_id: str, host_bytes: int, reason: str = "idle",

@@ -3,14 +3,16 @@ and everyone's GPU time.
 
 Readings are the sampler's (this server's kernels; on a GPU machine NVML's, elsewhere none): each
 kernel's memory and utilization over the window, and each GPU's utilization.  A kernel without
-readings (a declared GPU) still shows what its slice holds, and since when, so that the dashboard
-can draw how the slices shared a GPU.
+readings (a declared GPU) still shows what its slice holds, and when it held it: the holds come from
+the pool's journal (grants, resumes, hibernations, releases), so that a kernel hibernated or ended
+within the window stays in the plots for the time it held its slice, and the plots agree with the
+table of what is held now.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..pool import ACTIVE, JournalEntry, Snapshot
 from .backend import PoolBackend
@@ -26,7 +28,7 @@ HOLD_KINDS = ("allocated", "resumed", "hibernated", "released", "reclaimed")
 _TAKES = ("allocated", "resumed")
 
 
-def held_intervals(entries: list[JournalEntry], held_now: Mapping[str, float], start: float
+def held_intervals(entries: Sequence[JournalEntry], held_now: Mapping[str, float], start: float
                    ) -> dict[str, list[list]]:
     """Lease id -> when it held its GPUs within the window (``[from, until or None, gpus]``, oldest first),
     from the ledger's journal entries since ``start`` (any order) and ``held_now``: the leases active now
@@ -56,17 +58,15 @@ def held_intervals(entries: list[JournalEntry], held_now: Mapping[str, float], s
 
 
 def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapshot, window: float,
-              notebooks: Mapping[str, str], entries: list[JournalEntry] = ()) -> dict:
+              notebooks: Mapping[str, str], entries: Sequence[JournalEntry] = ()) -> dict:
     """``notebooks``: the notebook each kernel of this server serves now (``ServerContext.notebooks``);
     ``entries``: the journal since the window's start (``HOLD_KINDS``), so that a kernel hibernated or
     ended within the window is drawn for the time it held its slice."""
     now = time.time()
     start = now - window
     gpus = []
-    memory = {}
     for u in snapshot.gpus:
         g = u.gpu
-        memory[g.uuid] = g.memory
         gpus.append({"uuid": g.uuid, "label": g.label, "memory": g.memory,
                      "utilization": [[t, v] for t, v in context.sampler.device_history(g.uuid) if t >= start]})
     leases = {lease.id: lease for lease in snapshot.leases}
@@ -80,7 +80,7 @@ def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapsho
         if e.kernel_id and name:
             names.setdefault(e.kernel_id, name)
     kernels = []
-    for lease_id, held in held_intervals(list(entries), active, start).items():
+    for lease_id, held in held_intervals(entries, active, start).items():
         lease = leases.get(lease_id)
         entry = about.get(lease_id)
         kernel_id = lease.kernel_id if lease else entry.kernel_id if entry else None
@@ -97,7 +97,7 @@ def telemetry(*, backend: PoolBackend, context: ServerContext, snapshot: Snapsho
         state = lease.state if lease else "ended"
         kernels.append({
             "kernel_id": kernel_id, "owner": lease.owner if lease else entry.owner,
-            "name": notebooks.get(kernel_id) or (lease.label if lease else "") or names.get(kernel_id, ""),
+            "name": name_of(lease, notebooks) if lease else notebooks.get(kernel_id) or names.get(kernel_id, ""),
             "profile": profile_name, "state": state,
             "gpus": sorted({g for interval in held for g in interval[2]}),
             # what the kernel holds on each GPU: its slice's memory, or (whole GPUs) the GPU's own

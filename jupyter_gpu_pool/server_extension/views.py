@@ -130,7 +130,9 @@ def admin_actions(lease: Lease, context: ServerContext) -> list[str]:
 def journal_item(e: JournalEntry) -> dict:
     d = e.detail
     message = d.get("message") or (f"Lease released: {e.reason}" if e.kind == "reclaimed" else "")
-    return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner, "name": d.get("name", ""),
+    # The server's own entries name the notebook as it was called then; the ledger's, as at its start.
+    return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner,
+            "name": d.get("name") or d.get("label", ""),
             "profile": d.get("profile"), "reason": e.reason, "message": message,
             "dry_run": bool(d.get("dry_run", False)), "rule": d.get("rule"), "action": d.get("action"),
             "note": d.get("note"), "declared": bool(d.get("declared", False)),

@@ -8,8 +8,16 @@ import json
 from server_helpers import body, start_kernel
 
 from jupyter_gpu_pool.pool import HIBERNATED, RELEASED
-from jupyter_gpu_pool.pool import JournalEntry
-from jupyter_gpu_pool.pool.liveness import SERVER_STOPPED, Graces, dead_reason, ended_with_server
+from jupyter_gpu_pool.pool import JournalEntry, LeaseRequest, build_quota_book
+from jupyter_gpu_pool.pool.leases import Holder
+from jupyter_gpu_pool.pool.liveness import (
+    KERNEL_AND_SERVER_GONE,
+    SERVER_STOPPED,
+    Graces,
+    dead_reason,
+    ended_with_server,
+)
+from jupyter_gpu_pool.pool.profiles import parse_profile
 from jupyter_gpu_pool.server_extension.views import journal_item
 from jupyter_gpu_pool.server_extension import messages
 
@@ -46,6 +54,22 @@ async def test_stopping_the_server_puts_the_end_of_every_kernel_on_its_users_rec
     assert sum(r["kernel_id"] == sleeping for r in recent) == 1  # one entry per kernel: the ledger's own is not shown
 
 
+async def test_the_next_reconcile_after_a_server_died_says_its_kernels_ended_with_it(jp_fetch, pool_home):
+    """A server killed outright (and its kernel with it) never shut its kernel down: the pool's next
+    reconcile releases the lease, and its entry names the notebook and says it ended with the server."""
+    ledger = pool_home.ledger()
+    spec = pool_home.settings["profiles"]["small"]
+    gone = Holder(pid=2**22 + 17, start=1.0)  # no such process
+    lease = ledger.allocate(LeaseRequest(owner="alice", kernel_id="k-dead", profile=parse_profile("small", spec),
+                                         label="notes/run.ipynb", manager=gone), build_quota_book({}, {}, {}, {}))
+    ledger.set_holder(lease.id, Holder(pid=2**22 + 18, start=1.0))
+    [reclaimed] = ledger.reconcile(lambda pid, start: False)
+    assert reclaimed.id == lease.id
+    [entry] = ledger.journal(kinds=("reclaimed",))
+    item = journal_item(entry)
+    assert item["with_server"] and item["name"] == "notes/run.ipynb" and item["reason"] == KERNEL_AND_SERVER_GONE
+
+
 def test_a_lease_reclaimed_after_its_server_died_is_marked_as_ended_with_the_server(pool_home):
     """A server killed outright never shuts its kernels down; the next reconcile releases their leases
     with a reason that the views mark as ``with_server``."""
@@ -56,8 +80,8 @@ def test_a_lease_reclaimed_after_its_server_died_is_marked_as_ended_with_the_ser
         reasons.add(dead_reason(lease, lambda pid, start: False, 100.0, Graces()))
     assert all(ended_with_server(r) for r in reasons) and len(reasons) == 2
     for reason in reasons:
-        item = journal_item(JournalEntry(1, 1.0, "reclaimed", "l", "k", "alice", reason, {}))
-        assert item["with_server"]
+        item = journal_item(JournalEntry(1, 1.0, "reclaimed", "l", "k", "alice", reason, {"label": "a.ipynb"}))
+        assert item["with_server"] and item["name"] == "a.ipynb"  # the ledger's entry names the notebook
     item = journal_item(JournalEntry(1, 1.0, "reclaimed", "l", "k", "alice",
                                      "kernel process ended and its server did not restart it", {}))
     assert not item["with_server"]
