@@ -138,6 +138,9 @@ class Reading:
     utilization: float | None  # percent, the busiest of its GPUs
 
 
+ENDED_KEPT = 100  # ended kernels whose readings the dashboard may still draw
+
+
 @dataclass
 class KernelTelemetry:
     pid: int
@@ -159,6 +162,7 @@ class Sampler:
         self._kernels: dict[str, KernelTelemetry] = {}
         self._devices: dict[str, float] = {}
         self._device_history: dict[str, deque] = {}  # GPU uuid -> (at, utilization), oldest first
+        self._ended: dict[str, deque] = {}  # kernel id -> the readings of a kernel no longer tracked
         self._lock = threading.Lock()
 
     @property
@@ -168,14 +172,22 @@ class Sampler:
         return self.source.available()
 
     def track(self, kernels: dict[str, tuple[int, frozenset[str]]]) -> None:
-        """Sample exactly these kernels from now on: kernel id -> (kernel pid, its GPU uuids)."""
+        """Sample exactly these kernels from now on: kernel id -> (kernel pid, its GPU uuids).
+
+        A kernel's readings outlive a change of its GPUs (a hibernation, a resume elsewhere) and its
+        end (the last ``ENDED_KEPT`` kernels): the dashboard's plots keep their earlier points."""
         with self._lock:
             for kid in set(self._kernels) - set(kernels):
-                del self._kernels[kid]
+                self._ended[kid] = self._kernels.pop(kid).history
+                while len(self._ended) > ENDED_KEPT:
+                    del self._ended[next(iter(self._ended))]  # the longest ended
             for kid, (pid, gpus) in kernels.items():
                 known = self._kernels.get(kid)
                 if known is None or known.pid != pid or known.gpus != gpus:
-                    self._kernels[kid] = KernelTelemetry(pid, frozenset(gpus), deque(maxlen=self.history_len))
+                    history = known.history if known else self._ended.pop(kid, None)
+                    self._kernels[kid] = KernelTelemetry(pid, frozenset(gpus),
+                                                         history if history is not None
+                                                         else deque(maxlen=self.history_len))
 
     def sample_once(self) -> None:
         """One round of readings (blocking: run it in a thread)."""
@@ -227,10 +239,11 @@ class Sampler:
         return [(r.at, r.utilization) for r in self.history(kernel_id)]
 
     def history(self, kernel_id: str) -> list[Reading]:
-        """The kept readings (memory and utilization), oldest first: the admin dashboard's plots."""
+        """The kept readings (memory and utilization), oldest first: the admin dashboard's plots (an
+        ended kernel's too)."""
         with self._lock:
             k = self._kernels.get(kernel_id)
-            return list(k.history) if k else []
+            return list(k.history) if k else list(self._ended.get(kernel_id, ()))
 
     def device_history(self, gpu_uuid: str) -> list[tuple[float, float]]:
         """(time, utilization) of the GPU as a whole, oldest first."""

@@ -293,7 +293,8 @@ class Ledger(LeaseStore):
             if waiter_id:
                 queue.remove(db, waiter_id)
             journal.write(db, now, "allocated", lease_id, request.kernel_id, request.owner, "",
-                          {"profile": request.profile.name, "gpus": [g.uuid for g in result.gpus]})
+                          {"profile": request.profile.name, "gpus": [g.uuid for g in result.gpus],
+                           "label": request.label})
             lease = self._get(db, lease_id)
             usage.open_interval(db, lease_id, request.owner, share_of(lease, result.gpus[0].memory), now)
             return lease  # type: ignore[return-value]
@@ -477,7 +478,8 @@ class Ledger(LeaseStore):
             (RELEASED, reason, now, now, now, lease.id),
         )
         journal.write(db, now, kind, lease.id, lease.kernel_id, lease.owner, reason,
-                      {"profile": lease.profile, "gpus": list(lease.gpus), "held_for": now - lease.created})
+                      {"profile": lease.profile, "gpus": list(lease.gpus), "held_for": now - lease.created,
+                       "label": lease.label})
         return self._get(db, lease.id)
 
     def hibernate(self, lease_id: str, host_bytes: int, reason: str = "idle",

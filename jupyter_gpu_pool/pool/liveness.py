@@ -14,6 +14,18 @@ from .phases import STOPPING
 
 IsAlive = Callable[[int, float], bool]
 
+# Why a lease ended with its server: the server stopped and shut its kernels down (jupyter_server's
+# exit), or a later reconcile found the server's process gone.  Either way the kernel's variables
+# are gone, a hibernated kernel's too; the user's "What happened" says so.
+SERVER_STOPPED = "server_stopped"
+SERVER_GONE = "server process is gone"
+KERNEL_AND_SERVER_GONE = "kernel process and its server are gone"
+
+
+def ended_with_server(reason: str) -> bool:
+    """Whether a lease released for ``reason`` ended because its server stopped."""
+    return reason in (SERVER_STOPPED, SERVER_GONE, KERNEL_AND_SERVER_GONE)
+
 
 @dataclass(frozen=True)
 class Graces:
@@ -30,12 +42,12 @@ def dead_reason(lease: Lease, is_alive: IsAlive, now: float, graces: Graces = Gr
         if is_alive(lease.holder_pid, lease.holder_start or 0.0):
             return None  # the kernel lives, so the memory is really held
         if not manager_alive:
-            return "kernel process and its server are gone"
+            return KERNEL_AND_SERVER_GONE
         if now - lease.updated > graces.holder:
             return "kernel process ended and its server did not restart it"
         return None
     if not manager_alive:
-        return "server process is gone"
+        return SERVER_GONE
     if lease.phase == STOPPING:
         if now - lease.updated > graces.holder:
             return "kernel was shut down but its server did not release the slice"

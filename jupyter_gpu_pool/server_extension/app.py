@@ -244,5 +244,6 @@ class GPUPoolExtension(ExtensionApp):
                 task.cancel()
         self._tasks = []
         await self.culler.stop()
+        await self.culler.server_stopping()  # before jupyter_server shuts the kernels down
         await self.backend.stop()
         await self.hibernator.stop()

@@ -31,6 +31,7 @@ from ..periodic import every
 from ..pool import HIBERNATED, Lease, Snapshot
 from ..pool import culling as C
 from ..pool import reclaim as R
+from ..pool.liveness import SERVER_STOPPED
 from ..pool.phases import HIBERNATING, STOPPING
 from ..pool.budgets import Standing
 from ..pool import policy as P
@@ -416,6 +417,21 @@ class Culler:
         devices = {u.gpu.uuid: d for u in snapshot.gpus
                    if (d := self.sampler.device_utilization(u.gpu.uuid)) is not None}
         metrics.COLLECTOR.view = metrics.MetricsView(snapshot, self.backend.profiles(), devices, per_kernel)
+
+    async def server_stopping(self) -> None:
+        """The server stops: jupyter_server shuts every kernel down next (``shutdown_all``).  Each pool
+        kernel's slice goes back with the reason on record, and its user's "What happened" says that
+        it ended with the server (a hibernated kernel's variables are not kept past it)."""
+        try:
+            snapshot = await self.backend.snapshot()
+        except Exception:  # the pool is unreachable: its reconcile names the reason when it sees us gone
+            log.exception("GPU pool: could not read the pool as the server stops")
+            return
+        for kid, (kernel, lease) in self.pool_kernels(snapshot).items():
+            if isinstance(kernel.provisioner, PoolKernelProvisioner):
+                kernel.provisioner.release(SERVER_STOPPED)
+            await self.recorder.record("released", lease, reason=SERVER_STOPPED, message=messages.SERVER_STOPPED,
+                                       action=P.SHUTDOWN)
 
     async def stop(self) -> None:
         for task in list(self.acting.values()):

@@ -216,8 +216,10 @@ class TelemetryHandler(PoolAPIHandler):
                                                f"{dashboard.WINDOW_MAX:g}, not {shown!r}.") from None
         snapshot = await self.ext.backend.snapshot()
         context = self.ext.server_context
+        entries = await self.ext.backend.journal(since=time.time() - window, kinds=dashboard.HOLD_KINDS,
+                                                 limit=dashboard.JOURNAL_LIMIT)
         self.send(dashboard.telemetry(backend=self.ext.backend, context=context, snapshot=snapshot, window=window,
-                                      notebooks=await context.notebooks.paths()))
+                                      notebooks=await context.notebooks.paths(), entries=entries))
 
 
 def handlers() -> list[tuple[str, type]]:

@@ -12,3 +12,8 @@ def on_request(action: str, by: str | None = None) -> str:
     if action == P.HIBERNATE:
         return f"Hibernated {who}: the GPU slice is back in the pool, your variables are kept."
     return f"Shut down {who}: the GPU slice is back in the pool."
+
+
+# A kernel ended because its server stopped (jupyter_server shuts its kernels down at exit).
+SERVER_STOPPED = ("Ended when the server stopped: the GPU slice is back in the pool, the kernel's variables are gone. "
+                  "Open the notebook and start a kernel to go on.")

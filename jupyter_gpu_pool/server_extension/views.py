@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ..pool import policy as P
+from ..pool.liveness import ended_with_server
 from ..pool.phases import display_state
 from ..pool.units import unix_time
 from . import dashboard
@@ -130,10 +131,13 @@ def admin_actions(lease: Lease, context: ServerContext) -> list[str]:
 def journal_item(e: JournalEntry) -> dict:
     d = e.detail
     message = d.get("message") or (f"Lease released: {e.reason}" if e.kind == "reclaimed" else "")
-    return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner, "name": d.get("name", ""),
+    # The server's own entries name the notebook as it was called then; the ledger's, as at its start.
+    return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner,
+            "name": d.get("name") or d.get("label", ""),
             "profile": d.get("profile"), "reason": e.reason, "message": message,
             "dry_run": bool(d.get("dry_run", False)), "rule": d.get("rule"), "action": d.get("action"),
-            "note": d.get("note"), "declared": bool(d.get("declared", False))}
+            "note": d.get("note"), "declared": bool(d.get("declared", False)),
+            "with_server": ended_with_server(e.reason)}
 
 
 def _ours(e: JournalEntry) -> bool:

@@ -331,9 +331,14 @@ export interface IStackedSeries {
     values: Array<number | null>;
     /** The running total up to and including this kernel: what the plot draws. */
     stacked: number[];
+    /** It holds its slice now (not hibernated, nor ended within the window). */
+    holdsNow: boolean;
   }>;
   /** The axis maximum: the GPU's memory (GiB) or 100 (%). */
   max: number;
+  /** The time axis: the whole window, whatever the readings (Unix seconds). */
+  from: number;
+  to: number;
   unit: 'GiB' | '%';
   /** For screen readers and tests: each kernel's latest value. */
   summary: string;
@@ -398,22 +403,43 @@ export function kernelColours(keys: ReadonlyArray<string>): string[] {
 
 function stack(
   times: number[],
-  rows: Array<{ key: string; label: string; at: (t: number) => number | null }>
+  rows: Array<{
+    key: string;
+    label: string;
+    at: (t: number) => number | null;
+    holdsNow: boolean;
+  }>
 ): IStackedSeries['series'] {
   const running = times.map(() => 0);
   const colours = kernelColours(rows.map(r => r.key));
   return rows.map((r, i) => {
     const values = times.map(t => r.at(t));
     const stacked = values.map((v, i) => (running[i] += v ?? 0));
-    return { key: r.key, label: r.label, colour: colours[i], values, stacked };
+    return {
+      key: r.key,
+      label: r.label,
+      colour: colours[i],
+      values,
+      stacked,
+      holdsNow: r.holdsNow
+    };
   });
+}
+
+/** A kernel's latest value, for the legend's "now": none once it is hibernated or ended. */
+export function latestValue(series: IStackedSeries['series'][number]): number | null {
+  if (!series.holdsNow) {
+    return null;
+  }
+  const v = [...series.values].reverse().find(x => x !== null);
+  return v === undefined ? null : v;
 }
 
 function summarize(series: IStackedSeries['series'], unit: string): string {
   const latest = series
     .map(s => {
-      const v = [...s.values].reverse().find(x => x !== null);
-      if (v === undefined || v === null) {
+      const v = latestValue(s);
+      if (v === null) {
         return null;
       }
       return `${s.label} ${unit === '%' ? formatPercent(v) : `${Math.round(v * 10) / 10} GiB`}`;
@@ -429,37 +455,79 @@ function summarize(series: IStackedSeries['series'], unit: string): string {
  * any on a declared GPU) holds its slice from when it took it until now.
  */
 export function gpuPlots(telemetry: ITelemetry): IGpuPlots[] {
-  const start = telemetry.now - telemetry.window;
-  const label = (k: ITelemetry['kernels'][number]) =>
-    `${k.owner} · ${baseName(k.name) || k.kernel_id.slice(0, 8)}`;
+  const start = telemetry.start ?? telemetry.now - telemetry.window;
+  type Kernel = ITelemetry['kernels'][number];
+  const label = (k: Kernel) => {
+    const name = `${k.owner} · ${baseName(k.name) || k.kernel_id.slice(0, 8)}`;
+    // The legend says why a kernel's line is at 0 now (the table lists it as hibernated, or not at all).
+    return k.state === 'hibernated'
+      ? __('%1 (hibernated)', name)
+      : k.state === 'ended'
+        ? __('%1 (ended)', name)
+        : name;
+  };
   return telemetry.gpus.map(g => {
-    const kernels = telemetry.kernels.filter(k => k.gpus.includes(g.uuid));
-    const since = (k: ITelemetry['kernels'][number]) => Math.max(start, k.held_since ?? start);
+    const on = (k: Kernel) =>
+      k.held ? k.held.some(([, , gpus]) => gpus.includes(g.uuid)) : k.gpus.includes(g.uuid);
+    const kernels = telemetry.kernels.filter(on);
+    const since = (k: Kernel) => Math.max(start, k.held_since ?? start);
+    // Whether `k` held its slice on this GPU at `t`: not before it took it, nor once hibernated or ended.
+    const holds = (k: Kernel, t: number) =>
+      k.held
+        ? k.held.some(
+            ([from, until, gpus]) =>
+              gpus.includes(g.uuid) && t >= from && (until === null || t < until)
+          )
+        : t >= since(k);
     const all = [telemetry.now];
     for (const k of kernels) {
-      all.push(...(k.samples.length ? k.samples.map(s => s[0]) : [since(k)]));
+      // Its readings' times, or (none) when it took its slice, unless its holds say when.
+      all.push(...(k.samples.length || k.held ? k.samples.map(s => s[0]) : [since(k)]));
+      for (const [from, until, gpus] of k.held ?? []) {
+        if (gpus.includes(g.uuid)) {
+          all.push(Math.max(start, from));
+          if (until !== null) {
+            all.push(until); // where its line drops to 0
+          }
+        }
+      }
     }
     const times = kernels.length ? [...new Set(all)].sort((a, b) => a - b) : [];
-    const memoryAt = (k: ITelemetry['kernels'][number]) => (t: number) => {
-      const slice = k.slice_memory === null ? null : k.slice_memory / GiB;
+    const memoryAt = (k: Kernel) => (t: number) => {
+      if (!holds(k, t)) {
+        return null;
+      }
+      // What it holds: its slice, or (whole GPUs) this GPU's memory.
+      const slice = k.whole
+        ? g.memory / GiB
+        : k.slice_memory === null
+          ? null
+          : k.slice_memory / GiB;
       if (!k.samples.length) {
-        return t >= since(k) ? slice : null;
+        return slice;
       }
       const held = stepAt(k.samples, t, ([, m]) => (m === null ? -1 : m / GiB));
       return held === -1 ? slice : held; // a reading without memory: the slice
     };
     const memory = stack(
       times,
-      kernels.map(k => ({ key: k.kernel_id, label: label(k), at: memoryAt(k) }))
+      kernels.map(k => ({
+        key: k.kernel_id,
+        label: label(k),
+        at: memoryAt(k),
+        holdsNow: holds(k, telemetry.now)
+      }))
     );
     const utilization = stack(
       times,
       kernels.map(k => ({
         key: k.kernel_id,
         label: label(k),
-        at: (t: number) => stepAt(k.samples, t, ([, , u]) => u)
+        at: (t: number) => (holds(k, t) ? stepAt(k.samples, t, ([, , u]) => u) : null),
+        holdsNow: holds(k, telemetry.now)
       }))
     );
+    const axis = { from: start, to: telemetry.now };
     return {
       uuid: g.uuid,
       name: gpuShortName(g.label),
@@ -469,14 +537,16 @@ export function gpuPlots(telemetry: ITelemetry): IGpuPlots[] {
         series: memory,
         max: g.memory / GiB,
         unit: 'GiB',
-        summary: summarize(memory, 'GiB')
+        summary: summarize(memory, 'GiB'),
+        ...axis
       },
       utilization: {
         times,
         series: utilization,
         max: 100,
         unit: '%',
-        summary: summarize(utilization, '%')
+        summary: summarize(utilization, '%'),
+        ...axis
       }
     };
   });

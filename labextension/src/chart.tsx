@@ -9,14 +9,19 @@ import uPlot from 'uplot';
 
 import { formatClock, formatClockSeconds } from './format';
 import { __ } from './i18n';
-import type { IStackedSeries } from './admin';
+import { latestValue, type IStackedSeries } from './admin';
 
 function themeColour(name: string, fallback: string): string {
   const value = getComputedStyle(document.body).getPropertyValue(name).trim();
   return value || fallback;
 }
 
-function options(data: IStackedSeries, width: number, height: number): uPlot.Options {
+function options(
+  data: IStackedSeries,
+  width: number,
+  height: number,
+  span: () => [number, number]
+): uPlot.Options {
   const text = themeColour('--jp-ui-font-color1', '#333');
   const grid = themeColour('--jp-border-color2', '#ddd');
   const axis = (values?: uPlot.Axis['values']): uPlot.Axis => ({
@@ -42,12 +47,17 @@ function options(data: IStackedSeries, width: number, height: number): uPlot.Opt
     height,
     legend: { show: false },
     cursor: { drag: { x: false, y: false } },
-    scales: { x: { time: true }, y: { range: [0, Math.max(data.max, 1)] } },
+    scales: {
+      // The whole window, whatever the readings: the axis neither starts at the first reading nor
+      // jumps when a poll brings new data (span() reads the latest data's window).
+      x: { time: true, range: () => span() },
+      y: { range: [0, Math.max(data.max, 1)] }
+    },
     axes: [
       // A short window needs the seconds to tell its ticks apart.
       axis((_u, splits) => {
-        const span = data.times.length ? data.times[data.times.length - 1] - data.times[0] : 0;
-        return splits.map(t => (span < 1800 ? formatClockSeconds(t) : formatClock(t)));
+        const [from, to] = span();
+        return splits.map(t => (to - from < 1800 ? formatClockSeconds(t) : formatClock(t)));
       }),
       axis((_u, splits) => splits.map(v => `${Math.round(v)}${data.unit === '%' ? '%' : ''}`))
     ],
@@ -69,6 +79,8 @@ export function StackedChart(props: {
   const height = props.height ?? 140;
   const host = React.useRef<HTMLDivElement>(null);
   const plot = React.useRef<uPlot | null>(null);
+  const span = React.useRef<[number, number]>([data.from, data.to]);
+  span.current = [data.from, data.to];
   const shape =
     data.series.map(s => s.key).join('|') + `|${data.max}|${document.body.dataset.jpThemeLight}`;
 
@@ -78,7 +90,11 @@ export function StackedChart(props: {
       return;
     }
     const width = Math.max(node.clientWidth, 200);
-    plot.current = new uPlot(options(data, width, height), aligned(data), node);
+    plot.current = new uPlot(
+      options(data, width, height, () => span.current),
+      aligned(data),
+      node
+    );
     const resize = new ResizeObserver(() => {
       plot.current?.setSize({ width: Math.max(node.clientWidth, 200), height });
     });
@@ -94,9 +110,9 @@ export function StackedChart(props: {
     plot.current?.setData(aligned(data));
   }, [data]);
 
-  const latest = (values: Array<number | null>) => {
-    const v = [...values].reverse().find(x => x !== null);
-    return v === undefined || v === null
+  const latest = (s: IStackedSeries['series'][number]) => {
+    const v = latestValue(s); // none for a kernel hibernated or ended
+    return v === null
       ? '–'
       : data.unit === '%'
         ? `${Math.round(v)}%`
@@ -129,7 +145,7 @@ export function StackedChart(props: {
                   />
                   {s.label}
                 </td>
-                <td className="jp-GpuPool-legendValue">{latest(s.values)}</td>
+                <td className="jp-GpuPool-legendValue">{latest(s)}</td>
               </tr>
             ))}
           </tbody>

@@ -233,6 +233,8 @@ export function reasonPhrase(reason: string | undefined | null): string {
       return __('woken in advance, but no cell ran');
     case 'admin':
       return __('an admin asked');
+    case 'server_stopped':
+      return __('the server stopped');
     case undefined:
     case null:
     case '':

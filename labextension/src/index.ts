@@ -16,7 +16,7 @@ import { Signal } from '@lumino/signaling';
 import { adminAct, runAction } from './actions';
 import { PoolClient } from './api';
 import type { IActions } from './components';
-import { followRefusalDialogs } from './dialogs';
+import { followRefusalDialogs, oneKernelErrorDialog } from './dialogs';
 import { __, setTranslator } from './i18n';
 import { Hints } from './hints';
 import { followLaunchers } from './launcher';
@@ -242,6 +242,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const toasts = new Toasts(app, model, notebooks, openPanel);
     followRefusalDialogs(() => model.me?.profiles ?? []);
+    // JupyterLab's own titles for these dialogs, in the user's language (as its session context words them).
+    const lab = translator?.load('jupyterlab') ?? null;
+    oneKernelErrorDialog(
+      {
+        error: lab?.__('Error Starting Kernel') || 'Error Starting Kernel',
+        select: lab?.__('Select Kernel') || 'Select Kernel'
+      },
+      () => model.me?.profiles ?? [],
+      message => toasts.kernelError(message)
+    );
     followLaunchers(commands, model);
 
     if (settingRegistry) {

@@ -149,7 +149,14 @@ export function explanation(
   name: string | undefined,
   reason: string | undefined,
   message: string,
-  context: { me?: IMe | null; profile?: string; declared?: boolean; action?: string } = {}
+  context: {
+    me?: IMe | null;
+    profile?: string;
+    declared?: boolean;
+    action?: string;
+    /** It ended because its server stopped. */
+    withServer?: boolean;
+  } = {}
 ): string {
   const who = kernelOf(name);
   const why = reasonPhrase(reason);
@@ -210,8 +217,13 @@ export function explanation(
         )
       );
     case 'reclaimed':
-      return fit(__('%1 ended, so its GPU slice went back to the pool.', who));
+      return context.withServer
+        ? fit(__('%1 ended when the server stopped: its variables are gone.', who))
+        : fit(__('%1 ended, so its GPU slice went back to the pool.', who));
     case 'released':
+      if (context.withServer) {
+        return fit(__('%1 ended when the server stopped: its variables are gone.', who));
+      }
       return context.action === 'hibernate'
         ? fit(__('%1 gave its GPU slice back; its variables are kept.', who))
         : fitting(
@@ -460,7 +472,8 @@ export class NoticeBook {
       now,
       {
         profile: event.profile,
-        declared: event.declared
+        declared: event.declared,
+        withServer: event.reason === 'server_stopped'
       }
     );
     return {
@@ -491,7 +504,8 @@ export class NoticeBook {
       {
         profile: entry.profile ?? undefined,
         declared: entry.declared,
-        action: entry.action ?? undefined
+        action: entry.action ?? undefined,
+        withServer: entry.with_server
       }
     );
   }
@@ -503,7 +517,7 @@ export class NoticeBook {
     message: string,
     reason: string | undefined,
     at: number,
-    context: { profile?: string; declared?: boolean; action?: string }
+    context: { profile?: string; declared?: boolean; action?: string; withServer?: boolean }
   ): INotice {
     const text = explanation(kind, name, reason, message, { ...context, me: this._me });
     const key = `${kind}:${kernelId}:${Math.round(at)}`;

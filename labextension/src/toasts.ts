@@ -11,7 +11,16 @@ import { keepAlive } from './actions';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { Notebooks } from './notebooks';
-import { INotice, INoticeChanges, MAX_ON_SCREEN, NoticeBook, shortName, toHide } from './notices';
+import {
+  fit,
+  INotice,
+  INoticeChanges,
+  MAX_ON_SCREEN,
+  NoticeBook,
+  shortName,
+  toHide
+} from './notices';
+import { counted, Repeats } from './repeats';
 
 /** Milliseconds a toast just emitted counts as on screen before JupyterLab has rendered it. */
 const RENDER_MS = 2000;
@@ -79,11 +88,39 @@ export class Toasts {
   /** No notifications while muted (what would have been shown is not shown later either). */
   muted = false;
 
+  /**
+   * A kernel's start failed and JupyterLab's dialog for it was not shown (one is on screen
+   * already: dialogs.ts): its message as a toast, counted with the same ones.
+   */
+  kernelError(message: string): void {
+    this._apply({
+      show: [
+        {
+          key: `kernel-error:${++this._errors}`,
+          kernelId: '',
+          type: 'error',
+          message: fit(__('A kernel could not start: %1', message.trim())),
+          keepAlive: false,
+          openPanel: false,
+          newKernel: false,
+          autoClose: false,
+          kernelGone: false
+        }
+      ],
+      dismiss: []
+    });
+  }
+
   private _apply(changes: INoticeChanges): void {
     for (const key of changes.dismiss) {
       const id = this._shown.get(key);
       if (id) {
-        Notification.dismiss(id);
+        const left = this._repeats.remove(key);
+        if (left && left.times > 0) {
+          this._recount(id, counted(left.message, left.times)); // others still count on it: one fewer
+        } else {
+          Notification.dismiss(id);
+        }
         this._shown.delete(key);
       }
       this._closed.add(key); // withdrawn: the fact changed; it never comes back
@@ -102,6 +139,16 @@ export class Toasts {
         void this._app.serviceManager.kernels.refreshRunning();
       }
       if (!this.muted) {
+        const live = new Set(Notification.manager.notifications.map(n => n.id));
+        const same = this._repeats.find(notice.message, id => live.has(id));
+        if (same) {
+          // The same text again: counted on the toast already there, updated in place (off the
+          // screen, only its entry in the notification centre: autoClose 0 shows no toast).
+          const times = this._repeats.add(notice.message, notice.key, same);
+          this._recount(same, counted(notice.message, times));
+          this._shown.set(notice.key, same);
+          continue;
+        }
         const warning = notice.key.startsWith('warning:');
         // Room on screen: a warning makes its own (the oldest other toast leaves the screen);
         // any other notice past the limit goes to the notification centre without a toast.
@@ -118,6 +165,7 @@ export class Toasts {
             .forEach(id => this._offScreen(id));
         }
         const id = this._emit(notice, silent);
+        this._repeats.add(notice.message, notice.key, id);
         this._shown.set(notice.key, id);
         this._order.push({ id, warning, at: Date.now(), rendered: false, off: silent });
       }
@@ -154,6 +202,36 @@ export class Toasts {
       }
       return !t.rendered && Date.now() - t.at < RENDER_MS;
     });
+  }
+
+  /**
+   * Say a toast's new count in place. A toast emitted a moment ago and not rendered yet would lose
+   * the update (JupyterLab renders the text it was emitted with): it is said once the toast shows.
+   */
+  private _recount(id: string, message: string): void {
+    this._counts.set(id, message);
+    if (this._recounting.has(id)) {
+      return; // the pending one says the latest count
+    }
+    const say = () => {
+      const text = this._counts.get(id);
+      const t = this._order.find(x => x.id === id);
+      const rendering = t && !t.off && !t.rendered && Date.now() - t.at < RENDER_MS;
+      if (rendering && document.getElementById(id) === null) {
+        window.setTimeout(say, 100);
+        return;
+      }
+      this._recounting.delete(id);
+      if (text !== undefined && Notification.manager.notifications.some(n => n.id === id)) {
+        Notification.update({ id, message: text, autoClose: this._isOnScreen(id) ? undefined : 0 });
+      }
+    };
+    this._recounting.add(id);
+    say();
+  }
+
+  private _isOnScreen(id: string): boolean {
+    return this._onScreen().some(t => t.id === id);
   }
 
   /** Take a toast off the screen; its notification stays in the centre (an update that closes it at once). */
@@ -208,4 +286,8 @@ export class Toasts {
   private _shown = new Map<string, string>(); // notice key -> notification id
   private _closed = new Set<string>(); // notice keys whose toast the user closed: never again
   private _order: IShownToast[] = []; // our notifications, oldest first
+  private _repeats = new Repeats(); // which toast counts which notices of the same text
+  private _errors = 0; // kernel-start errors whose dialog was not shown
+  private _counts = new Map<string, string>(); // notification id -> its latest counted text
+  private _recounting = new Set<string>(); // ids whose count waits for the toast to render
 }

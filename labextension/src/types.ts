@@ -134,6 +134,8 @@ export interface IRecent {
   dry_run?: boolean;
   /** A hibernation or resume on declared GPUs: nothing was moved. */
   declared?: boolean;
+  /** The kernel ended because its server stopped (a release at the server's exit, or a reclaim after). */
+  with_server?: boolean;
 }
 
 export interface IGroup {
@@ -251,6 +253,8 @@ export interface IPool {
 export interface ITelemetry {
   now: number;
   window: number;
+  /** The window's start (now - window). */
+  start?: number;
   gpus: Array<{
     uuid: string;
     label: string;
@@ -268,6 +272,15 @@ export interface ITelemetry {
     slice_memory: number | null;
     /** Since when it holds its slice (a kernel without readings is drawn from then on). */
     held_since?: number;
+    /** It holds whole GPUs: on each, the GPU's memory. */
+    whole?: boolean;
+    /** active, hibernated, or ended (within the window). */
+    state?: string;
+    /**
+     * When it held its slice within the window, oldest first: [from, until (null: still), GPU uuids].
+     * Outside these it holds nothing (hibernated, or ended), and is drawn at 0.
+     */
+    held?: Array<[number, number | null, string[]]>;
     /** [time, memory bytes or null, utilization percent or null] */
     samples: Array<[number, number | null, number | null]>;
   }>;

@@ -871,6 +871,16 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
   return { visible: true, text, title: lines.join('\n'), kind: k.state };
 }
 
+/**
+ * A kernel that ended with its server (stopped, restarted or gone): hibernated or not, its
+ * variables went with it; a new kernel starts from the notebook.
+ */
+export function endedWithServer(): string {
+  return __(
+    'Ended when the server stopped; its variables are gone. Open the notebook and start a kernel to go on.'
+  );
+}
+
 /** One line of "What happened": a plain sentence, the rule that decided it last. */
 export function historyLine(entry: IRecent): string {
   const why = reasonPhrase(entry.reason);
@@ -902,8 +912,9 @@ export function historyLine(entry: IRecent): string {
           : __('Resumed: it holds a GPU slice again%1.', declared);
       break;
     case 'released':
-      text =
-        entry.action === 'hibernate'
+      text = entry.with_server
+        ? endedWithServer()
+        : entry.action === 'hibernate'
           ? __('Gave its GPU slice back at your request; its variables are kept.')
           : entry.reason === 'admin'
             ? __('Shut down by an admin; its variables are gone.')
@@ -918,7 +929,9 @@ export function historyLine(entry: IRecent): string {
             : __('Could not start: %1.', why);
       break;
     case 'reclaimed':
-      text = __('Its kernel process ended, so its GPU slice went back to the pool.');
+      text = entry.with_server
+        ? endedWithServer()
+        : __('Its kernel process ended, so its GPU slice went back to the pool.');
       break;
     case 'over_memory':
       text = __('Used more GPU memory than its slice.');

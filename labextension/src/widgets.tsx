@@ -243,6 +243,14 @@ export class DashboardWidget extends ReactWidget {
     this._model.poolWanted = true;
   }
 
+  /** The only tab of an empty main area is never hidden, so never shown either: attached, it reads. */
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    if (this.isVisible) {
+      this._model.poolWanted = true;
+    }
+  }
+
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
     this._model.poolWanted = false;

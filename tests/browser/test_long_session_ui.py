@@ -23,7 +23,7 @@ from browser_helpers import (
     wait_for,
     wait_in_page,
 )
-from lab_server import LabServer
+from lab_server import DEMO_PROFILES, LabServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
@@ -57,11 +57,17 @@ def centre_count(page) -> int:
     return int(text) if text.isdigit() else 0
 
 
+PROFILES = {**DEMO_PROFILES,
+            "gpu-5g": {"slice": "5GiB", "isolation": "soft", "display_name": "GPU 5 GiB"},
+            "gpu-15g": {"slice": "15GiB", "isolation": "soft", "display_name": "GPU 15 GiB"}}
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, artifacts):
     server = LabServer(
         tmp_path_factory.mktemp("session"),
-        pool={"default_user_quota": {"memory": "40GiB", "kernels": 1}},
+        # Five profiles: five refused starts of the user are five texts (identical ones share one toast).
+        pool={"default_user_quota": {"memory": "40GiB", "kernels": 1}, "profiles": PROFILES},
         extension={"cull_interval": 1.0, "telemetry_interval": 1.0},
     )
     server.start()
@@ -106,14 +112,14 @@ def test_toasts_one_per_fact_withdrawn_never_reshown_at_most_three(lab, page, ar
         assert centre_count(page) == 0
         bob.release_all()
 
-        # The user holds their one kernel; five more starts are refused: five facts, five toasts,
-        # three on screen at most, all five in the notification centre.
+        # The user holds their one kernel; five more starts (of five profiles) are refused: five facts,
+        # five toasts, three on screen at most, all five in the notification centre.
         code, body = start(lab, "holder.ipynb", "gpu-pool-gpu-10g")
         assert code == 201, body
         holders.append(body["id"])
         expect(status).to_have_text("GPU kernels: 1 / 1", timeout=30_000)
-        for i in range(5):
-            code, _ = start(lab, f"more-{i}.ipynb", "gpu-pool-gpu-10g")
+        for i, profile in enumerate(("gpu-10g", "gpu-20g", "gpu-20g-50", "gpu-5g", "gpu-15g")):
+            code, _ = start(lab, f"more-{i}.ipynb", f"gpu-pool-{profile}")
             assert code >= 400
         wait_for(lambda: centre_count(page) == 5, 60, "five notifications in the centre")
         on_screen = page.locator(".Toastify__toast")

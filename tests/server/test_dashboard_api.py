@@ -176,3 +176,27 @@ async def test_a_resume_is_explained_once(jp_fetch, pool_home):
     assert len(resumed) == 1 and resumed[0]["declared"] is True and resumed[0]["name"] == ""
     decisions = body(await jp_fetch(*API, "pool", headers=ROOT))["decisions"]
     assert [d["declared"] for d in decisions if d["kind"] == "resumed"] == [True]  # the admin's log, once too
+
+
+async def test_telemetry_keeps_kernels_hibernated_or_ended_in_the_window_with_what_they_held(jp_fetch, pool_home):
+    """The dashboard's plots agree with its table: a whole-GPU kernel holds its GPU's memory, and a kernel
+    hibernated or shut down within the window is drawn for the time it held its slice, not dropped."""
+    ledger = pool_home.ledger()
+    whole = other_lease(pool_home, "bob", "bobs-whole", "whole")
+    sleeping = other_lease(pool_home, "bob", "bobs-sleeper", "small")
+    ended = other_lease(pool_home, "carol", "carols-ended", "small")
+    ledger.hibernate(sleeping.id, 0, "idle")
+    ledger.release(ended.id, "shutdown")
+
+    data = body(await jp_fetch(*API, "pool", "telemetry", params={"window": "600"}, headers=ROOT))
+    kernels = {k["kernel_id"]: k for k in data["kernels"]}
+    assert set(kernels) >= {"bobs-whole", "bobs-sleeper", "carols-ended"}
+    w = kernels["bobs-whole"]
+    assert w["whole"] and w["slice_memory"] is None and w["state"] == "active"
+    assert w["held"] == [[w["held_since"], None, list(whole.gpus)]]  # held until now
+    for kid, lease, state in (("bobs-sleeper", sleeping, "hibernated"), ("carols-ended", ended, "ended")):
+        k = kernels[kid]
+        assert k["state"] == state and k["slice_memory"] == 10 * GiB and k["gpus"] == list(lease.gpus)
+        [(since, until, gpus)] = k["held"]  # held from its grant to its hibernation or release, then nothing
+        assert since == lease.created and until is not None and until > since and gpus == list(lease.gpus)
+    assert data["start"] == pytest.approx(data["now"] - 600)

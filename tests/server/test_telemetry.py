@@ -121,6 +121,24 @@ def test_history_keeps_memory_and_each_gpus_utilization_for_the_dashboard(tree):
     assert sampler.device_history("GPU-unknown") == []
 
 
+def test_readings_outlive_a_hibernation_and_the_kernels_end_for_the_dashboard(tree):
+    kernel, _ = tree
+    clock = iter(range(1000, 2000)).__next__
+    table = {"GPU-a": {kernel: ProcessReading(GiB, 60.0)}}
+    sampler = Sampler(TableSource(table), history=10, clock=lambda: float(clock()))
+    sampler.track({"k": (kernel, frozenset({"GPU-a"}))})
+    sampler.sample_once()
+    sampler.sample_once()
+    before = [(r.at, r.memory_used) for r in sampler.history("k")]
+    assert before == [(1000.0, GiB), (1001.0, GiB)]
+    sampler.track({"k": (kernel, frozenset())})  # hibernated: it holds no GPU, its readings stay
+    sampler.sample_once()
+    assert [(r.at, r.memory_used) for r in sampler.history("k")] == before and sampler.reading("k") is None
+    sampler.track({})  # shut down: the plots still draw what it used
+    assert [(r.at, r.memory_used) for r in sampler.history("k")] == before
+    assert sampler.reading("k") is None and sampler.samples("k") == [(1000.0, 60.0), (1001.0, 60.0)]
+
+
 def test_without_nvml_readings_are_none():
     source = NVMLSource()
     ok, why = source.available()

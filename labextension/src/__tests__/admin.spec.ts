@@ -242,6 +242,67 @@ describe('gpuPlots', () => {
     t.kernels[0].held_since = NOW - 5000; // held for longer than the window: from the window's start
     assert.deepEqual(gpuPlots(t)[0].memory.times, [NOW - 600, NOW]);
   });
+
+  it('agrees with the table: a whole GPU at what it holds, hibernated and ended kernels kept', () => {
+    const t = telemetry();
+    const base = { profile: 'gpu-10g', gpus: ['GPU-2'], slice_memory: 10 * GiB, samples: [] };
+    t.kernels = [
+      // The whole GPU, held for the whole window: 40 of 40 GiB, not 0.
+      {
+        ...base,
+        kernel_id: 'k-whole',
+        owner: 'carol',
+        name: 'w.ipynb',
+        profile: 'whole',
+        slice_memory: null,
+        whole: true,
+        state: 'active',
+        held: [[NOW - 600, null, ['GPU-1']]]
+      },
+      // Held on GPU 1 until it hibernated 100 s ago, and again (on GPU 1) from 50 s ago.
+      {
+        ...base,
+        kernel_id: 'k-sleep',
+        owner: 'bob',
+        name: 's.ipynb',
+        state: 'active',
+        held: [
+          [NOW - 300, NOW - 100, ['GPU-2']],
+          [NOW - 50, null, ['GPU-2']]
+        ]
+      },
+      // Shut down 200 s ago: its earlier points stay, its line drops to 0 from then on.
+      {
+        ...base,
+        kernel_id: 'k-ended',
+        owner: 'dan',
+        name: 'e.ipynb',
+        state: 'ended',
+        held: [[NOW - 400, NOW - 200, ['GPU-2']]]
+      }
+    ];
+    const [gpu0, gpu1] = gpuPlots(t);
+    assert.deepEqual(gpu0.memory.series[0].values, [40, 40]);
+    assert.equal(gpu0.memory.summary, 'carol · w.ipynb 40 GiB');
+    assert.deepEqual(gpu1.memory.times, [
+      NOW - 400,
+      NOW - 300,
+      NOW - 200,
+      NOW - 100,
+      NOW - 50,
+      NOW
+    ]);
+    const [sleeper, ended] = gpu1.memory.series;
+    assert.deepEqual(sleeper.values, [null, 10, 10, null, 10, 10]);
+    assert.deepEqual(ended.values, [10, 10, null, null, null, null]);
+    assert.deepEqual(ended.stacked, [10, 20, 10, 0, 10, 10]);
+    assert.equal(ended.label, 'dan · e.ipynb (ended)');
+    assert.equal(gpu1.memory.summary, 'bob · s.ipynb 10 GiB'); // nothing "now" for the ended one
+    assert.deepEqual(gpu1.utilization.series[1].values, [null, null, null, null, null, null]);
+    // The time axis is the whole window, whatever the readings.
+    assert.deepEqual([gpu1.memory.from, gpu1.memory.to], [NOW - 600, NOW]);
+    assert.deepEqual([gpu0.utilization.from, gpu0.utilization.to], [NOW - 600, NOW]);
+  });
 });
 
 describe('the decision log in words', () => {

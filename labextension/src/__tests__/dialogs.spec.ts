@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 
-import { followRefusalDialogs, isRefusal, markRefusal, REFUSAL_DIALOG } from '../dialogs';
+import {
+  BURST_MS,
+  followRefusalDialogs,
+  isRefusal,
+  KernelErrorGate,
+  markRefusal,
+  REFUSAL_DIALOG
+} from '../dialogs';
 import { profiles } from './fixtures';
 
 /** JupyterLab's "Error Starting Kernel" dialog: the message in the first <pre> of its body. */
@@ -58,5 +65,27 @@ describe('refusal dialogs', () => {
     observer.disconnect();
     dialog.remove();
     plain.remove();
+  });
+});
+
+describe('one kernel-error dialog at a time', () => {
+  it('shows the first error, none while it is open, none within the burst after it closed', () => {
+    const gate = new KernelErrorGate();
+    assert.equal(gate.error(0), true);
+    for (let i = 1; i < 19; i++) {
+      assert.equal(gate.error(i * 100), false); // a restore's other 18 tabs
+    }
+    gate.closed(5_000);
+    assert.equal(gate.error(5_000 + BURST_MS - 1), false);
+    assert.equal(gate.error(5_000 + 2 * BURST_MS), true); // a later failure is news again
+  });
+
+  it('asks no "Select Kernel" after a failed start, only when none failed lately', () => {
+    const gate = new KernelErrorGate();
+    assert.equal(gate.selection(0), true); // the user's own choice of kernel
+    gate.error(1_000);
+    assert.equal(gate.selection(1_500), false); // what JupyterLab asks after the failure
+    gate.closed(60_000); // read for a minute; the burst's selections came long before
+    assert.equal(gate.selection(60_000 + BURST_MS), true);
   });
 });

@@ -387,4 +387,14 @@ describe('explanations afterwards', () => {
     );
     assert.doesNotMatch(text, /resume|variables/);
   });
+
+  it('says a kernel ended with its server, not that it was shut down to give its slice back', () => {
+    assert.equal(
+      explanation('released', 'a.ipynb', 'server_stopped', '', {
+        action: 'shutdown',
+        withServer: true
+      }),
+      'a.ipynb’s kernel ended when the server stopped: its variables are gone.'
+    );
+  });
 });

@@ -566,4 +566,32 @@ describe('historyLine', () => {
       'Shut down by an admin; its variables are gone.'
     );
   });
+
+  it('says that a kernel ended with its server, hibernated or not, and what to do', () => {
+    const ended =
+      'Ended when the server stopped; its variables are gone. Open the notebook and start a kernel to go on.';
+    assert.equal(
+      historyLine({
+        ...base,
+        kind: 'released',
+        reason: 'server_stopped',
+        action: 'shutdown',
+        with_server: true
+      }),
+      ended
+    );
+    assert.equal(
+      historyLine({
+        ...base,
+        kind: 'reclaimed',
+        reason: 'kernel process and its server are gone',
+        with_server: true
+      }),
+      ended
+    );
+    assert.equal(
+      historyLine({ ...base, kind: 'reclaimed', reason: 'kernel never started' }),
+      'Its kernel process ended, so its GPU slice went back to the pool.'
+    );
+  });
 });
