@@ -6,7 +6,13 @@
  */
 
 export type KernelState =
-  'active' | 'hibernating' | 'hibernated' | 'resuming' | 'queued' | 'released';
+  | 'active'
+  | 'hibernating'
+  | 'hibernated'
+  | 'resuming'
+  | 'queued'
+  | 'stopping'
+  | 'released';
 
 export type KernelAction = 'snooze' | 'release' | 'resume' | 'shutdown';
 
