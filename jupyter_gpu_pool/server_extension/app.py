@@ -41,7 +41,9 @@ class GPUPoolExtension(ExtensionApp):
     load_other_extensions = True
 
     cull_interval = Seconds(
-        30.0, help="Seconds between two passes of the idle policy over this server's GPU kernels."
+        30.0, help="""Seconds between two passes of the idle policy over this server's GPU kernels: how soon a
+        kernel is warned once a limit comes within its rule's warn time.  A warned kernel is acted on at
+        its warning's deadline, whatever the interval."""
     ).tag(config=True)
 
     telemetry_interval = Seconds(
