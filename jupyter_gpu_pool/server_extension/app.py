@@ -14,7 +14,7 @@ import sys
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Instance, TraitError, Type, default
 
-from ..compat import start_handlers
+from ..compat import quiet_refusals, start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
 from ..pools import pool_for
@@ -127,6 +127,7 @@ class GPUPoolExtension(ExtensionApp):
     # -- setup ------------------------------------------------------------------------------
 
     def initialize_settings(self) -> None:
+        quiet_refusals(self.settings, self.serverapp.log)  # a refused start is an expected answer: one warning line
         self.backend = self._make_backend()
         event_logger = self.serverapp.event_logger
         events.register(event_logger)

@@ -384,11 +384,21 @@ class Culler:
         new = P.snooze(state, rule, now, seconds, over_memory=over)  # raises SnoozeRefused
         self.states[kid] = new
         self._unschedule(kid)  # kept alive: nothing happens at the old deadline
-        await self.recorder.record("snoozed", lease, reason="user",
-                                   message=f"Snoozed until {format_clock(new.snoozed_until)}; "
-                                           f"{P.snoozes_left(new, rule)} snooze(s) left.",
+        await self.recorder.record("snoozed", lease, reason="user", message=self._kept_alive(lease, rule, new),
                                    rule=rule.name, deadline=new.snoozed_until)
         return new
+
+    def _kept_alive(self, lease: Lease, rule: P.Rule, state: P.KernelState) -> str:
+        """What a Keep alive did, said once: until when, and what follows if the kernel stays idle."""
+        until = format_clock(state.snoozed_until)
+        left = P.snoozes_left(state, rule)
+        more = f"{left} more Keep alive{'s' if left != 1 else ''} allowed" if left else "no more Keep alive allowed"
+        seen = self.seen.get(lease.kernel_id)
+        found = P.next_action(seen.facts, rule, state) if seen is not None else None
+        if found is None or found[0] > state.snoozed_until + 60:
+            return f"Kept alive until {until}; {more}."
+        then = "hibernated" if found[2] == P.HIBERNATE else "shut down"
+        return f"Kept alive until {until}, then {then} if still idle; {more}."
 
     def release(self, kid: str, lease: Lease, rule: P.Rule) -> str:
         """Give the slice back now, as the rule says (hibernate where it can, else shut down)."""
@@ -452,9 +462,14 @@ class Culler:
                                        profile=e.detail.get("profile"))
         await self._follow_requests(asked)
         mine = [w for w in snapshot.waiters if w.owner == owner]
+        paths = await self.context.notebooks.paths() if any(w.id not in self._waiters_seen for w in mine) else {}
         for w in mine:
             if w.id not in self._waiters_seen:
-                what = "resume this kernel" if w.for_resume else f"start ({w.profile})"
+                name = paths.get(w.kernel_id, w.label)
+                profile = self.backend.profile(w.profile)
+                launcher = f"'{profile.display_name}'" if profile else "a kernel"
+                what = (f"resume {name or 'this kernel'}" if w.for_resume else
+                        f"start {launcher}{f' for {name}' if name else ''}")
                 self.recorder.announce("queued", kernel_id=w.kernel_id, user=w.owner, reason="pool_exhausted",
                                        message=f"Waiting for a GPU slice to {what}: position {w.position} in the "
                                                "queue.", profile=w.profile)

@@ -23,6 +23,9 @@ from ..pool import Lease
 
 log = logging.getLogger(__name__)
 
+# Why a kernel was resumed, by the resume's reason: a cell the user ran, their Resume button.
+RESUMED_FOR = {"cell": "for the cell you ran", "user": "at your request"}
+
 
 class HibernationHook(ABC):
     """No hibernation on this server: the base every hook builds on, and what runs without one.
@@ -136,8 +139,10 @@ class PoolHibernation(HibernationHook):
             log.exception("resume failed")
             return
         if outcome.lease is not None and outcome.duration:
-            await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
-                                       action="resume", rule="hibernation", duration=round(outcome.duration, 3),
+            why = RESUMED_FOR.get(reason)  # the user's own doing, not the pool's policy
+            message = outcome.message.replace("Resumed", f"Resumed {why}", 1) if why else outcome.message
+            await self.recorder.record("resumed", outcome.lease, reason=reason, message=message,
+                                       action="resume", rule=None, duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared)
 
     # -- upkeep -------------------------------------------------------------------------------

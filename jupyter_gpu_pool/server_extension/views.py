@@ -190,11 +190,13 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
     for w in snapshot.waiters:
         if w.owner != user:
             continue
-        queue.append({"position": w.position, "kernel_id": w.kernel_id, "profile": w.profile,
+        profile = backend.profile(w.profile)
+        name = notebooks.get(w.kernel_id, w.label)  # the notebook as it is called now
+        queue.append({"position": w.position, "kernel_id": w.kernel_id, "name": name, "profile": w.profile,
+                      "profile_display_name": profile.display_name if profile else w.profile,
                       "for": "resume" if w.lease_id else "start", "enqueued": w.enqueued})
         if w.kernel_id not in leased:  # a start waiting for its first slice
-            profile = backend.profile(w.profile)
-            kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": w.label, "profile": w.profile,
+            kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": name, "profile": w.profile,
                             "profile_display_name": profile.display_name if profile else w.profile,
                             "state": "queued", "queue_position": w.position, "warning": None, "actions": []})
     recent = [journal_item(e) for e in _once(await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100))
@@ -257,7 +259,7 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         "declared": backend.declared,
         "gpus": gpus,
         "leases": leases,
-        "queue": [w.to_dict() for w in snapshot.waiters],
+        "queue": [{**w.to_dict(), "label": notebooks.get(w.kernel_id, w.label)} for w in snapshot.waiters],
         "decisions": decisions,
         "policy": context.policy.to_dict(),
         "pressure": bool(snapshot.waiters),

@@ -221,8 +221,9 @@ class ServiceLedger(LeaseStore):
         self.client.call("record", kind=kind, lease_id=lease_id, kernel_id=kernel_id, reason=reason,
                          detail=detail or {})
 
-    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError) -> None:
-        self.client.call("record_refusal", kernel_id=kernel_id, profile=profile, reason=err.reason, message=str(err))
+    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError, label: str = "") -> None:
+        self.client.call("record_refusal", kernel_id=kernel_id, profile=profile, reason=err.reason, message=str(err),
+                         label=label)
 
     def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                 limit: int = 200, after_seq: int = 0):

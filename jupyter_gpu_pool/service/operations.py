@@ -385,7 +385,7 @@ class Operations:
         refusal.reason = args.word("reason")
         kernel_id, _held = await self._kernel(caller, args)
         await self.turns.write(caller.uid, self.ledger.record_refusal, kernel_id, caller.user,
-                          args.text("profile"), refusal)
+                               args.text("profile"), refusal, args.text("label", default=""))
 
     async def op_reconcile(self, caller: Caller, peer: Peer, args: Args) -> list:
         """The service reconciles on its own interval; a caller's ask runs one now, unless one ran in

@@ -78,7 +78,7 @@ OPERATIONS = {op.name: op for op in (
     Operation("heartbeat", ("waiter_id",)),
     Operation("dequeue", ("waiter_id",)),
     Operation("record", ("kind", "lease_id", "kernel_id", "reason", "detail")),
-    Operation("record_refusal", ("kernel_id", "profile", "reason", "message")),
+    Operation("record_refusal", ("kernel_id", "profile", "reason", "message", "label")),
     Operation("reconcile", who=POOL),
     Operation("trace_record", ("events",)),
     Operation("trace_export", ("since", "until", "owner", "after", "limit"), reads=True, bulky=True),

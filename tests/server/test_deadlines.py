@@ -112,6 +112,11 @@ async def test_keep_alive_before_the_deadline_cancels_the_action(jp_fetch, jp_ws
     r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "snooze", method="POST", body="{}")
     assert r.code == 200 and body(r)["warning"] is None
     assert kid not in ext.culler.timers  # Keep alive took it off
+    snoozed = [e for e in journal(pool_home, kid) if e.kind == "snoozed"]
+    # said once: until when, and what follows if it stays idle (not "kept alive until 19:25 · will be
+    # hibernated at 19:25 if still idle")
+    assert len(snoozed) == 1 and snoozed[0].detail["message"].startswith("Kept alive until ")
+    assert ", then shut down if still idle; " in snoozed[0].detail["message"]
 
     await asyncio.sleep(max(warned["deadline"] - time.time(), 0) + 1.5)
     assert kid in await kernel_ids(jp_fetch)
