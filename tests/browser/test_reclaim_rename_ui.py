@@ -28,6 +28,7 @@ from browser_helpers import (
     run_cell,
     shoot,
     wait_for,
+    wait_in_page,
 )
 from lab_server import LabServer
 
@@ -240,7 +241,10 @@ def test_one_queued_resume_reclaims_the_fewest_kernels_and_never_the_mps_one(lab
         assert chosen["kernel_id"] in idle and chosen["warning"]["reason"] == "pressure"
         assert chosen["warning"]["action"] == "hibernate"
         assert chosen["warning"]["message"].startswith("Someone is waiting for a GPU slice")
-        [event] = [e for e in events if e["action"] == "warned" and e["kernel_id"] == chosen["kernel_id"]]
+        def pushed() -> list[dict]:
+            return [e for e in events if e["action"] == "warned" and e["kernel_id"] == chosen["kernel_id"]]
+        wait_in_page(page, pushed, 10, "the warning pushed to the page")
+        [event] = pushed()
         assert event["deadline"] - event["received"] >= RECLAIM_WARN - 0.5  # at least the rule's warning time
         card = card_of(page, chosen["kernel_id"])
         expect(card.locator(".jp-GpuPool-countdownWhy")).to_contain_text("Someone is waiting for a GPU slice")
