@@ -368,6 +368,13 @@ class Ledger(LeaseStore):
             if cur.rowcount == 0:
                 raise LeaseNotFound(lease_id)
 
+    def relabel(self, lease_id: str, label: str) -> None:
+        with self.db.write() as db:
+            cur = db.execute("UPDATE leases SET label=?, updated=? WHERE id=? AND state IN (?,?)",
+                             (label, self.clock(), lease_id, *HELD))
+            if cur.rowcount == 0:
+                raise LeaseNotFound(lease_id)
+
     def stop(self, lease_id: str, *, expect: str | None = None) -> Lease:
         """The lease's kernel is being shut down: phase ``stopping``, no kernel process recorded (so
         that reconcile judges it by its live server, and names the right reason if the server never

@@ -131,6 +131,7 @@ class Culler:
             self.last_snapshot = snapshot
             now = self.clock()
             kernels = self.pool_kernels(snapshot)
+            await self._follow_renames(kernels)
             self.sampler.track({kid: (k.provisioner.pid or -1, frozenset(lease.gpus))
                                 for kid, (k, lease) in kernels.items()
                                 if isinstance(k.provisioner, PoolKernelProvisioner)})
@@ -150,6 +151,18 @@ class Culler:
         await self._follow_journal(snapshot)
         self._update_metrics(snapshot, kernels)
         self.passes += 1
+
+    async def _follow_renames(self, kernels: dict) -> None:
+        """Give the pool the notebook's new name where its user renamed or moved it (jupyter_server's
+        session path), so that other servers' views (an admin's dashboard) and the CLI show it too."""
+        paths = await self.context.notebooks.paths()
+        for kid, (_kernel, lease) in kernels.items():
+            path = paths.get(kid)
+            if path and path != lease.label:
+                try:
+                    await self.backend.relabel(lease, path)
+                except Exception:  # a name is not worth a failed pass
+                    log.exception("GPU pool: could not rename kernel %s's lease to %r", kid, path)
 
     async def _judge(self, kernels: dict, now: float) -> tuple[list[tuple[str, Lease, P.Rule, P.Facts]], bool]:
         """Each kernel's rule and facts (kernels with a move or an action under way left out), and whether

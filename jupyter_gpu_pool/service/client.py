@@ -181,6 +181,9 @@ class ServiceLedger(LeaseStore):
     def set_holder(self, lease_id: str, holder: Holder | None, phase: str | None = None) -> None:
         self.client.call("set_holder", lease_id=lease_id, pid=holder.pid if holder else None, phase=phase)
 
+    def relabel(self, lease_id: str, label: str) -> None:
+        self.client.call("relabel", lease_id=lease_id, label=label)
+
     def stop(self, lease_id: str, *, expect: str | None = None) -> Lease:
         return self.client.call("stop", lease_id=lease_id, expect=expect)
 

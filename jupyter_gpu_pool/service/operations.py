@@ -175,6 +175,13 @@ class Operations:
         holder = await asyncio.to_thread(self._holder, caller, pid) if pid is not None else None
         await self.turns.write(caller.uid, self.ledger.set_holder, lease.id, holder, args.phase("phase", required=False))
 
+    async def op_relabel(self, caller: Caller, peer: Peer, args: Args) -> None:
+        """A renamed notebook: its user's own lease only (an admin names no one else's notebooks)."""
+        lease = await self._lease(caller, args.text("lease_id"))
+        if lease.owner != caller.user:
+            raise LeaseNotFound(lease.id)
+        await self.turns.write(caller.uid, self.ledger.relabel, lease.id, args.text("label"))
+
     async def op_stop(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
         return await self.turns.write(caller.uid, self.ledger.stop, lease.id, expect=args.phase("expect", required=False))

@@ -60,6 +60,7 @@ OPERATIONS = {op.name: op for op in (
     Operation("resume", ("lease_id", "waiter_id", "same_gpu", "record_refusal")),
     Operation("release", ("lease_id", "reason")),
     Operation("set_holder", ("lease_id", "pid", "phase")),
+    Operation("relabel", ("lease_id", "label")),
     Operation("stop", ("lease_id", "expect")),
     Operation("set_phase", ("lease_id", "to", "expect", "deadline")),
     Operation("adopt", ("lease_id",)),
