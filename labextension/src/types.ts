@@ -6,13 +6,7 @@
  */
 
 export type KernelState =
-  | 'active'
-  | 'hibernating'
-  | 'hibernated'
-  | 'resuming'
-  | 'queued'
-  | 'stopping'
-  | 'released';
+  'active' | 'hibernating' | 'hibernated' | 'resuming' | 'queued' | 'stopping' | 'released';
 
 export type KernelAction = 'snooze' | 'release' | 'resume' | 'shutdown';
 
