@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable
 
@@ -156,10 +157,15 @@ class _Sessions(_AnswerRefusedStarts, SessionRootHandler):
     """``POST /api/sessions`` (JupyterLab's "open a notebook with this kernel") as jupyter_server's."""
 
     def starting(self) -> str:
+        """The notebook, as jupyter_server names it to the kernel (``JPY_SESSION_NAME``): the session's
+        ``name`` in its ``path``'s folder (JupyterLab 4 sends a path that ends in an id, the name of the file)."""
         try:
-            path = json.loads(self.request.body or b"{}").get("path")
+            model = json.loads(self.request.body or b"{}")
+            path, name = model.get("path"), model.get("name")
         except (ValueError, AttributeError):
-            path = None
+            return "a kernel"
+        if isinstance(name, str) and name and isinstance(path, str):
+            path = posixpath.join(posixpath.dirname(path), name)
         return f"a kernel for {path!r}" if isinstance(path, str) and path else "a kernel"
 
 

@@ -48,7 +48,10 @@ async def test_a_refused_start_is_one_warning_line_in_the_server_log(jp_fetch, j
     old_level = root.level
     root.setLevel(logging.DEBUG)
     try:
-        for call in (lambda: start_session(jp_fetch, "gpu-pool-small", "wanted.ipynb"),
+        # as JupyterLab 4 asks: the session's path ends in an id, its name is the notebook's
+        jupyterlab = {"path": "work/4f0c2d9e-6b1a", "name": "wanted.ipynb", "type": "notebook",
+                      "kernel": {"name": "gpu-pool-small"}}
+        for call in (lambda: jp_fetch("api", "sessions", method="POST", body=json.dumps(jupyterlab)),
                      lambda: jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "gpu-pool-small"}))):
             with pytest.raises(HTTPClientError) as err:
                 await call()
@@ -64,7 +67,7 @@ async def test_a_refused_start_is_one_warning_line_in_the_server_log(jp_fetch, j
     assert len(loud) == 2, "\n".join(texts)  # one line per refused start
     sessions, kernels = texts
     assert sessions.startswith("WARNING ServerApp 503 POST ") and "/api/sessions (alice): the GPU pool refused to " \
-        "start a kernel for 'wanted.ipynb': The GPU pool is full" in sessions
+        "start a kernel for 'work/wanted.ipynb': The GPU pool is full" in sessions
     assert "/api/kernels (alice): the GPU pool refused to start a kernel: The GPU pool is full" in kernels
     everything = "\n".join(log.text(r) for r in log.records)
     assert "Traceback" not in everything and not any(r.exc_info for r in log.records)
