@@ -467,7 +467,6 @@ class Replay:
         members = self._grids[grid]
         if not members:
             return
-        dry_run = self.policy.dry_run
         budgets: dict[str, object] = {}
         facts: dict[_Kernel, tuple[P.Rule, P.Facts]] = {}  # this pass's, each kernel's read once
         # A kernel whose facts did not change since the policy said until when it stays quiet is skipped

@@ -7,7 +7,7 @@ import json
 import logging
 
 import pytest
-from server_helpers import body, execute, start_kernel, wait_until
+from server_helpers import body, execute, wait_until
 from tornado.httpclient import HTTPClientError
 
 pytestmark = pytest.mark.usefixtures("ext")
