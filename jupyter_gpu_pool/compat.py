@@ -8,7 +8,9 @@ so that an admin who upgrades knows where to look if something misbehaves.
 
 from __future__ import annotations
 
+import json
 import logging
+import posixpath
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable
 
@@ -85,6 +87,7 @@ def kernel_died_callback(mapping_kernel_manager: Any, kernel_id: str) -> Callabl
 
 # -- error messages over jupyter_server's REST API ------------------------------------------------
 
+from jupyter_server.services.kernels.handlers import MainKernelHandler  # noqa: E402
 from jupyter_server.services.sessions.handlers import SessionRootHandler  # noqa: E402
 from tornado import web  # noqa: E402
 
@@ -112,26 +115,106 @@ class VerbatimHTTPError(web.HTTPError):
         return self._verbatim
 
 
-class _UnwrapRefusedStarts:
-    """jupyter_server's sessions handler wraps every kernel start error in ``HTTPError(500, str(e))``,
-    which doubles '%' again and hides the refusal's status: answer with the refusal itself."""
+def refusal_of(error: BaseException | None) -> VerbatimHTTPError | None:
+    """The pool's refusal that ``error`` is or wraps (jupyter_server's sessions handler wraps every kernel
+    start error in ``HTTPError(500, str(e))``), or None."""
+    if isinstance(error, VerbatimHTTPError):
+        return error
+    if isinstance(error, web.HTTPError) and isinstance(error.__cause__, VerbatimHTTPError):
+        return error.__cause__
+    return None
+
+
+class _AnswerRefusedStarts:
+    """A refused kernel start is an expected answer, not a server error: the client gets the refusal's own
+    status and message (the sessions handler's wrapper would make it a 500, '%' doubled), and the server's
+    log gets one warning line (:func:`log_request`), not tornado's exception line, jupyter_server's
+    "wrote error" and, for a 503, its request-header dump."""
+
+    refused: VerbatimHTTPError | None = None  # set once this request's answer is a refusal
+
+    def starting(self) -> str:
+        """What the request started, for the log line."""
+        return "a kernel"
+
+    def log_exception(self, typ, value, tb) -> None:
+        if refusal_of(value) is None:
+            super().log_exception(typ, value, tb)
 
     def write_error(self, status_code: int, **kwargs) -> None:
         exc_info = kwargs.get("exc_info")
-        error = exc_info[1] if exc_info else None
-        cause = getattr(error, "__cause__", None)
-        if isinstance(error, web.HTTPError) and isinstance(cause, VerbatimHTTPError):
-            self.set_status(cause.status_code)
-            kwargs["exc_info"] = (type(cause), cause, exc_info[2])
-        super().write_error(self.get_status(), **kwargs)
+        refusal = refusal_of(exc_info[1] if exc_info else None)
+        if refusal is None:
+            super().write_error(status_code, **kwargs)
+            return
+        self.refused = refusal
+        self.set_status(refusal.status_code)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": refusal.log_message, "reason": refusal.reason}))
 
 
-class _Sessions(_UnwrapRefusedStarts, SessionRootHandler):
+class _Sessions(_AnswerRefusedStarts, SessionRootHandler):
     """``POST /api/sessions`` (JupyterLab's "open a notebook with this kernel") as jupyter_server's."""
+
+    def starting(self) -> str:
+        """The notebook, as jupyter_server names it to the kernel (``JPY_SESSION_NAME``): the session's
+        ``name`` in its ``path``'s folder (JupyterLab 4 sends a path that ends in an id, the name of the file)."""
+        try:
+            model = json.loads(self.request.body or b"{}")
+            path, name = model.get("path"), model.get("name")
+        except (ValueError, AttributeError):
+            return "a kernel"
+        if isinstance(name, str) and name and isinstance(path, str):
+            path = posixpath.join(posixpath.dirname(path), name)
+        return f"a kernel for {path!r}" if isinstance(path, str) and path else "a kernel"
+
+
+class _Kernels(_AnswerRefusedStarts, MainKernelHandler):
+    """``POST /api/kernels`` (a kernel without a notebook, a restart of a tab's kernel) as jupyter_server's."""
 
 
 def start_handlers() -> list[tuple[str, type]]:
-    """jupyter_server's session-starting route, answering a refused kernel start with its own status and
-    message; an extension's handlers are matched before the server's own, so this takes its path.
-    (``POST /api/kernels`` needs no help: it lets the refusal through as raised.)"""
-    return [(r"/api/sessions", _Sessions)]
+    """jupyter_server's kernel-starting routes, answering a refused kernel start with its own status and
+    message; an extension's handlers are matched before the server's own, so these take their paths."""
+    return [(r"/api/sessions", _Sessions), (r"/api/kernels", _Kernels)]
+
+
+class _QuietRefusals(logging.Filter):
+    """Leaves out the records that log a pool refusal's traceback: jupyter_client's ``KernelManager``
+    (``in_pending_state``) and ``MultiKernelManager`` (``_add_kernel_when_ready``) each log a failed
+    start with ``log.exception`` (jupyter_client 8.6-8.10), on the server's logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and refusal_of(record.exc_info[1]) is not None)
+
+
+def quiet_refusals(settings: dict, log: logging.Logger) -> None:
+    """Log each refused kernel start as one warning line: the request log (tornado's ``log_function``
+    setting, jupyter_server's ``log_request``, in ``settings``: an extension's settings, which the server's
+    web application takes over) writes that line for a refusal, and ``log`` (the server's logger) drops
+    jupyter_client's tracebacks of it."""
+    upstream = settings.get("log_function")
+    if not isinstance(upstream, _RefusalLog):
+        settings["log_function"] = _RefusalLog(upstream)
+    if not any(isinstance(f, _QuietRefusals) for f in log.filters):
+        log.addFilter(_QuietRefusals())
+
+
+class _RefusalLog:
+    """The request log: a refused start as one warning line; every other request as jupyter_server logs it."""
+
+    def __init__(self, upstream: Callable[[Any], None] | None):
+        self.upstream = upstream
+
+    def __call__(self, handler: Any) -> None:
+        refusal = handler.refused if isinstance(handler, _AnswerRefusedStarts) else None
+        if refusal is None:
+            if self.upstream is not None:
+                self.upstream(handler)
+            return
+        from jupyter_server.auth import User
+
+        request, user = handler.request, handler.current_user
+        handler.log.warning("%d %s %s (%s): the GPU pool refused to start %s: %s", refusal.status_code,
+                            request.method, request.path, user.username if isinstance(user, User) else "unknown",
+                            handler.starting(), refusal.log_message)

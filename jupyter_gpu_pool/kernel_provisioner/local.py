@@ -168,11 +168,11 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
                 timeout=timeout, on_position=moved)
         except QueueTimeout as e:
             await asyncio.to_thread(pool.ledger.record_refusal, request.kernel_id, request.owner,
-                                    request.profile.name, e.refusal)
+                                    request.profile.name, e.refusal, request.label)
             raise KernelStartRefused(503, str(e), "queue_timeout") from None
         except (QuotaExceeded, PoolExhausted, BudgetExceeded, MPSUserBusy) as e:
             await asyncio.to_thread(pool.ledger.record_refusal, request.kernel_id, request.owner,
-                                    request.profile.name, e)
+                                    request.profile.name, e, request.label)
             raise _refusal(e) from e
         return lease
 

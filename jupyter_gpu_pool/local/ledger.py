@@ -242,10 +242,10 @@ class Ledger(LeaseStore):
         request's own place in the queue, if it has one).  With ``is_alive``, a refusal first
         reclaims leases whose holders are gone and tries once more.  A refusal is journaled unless
         ``record_refusal`` is False (a request that waits in the queue is not refused yet)."""
-        return self._with_reconcile(request, is_alive, host, record_refusal,
+        return self._with_reconcile(request, is_alive, host, record_refusal, request.label,
                                     lambda: self._allocate(request, quotas, budgets, placement, host, waiter_id))
 
-    def _with_reconcile(self, ask: Ask, is_alive: IsAlive | None, host: str, record_refusal: bool,
+    def _with_reconcile(self, ask: Ask, is_alive: IsAlive | None, host: str, record_refusal: bool, label: str,
                         attempt: Callable[[], Lease]) -> Lease:
         try:
             return attempt()
@@ -258,12 +258,14 @@ class Ledger(LeaseStore):
                 except REFUSALS as refusal:
                     err = refusal
         if record_refusal:
-            self.record_refusal(ask.kernel_id, ask.owner, ask.profile.name, err)
+            self.record_refusal(ask.kernel_id, ask.owner, ask.profile.name, err, label)
         raise err
 
-    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError) -> None:
-        self.record("refused", kernel_id=kernel_id, owner=owner, reason=err.reason,
-                    detail={"profile": profile, "message": str(err)})
+    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError, label: str = "") -> None:
+        detail = {"profile": profile, "message": str(err)}
+        if label:
+            detail["name"] = label  # the notebook, as the user knows it: what the logs show, not the kernel's id
+        self.record("refused", kernel_id=kernel_id, owner=owner, reason=err.reason, detail=detail)
 
     def _allocate(self, request: LeaseRequest, quotas: QuotaBook, budgets: BudgetBook, placement: str, host: str,
                   waiter_id: str | None) -> Lease:
@@ -360,7 +362,7 @@ class Ledger(LeaseStore):
                                    display_name=lease.profile)
         ask = Ask(owner=lease.owner, kernel_id=lease.kernel_id, profile=dataclasses.replace(named, slice=lease.slice),
                   groups=lease.groups, new_kernel=False, prefer=lease.last_gpus)
-        return self._with_reconcile(ask, is_alive, host, record_refusal,
+        return self._with_reconcile(ask, is_alive, host, record_refusal, lease.label,
                                     lambda: self._resume(lease_id, ask, quotas, budgets, placement, same_model,
                                                          same_gpu, waiter_id))
 
@@ -412,6 +414,13 @@ class Ledger(LeaseStore):
                 sets += ", phase=?, phase_deadline=NULL"
                 args.append(phase)
             cur = db.execute(f"UPDATE leases SET {sets} WHERE id=? AND state IN (?,?)", (*args, lease_id, *HELD))
+            if cur.rowcount == 0:
+                raise LeaseNotFound(lease_id)
+
+    def relabel(self, lease_id: str, label: str) -> None:
+        with self.db.write() as db:
+            cur = db.execute("UPDATE leases SET label=?, updated=? WHERE id=? AND state IN (?,?)",
+                             (label, self.clock(), lease_id, *HELD))
             if cur.rowcount == 0:
                 raise LeaseNotFound(lease_id)
 

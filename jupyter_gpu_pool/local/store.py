@@ -64,6 +64,11 @@ class LeaseStore(ABC):
         """Record the kernel process holding the lease (None while it restarts or stops)."""
 
     @abstractmethod
+    def relabel(self, lease_id: str, label: str) -> None:
+        """Name a held lease's notebook anew (its user renamed or moved it): what every server, the dashboard
+        and ``jupyter gpu-pool status`` show.  :class:`LeaseNotFound` where it is not held."""
+
+    @abstractmethod
     def stop(self, lease_id: str, *, expect: str | None = None) -> Lease:
         """The lease's kernel is being shut down (phase ``stopping``), by compare-and-set on ``expect``."""
 
@@ -111,7 +116,7 @@ class LeaseStore(ABC):
                owner: str | None = None, reason: str = "", detail: dict | None = None) -> None: ...
 
     @abstractmethod
-    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError) -> None: ...
+    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError, label: str = "") -> None: ...
 
     @abstractmethod
     def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,

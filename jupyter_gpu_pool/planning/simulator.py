@@ -47,7 +47,7 @@ from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE,
 ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE = range(7)
 _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
-_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _PASS, _SAMPLE = range(7)
+_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _PASS, _SAMPLE, _DEADLINE = range(8)
 
 
 class _Kernel:
@@ -55,7 +55,7 @@ class _Kernel:
 
     __slots__ = ("s", "events", "pending", "delay", "state", "lease", "starts", "ask_at", "asking", "waiter",
                  "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid",
-                 "can", "why", "token", "profile", "wake", "room_only")
+                 "can", "why", "token", "profile", "wake", "room_only", "deadline")
 
     def __init__(self, session: Session, profile: Profile, can: bool, why: str | None, grid: tuple[float, float]):
         self.s = session
@@ -82,6 +82,7 @@ class _Kernel:
         self.token = 0  # a queued start's timeout counts only for the ask it was set for
         self.wake = 0.0  # no pass before this can change the policy's answer (0: its facts changed)
         self.room_only = False  # a start of its user can be refused for room only (no quota, no budget)
+        self.deadline = None  # its warning's deadline, when the culler judges it again (None: no warning)
 
 
 class Replay:
@@ -150,7 +151,8 @@ class Replay:
             self._push(w.start + (phase - w.start) % interval, _PASS, (phase, interval))
         self._push(w.start, _SAMPLE, None)
         handlers = {_USER: self._user, _ASK: self._ask, _TIMEOUT: self._timeout, _HIBERNATED: self._hibernated,
-                    _RESTORED: self._restored, _PASS: self._pass, _SAMPLE: self._sample}
+                    _RESTORED: self._restored, _PASS: self._pass, _SAMPLE: self._sample,
+                    _DEADLINE: self._deadline}
         heap, end, progress = self._heap, w.end, self.progress
         count = 0
         while heap:
@@ -465,7 +467,6 @@ class Replay:
         members = self._grids[grid]
         if not members:
             return
-        dry_run = self.policy.dry_run
         budgets: dict[str, object] = {}
         facts: dict[_Kernel, tuple[P.Rule, P.Facts]] = {}  # this pass's, each kernel's read once
         # A kernel whose facts did not change since the policy said until when it stays quiet is skipped
@@ -495,18 +496,44 @@ class Replay:
                 heapq.heappush(due, (0.0, next(self._seq), k))
                 continue  # a move is under way (its lease has a phase): the culler leaves it alone
             rule, f = facts.get(k) or self._facts(k, now, budgets)
-            chosen = k in reclaimed
-            decision = P.decide(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run)
-            k.kstate = decision.state
-            k.wake = max(P.quiet_until(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run), now + 1e-6)
-            if k.wake != math.inf:
-                heapq.heappush(due, (k.wake, next(self._seq), k))
-            if decision.verb == P.WARN:
-                self.tally.decision(now, k.s.id, "warn", decision.reason, decision.action, decision.dry_run)
-            elif decision.verb == P.ACT:
-                self.tally.decision(now, k.s.id, "act", decision.reason, decision.action, decision.dry_run)
-                if not decision.dry_run:
-                    self._act(k, now, decision.action)
+            self._decide(k, now, rule, f, k in reclaimed)
+
+    def _decide(self, k: _Kernel, now: float, rule: P.Rule, f: P.Facts, chosen: bool) -> None:
+        """Ask the policy about one kernel and carry its answer out, as the culler's ``_decide``; a warned
+        kernel is judged again at its warning's deadline (``_deadline``), as the culler's timer does."""
+        dry_run = self.policy.dry_run
+        decision = P.decide(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run)
+        k.kstate = decision.state
+        k.wake = max(P.quiet_until(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run), now + 1e-6)
+        if k.wake != math.inf:
+            heapq.heappush(self._due[k.grid], (k.wake, next(self._seq), k))
+        if decision.verb == P.WARN:
+            self.tally.decision(now, k.s.id, "warn", decision.reason, decision.action, decision.dry_run)
+        elif decision.verb == P.ACT:
+            self.tally.decision(now, k.s.id, "act", decision.reason, decision.action, decision.dry_run)
+            if not decision.dry_run:
+                self._act(k, now, decision.action)
+        warning = k.kstate.warning
+        if warning is None:
+            k.deadline = None
+        elif warning.deadline != k.deadline and k.state in (RUNNING, ASLEEP):
+            k.deadline = warning.deadline
+            self._push(warning.deadline, _DEADLINE, (k, warning.deadline))
+
+    def _deadline(self, now: float, item) -> None:
+        """A warned kernel's deadline: judged again now (its facts, whether a waiter still needs its slice)."""
+        k, deadline = item
+        warning = k.kstate.warning
+        if (k.deadline != deadline or warning is None or warning.deadline != deadline
+                or k.state not in (RUNNING, ASLEEP) or k not in self._grids[k.grid]):
+            return  # moved, withdrawn, snoozed, released or acted on meanwhile
+        k.deadline = None
+        budgets: dict[str, object] = {}
+        facts: dict[_Kernel, tuple[P.Rule, P.Facts]] = {}
+        members = self._grids[k.grid]
+        reclaimed = self._reclaim(members, now, facts, budgets) if self.pool.queue and self._idle_rules else _NOBODY
+        rule, f = facts.get(k) or self._facts(k, now, budgets)
+        self._decide(k, now, rule, f, k in reclaimed)
 
     def _facts(self, k: _Kernel, now: float, budgets: dict) -> tuple[P.Rule, P.Facts]:
         """The kernel's rule and facts at this pass, as the culler reads them (the sampler's latest reading

@@ -4,16 +4,20 @@ Profiles are named as the launcher shows them ("Python 3 · GPU 10 GiB"), never 
 
 from __future__ import annotations
 
-from .leases import Lease
+from .leases import HIBERNATED, Lease
 from .units import format_age, format_size
 
 
 def describe_lease(lease: Lease, now: float) -> str:
+    """``a.ipynb (10 GiB, slice held for 4m)``: how long it has held its slice, not "active", which the
+    user's panel would contradict with "idle since 19:26" (the ledger does not know a kernel's activity)."""
     name = lease.label or f"kernel {lease.kernel_id[:8]}"
     size = f"{lease.gpu_count} whole GPU(s)" if lease.whole else format_size(lease.memory)
     if lease.sm_percent:
         size += f" · {lease.sm_percent}%"
-    return f"{name} ({size}, {lease.state} for {format_age(now - lease.state_since)})"
+    age = format_age(now - lease.state_since)
+    held = f"hibernated for {age}" if lease.state == HIBERNATED else f"slice held for {age}"
+    return f"{name} ({size}, {held})"
 
 
 def describe_holdings(holdings: list[Lease], now: float) -> str:

@@ -14,7 +14,7 @@ import sys
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Instance, TraitError, Type, default
 
-from ..compat import start_handlers
+from ..compat import quiet_refusals, start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
 from ..pools import pool_for
@@ -42,7 +42,9 @@ class GPUPoolExtension(ExtensionApp):
     load_other_extensions = True
 
     cull_interval = Seconds(
-        30.0, help="Seconds between two passes of the idle policy over this server's GPU kernels."
+        30.0, help="""Seconds between two passes of the idle policy over this server's GPU kernels: how soon a
+        kernel is warned once a limit comes within its rule's warn time.  A warned kernel is acted on at
+        its warning's deadline, whatever the interval."""
     ).tag(config=True)
 
     telemetry_interval = Seconds(
@@ -141,6 +143,7 @@ class GPUPoolExtension(ExtensionApp):
     # -- setup ------------------------------------------------------------------------------
 
     def initialize_settings(self) -> None:
+        quiet_refusals(self.settings, self.serverapp.log)  # a refused start is an expected answer: one warning line
         self.backend = self._make_backend()
         self.hint_limiter = HintLimiter(self.hint_rate_limit)
         event_logger = self.serverapp.event_logger

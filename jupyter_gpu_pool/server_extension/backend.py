@@ -96,6 +96,11 @@ class PoolBackend(ABC):
         decision on ``snapshot``); empty where this pool cannot say (a cluster's scheduler places)."""
         return {}
 
+    async def relabel(self, lease: Lease, label: str) -> None:
+        """Name ``lease``'s notebook anew in the pool, for every server's view (a renamed notebook).  A pool
+        without a way to (a cluster's GPUKernel keeps the label it was made with) leaves it: this server's
+        views name the kernel by its session's path anyway."""
+
     async def claim_stop(self, lease: Lease) -> bool:
         """The server is about to shut this lease's kernel down (a cull, its user's release).  Mark it
         so that nothing else moves it meanwhile and a reconcile does not take the shutdown for a
@@ -196,6 +201,12 @@ class LocalBackend(PoolBackend):
         except LeaseNotFound:
             return False
         return True
+
+    async def relabel(self, lease: Lease, label: str) -> None:
+        try:
+            await asyncio.to_thread(self.pool.ledger.relabel, lease.id, label)
+        except LeaseNotFound:
+            pass  # released meanwhile: nothing left to name
 
     async def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                       limit: int = 200) -> list[JournalEntry]:

@@ -35,6 +35,15 @@ class Seen:
 
 
 @dataclass(frozen=True)
+class Acting:
+    """An action of this server under way on one kernel: what it does (hibernate or shutdown), since when."""
+
+    task: asyncio.Task
+    action: str
+    since: float
+
+
+@dataclass(frozen=True)
 class ServerContext:
     km: Any  # jupyter_server's kernel manager
     backend: PoolBackend
@@ -42,7 +51,7 @@ class ServerContext:
     hook: Callable[[], HibernationHook]  # the extension's hibernation hook, as it is now
     states: Mapping[str, P.KernelState]  # the policy's memory of each kernel: warnings given, snoozes used
     seen: Mapping[str, Seen]  # the last pass's facts and decision, per kernel
-    acting: Mapping[str, asyncio.Task]  # this server's actions under way, by kernel
+    acting: Mapping[str, Acting]  # this server's actions under way, by kernel
     passes: Callable[[], int]  # culling passes done
     notebooks: Notebooks = field(default_factory=Notebooks)  # which notebook each kernel serves now
 
@@ -57,6 +66,11 @@ class ServerContext:
     def busy(self, kernel_id: str) -> bool:
         """An action of this server on the kernel is under way."""
         return kernel_id in self.acting
+
+    def doing(self, kernel_id: str) -> str | None:
+        """The action of this server under way on the kernel (hibernate or shutdown), or None."""
+        found = self.acting.get(kernel_id)
+        return found.action if found is not None else None
 
     def kernel(self, kernel_id: str):
         """This server's kernel manager of the kernel, or None (another server's, or shut down meanwhile)."""

@@ -3,11 +3,14 @@
 It runs on the server's event loop and never blocks it: the ledger and NVML are read in threads
 (the backend, the telemetry sampler), deciding is pure and fast (``pool.policy.decide``), and
 actions (shutdown, hibernation) run as their own tasks so that one slow checkpoint does not hold up
-the pass (at most ``concurrency`` of the policy's at once).  What is under way on a kernel is the
-ledger's to say (the lease's phase: a shutdown claims the lease by compare-and-set, the hibernator
-claims it for a move), so a kernel with a phase is left alone; the culler keeps only the policy's
-memory of each kernel (its warning and snoozes) and its own running tasks, which it shows the REST
-views through a read-only :class:`ServerContext`.
+the pass (at most ``concurrency`` of the policy's at once).  A warned kernel is acted on at its
+warning's deadline, not at the first pass after it: the culler sets a timer for that moment
+(``Culler.timers``) which judges the kernel again then (its facts, the queue's waiters) and acts if
+the policy still says so; a snooze, a release or a withdrawn warning cancels the timer.  What is
+under way on a kernel is the ledger's to say (the lease's phase: a shutdown claims the lease by
+compare-and-set, the hibernator claims it for a move), so a kernel with a phase is left alone; the
+culler keeps only the policy's memory of each kernel (its warning and snoozes), its deadline timers
+and its own running tasks, which it shows the REST views through a read-only :class:`ServerContext`.
 Everything that acts, warns or is snoozed is put on record through the :class:`Recorder`; what a user
 reads of an action done on request is written in ``messages``.  Admins' requests for this server's
 kernels arrive on the pool's journal (``admin_requests``) and are carried out here, like a user's own.
@@ -40,7 +43,7 @@ from ..pool.units import format_clock, unix_time
 from . import admin_requests, messages, metrics
 from .activity import ActivityRecorder
 from .backend import PoolBackend
-from .context import Seen, ServerContext
+from .context import Acting, Seen, ServerContext
 from .hibernation_hook import HibernationHook
 from .notebooks import Notebooks
 from .recorder import Recorder
@@ -67,7 +70,9 @@ class Culler:
         self.activity = activity  # the planner's activity trace, where the pool keeps one
         self.states: dict[str, P.KernelState] = {}  # the policy's memory: warnings given, snoozes used
         self.busy_since: dict[str, float] = {}
-        self.acting: dict[str, asyncio.Task] = {}  # this server's actions under way, by kernel
+        self.acting: dict[str, Acting] = {}  # this server's actions under way, by kernel
+        self.timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}  # warned kernels: (deadline, its call)
+        self._deciding = asyncio.Lock()  # a pass and a deadline's check decide one at a time
         self.seen: dict[str, Seen] = {}
         self.last_snapshot: Snapshot | None = None
         self._journal_seq: int | None = None
@@ -75,6 +80,7 @@ class Culler:
         self.passes = 0
         self.grid: tuple[float, float] | None = None  # (first pass, interval) once running
         self.slots = asyncio.Semaphore(concurrency)  # the policy's actions in flight at once
+        self._deadline_tasks: set[asyncio.Task] = set()
         self.context = ServerContext(km=kernel_manager, backend=backend, sampler=sampler, hook=hibernator_getter,
                                      states=MappingProxyType(self.states), seen=MappingProxyType(self.seen),
                                      acting=MappingProxyType(self.acting), passes=lambda: self.passes,
@@ -121,13 +127,47 @@ class Culler:
 
     async def pass_once(self) -> None:
         await self.backend.reconcile()
-        snapshot = await self.backend.snapshot()
-        self.last_snapshot = snapshot
-        now = self.clock()
-        kernels = self.pool_kernels(snapshot)
-        self.sampler.track({kid: (k.provisioner.pid or -1, frozenset(lease.gpus))
-                            for kid, (k, lease) in kernels.items() if isinstance(k.provisioner, PoolKernelProvisioner)})
-        dry_run = self.policy.dry_run
+        async with self._deciding:
+            snapshot = await self.backend.snapshot()
+            self.last_snapshot = snapshot
+            now = self.clock()
+            kernels = self.pool_kernels(snapshot)
+            await self._follow_renames(kernels)
+            self.sampler.track({kid: (k.provisioner.pid or -1, frozenset(lease.gpus))
+                                for kid, (k, lease) in kernels.items()
+                                if isinstance(k.provisioner, PoolKernelProvisioner)})
+            judged, gpu_active = await self._judge(kernels, now)
+            reclaimed = self.reclaim(snapshot, kernels, judged, now)
+            for kid, lease, rule, facts in judged:
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
+            for gone in set(self.states) - set(kernels):
+                self.states.pop(gone, None)
+                self.seen.pop(gone, None)
+                self.busy_since.pop(gone, None)
+                self._unschedule(gone)
+        if gpu_active:
+            self.report_gpu_activity()
+        if self.activity is not None:
+            await self.activity.observe(snapshot, kernels, now=now, context=self.context, grid=self.grid)
+        await self._follow_journal(snapshot)
+        self._update_metrics(snapshot, kernels)
+        self.passes += 1
+
+    async def _follow_renames(self, kernels: dict) -> None:
+        """Give the pool the notebook's new name where its user renamed or moved it (jupyter_server's
+        session path), so that other servers' views (an admin's dashboard) and the CLI show it too."""
+        paths = await self.context.notebooks.paths()
+        for kid, (_kernel, lease) in kernels.items():
+            path = paths.get(kid)
+            if path and path != lease.label:
+                try:
+                    await self.backend.relabel(lease, path)
+                except Exception:  # a name is not worth a failed pass
+                    log.exception("GPU pool: could not rename kernel %s's lease to %r", kid, path)
+
+    async def _judge(self, kernels: dict, now: float) -> tuple[list[tuple[str, Lease, P.Rule, P.Facts]], bool]:
+        """Each kernel's rule and facts (kernels with a move or an action under way left out), and whether
+        any of them uses its GPU."""
         gpu_active = False
         budgets: dict[str, Standing | None] = {}  # per owner, once a pass
         judged: list[tuple[str, Lease, P.Rule, P.Facts]] = []
@@ -149,25 +189,73 @@ class Culler:
             if reading and reading.utilization is not None and reading.utilization >= rule.gpu_idle_threshold:
                 gpu_active = True
             judged.append((kid, lease, rule, facts))
-        reclaimed = self.reclaim(snapshot, kernels, judged, now)
-        for kid, lease, rule, facts in judged:
-            decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=kid in reclaimed,
-                                dry_run=dry_run)
-            self.states[kid] = decision.state
-            self.seen[kid] = Seen(rule, facts, decision)
-            if decision.verb != P.NONE:
-                await self.apply(kid, lease, rule, decision, decided=now)
-        for gone in set(self.states) - set(kernels):
-            self.states.pop(gone, None)
-            self.seen.pop(gone, None)
-            self.busy_since.pop(gone, None)
-        if gpu_active:
-            self.report_gpu_activity()
-        if self.activity is not None:
-            await self.activity.observe(snapshot, kernels, now=now, context=self.context, grid=self.grid)
-        await self._follow_journal(snapshot)
-        self._update_metrics(snapshot, kernels)
-        self.passes += 1
+        return judged, gpu_active
+
+    async def _decide(self, kid: str, lease: Lease, rule: P.Rule, facts: P.Facts, now: float, *,
+                      reclaim: bool) -> None:
+        """Ask the policy about one kernel, keep its answer, carry it out, and keep the kernel's deadline
+        timer in step with its warning."""
+        decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=reclaim,
+                            dry_run=self.policy.dry_run)
+        self.states[kid] = decision.state
+        self.seen[kid] = Seen(rule, facts, decision)
+        if decision.verb != P.NONE:
+            await self.apply(kid, lease, rule, decision, decided=now)
+        self._schedule(kid)
+
+    # -- deadlines ----------------------------------------------------------------------------------
+
+    def _schedule(self, kid: str) -> None:
+        """Keep one timer per warned kernel, at its warning's deadline (none without a warning)."""
+        warning = self.states.get(kid, P.FRESH).warning
+        if warning is None or kid in self.acting:
+            self._unschedule(kid)
+            return
+        found = self.timers.get(kid)
+        if found is not None and found[0] == warning.deadline:
+            return
+        self._unschedule(kid)
+        # a few milliseconds after the deadline: the loop's clock and ours may differ by that much, and
+        # decide never acts before the deadline (it would answer "not yet" and we would come back)
+        delay = max(warning.deadline - self.clock(), 0.0) + 0.005
+        handle = asyncio.get_running_loop().call_later(delay, self._due, kid, warning.deadline)
+        self.timers[kid] = (warning.deadline, handle)
+
+    def _unschedule(self, kid: str) -> None:
+        found = self.timers.pop(kid, None)
+        if found is not None:
+            found[1].cancel()
+
+    def _due(self, kid: str, deadline: float) -> None:
+        found = self.timers.get(kid)
+        if found is None or found[0] != deadline:
+            return  # moved or cancelled meanwhile
+        self.timers.pop(kid, None)
+        task = asyncio.get_running_loop().create_task(self.at_deadline(kid))
+        self._deadline_tasks.add(task)
+        task.add_done_callback(self._deadline_tasks.discard)
+
+    async def at_deadline(self, kid: str) -> None:
+        """A warned kernel's deadline has come: judge it again now (its facts; for a kernel warned for a
+        waiter, whether one still waits for its slice) and act if the policy says so, as a pass would."""
+        try:
+            async with self._deciding:
+                if self.states.get(kid, P.FRESH).warning is None or self.context.busy(kid):
+                    return  # snoozed, released or withdrawn meanwhile
+                snapshot = await self.backend.snapshot()
+                now = self.clock()
+                kernels = self.pool_kernels(snapshot)
+                if kid not in kernels:
+                    return
+                judged, _active = await self._judge(kernels, now)
+                mine = [entry for entry in judged if entry[0] == kid]
+                if not mine:
+                    return
+                reclaimed = self.reclaim(snapshot, kernels, judged, now)
+                _kid, lease, rule, facts = mine[0]
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
+        except Exception:
+            log.exception("GPU pool: kernel %s: acting at its deadline failed", kid)
 
     def reclaim(self, snapshot: Snapshot, kernels: dict, judged: list, now: float) -> set[str]:
         """The kernels of this server to give their slices back to the waiters in the queue now
@@ -229,7 +317,8 @@ class Culler:
             await self.recorder.record(kind, lease, reason=decision.reason or "", message=decision.message,
                                        rule=rule.name, dry_run=True, action=decision.action, note=decision.note)
             return
-        self.spawn(kid, self._bounded(self.carry_out(kid, lease, rule, decision.action or P.SHUTDOWN,
+        action = decision.action or P.SHUTDOWN
+        self.spawn(kid, action, self._bounded(self.carry_out(kid, lease, rule, action,
                                                      decision.reason or "", decision.message, decision.note,
                                                      user_release=False, decided=decided)))
 
@@ -239,9 +328,10 @@ class Culler:
         async with self.slots:
             await action
 
-    def spawn(self, kid: str, coro) -> None:
+    def spawn(self, kid: str, action: str, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
-        self.acting[kid] = task
+        self.acting[kid] = Acting(task, action, self.clock())
+        self._unschedule(kid)  # under way: no deadline left to wait for
         task.add_done_callback(lambda _t: self.acting.pop(kid, None))
 
     async def carry_out(self, kid: str, lease: Lease, rule: P.Rule, action: str, reason: str, message: str,
@@ -311,18 +401,29 @@ class Culler:
                     and seen.facts.isolation == "soft" and seen.facts.memory_used > seen.facts.memory_limit)
         new = P.snooze(state, rule, now, seconds, over_memory=over)  # raises SnoozeRefused
         self.states[kid] = new
-        await self.recorder.record("snoozed", lease, reason="user",
-                                   message=f"Snoozed until {format_clock(new.snoozed_until)}; "
-                                           f"{P.snoozes_left(new, rule)} snooze(s) left.",
+        self._unschedule(kid)  # kept alive: nothing happens at the old deadline
+        await self.recorder.record("snoozed", lease, reason="user", message=self._kept_alive(lease, rule, new),
                                    rule=rule.name, deadline=new.snoozed_until)
         return new
+
+    def _kept_alive(self, lease: Lease, rule: P.Rule, state: P.KernelState) -> str:
+        """What a Keep alive did, said once: until when, and what follows if the kernel stays idle."""
+        until = format_clock(state.snoozed_until)
+        left = P.snoozes_left(state, rule)
+        more = f"{left} more Keep alive{'s' if left != 1 else ''} allowed" if left else "no more Keep alive allowed"
+        seen = self.seen.get(lease.kernel_id)
+        found = P.next_action(seen.facts, rule, state) if seen is not None else None
+        if found is None or found[0] > state.snoozed_until + 60:
+            return f"Kept alive until {until}; {more}."
+        then = "hibernated" if found[2] == P.HIBERNATE else "shut down"
+        return f"Kept alive until {until}, then {then} if still idle; {more}."
 
     def release(self, kid: str, lease: Lease, rule: P.Rule) -> str:
         """Give the slice back now, as the rule says (hibernate where it can, else shut down)."""
         can, why = self.context.hibernation(lease)
         action, note = P.release_action(rule, can, why)
         self.states[kid] = P.FRESH
-        self.spawn(kid, self.carry_out(kid, lease, rule, action, "user", messages.on_request(action), note,
+        self.spawn(kid, action, self.carry_out(kid, lease, rule, action, "user", messages.on_request(action), note,
                                        user_release=True))
         return action
 
@@ -350,7 +451,7 @@ class Culler:
         else:
             done = P.SHUTDOWN
         self.states[kid] = P.FRESH
-        self.spawn(kid, self.carry_out(kid, lease, rule, done, "user" if by is None else "admin",
+        self.spawn(kid, done, self.carry_out(kid, lease, rule, done, "user" if by is None else "admin",
                                        messages.on_request(done, by), note, user_release=True))
         return done
 
@@ -379,9 +480,14 @@ class Culler:
                                        profile=e.detail.get("profile"))
         await self._follow_requests(asked)
         mine = [w for w in snapshot.waiters if w.owner == owner]
+        paths = await self.context.notebooks.paths() if any(w.id not in self._waiters_seen for w in mine) else {}
         for w in mine:
             if w.id not in self._waiters_seen:
-                what = "resume this kernel" if w.for_resume else f"start ({w.profile})"
+                name = paths.get(w.kernel_id, w.label)
+                profile = self.backend.profile(w.profile)
+                launcher = f"'{profile.display_name}'" if profile else "a kernel"
+                what = (f"resume {name or 'this kernel'}" if w.for_resume else
+                        f"start {launcher}{f' for {name}' if name else ''}")
                 self.recorder.announce("queued", kernel_id=w.kernel_id, user=w.owner, reason="pool_exhausted",
                                        message=f"Waiting for a GPU slice to {what}: position {w.position} in the "
                                                "queue.", profile=w.profile)
@@ -434,7 +540,9 @@ class Culler:
                                        action=P.SHUTDOWN)
 
     async def stop(self) -> None:
-        for task in list(self.acting.values()):
+        for kid in list(self.timers):
+            self._unschedule(kid)
+        for task in [doing.task for doing in self.acting.values()] + list(self._deadline_tasks):
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout=30)
             except Exception:

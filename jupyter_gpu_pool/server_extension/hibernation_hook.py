@@ -30,6 +30,8 @@ from ..pool import Lease
 log = logging.getLogger(__name__)
 
 HINT_POLL = 1.0  # seconds between two looks at the queue while a kernel woken on a hint waits for its cell
+# Why a kernel was resumed, by the resume's reason: a cell the user ran, their Resume button.
+RESUMED_FOR = {"cell": "for the cell you ran", "user": "at your request"}
 
 
 class HibernationHook(ABC):
@@ -179,8 +181,10 @@ class PoolHibernation(HibernationHook):
         if reason == "hint" and not hinted:
             reason = "cell"  # a cell came while the hinted resume was under way: it was for the cell
         if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
-            await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
-                                       action="resume", rule="hibernation", duration=round(outcome.duration, 3),
+            why = RESUMED_FOR.get(reason)  # the user's own doing, not the pool's policy
+            message = outcome.message.replace("Resumed", f"Resumed {why}", 1) if why else outcome.message
+            await self.recorder.record("resumed", outcome.lease, reason=reason, message=message,
+                                       action="resume", rule=None, duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared)
         if hinted:
             future = asyncio.ensure_future(self._sleep_again(kernel_id))

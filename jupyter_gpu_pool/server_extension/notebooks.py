@@ -6,8 +6,9 @@ A lease's label is the notebook's path when its kernel started (the provisioner 
 dashboard and the journal's entries name a kernel by its notebook session's path, and by the lease's
 label where it has none (a kernel started without a notebook, another server's kernel).
 
-The ledger's label itself stays as it was: neither the ledger nor the pool service has a way to
-change a lease's label, so other servers and ``jupyter gpu-pool status`` show the name at start.
+The culler gives the pool the new name at its next pass (``PoolBackend.relabel``: the ledger's, or the
+pool service's for the caller's own lease), so that other servers' views and ``jupyter gpu-pool status``
+follow too; a cluster's GPUKernel keeps the name at start.
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ log = logging.getLogger(__name__)
 _EVENT_ACTION = {"hibernation_failed": "refused"}
 
 
+def named(name: str, kernel_id: str) -> str:
+    """A kernel as a log line names it: its notebook, with the kernel's id to find it in jupyter_server's lines."""
+    return f"{name!r} (kernel {kernel_id[:8]})" if name else f"kernel {kernel_id}"
+
+
 class Recorder:
     def __init__(self, backend, event_logger=None, notebooks: Notebooks | None = None):
         self.backend = backend
@@ -56,7 +61,7 @@ class Recorder:
                       deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes, declared=declared)
         metrics.count_move(kind, action, dry_run, duration, bytes)
         (log.warning if kind in ("culled", "hibernated", "hibernation_failed") and not dry_run else log.info)(
-            "GPU pool %s%s kernel %s of %s: %s", "(dry run) " if dry_run else "", kind, lease.kernel_id,
+            "GPU pool %s%s %s of %s: %s", "(dry run) " if dry_run else "", kind, named(name, lease.kernel_id),
             lease.owner, message)
 
     def announce(self, action: str, *, kernel_id: str, user: str, reason: str, message: str,

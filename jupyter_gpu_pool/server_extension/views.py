@@ -14,8 +14,9 @@ from dataclasses import replace
 
 from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ..pool import policy as P
+from ..pool.leases import ACTIVE
 from ..pool.liveness import ended_with_server
-from ..pool.phases import display_state
+from ..pool.phases import HIBERNATING, IN_FLIGHT, STOPPING, display_state
 from ..pool.units import unix_time
 from . import dashboard
 from .backend import PoolBackend
@@ -37,6 +38,17 @@ def gpu_refs(backend: PoolBackend, uuids) -> list[dict]:
     return out
 
 
+def under_way(lease: Lease, context: ServerContext) -> str:
+    """The kernel's state as the user sees it: the ledger's phase says what is under way, for every server
+    alike; an action this server has begun but whose move has not claimed the lease yet (a hibernation
+    waiting for its turn, a shutdown) shows as under way already, never as a kernel still to be kept alive."""
+    state = display_state(lease)
+    doing = context.doing(lease.kernel_id)
+    if doing is None or lease.phase in IN_FLIGHT or state != ACTIVE:
+        return state
+    return HIBERNATING if doing == P.HIBERNATE else STOPPING
+
+
 def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext, snapshot: Snapshot,
                   now: float, notebooks: Mapping[str, str]) -> dict:
     """One kernel as the user sees it.  Kernels of other servers (same user, shared ledger) show
@@ -48,7 +60,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
     here = kernel is not None
     rule = context.rule_for(kernel, lease) if here else context.policy.rule_for(lease.owner, lease.groups,
                                                                                  lease.profile, "")
-    state = display_state(lease)  # the ledger's phase says what is under way, for every server alike
+    state = under_way(lease, context)
     waiter = snapshot.waiter_of_kernel(kid)
     queue_position = waiter.position if waiter is not None else None
     execution_state = kernel.execution_state if here else None
@@ -65,7 +77,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
                    "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze}
     next_action = None
     seen = context.seen.get(kid) if here else None
-    if seen is not None and warning is None and not lease.phase and execution_state != "busy":
+    if seen is not None and warning is None and not lease.phase and not context.busy(kid) and execution_state != "busy":
         # When the policy acts if the kernel stays idle: the last pass's facts, with any activity since.
         facts = replace(seen.facts, last_activity=max(seen.facts.last_activity, last_activity or 0.0))
         found = P.next_action(facts, rule, kstate)
@@ -183,11 +195,13 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
     for w in snapshot.waiters:
         if w.owner != user:
             continue
-        queue.append({"position": w.position, "kernel_id": w.kernel_id, "profile": w.profile,
+        profile = backend.profile(w.profile)
+        name = notebooks.get(w.kernel_id, w.label)  # the notebook as it is called now
+        queue.append({"position": w.position, "kernel_id": w.kernel_id, "name": name, "profile": w.profile,
+                      "profile_display_name": profile.display_name if profile else w.profile,
                       "for": "resume" if w.lease_id else "start", "enqueued": w.enqueued})
         if w.kernel_id not in leased:  # a start waiting for its first slice
-            profile = backend.profile(w.profile)
-            kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": w.label, "profile": w.profile,
+            kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": name, "profile": w.profile,
                             "profile_display_name": profile.display_name if profile else w.profile,
                             "state": "queued", "queue_position": w.position, "warning": None, "actions": []})
     recent = [journal_item(e) for e in _once(await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100))
@@ -250,7 +264,7 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         "declared": backend.declared,
         "gpus": gpus,
         "leases": leases,
-        "queue": [w.to_dict() for w in snapshot.waiters],
+        "queue": [{**w.to_dict(), "label": notebooks.get(w.kernel_id, w.label)} for w in snapshot.waiters],
         "decisions": decisions,
         "policy": context.policy.to_dict(),
         "pressure": bool(snapshot.waiters),

@@ -185,6 +185,9 @@ class ServiceLedger(LeaseStore):
     def set_holder(self, lease_id: str, holder: Holder | None, phase: str | None = None) -> None:
         self.client.call("set_holder", lease_id=lease_id, pid=holder.pid if holder else None, phase=phase)
 
+    def relabel(self, lease_id: str, label: str) -> None:
+        self.client.call("relabel", lease_id=lease_id, label=label)
+
     def stop(self, lease_id: str, *, expect: str | None = None) -> Lease:
         return self.client.call("stop", lease_id=lease_id, expect=expect)
 
@@ -225,8 +228,9 @@ class ServiceLedger(LeaseStore):
         self.client.call("record", kind=kind, lease_id=lease_id, kernel_id=kernel_id, reason=reason,
                          detail=detail or {})
 
-    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError) -> None:
-        self.client.call("record_refusal", kernel_id=kernel_id, profile=profile, reason=err.reason, message=str(err))
+    def record_refusal(self, kernel_id: str, owner: str, profile: str, err: PoolError, label: str = "") -> None:
+        self.client.call("record_refusal", kernel_id=kernel_id, profile=profile, reason=err.reason, message=str(err),
+                         label=label)
 
     def journal(self, *, since: float = 0.0, kinds: tuple[str, ...] = (), owner: str | None = None,
                 limit: int = 200, after_seq: int = 0):

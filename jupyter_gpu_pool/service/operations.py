@@ -191,6 +191,13 @@ class Operations:
         holder = await asyncio.to_thread(self._holder, caller, pid) if pid is not None else None
         await self.turns.write(caller.uid, self.ledger.set_holder, lease.id, holder, args.phase("phase", required=False))
 
+    async def op_relabel(self, caller: Caller, peer: Peer, args: Args) -> None:
+        """A renamed notebook: its user's own lease only (an admin names no one else's notebooks)."""
+        lease = await self._lease(caller, args.text("lease_id"))
+        if lease.owner != caller.user:
+            raise LeaseNotFound(lease.id)
+        await self.turns.write(caller.uid, self.ledger.relabel, lease.id, args.text("label"))
+
     async def op_stop(self, caller: Caller, peer: Peer, args: Args) -> Lease:
         lease = await self._lease(caller, args.text("lease_id"))
         return await self.turns.write(caller.uid, self.ledger.stop, lease.id, expect=args.phase("expect", required=False))
@@ -401,7 +408,7 @@ class Operations:
         refusal.reason = args.word("reason")
         kernel_id, _held = await self._kernel(caller, args)
         await self.turns.write(caller.uid, self.ledger.record_refusal, kernel_id, caller.user,
-                          args.text("profile"), refusal)
+                               args.text("profile"), refusal, args.text("label", default=""))
 
     async def op_reconcile(self, caller: Caller, peer: Peer, args: Args) -> list:
         """The service reconciles on its own interval; a caller's ask runs one now, unless one ran in

@@ -221,7 +221,7 @@ export function reasonPhrase(reason: string | undefined | null): string {
     case 'queue_timeout':
       return __('no slice freed up in time');
     case 'pressure':
-      return __('others wait for a GPU slice');
+      return __('someone is waiting for a GPU slice');
     case 'cell':
       // A resume for the user's own cell: no policy of the pool's.
       return __('a cell ran on it');

@@ -481,6 +481,13 @@ export function stateView(
           : __('hibernating: moving GPU memory to host RAM…'),
         detail: ''
       };
+    case 'stopping':
+      // The pool's action at a deadline (or a shutdown asked for) is under way: nothing to keep alive.
+      return {
+        kind: 'stopping',
+        label: __('shutting down: giving the GPU slice back…'),
+        detail: ''
+      };
     case 'hibernated':
       return {
         kind: 'hibernated',

@@ -243,7 +243,7 @@ def test_refusals_say_what_fits_the_limit_hit(lab, page, artifacts):
                           include=[".jp-GpuPool-refusalDialog", ".Toastify__toast"])
         expect(dialog).to_contain_text(
             "GPU quota exceeded: you hold 2 of your 2 GPU kernels, so 'Python 3 · GPU 10 GiB' cannot start.")
-        expect(dialog).to_contain_text("holder-0.ipynb (20 GiB, active for")
+        expect(dialog).to_contain_text("holder-0.ipynb (20 GiB, slice held for")
         box = dialog.locator(".jp-Dialog-body pre").first.bounding_box()
         assert box and box["width"] < 1000  # the message wraps inside the dialog instead of running off it
         status = page.locator("button.jp-GpuPool-status")

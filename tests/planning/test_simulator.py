@@ -96,6 +96,17 @@ def test_a_hibernation_holds_the_slice_for_the_checkpoint_then_gives_it_back():
     assert tally.waits[1] == pytest.approx(60 + HIBERNATE.seconds(4 * GiB) - 10)  # b: once a's 4 GiB are moved
 
 
+@pytest.mark.parametrize("every_pass", [False, True])
+def test_a_warned_kernel_is_acted_on_at_its_deadline_not_at_the_next_pass(every_pass):
+    """As the live culler's timer: warned at the pass of 45 s (idle 60 s, warned 30 s ahead), so its deadline
+    is 75 s; the slice comes back then, not at the pass of 90 s, and the waiting start takes it then."""
+    config = configuration(profiles=WHOLE, policy=SHUTDOWN_IDLE, gpus=1, start_queue_timeout=3600)
+    w = workload([session("a", T0, profile="gpu"), session("b", T0 + 10, profile="gpu")], interval=45)
+    tally = Replay(w, config, config.pool_of(1), keep_decisions=True, every_pass=every_pass).run()
+    assert [(d.at - T0, d.kernel, d.verb) for d in tally.decisions][:2] == [(45, "a", "warn"), (75, "a", "act")]
+    assert tally.waits[1] == pytest.approx(75 - 10)  # b started at a's deadline
+
+
 def test_a_cell_on_a_hibernated_kernel_resumes_it_after_its_restore():
     config = configuration(profiles=WHOLE, policy=HIBERNATE_IDLE, gpus=1)
     w = workload([session("a", T0, [(200, BUSY, None), (210, IDLE, None)], profile="gpu", memory=4 * GiB)],

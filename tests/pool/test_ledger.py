@@ -29,6 +29,20 @@ def test_a_lease_holds_its_slice_until_released(ledger):
     assert [e.kind for e in ledger.journal()][:2] == ["released", "allocated"]
 
 
+def test_a_held_lease_is_named_anew_after_a_rename_and_a_released_one_is_not(ledger):
+    lease = ledger.allocate(request(label="Untitled5.ipynb"), NO_QUOTA)
+    ledger.relabel(lease.id, "experiments/train.ipynb")
+    assert ledger.get(lease.id).label == "experiments/train.ipynb"
+    assert ledger.snapshot().lease_of_kernel(lease.kernel_id).label == "experiments/train.ipynb"  # every view
+    ledger.hibernate(lease.id, 0, "idle")
+    ledger.relabel(lease.id, "train.ipynb")  # a hibernated kernel's notebook renamed too
+    assert ledger.get(lease.id).label == "train.ipynb"
+    ledger.release(lease.id, "shutdown")
+    with pytest.raises(LeaseNotFound):
+        ledger.relabel(lease.id, "other.ipynb")
+    assert ledger.get(lease.id).label == "train.ipynb"  # a released lease keeps the name it ended with
+
+
 def test_binpack_fills_the_fullest_gpu_that_fits(ledger):
     first = ledger.allocate(request(slice_text="10GiB"), NO_QUOTA, placement="binpack")
     second = ledger.allocate(request(slice_text="10GiB"), NO_QUOTA, placement="binpack")

@@ -41,7 +41,7 @@ def test_a_kernel_count_limit_is_not_helped_by_a_smaller_profile():
     text = str(refusal)
     assert text.startswith("GPU quota exceeded: you hold 2 of your 2 GPU kernels, so 'Python 3 · GPU 20 GiB' "
                            "cannot start.")
-    assert "a.ipynb (10 GiB, active for 1m" in text and "b.ipynb" in text
+    assert "a.ipynb (10 GiB, slice held for 1m" in text and "active" not in text and "b.ipynb" in text
     assert text.endswith("Shut one down (Kernel > Shut Down Kernel, or Shut down in the GPU panel), then start this one.")
     assert "smaller" not in text and "would start now" not in text and refusal.starts_now == ()
 

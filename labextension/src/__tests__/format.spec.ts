@@ -100,6 +100,7 @@ describe('small words', () => {
     assert.equal(reasonPhrase('gpu_idle'), 'GPU memory held, GPU unused');
     assert.equal(reasonPhrase('pool_exhausted'), 'no GPU has room for it');
     assert.equal(reasonPhrase('admin'), 'an admin asked');
+    assert.equal(reasonPhrase('pressure'), 'someone is waiting for a GPU slice');
     assert.equal(reasonPhrase('new_reason'), 'the pool’s policy (new reason)');
     assert.equal(reasonPhrase(undefined), 'the pool’s policy');
   });

@@ -204,6 +204,15 @@ describe('stateView', () => {
     );
   });
 
+  it('shows a shutdown under way (the pool acting at a deadline) as such, nothing to keep alive', () => {
+    const v = stateView(kernel({ state: 'stopping', warning: null, actions: [] }), NOW);
+    assert.deepEqual(v, {
+      kind: 'stopping',
+      label: 'shutting down: giving the GPU slice back…',
+      detail: ''
+    });
+  });
+
   it('shows a starting kernel’s progress as its state, while there is any', () => {
     const v = stateView(
       kernel({
