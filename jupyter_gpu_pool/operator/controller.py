@@ -111,6 +111,7 @@ class Controller:
         self._gone: dict[str, float] = {}  # uid -> when: kernels deleted or found gone (late events must not revive them)
         self._rechecks: dict[tuple[str, str], asyncio.Task] = {}  # starting kernels, looked at again soon
         self._pod_watches: dict[str, asyncio.Task] = {}  # namespace -> its kernel-pod watch
+        self._pods_listed: set[str] = set()  # namespaces whose kernel pods have been listed once
         self.events = Events(self.core, clock)
         self.stories = StartStories(self.core, settings.progress_interval)
         self.claims = ClaimTemplates(settings, self.resource, self.events)  # dra
@@ -170,6 +171,10 @@ class Controller:
                         await self.pod_event("DELETED", pod)
             for pod in items:
                 await self.pod_event("MODIFIED", pod)
+            if namespace not in self._pods_listed:  # until now a kernel's pod was unknown, not known absent
+                self._pods_listed.add(namespace)
+                for k in [k for k in self.kernels if k[0] == namespace]:
+                    await self.reconcile(k)
 
         await list_and_watch(self.core.list_namespaced_pod, namespace, label_selector=KERNEL_POD_SELECTOR,
                              replace=listed, apply=self.pod_event, what=f"kernel pods in {namespace}")
@@ -308,6 +313,8 @@ class Controller:
                                             "message": "The kernel was stopped by its server."})
             return
         if pod is None:
+            if k[0] not in self._pods_listed:
+                return  # the operator just started: its pods' listing reconciles this kernel again
             st = status(kernel)
             if st.get("launch") == launch and st.get("phase") == STOPPED:
                 return  # this launch ran and ended; a new launch needs spec.launch + 1

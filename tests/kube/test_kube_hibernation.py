@@ -9,6 +9,7 @@ stand-in (``hibernation_standin.SettlingAgent``), which writes what the agent wr
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -268,22 +269,31 @@ async def test_the_pods_host_memory_and_the_nodes_cap_refuse_a_hibernation(clust
 
 
 async def test_an_operator_restarted_mid_move_picks_up_from_the_status(cluster, operator_factory, kms, kube, agent):
+    """Asked while the operator is down; restarted while the kernel sleeps (its pod not yet listed again,
+    which is not its pod gone); down while a resume it admitted is settled by the agent."""
     op = await operator_factory(cluster, **HIBERNATING_HAMI)
     await report_free(kube, NODE, {GPU_A: 30 * GiB})
     km, name = await start(kms, kube)
-    op.stop()  # asked while the operator is down: the next one admits it
+    await run_code(km, "x = 'kept'")
+    op.stop()
     await ask(kube, name, DESIRED_HIBERNATED)
     op = await operator_factory(cluster, **HIBERNATING_HAMI)
     await wait_until(lambda: phase_is(kube, name, HIBERNATED), timeout=30, what="the new operator to admit it")
+    op.stop()
+    op = await operator_factory(cluster, **HIBERNATING_HAMI)
+    await asyncio.sleep(2)  # two sweeps of the new operator
+    assert await phase_is(kube, name, HIBERNATED)
     agent.paused = True  # the agent is slow: the operator goes down with the resume admitted, unsettled
+    await report_free(kube, NODE, {GPU_A: 30 * GiB})
     await ask(kube, name, DESIRED_RUNNING)
     await wait_until(lambda: phase_is(kube, name, "Resuming"), timeout=20, what="the resume to be admitted")
     op.stop()
     agent.paused = False
     await wait_until(lambda: phase_is(kube, name, RUNNING), timeout=20, what="the agent to settle it")
     await operator_factory(cluster, **HIBERNATING_HAMI)
+    await asyncio.sleep(2)
     assert await phase_is(kube, name, RUNNING)
-    assert "ok" in await run_code(km, "print('ok')")
+    assert "kept" in await run_code(km, "print(x)")
 
 
 async def test_a_pod_deleted_while_hibernated_ends_the_kernel_with_its_slice_freed(cluster, operator_factory, kms,
