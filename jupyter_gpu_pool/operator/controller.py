@@ -43,6 +43,7 @@ from . import admission
 from ..cluster.resources import (DESIRED_HIBERNATED, DESIRED_RUNNING, FAILED, GROUP, HIBERNATED, HIBERNATING, KERNELS,
                                  POLICIES, QUOTAS, RESUMING, RUNNING, STARTING, STOPPED, VERSION)
 from . import hibernation as sleep
+from ..cluster.hibernation import HOST_MEMORY, NODE_CAP, UNSUPPORTED
 from .claims import ClaimTemplates, DeviceFacts
 from .diagnosis import claims_unmet, device_shortfall, diagnose
 from ..cluster.kernels import desired, gpu_devices, hibernation, key, meta, spec, status
@@ -425,13 +426,16 @@ class Controller:
                 return
             node = status(kernel).get("node") or ""
             moved = sleep.gpu_bytes(kernel)
-            refusal = sleep.backend_refusal(self.settings.sharing, self.settings.hami_memory_scaling) \
-                or sleep.host_memory_refusal(pod, moved)
+            kind, refusal = UNSUPPORTED, sleep.backend_refusal(self.settings.sharing,
+                                                               self.settings.hami_memory_scaling)
+            if refusal is None:
+                kind, refusal = HOST_MEMORY, sleep.host_memory_refusal(pod, moved)
             if refusal is None:
                 node_obj = await self._read_node(node)
                 node_memory = (_node_memory(node_obj) if node_obj is not None else None)
                 cap = self.settings.hibernated_cap_bytes(node_memory)
-                refusal = sleep.node_cap_refusal(kernel, list(self.kernels.values()), cap, moved, node)
+                kind, refusal = NODE_CAP, sleep.node_cap_refusal(kernel, list(self.kernels.values()), cap, moved,
+                                                                 node)
             generation = meta(kernel).get("generation")
             if refusal is not None:
                 if status(kernel).get("message") != refusal:
@@ -439,8 +443,7 @@ class Controller:
                     self.metrics.admissions.labels(result="hibernation_refused").inc()
                     kernel = await self._set_status(kernel, {
                         "reason": resources.HIBERNATION_REFUSED, "message": refusal, "observedGeneration": generation,
-                        **self._hibernation_changes(kernel, {"reason": resources.HIBERNATION_REFUSED,
-                                                             "message": refusal})})
+                        **self._hibernation_changes(kernel, {"reason": kind, "message": refusal})})
                     if kernel is not None:
                         await self.events.announce(kernel, "Normal", resources.HIBERNATION_REFUSED, refusal)
                 return
@@ -470,8 +473,8 @@ class Controller:
                 try:
                     admission.admit_resume(k, quotas, kernels, now)
                 except PoolError as e:  # the owner's own quota: they wait without holding up the node's queue
-                    await self._wait_resume(k, asked, None, resources.QUOTA_EXCEEDED,
-                                            f"Waiting to resume: {e}")
+                    await self._wait_resume(k, asked, None, resources.QUOTA_EXCEEDED, f"Waiting to resume: {e}",
+                                            str(e))
                     continue
                 fit.append(k)
             if not fit:
@@ -493,13 +496,14 @@ class Controller:
                 if place is not None:
                     await self._wait_resume(k, asked, place.position, resources.WAITING_FOR_ROOM,
                                             f"Waiting to resume: position {place.position} in the queue of node "
-                                            f"{node}, {place.message}.")
+                                            f"{node}, {place.message}.", place.message)
 
     async def _wait_resume(self, kernel: dict, asked: dict[str, float], position: int | None, reason: str,
-                           message: str) -> None:
-        """Leave a resume waiting, with its place and words (written only when they change), and look at it
-        again soon: room frees as the node's agent reports."""
-        changes = {"queuePosition": position, "message": message}
+                           message: str, why: str) -> None:
+        """Leave a resume waiting, with its place and words (status.message the sentence, hibernation.message
+        what it waits for; written only when they change), and look at it again soon: room frees as the
+        node's agent reports."""
+        changes = {"queuePosition": position, "message": why}
         if meta(kernel)["uid"] in asked:
             changes["requestedAt"] = asked[meta(kernel)["uid"]]
         await self._set_status(kernel, {"reason": reason, "message": message,

@@ -20,58 +20,21 @@ from dataclasses import dataclass
 from ..cluster.kernels import desired, gpu_devices, hibernation, meta, status
 from ..cluster.resources import DESIRED_RUNNING, HIBERNATED, HIBERNATING, RESUMING, RUNNING
 from ..pool import format_size
-from .sharing import DRA, HAMI, MIG, MPS, TIME_SLICING, WHOLE, Sharing, quantity_value
-
-
-@dataclass(frozen=True)
-class Support:
-    """Whether a sharing backend hands a hibernated kernel's memory back, and why (or why not)."""
-
-    hands_back: bool
-    why: str
+from ..cluster import hibernation as words
+from ..cluster.hibernation import Support
+from .sharing import Sharing, quantity_value
 
 
 def backend_support(sharing: Sharing, hami_memory_scaling: float = 1.0) -> Support:
-    """What a hibernation gives back under this backend.  A hibernated pod keeps its device-plugin or DRA
-    resources at the scheduler, so its memory is usable only where the node admits more kernels than
-    its GPUs' memory holds, the operator (not the scheduler) making sure memory is physically free."""
-    b = sharing.backend
-    if b == TIME_SLICING:
-        if sharing.replicas > 1:
-            return Support(True, f"time-slicing: each GPU is {sharing.replicas} replicas with no memory isolation, "
-                                 "so the kernels beside a hibernated one can use the memory it gave back")
-        return Support(False, "time-slicing with 1 replica per GPU: the hibernated kernel's pod keeps the only "
-                              "replica, so no other kernel can use the memory it would give back")
-    if b == HAMI:
-        if hami_memory_scaling > 1:
-            return Support(True, f"HAMi with memory scaling {hami_memory_scaling:g}: the node admits more kernels' "
-                                 "memory than its GPUs hold, and the operator resumes a kernel only into memory "
-                                 "that is physically free")
-        return Support(False, "HAMi without memory oversubscription (deviceMemoryScaling 1): the hibernated "
-                              "kernel's pod keeps its nvidia.com/gpumem at the scheduler, so no other kernel could "
-                              "use the memory it would give back")
-    if b == MPS:
-        return Support(False, "MPS: the CUDA driver cannot checkpoint an MPS client, and each replica's memory "
-                              "is capped for its pod, so nothing could be handed back")
-    if b == MIG:
-        return Support(False, "MIG: the kernel's MIG instance stays its pod's at the scheduler, and the CUDA "
-                              "driver cannot checkpoint a process on a MIG instance")
-    if b == WHOLE:
-        return Support(False, "whole GPUs: the hibernated kernel's pod keeps its GPU at the scheduler, so no other "
-                              "kernel could use the memory it would give back")
-    if b == DRA:
-        return Support(False, "DRA: the kernel's ResourceClaim keeps its device (or its share of a GPU's "
-                              "memory) allocated, so no other kernel could use the memory it would give back")
-    return Support(False, f"the {b} backend is not known to hand memory back")
+    """What a hibernation gives back under this backend (the words are :mod:`jupyter_gpu_pool.cluster.hibernation`'s,
+    which the Jupyter server shares)."""
+    return words.backend_support(sharing.backend, replicas=sharing.replicas, memory_scaling=hami_memory_scaling)
 
 
 def backend_refusal(sharing: Sharing, hami_memory_scaling: float = 1.0) -> str | None:
     """None where hibernation hands memory back; else the refusal, in the user's words."""
     support = backend_support(sharing, hami_memory_scaling)
-    if support.hands_back:
-        return None
-    return (f"This cluster cannot hibernate kernels: {support.why}. The kernel keeps running; shut it down to "
-            "give its GPU back.")
+    return None if support.hands_back else words.refusal_words(support)
 
 
 def gpu_bytes(kernel: dict) -> int:
@@ -180,8 +143,8 @@ def plan_resumes(waiters: list[dict], kernels: list[dict], reading: FreeReading 
         why = ("waiting for the node's agent to report its GPUs' free memory (no reading yet): a resume starts "
                "only where the GPU really has room")
     elif now - reading.sampled_at > max_age:
-        why = (f"the node's free-memory reading is {now - reading.sampled_at:.0f} s old (its agent may be down): a "
-               "resume starts only where the GPU really has room")
+        why = (f"waiting for a fresh reading of the node's free GPU memory: the last is {now - reading.sampled_at:.0f} "
+               "s old (its agent may be down), and a resume starts only where the GPU really has room")
     else:
         why = None
     pending: dict[str, int] = {}  # device -> bytes that admitted resumes will restore, unseen by the reading
@@ -222,8 +185,8 @@ def _shortfall(kernel: dict, reading: FreeReading, pending: dict[str, int], marg
     devices, each = _share(kernel)
     if not devices:
         if len(reading.devices) != 1:
-            return ("waiting: which GPU this kernel's memory came from is not known yet (the node agent records "
-                    "it), and a resume must go back to that GPU")
+            return ("waiting for the node's agent to record which GPU this kernel's memory came from: a resume "
+                    "must go back to that GPU")
         devices = tuple(reading.devices)
     for d in devices:
         free = reading.devices.get(d)
