@@ -437,8 +437,8 @@ class Controller:
                 kind, refusal = NODE_CAP, sleep.node_cap_refusal(kernel, list(self.kernels.values()), cap, moved,
                                                                  node)
             generation = meta(kernel).get("generation")
-            if refusal is not None:
-                if status(kernel).get("message") != refusal:
+            if refusal is not None:  # written again for a new request (generation), so that its server hears
+                if status(kernel).get("message") != refusal or status(kernel).get("observedGeneration") != generation:
                     log.info("kernel %s/%s: hibernation refused: %s", *key(kernel), refusal)
                     self.metrics.admissions.labels(result="hibernation_refused").inc()
                     kernel = await self._set_status(kernel, {

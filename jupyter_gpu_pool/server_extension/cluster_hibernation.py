@@ -240,9 +240,9 @@ class ClusterHibernation(HibernationHook):
             log.info("kernel %s hibernated in the cluster (%s): %s in %.1fs", kernel_id, reason, format_size(moved),
                      took)
             detail = f" (the checkpoint itself {checkpoint:.1f} s)" if checkpoint is not None else ""
-            return Outcome(kernel_id, "hibernated", took, moved, gpus=tuple(h.get("devices") or ()), lease=as_lease(obj),
-                           message=f"{format_size(moved)} of GPU memory moved to host memory on its node in "
-                                   f"{took:.1f} s{detail}.")
+            return Outcome(kernel_id, "hibernated", took, moved, gpus=tuple(h.get("devices") or ()),
+                           lease=as_lease(obj), message=f"{format_size(moved)} of GPU memory moved to host memory "
+                                                        f"on its node in {took:.1f} s{detail}.")
         if phase == R.RUNNING:
             await self._ask(kernel_id, R.DESIRED_RUNNING, reason)  # the request is answered: it stands no more
             if st.get("reason") == R.HIBERNATION_REFUSED:

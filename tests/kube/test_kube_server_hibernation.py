@@ -131,7 +131,8 @@ async def test_release_hibernates_a_cluster_kernel_and_a_cell_resumes_it_showing
         assert phase_of(await kernel(kube, name)) == RUNNING
 
         async def resumed_on_record():
-            return any(e["kind"] == "resumed" and e["kernel_id"] == kid for e in body(await jp_fetch(*API, "me"))["recent"])
+            recent = body(await jp_fetch(*API, "me"))["recent"]
+            return any(e["kind"] == "resumed" and e["kernel_id"] == kid for e in recent)
 
         await wait_until(resumed_on_record, timeout=20, what="the resume on record")
         ws.close()
