@@ -473,8 +473,9 @@ class Controller:
                 try:
                     admission.admit_resume(k, quotas, kernels, now)
                 except PoolError as e:  # the owner's own quota: they wait without holding up the node's queue
-                    await self._wait_resume(k, asked, None, resources.QUOTA_EXCEEDED, f"Waiting to resume: {e}",
-                                            str(e))
+                    why = sleep.quota_wait(e)
+                    await self._wait_resume(k, asked, None, resources.QUOTA_EXCEEDED, f"This kernel's resume is {why}.",
+                                            why)
                     continue
                 fit.append(k)
             if not fit:

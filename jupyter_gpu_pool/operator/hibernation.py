@@ -130,6 +130,18 @@ def resume_order(kernels: list[dict], node: str) -> list[dict]:
     return sorted(waiting, key=lambda k: (float(hibernation(k).get("requestedAt") or 0), meta(k).get("name", "")))
 
 
+def quota_wait(refusal) -> str:
+    """Why a resume waits for its owner's quota, in words that stay the same while the holdings do (a
+    refusal's own text names the kernels held with their ages, which change every second)."""
+    from ..pool import QuotaExceeded
+
+    if isinstance(refusal, QuotaExceeded):
+        whose = "your" if refusal.scope == "user" else f"group {refusal.scope!r}'s"
+        return (f"waiting for {whose} GPU quota: {refusal.resource} {refusal.used} of {refusal.limit} held, and this "
+                f"kernel needs {refusal.asked} again; it resumes once another kernel is shut down")
+    return f"waiting: {refusal}"
+
+
 def plan_resumes(waiters: list[dict], kernels: list[dict], reading: FreeReading | None, now: float, max_age: float,
                  margin: int) -> tuple[list[dict], dict[str, Waiting]]:
     """Which of a node's waiting resumes (``waiters``, in queue order) are admitted now, and for each one
@@ -143,8 +155,9 @@ def plan_resumes(waiters: list[dict], kernels: list[dict], reading: FreeReading 
         why = ("waiting for the node's agent to report its GPUs' free memory (no reading yet): a resume starts "
                "only where the GPU really has room")
     elif now - reading.sampled_at > max_age:
-        why = (f"waiting for a fresh reading of the node's free GPU memory: the last is {now - reading.sampled_at:.0f} "
-               "s old (its agent may be down), and a resume starts only where the GPU really has room")
+        # No age in the words: they are written only when they change, and an age would change each time.
+        why = (f"waiting for a fresh reading of the node's free GPU memory: the last is over {max_age:.0f} s old "
+               "(its agent may be down), and a resume starts only where the GPU really has room")
     else:
         why = None
     pending: dict[str, int] = {}  # device -> bytes that admitted resumes will restore, unseen by the reading

@@ -159,7 +159,7 @@ class ClusterHibernation(HibernationHook):
             return (f"Waiting to resume this kernel: position {position} in its node's queue ({why}). The cell "
                     "runs as soon as the kernel has resumed.")
         if st.get("reason") == R.QUOTA_EXCEEDED and why:
-            return f"Waiting to resume this kernel: {why} The cell runs as soon as the kernel has resumed."
+            return f"This kernel's resume is {why}. The cell runs as soon as the kernel has resumed."
         return ("Resuming this kernel: its GPU memory is coming back from host memory on its node. The cell runs "
                 "next.")
 
