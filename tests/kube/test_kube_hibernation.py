@@ -306,19 +306,28 @@ async def test_an_operator_restarted_mid_move_picks_up_from_the_status(cluster, 
     assert "kept" in await run_code(km, "print(x)")
 
 
-async def test_a_pod_deleted_while_hibernated_ends_the_kernel_with_its_slice_freed(cluster, operator_factory, kms,
-                                                                                 kube, agent):
+@pytest.mark.parametrize("moment", ["hibernated", "resuming"])
+async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_its_slice_freed(
+        cluster, operator_factory, kms, kube, agent, moment):
+    """The process that held the kernel's memory is gone with its pod (deleted, its node drained): the
+    kernel fails with words, no new empty pod stands in for it, and its memory and kernel count are free."""
     await operator_factory(cluster, **HIBERNATING_HAMI)
     await kube.quota("user", cluster.user, memory="10GiB", kernels=1)
     _, name = await start(kms, kube)
     await hibernate(kube, name)
+    if moment == "resuming":
+        agent.paused = True  # the resume is admitted, and the pod goes before the agent restores it
+        await report_free(kube, NODE, {GPU_A: 30 * GiB})
+        await ask(kube, name, DESIRED_RUNNING)
+        await wait_until(lambda: phase_is(kube, name, "Resuming"), timeout=20, what="the resume to be admitted")
     pod = (await kernel(kube, name))["status"]["pod"]
     await kube.core.delete_namespaced_pod(pod, cluster.namespace, grace_period_seconds=0)
     await wait_until(lambda: phase_is(kube, name, FAILED, PREEMPTED), timeout=20, what="the kernel to end")
     obj = await kernel(kube, name)
-    assert "while the kernel was hibernated" in obj["status"]["message"]
+    assert f"while the kernel was {moment}" in obj["status"]["message"]
     assert "its variables are lost" in obj["status"]["message"]
     assert not [p for p in await kube.pods() if p["metadata"]["name"] == pod]  # no new, empty pod for it
+    agent.paused = False
     await start(kms, kube)  # its memory and its kernel count are free: a new kernel fits the 1-kernel quota
 
 
