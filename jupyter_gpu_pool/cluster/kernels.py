@@ -10,8 +10,8 @@ import datetime
 
 from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, Usage
 from ..pool import phases
-from .resources import (DESIRED_RUNNING, FAILED, HIBERNATED as HIBERNATED_PHASE, HIBERNATING, PENDING, RESUMING,
-                        STARTING, STOPPED)
+from .resources import (DESIRED_RUNNING, FAILED, HIBERNATED as HIBERNATED_PHASE, HIBERNATING, PENDING,
+                        QUOTA_EXCEEDED, RESUMING, STARTING, STOPPED, WAITING_FOR_ROOM)
 
 
 def spec(kernel: dict) -> dict:
@@ -107,13 +107,15 @@ def as_lease(kernel: dict) -> Lease:
 
 
 def _lease_phase(kernel: dict) -> str:
-    """The move under way, in the pool core's words: hibernating, resuming, or queued (a resume waits for
-    room on its node)."""
+    """The move under way, in the pool core's words: hibernating, resuming (asked back, or admitted), or
+    queued (its resume waits for room on its node, or for its owner's quota)."""
     phase = status(kernel).get("phase")
     if phase == HIBERNATING:
         return phases.HIBERNATING
     if phase == RESUMING:
         return phases.RESUMING
-    if phase == HIBERNATED_PHASE and desired(kernel) == DESIRED_RUNNING:
-        return phases.QUEUED
+    if phase == HIBERNATED_PHASE and desired(kernel) == DESIRED_RUNNING:  # asked back: admitted soon, or waiting
+        waiting = hibernation(kernel).get("queuePosition") is not None or status(kernel).get("reason") in (
+            WAITING_FOR_ROOM, QUOTA_EXCEEDED)
+        return phases.QUEUED if waiting else phases.RESUMING
     return ""

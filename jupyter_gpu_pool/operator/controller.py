@@ -42,7 +42,7 @@ from ..cluster.watch import list_all, list_and_watch
 from . import admission
 from ..cluster.resources import (DESIRED_HIBERNATED, DESIRED_RUNNING, FAILED, GROUP, HIBERNATED, HIBERNATING, KERNELS,
                                  POLICIES, QUOTAS, RESUMING, RUNNING, STARTING, STOPPED, VERSION)
-from . import hibernation as sleep
+from . import hibernation as moves
 from ..cluster.hibernation import HOST_MEMORY, NODE_CAP, UNSUPPORTED
 from .claims import ClaimTemplates, DeviceFacts
 from .diagnosis import claims_unmet, device_shortfall, diagnose
@@ -50,7 +50,7 @@ from ..cluster.kernels import desired, gpu_devices, hibernation, key, meta, spec
 from .events import Events
 from .manifests import new_curve_keys, new_key, render_network_policy, render_pod, render_secret
 from .metrics import OperatorMetrics
-from .sharing import DRA
+from .sharing import DRA, quantity_value
 from .settings import OperatorSettings
 from .story import StartStories
 
@@ -73,8 +73,6 @@ class Refusal:
 
 def _node_memory(node: dict) -> int | None:
     """A Node's allocatable memory in bytes (None where it does not say)."""
-    from .sharing import quantity_value
-
     value = quantity_value(((node.get("status") or {}).get("allocatable") or {}).get("memory", ""))
     return int(value) if value else None
 
@@ -407,7 +405,7 @@ class Controller:
             await self._admit_resumes(status(kernel).get("node") or "", now)
         elif phase == HIBERNATED and want == DESIRED_HIBERNATED and (
                 hibernation(kernel).get("queuePosition") is not None
-                or status(kernel).get("reason") == resources.WAITING_FOR_ROOM):
+                or status(kernel).get("reason") in (resources.WAITING_FOR_ROOM, resources.QUOTA_EXCEEDED)):
             await self._set_status(kernel, {"reason": "", "message": "Hibernated: asked to stay so.",
                                             **self._hibernation_changes(kernel, {"queuePosition": None})})
 
@@ -425,16 +423,16 @@ class Controller:
             if status(kernel).get("phase") != RUNNING or desired(kernel) != DESIRED_HIBERNATED:
                 return
             node = status(kernel).get("node") or ""
-            moved = sleep.gpu_bytes(kernel)
-            kind, refusal = UNSUPPORTED, sleep.backend_refusal(self.settings.sharing,
+            moved = moves.gpu_bytes(kernel)
+            kind, refusal = UNSUPPORTED, moves.backend_refusal(self.settings.sharing,
                                                                self.settings.hami_memory_scaling)
             if refusal is None:
-                kind, refusal = HOST_MEMORY, sleep.host_memory_refusal(pod, moved)
+                kind, refusal = HOST_MEMORY, moves.host_memory_refusal(pod, moved)
             if refusal is None:
                 node_obj = await self._read_node(node)
                 node_memory = (_node_memory(node_obj) if node_obj is not None else None)
                 cap = self.settings.hibernated_cap_bytes(node_memory)
-                kind, refusal = NODE_CAP, sleep.node_cap_refusal(kernel, list(self.kernels.values()), cap, moved,
+                kind, refusal = NODE_CAP, moves.node_cap_refusal(kernel, list(self.kernels.values()), cap, moved,
                                                                  node)
             generation = meta(kernel).get("generation")
             if refusal is not None:  # written again for a new request (generation), so that its server hears
@@ -463,17 +461,17 @@ class Controller:
             kernels = list(self.kernels.values())
             quotas = read_quotas(list(self.quotas.values()))
             asked: dict[str, float] = {}
-            for k in sleep.resume_order(kernels, node):  # a resume seen for the first time joins at the end
+            for k in moves.resume_order(kernels, node):  # a resume seen for the first time joins at the end
                 h = hibernation(k)
                 if float(h.get("requestedAt") or 0) <= float(h.get("hibernatedAt") or 0):
                     asked[meta(k)["uid"]] = now
             fit: list[dict] = []
-            for k in sorted(sleep.resume_order(kernels, node), key=lambda k: (
+            for k in sorted(moves.resume_order(kernels, node), key=lambda k: (
                     asked.get(meta(k)["uid"], float(hibernation(k).get("requestedAt") or 0)), meta(k)["name"])):
                 try:
                     admission.admit_resume(k, quotas, kernels, now)
                 except PoolError as e:  # the owner's own quota: they wait without holding up the node's queue
-                    why = sleep.quota_wait(e)
+                    why = moves.quota_wait(e)
                     await self._wait_resume(k, asked, None, resources.QUOTA_EXCEEDED, f"This kernel's resume is {why}.",
                                             why)
                     continue
@@ -482,7 +480,7 @@ class Controller:
                 return
             node_obj = await self._read_node(node)
             text = ((node_obj or {}).get("metadata", {}).get("annotations") or {}).get(resources.ANNOTATION_GPU_FREE)
-            admitted, waiting = sleep.plan_resumes(fit, kernels, sleep.FreeReading.parse(text), now,
+            admitted, waiting = moves.plan_resumes(fit, kernels, moves.FreeReading.parse(text), now,
                                                    self.settings.gpu_free_max_age, self.settings.resume_margin)
             for k in admitted:
                 moved = await self._move(k, {

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..cluster.kernels import desired, gpu_devices, hibernation, meta, status
 from ..cluster.resources import DESIRED_RUNNING, HIBERNATED, HIBERNATING, RESUMING, RUNNING
-from ..pool import format_size
+from ..pool import QuotaExceeded, format_size
 from ..cluster import hibernation as words
 from ..cluster.hibernation import Support
 from .sharing import Sharing, quantity_value
@@ -48,13 +48,13 @@ def gpu_bytes(kernel: dict) -> int:
 
 def _container_memory(pod: dict) -> tuple[float | None, float | None]:
     """(request, limit) of the kernel container's memory, in bytes (None where unset)."""
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
-    resources = containers[0].get("resources") or {}
-    request = quantity_value((resources.get("requests") or {}).get("memory", "")) \
-        if (resources.get("requests") or {}).get("memory") is not None else None
-    limit = quantity_value((resources.get("limits") or {}).get("memory", "")) \
-        if (resources.get("limits") or {}).get("memory") is not None else None
-    return request, limit
+    resources = (((pod.get("spec") or {}).get("containers") or [{}])[0].get("resources") or {})
+
+    def memory(part: str) -> float | None:
+        value = (resources.get(part) or {}).get("memory")
+        return None if value is None else quantity_value(value)
+
+    return memory("requests"), memory("limits")
 
 
 def host_memory_refusal(pod: dict, moved: int) -> str | None:
@@ -133,8 +133,6 @@ def resume_order(kernels: list[dict], node: str) -> list[dict]:
 def quota_wait(refusal) -> str:
     """Why a resume waits for its owner's quota, in words that stay the same while the holdings do (a
     refusal's own text names the kernels held with their ages, which change every second)."""
-    from ..pool import QuotaExceeded
-
     if isinstance(refusal, QuotaExceeded):
         whose = "your" if refusal.scope == "user" else f"group {refusal.scope!r}'s"
         return (f"waiting for {whose} GPU quota: {refusal.resource} {refusal.used} of {refusal.limit} held, and this "

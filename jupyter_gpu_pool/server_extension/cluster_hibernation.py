@@ -273,9 +273,21 @@ class ClusterHibernation(HibernationHook):
             raise HibernationRefused("not_hibernated", "This kernel is running, not hibernated: there is nothing to "
                                                        "resume.")
         started = time.monotonic()
-        await self._ask(kernel_id, R.DESIRED_RUNNING, reason)
-        obj = await self._wait(kernel_id, lambda o: status(o).get("phase") in (R.RUNNING, R.FAILED, R.STOPPED), None)
+        written = await self._ask(kernel_id, R.DESIRED_RUNNING, reason)
+        generation = int(meta(written).get("generation") or 0)
+
+        def ended(o: dict) -> bool:
+            st = status(o)
+            restore_failed = st.get("phase") == R.HIBERNATED and st.get("reason") == R.HIBERNATION_FAILED and \
+                int(st.get("observedGeneration") or 0) >= generation  # the agent put it back, checkpointed
+            return st.get("phase") in (R.RUNNING, R.FAILED, R.STOPPED) or restore_failed
+
+        obj = await self._wait(kernel_id, ended, None)
         st = status(obj) if obj is not None else {}
+        if st.get("phase") == R.HIBERNATED:  # not asked again at once: the restore failed on this node
+            await self._ask(kernel_id, R.DESIRED_HIBERNATED, reason)
+            raise HibernationFailed("restore_failed", st.get("message") or "The node agent's restore failed; the "
+                                    "kernel stays hibernated.", recovered=True)
         if st.get("phase") != R.RUNNING:
             raise HibernationFailed("lost", st.get("message") or "The kernel ended before it could resume.",
                                     recovered=False)

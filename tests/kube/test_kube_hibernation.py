@@ -125,11 +125,13 @@ def test_resumes_are_admitted_first_come_first_served_into_fresh_free_memory_on_
     assert sleep.FreeReading.parse("not json") is None
 
 
-def test_a_hibernated_kernel_is_a_hibernated_lease_whose_resume_waits_as_queued():
+def test_a_hibernated_kernel_is_a_hibernated_lease_whose_waiting_resume_is_queued():
     obj = k8s_kernel("a", HIBERNATED, moved=6 * GiB)
     lease = as_lease(obj)
     assert lease.state == LEASE_HIBERNATED and lease.host_bytes == 6 * GiB and lease.gpus == ()
-    assert lease.last_gpus == (GPU_A,) and lease.phase == "queued"  # desired Running: its resume waits
+    assert lease.last_gpus == (GPU_A,) and lease.phase == "resuming"  # desired Running: asked back
+    obj["status"]["hibernation"]["queuePosition"] = 1
+    assert as_lease(obj).phase == "queued"  # and waiting for room on its node
     obj["spec"]["desiredState"] = DESIRED_HIBERNATED
     assert as_lease(obj).phase == ""
 
