@@ -171,3 +171,36 @@ async def _phase(kube: Kube, name: str, phase: str) -> bool:
 
 async def _queued(kube: Kube, name: str) -> bool:
     return ((await kernel(kube, name)).get("status") or {}).get("hibernation", {}).get("queuePosition") == 1
+
+
+@pytest.mark.parametrize("sharing, can, words", [
+    ("mps", False, "cannot checkpoint an MPS client"),
+    ("whole", False, "keeps its GPU at the scheduler"),
+    ("mig", False, "MIG instance"),
+    ("dra", False, "ResourceClaim"),
+    ("hami", True, None),  # the operator's settings decide: the server asks, and hears its answer
+    ("time-slicing", True, None),
+])
+def test_the_server_knows_from_a_kernels_sharing_backend_where_it_can_never_hibernate(sharing, can, words):
+    """The culler asks every pass, without I/O: a backend no setting can make hand memory back is refused
+    at once (the policy shuts such kernels down, saying why), and so is a kernel the operator refused for
+    good (its pod's host memory); a refusal for now (the node's cap) is not remembered."""
+    from types import SimpleNamespace
+
+    from jupyter_gpu_pool.cluster.hibernation import HOST_MEMORY, NODE_CAP
+    from jupyter_gpu_pool.cluster.kernels import as_lease
+
+    obj = {"metadata": {"name": "k-abc", "uid": "u"}, "spec": {"owner": "alice", "kernelId": "abc", "profile": "small"},
+           "status": {"phase": RUNNING, "admitted": {"memory": GiB}, "gpu": {"sharing": sharing}}}
+    session = SimpleNamespace(kernels={"k-abc": obj}, listeners=[])
+    backend = SimpleNamespace(session=session, settings=SimpleNamespace(hibernation=None))
+    hook = ClusterHibernation(SimpleNamespace(backend=backend, recorder=None,
+                                              serverapp=SimpleNamespace(kernel_manager=None)))
+    ok, why = hook.can_hibernate(as_lease(obj))
+    assert ok is can and (words is None and why is None or words in why)
+    if can:
+        obj["status"].update(reason="HibernationRefused", message="its pod's memory limit …",
+                             hibernation={"reason": NODE_CAP})
+        assert hook.can_hibernate(as_lease(obj)) == (True, None)
+        obj["status"]["hibernation"]["reason"] = HOST_MEMORY
+        assert hook.can_hibernate(as_lease(obj)) == (False, "its pod's memory limit …")
