@@ -55,6 +55,8 @@ from ..cluster.resources import (
     API_VERSION,
     FAILED,
     GROUP,
+    HIBERNATED,
+    HIBERNATING,
     IMAGE_PULL,
     INVALID,
     KERNEL_KIND,
@@ -64,6 +66,7 @@ from ..cluster.resources import (
     LABEL_SERVER,
     PART_OF,
     QUOTA_EXCEEDED,
+    RESUMING,
     RUNNING,
     STARTING,
     STOPPED,
@@ -81,6 +84,8 @@ from ..config import ConfigError, GPUPool, load_settings
 from ..pool import UnknownProfile
 from .base import KernelStartRefused, PoolKernelProvisioner
 
+# The pod's kernel process lives: running, or hibernated (its GPU memory in host memory) or on the way.
+ALIVE = (RUNNING, HIBERNATING, HIBERNATED, RESUMING)
 log = logging.getLogger("jupyter_gpu_pool.kubernetes")
 _ASK_AGAIN = 2.0  # seconds between kernel_info requests while a kernel starts
 
@@ -201,7 +206,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
             return "failed"
         if st.get("launch") != self.launch:
             return "waiting"
-        if st.get("phase") == RUNNING and st.get("podIP"):
+        if st.get("phase") in ALIVE and st.get("podIP"):
             return "running"
         if st.get("phase") == STOPPED:
             return "failed"
@@ -356,7 +361,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
         if body is None:
             return 1  # deleted (by its owner, or as an orphan): the kernel is gone
         st = _status(body)
-        if st.get("launch") != self.launch or st.get("phase") in (STARTING, RUNNING):
+        if st.get("launch") != self.launch or st.get("phase") in (STARTING, *ALIVE):
             return None
         if st.get("exitCode") is not None:
             return int(st["exitCode"])

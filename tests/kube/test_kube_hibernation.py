@@ -352,3 +352,36 @@ async def test_a_gpukernel_edited_by_hand_cannot_name_another_pod_or_pid(cluster
             {"metadata": {"resourceVersion": "1"}, "spec": {"desiredState": DESIRED_RUNNING}},
             _content_type="application/merge-patch+json")
     assert stale.value.status == 409
+
+
+async def test_a_restarted_server_adopts_its_hibernated_kernel_and_keeps_it(cluster, operator_factory, server_config,
+                                                                            kube_sessions, jp_serverapp, kube, agent):
+    """A hibernated kernel's process lives on in its pod: a server started again adopts it (its heartbeat
+    kept past the operator's timeout), and it resumes with its variables."""
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    from jupyter_gpu_pool.cluster.session import KernelSession
+    from jupyter_gpu_pool.server_extension.adoption import adopt_kernels
+
+    await operator_factory(cluster, **HIBERNATING_HAMI)
+    first = jp_serverapp.kernel_manager
+    kernel_id = await first.start_kernel(kernel_name="gpu-pool-kubernetes-small")
+    name = kernel_name(kernel_id)
+    await report_usage(kube, name, 6 * GiB, [GPU_A])
+    await run_code(first.get_kernel(kernel_id), "x = 'asleep'")
+    await hibernate(kube, name)
+    km = first._kernels.pop(kernel_id)  # the first server dies: its watch and heartbeat stop
+    km.stop_restarter()
+    await KernelSession.close_all()
+
+    second = AsyncMappingKernelManager(parent=jp_serverapp, kernel_spec_manager=jp_serverapp.kernel_spec_manager)
+    assert await adopt_kernels(second) == [kernel_id]
+    adopted = second.get_kernel(kernel_id)
+    assert await adopted.is_alive()  # hibernated is not dead
+    await asyncio.sleep(6)  # past the operator's heartbeat timeout (4 s): the new server keeps it
+    assert await phase_is(kube, name, HIBERNATED)
+    await report_free(kube, NODE, {GPU_A: 30 * GiB})
+    await ask(kube, name, DESIRED_RUNNING)
+    await wait_until(lambda: phase_is(kube, name, RUNNING), timeout=20, what="the resume")
+    assert "asleep" in await run_code(adopted, "print(x)")
+    await second.shutdown_kernel(kernel_id)

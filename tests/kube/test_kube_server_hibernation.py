@@ -115,6 +115,10 @@ async def test_release_hibernates_a_cluster_kernel_and_a_cell_resumes_it_showing
             return k["state"] == "hibernated" and me["usage"]["memory"] == 0 and me["usage"]["kernels"] == 1
 
         await wait_until(shown_hibernated, timeout=20, what="GET me to show it hibernated, its slice free")
+        await asyncio.sleep(4)  # jupyter_server's restarter polls every 3 s: a sleeping kernel is not a dead one
+        obj = await kernel(kube, name)
+        assert obj["spec"]["launch"] == 1 and phase_of(obj) == HIBERNATED
+        assert kid in {k["id"] for k in body(await jp_fetch("api", "kernels"))}
         [node] = body(await jp_fetch(*API, "pool"))["gpus"]
         assert node["used_memory"] == 0
 
