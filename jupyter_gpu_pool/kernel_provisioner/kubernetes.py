@@ -53,6 +53,7 @@ from .. import compat
 from ..cluster.resources import (
     ANNOTATION_HEARTBEAT,
     API_VERSION,
+    DESIRED_RUNNING,
     FAILED,
     GROUP,
     HIBERNATED,
@@ -191,7 +192,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
         self.launch = int(existing["spec"]["launch"]) + 1
         patched = await session.custom.patch_namespaced_custom_object(
             GROUP, VERSION, session.namespace, KERNELS, self.name,
-            {"spec": {"launch": self.launch, "stopped": False},
+            {"spec": {"launch": self.launch, "stopped": False, "desiredState": DESIRED_RUNNING},  # a new kernel runs
              "metadata": {"annotations": {ANNOTATION_HEARTBEAT: f"{time.time():.3f}"}}}, _content_type=MERGE)
         await session.remember(patched)
         session.owned.add(self.name)

@@ -385,3 +385,24 @@ async def test_a_restarted_server_adopts_its_hibernated_kernel_and_keeps_it(clus
     await wait_until(lambda: phase_is(kube, name, RUNNING), timeout=20, what="the resume")
     assert "asleep" in await run_code(adopted, "print(x)")
     await second.shutdown_kernel(kernel_id)
+
+
+async def test_a_hibernated_kernel_restarted_runs_a_new_pod_that_stays_awake(cluster, operator_factory, kms, kube,
+                                                                             agent):
+    """A restart asks for a new launch: a new, empty kernel, not one to hibernate at once because the old
+    launch was asked to sleep."""
+    await operator_factory(cluster, **HIBERNATING_HAMI)
+    km, name = await start(kms, kube)
+    await hibernate(kube, name)
+    await km.restart_kernel(now=True)
+
+    async def relaunched():
+        obj = await kernel(kube, name)
+        return phase_of(obj) == RUNNING and obj["status"]["launch"] == 2
+
+    await wait_until(relaunched, timeout=30, what="the new launch to run")
+    await asyncio.sleep(2)
+    obj = await kernel(kube, name)
+    assert phase_of(obj) == RUNNING and obj["spec"]["desiredState"] == DESIRED_RUNNING
+    assert [phase for _, phase in agent.settled] == [HIBERNATED]  # only the first launch ever slept
+    assert "fresh" in await run_code(km, "print('fresh')")
