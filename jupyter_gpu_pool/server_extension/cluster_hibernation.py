@@ -72,6 +72,8 @@ class ClusterHibernation(HibernationHook):
                  status(obj).get("message"))
         if self._seen.get(kernel_id) != shown:
             self._seen[kernel_id] = shown
+            if event_type == "DELETED":
+                del self._seen[kernel_id]
             event = self._changed.pop(kernel_id, None)
             if event is not None:
                 event.set()
@@ -81,8 +83,9 @@ class ClusterHibernation(HibernationHook):
         return display_state(as_lease(obj)) if obj is not None else "released"
 
     async def _ask(self, kernel_id: str, state: str, reason: str) -> dict:
-        """Write spec.desiredState (and why) by compare-and-set on the object's resourceVersion; on a conflict
-        (its heartbeat, the operator), wait for the watch to bring the newer version and try again."""
+        """Write spec.desiredState (and, for a hibernation, why) by compare-and-set on the object's
+        resourceVersion; on a conflict (its heartbeat, the operator), wait for the watch to bring the newer
+        version and try again."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         session, name = self._session(), R.kernel_name(kernel_id)
@@ -96,7 +99,9 @@ class ClusterHibernation(HibernationHook):
                 written = await session.custom.patch_namespaced_custom_object(
                     R.GROUP, R.VERSION, session.namespace, R.KERNELS, name,
                     {"metadata": {"resourceVersion": version},
-                     "spec": {"desiredState": state, "hibernateReason": reason}}, _content_type=MERGE)
+                     "spec": {"desiredState": state, **({"hibernateReason": reason}
+                                                        if state == R.DESIRED_HIBERNATED else {})}},
+                    _content_type=MERGE)
             except ApiException as e:
                 if e.status == 404:
                     raise HibernationRefused("no_lease", "This kernel is gone.", status=404) from None
