@@ -406,3 +406,24 @@ async def test_a_hibernated_kernel_restarted_runs_a_new_pod_that_stays_awake(clu
     assert phase_of(obj) == RUNNING and obj["spec"]["desiredState"] == DESIRED_RUNNING
     assert [phase for _, phase in agent.settled] == [HIBERNATED]  # only the first launch ever slept
     assert "fresh" in await run_code(km, "print('fresh')")
+
+
+async def test_a_resume_waiting_through_an_api_server_outage_is_admitted_once_it_is_back(cluster, operator_factory,
+                                                                                        kms, kube, agent):
+    """For 4 s every request about GPUKernels answers 503 (the operator's status writes, its watch, the
+    agent's); the node's room is reported meanwhile. Once the API server answers again, the waiting
+    resume is admitted and settled: nothing was lost, and nothing moved twice.  (The server's heartbeats
+    fail too: the operator's heartbeat timeout is longer than the outage, as it is in a real cluster.)"""
+    await operator_factory(cluster, **HIBERNATING_HAMI, **{"GPUPoolOperator.heartbeat_timeout": 30})
+    await report_free(kube, NODE, {GPU_A: 2 * GiB})
+    km, name = await start(kms, kube)
+    await run_code(km, "x = 'through'")
+    await hibernate(kube, name)
+    await ask(kube, name, DESIRED_RUNNING)
+    await wait_until(lambda: phase_is(kube, name, HIBERNATED, WAITING_FOR_ROOM), timeout=20, what="the wait")
+    await cluster.fault(resources=["gpukernels"], status=503, seconds=4)
+    await report_free(kube, NODE, {GPU_A: 30 * GiB})  # Nodes still answer
+    await asyncio.sleep(4)
+    await wait_until(lambda: phase_is(kube, name, RUNNING), timeout=40, what="the resume after the outage")
+    assert [phase for _, phase in agent.settled] == [HIBERNATED, RUNNING]
+    assert "through" in await run_code(km, "print(x)")
