@@ -5,7 +5,7 @@ with positions until then), and faults: an operator restarted mid-move, a pod de
 a GPUKernel edited by hand.
 
 The node agent's moves (Hibernating -> Hibernated, Resuming -> Running) are made here by a test-only
-stand-in (``hibernation_standin.SettlingAgent``), which writes what the agent writes and moves nothing."""
+stand-in (``agent_standin.SettlingAgent``), which writes what the agent writes and moves nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import asyncio
 import time
 
 import pytest
-from hibernation_standin import SettlingAgent, ask, kernel, phase_of, report_free, report_usage
+from agent_standin import SettlingAgent, ask, kernel, phase_of, report_free, report_usage
 from kernel_helpers import run_code
 from kube_helpers import GiB, Kube, wait_until
 from kubernetes_asyncio.client.exceptions import ApiException

@@ -11,7 +11,7 @@ import json
 import uuid
 
 import pytest
-from hibernation_standin import SettlingAgent, kernel, phase_of, report_free, report_usage
+from agent_standin import SettlingAgent, kernel, phase_of, report_free, report_usage
 from kube_helpers import GiB, Kube, wait_until
 from traitlets.config import Config
 
