@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime
 
-from ..pool import ACTIVE, RELEASED, Lease, Usage
-from .resources import FAILED, PENDING, STARTING, STOPPED
+from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, Usage
+from ..pool import phases
+from .resources import (DESIRED_RUNNING, FAILED, HIBERNATED as HIBERNATED_PHASE, HIBERNATING, PENDING,
+                        QUOTA_EXCEEDED, RESUMING, STARTING, STOPPED, WAITING_FOR_ROOM)
 
 
 def spec(kernel: dict) -> dict:
@@ -42,6 +44,31 @@ def holds_quota(kernel: dict) -> bool:
         and not meta(kernel).get("deletionTimestamp")
 
 
+def hibernated(kernel: dict) -> bool:
+    """Whether the kernel's GPU memory is in host memory (phase Hibernated, a resume waiting or not):
+    its memory and SM share are free on its node, its kernel count stays (the same rule as
+    :func:`jupyter_gpu_pool.pool.quotas.usage_of` on one machine).  A kernel still Hibernating holds its
+    slice until the agent says its memory is out; a Resuming one holds it again from its admission."""
+    return holds_quota(kernel) and status(kernel).get("phase") == HIBERNATED_PHASE
+
+
+def desired(kernel: dict) -> str:
+    """What the kernel's server wants: spec.desiredState, Running when unset."""
+    return spec(kernel).get("desiredState") or DESIRED_RUNNING
+
+
+def hibernation(kernel: dict) -> dict:
+    return status(kernel).get("hibernation") or {}
+
+
+def gpu_devices(kernel: dict) -> tuple[str, ...]:
+    """The GPUs the kernel's memory lives on: where its checkpoint came from (the agent's record), else
+    where its pod runs (status.gpu.devices), else where the agent last saw it (status.usage.devices)."""
+    st = status(kernel)
+    return tuple(hibernation(kernel).get("devices") or (st.get("gpu") or {}).get("devices")
+                 or (st.get("usage") or {}).get("devices") or ())
+
+
 def held(kernel: dict) -> Usage:
     a = status(kernel).get("admitted") or {}
     return Usage(int(a.get("memory", 0)), int(a.get("smPercent", 0)), 1)
@@ -61,8 +88,8 @@ def as_lease(kernel: dict) -> Lease:
     a = st.get("admitted") or {}
     created = timestamp(m.get("creationTimestamp"))
     since = float(a.get("at") or created)
-    devices = tuple((st.get("usage") or {}).get("devices") or (st.get("gpu") or {}).get("devices") or ())
-    state = ACTIVE if holds_quota(kernel) else RELEASED
+    devices = gpu_devices(kernel)
+    state = (HIBERNATED if hibernated(kernel) else ACTIVE) if holds_quota(kernel) else RELEASED
     gpu_count = int(a.get("gpuCount", 1))
     return Lease(
         id=m.get("uid", m.get("name", "")), owner=s.get("owner", ""), kernel_id=s.get("kernelId", ""),
@@ -71,7 +98,24 @@ def as_lease(kernel: dict) -> Lease:
         whole=bool(a.get("whole", False)), gpu_count=gpu_count, state=state,
         gpus=devices if state == ACTIVE else (), last_gpus=devices, groups=tuple(a.get("groups") or ()),
         label=s.get("label", ""), created=created, updated=since, state_since=since, host=st.get("node", ""),
+        host_bytes=int(hibernation(kernel).get("bytes") or 0) if state == HIBERNATED else 0,
+        phase=_lease_phase(kernel) if state != RELEASED else "",
         reason=st.get("reason", "") if st.get("phase") in (FAILED, STOPPED) else "",
         extra={"namespace": m.get("namespace", ""), "name": m.get("name", ""), "phase": st.get("phase", ""),
                "pod": st.get("pod", ""), "message": st.get("message", ""), "progress": progress(kernel)},
     )
+
+
+def _lease_phase(kernel: dict) -> str:
+    """The move under way, in the pool core's words: hibernating, resuming (asked back, or admitted), or
+    queued (its resume waits for room on its node, or for its owner's quota)."""
+    phase = status(kernel).get("phase")
+    if phase == HIBERNATING:
+        return phases.HIBERNATING
+    if phase == RESUMING:
+        return phases.RESUMING
+    if phase == HIBERNATED_PHASE and desired(kernel) == DESIRED_RUNNING:  # asked back: admitted soon, or waiting
+        waiting = hibernation(kernel).get("queuePosition") is not None or status(kernel).get("reason") in (
+            WAITING_FOR_ROOM, QUOTA_EXCEEDED)
+        return phases.QUEUED if waiting else phases.RESUMING
+    return ""

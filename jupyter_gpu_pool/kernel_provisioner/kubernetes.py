@@ -53,8 +53,11 @@ from .. import compat
 from ..cluster.resources import (
     ANNOTATION_HEARTBEAT,
     API_VERSION,
+    DESIRED_RUNNING,
     FAILED,
     GROUP,
+    HIBERNATED,
+    HIBERNATING,
     IMAGE_PULL,
     INVALID,
     KERNEL_KIND,
@@ -64,6 +67,7 @@ from ..cluster.resources import (
     LABEL_SERVER,
     PART_OF,
     QUOTA_EXCEEDED,
+    RESUMING,
     RUNNING,
     STARTING,
     STOPPED,
@@ -82,6 +86,8 @@ from ..pool import UnknownProfile
 from ..pool.rules import FIRST_CELL
 from .base import KernelStartRefused, PoolKernelProvisioner
 
+# The pod's kernel process lives: running, or hibernated (its GPU memory in host memory) or on the way.
+ALIVE = (RUNNING, HIBERNATING, HIBERNATED, RESUMING)
 log = logging.getLogger("jupyter_gpu_pool.kubernetes")
 _ASK_AGAIN = 2.0  # seconds between kernel_info requests while a kernel starts
 
@@ -199,7 +205,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
         self.launch = int(existing["spec"]["launch"]) + 1
         patched = await session.custom.patch_namespaced_custom_object(
             GROUP, VERSION, session.namespace, KERNELS, self.name,
-            {"spec": {"launch": self.launch, "stopped": False},
+            {"spec": {"launch": self.launch, "stopped": False, "desiredState": DESIRED_RUNNING},  # a new kernel runs
              "metadata": {"annotations": {ANNOTATION_HEARTBEAT: f"{time.time():.3f}"}}}, _content_type=MERGE)
         await session.remember(patched)
         session.owned.add(self.name)
@@ -214,7 +220,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
             return "failed"
         if st.get("launch") != self.launch:
             return "waiting"
-        if st.get("phase") == RUNNING and st.get("podIP"):
+        if st.get("phase") in ALIVE and st.get("podIP"):
             return "running"
         if st.get("phase") == STOPPED:
             return "failed"
@@ -369,7 +375,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
         if body is None:
             return 1  # deleted (by its owner, or as an orphan): the kernel is gone
         st = _status(body)
-        if st.get("launch") != self.launch or st.get("phase") in (STARTING, RUNNING):
+        if st.get("launch") != self.launch or st.get("phase") in (STARTING, *ALIVE):
             return None
         if st.get("exitCode") is not None:
             return int(st["exitCode"])

@@ -40,14 +40,17 @@ from ..cluster.quotas import read_quotas
 from ..cluster.resources import claim_template_name
 from ..cluster.watch import list_all, list_and_watch
 from . import admission
-from ..cluster.resources import FAILED, GROUP, KERNELS, POLICIES, QUOTAS, RUNNING, STARTING, STOPPED, VERSION
+from ..cluster.resources import (DESIRED_HIBERNATED, DESIRED_RUNNING, FAILED, GROUP, HIBERNATED, HIBERNATING, KERNELS,
+                                 POLICIES, QUOTAS, RESUMING, RUNNING, STARTING, STOPPED, VERSION)
+from . import hibernation as moves
+from ..cluster.hibernation import HOST_MEMORY, NODE_CAP, UNSUPPORTED
 from .claims import ClaimTemplates, DeviceFacts
 from .diagnosis import claims_unmet, device_shortfall, diagnose
-from ..cluster.kernels import key, meta, spec, status
+from ..cluster.kernels import desired, gpu_devices, hibernation, key, meta, spec, status
 from .events import Events
 from .manifests import new_curve_keys, new_key, render_network_policy, render_pod, render_secret
 from .metrics import OperatorMetrics
-from .sharing import DRA
+from .sharing import DRA, quantity_value
 from .settings import OperatorSettings
 from .story import StartStories
 
@@ -57,6 +60,7 @@ MERGE = "application/merge-patch+json"
 KERNEL_POD_SELECTOR = (f"{resources.LABEL_COMPONENT}={resources.KERNEL_COMPONENT},"
                        f"{resources.LABEL_PART_OF}={resources.PART_OF}")
 Announce = Callable[[dict, str, str, str], Awaitable[None]]
+MOVING = (HIBERNATING, HIBERNATED, RESUMING)  # the kernel's GPU memory is (going) in host memory: the agent's
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,12 @@ class Refusal:
     launch: int
     wait: float
     retry_at: float
+
+
+def _node_memory(node: dict) -> int | None:
+    """A Node's allocatable memory in bytes (None where it does not say)."""
+    value = quantity_value(((node.get("status") or {}).get("allocatable") or {}).get("memory", ""))
+    return int(value) if value else None
 
 
 def _api_message(e: ApiException) -> str:
@@ -100,6 +110,7 @@ class Controller:
         self._gone: dict[str, float] = {}  # uid -> when: kernels deleted or found gone (late events must not revive them)
         self._rechecks: dict[tuple[str, str], asyncio.Task] = {}  # starting kernels, looked at again soon
         self._pod_watches: dict[str, asyncio.Task] = {}  # namespace -> its kernel-pod watch
+        self._pods_listed: set[str] = set()  # namespaces whose kernel pods have been listed once
         self.events = Events(self.core, clock)
         self.stories = StartStories(self.core, settings.progress_interval)
         self.claims = ClaimTemplates(settings, self.resource, self.events)  # dra
@@ -159,6 +170,10 @@ class Controller:
                         await self.pod_event("DELETED", pod)
             for pod in items:
                 await self.pod_event("MODIFIED", pod)
+            if namespace not in self._pods_listed:  # until now a kernel's pod was unknown, not known absent
+                self._pods_listed.add(namespace)
+                for k in [k for k in self.kernels if k[0] == namespace]:
+                    await self.reconcile(k)
 
         await list_and_watch(self.core.list_namespaced_pod, namespace, label_selector=KERNEL_POD_SELECTOR,
                              replace=listed, apply=self.pod_event, what=f"kernel pods in {namespace}")
@@ -297,9 +312,14 @@ class Controller:
                                             "message": "The kernel was stopped by its server."})
             return
         if pod is None:
+            if k[0] not in self._pods_listed:
+                return  # the operator just started: its pods' listing reconciles this kernel again
             st = status(kernel)
             if st.get("launch") == launch and st.get("phase") == STOPPED:
                 return  # this launch ran and ended; a new launch needs spec.launch + 1
+            if st.get("launch") == launch and st.get("phase") in MOVING:
+                await self._lost(kernel, "its pod was deleted")  # a new pod would be a new, empty kernel
+                return
             refused = self._refused.get(k)
             if refused is not None and refused.launch != launch:
                 del self._refused[k]  # a new launch starts afresh
@@ -341,21 +361,194 @@ class Controller:
         verdict = diagnose(pod, profile.name, rendering.description, now, self.settings.unschedulable_grace,
                            events, node, rendering.need, shortfall)
         pod_status = pod.get("status") or {}
+        phase_now = status(kernel).get("phase")
+        if phase_now in MOVING:
+            if verdict.phase != RUNNING:  # the process that held the kernel's memory is gone with its pod
+                await self._lost(kernel, verdict.message.rstrip("."))
+                await self._delete_pod(pod, 0)
+                return
+            await self._hibernation(kernel, pod, now)  # the phase is the agent's and the operator's admission's
+            return
         update = {"phase": verdict.phase, "reason": verdict.reason, "message": verdict.message, "launch": launch,
                   "pod": meta(pod)["name"], "podIP": pod_status.get("podIP"), "node": pod.get("spec", {}).get("nodeName"),
                   "exitCode": verdict.exit_code}
+        if verdict.phase == RUNNING and phase_now == RUNNING and \
+                status(kernel).get("reason") == resources.HIBERNATION_REFUSED:
+            del update["reason"], update["message"]  # the refusal's words stay until the server reads them
         if verdict.phase == RUNNING and status(kernel).get("phase") != RUNNING:
             update["runningAt"] = now
             started = status(kernel).get("startedAt")
             if started:
                 self.metrics.start_seconds.observe(max(now - started, 0))
-        await self._set_status(kernel, update)
+        kernel = await self._set_status(kernel, update)
+        if kernel is None:
+            return
+        if verdict.phase == RUNNING:
+            await self._hibernation(kernel, pod, now)
         if verdict.phase == STARTING:
             self._check_again(k)  # its message says how long, and why: keep the numbers true
         if verdict.phase == FAILED:
             self.metrics.launch_failures.labels(reason=verdict.reason).inc()
             await self.events.announce(kernel, "Warning", verdict.reason, verdict.message)
             await self._delete_pod(pod, 0)
+
+    # -- hibernation (docs/kubernetes.md): the server asks, the operator admits, the node agent moves --------
+
+    async def _hibernation(self, kernel: dict, pod: dict, now: float) -> None:
+        """Act on spec.desiredState of a kernel whose pod runs: admit a hibernation (Running -> Hibernating)
+        or a resume (Hibernated -> Resuming, or a place in its node's queue).  Hibernating -> Hibernated and
+        Resuming -> Running are the node agent's."""
+        phase, want = status(kernel).get("phase"), desired(kernel)
+        if phase == RUNNING and want == DESIRED_HIBERNATED:
+            await self._admit_hibernation(kernel, pod, now)
+        elif phase == HIBERNATED and want == DESIRED_RUNNING:
+            await self._admit_resumes(status(kernel).get("node") or "", now)
+        elif phase == HIBERNATED and want == DESIRED_HIBERNATED and (
+                hibernation(kernel).get("queuePosition") is not None
+                or status(kernel).get("reason") in (resources.WAITING_FOR_ROOM, resources.QUOTA_EXCEEDED)):
+            await self._set_status(kernel, {"reason": "", "message": "Hibernated: asked to stay so.",
+                                            **self._hibernation_changes(kernel, {"queuePosition": None})})
+
+    @staticmethod
+    def _hibernation_changes(kernel: dict, changes: dict) -> dict:
+        """``{"hibernation": changes}`` where they change status.hibernation (a None removes a field, as in a
+        merge patch), else nothing: a write that changes nothing is not made."""
+        current = hibernation(kernel)
+        merged = {k: v for k, v in {**current, **changes}.items() if v is not None}
+        return {"hibernation": changes} if merged != current else {}
+
+    async def _admit_hibernation(self, kernel: dict, pod: dict, now: float) -> None:
+        async with self._admission:
+            kernel = self.kernels.get(key(kernel), kernel)
+            if status(kernel).get("phase") != RUNNING or desired(kernel) != DESIRED_HIBERNATED:
+                return
+            node = status(kernel).get("node") or ""
+            moved = moves.gpu_bytes(kernel)
+            kind, refusal = UNSUPPORTED, moves.backend_refusal(self.settings.sharing,
+                                                               self.settings.hami_memory_scaling)
+            if refusal is None:
+                kind, refusal = HOST_MEMORY, moves.host_memory_refusal(pod, moved)
+            if refusal is None:
+                node_obj = await self._read_node(node)
+                node_memory = (_node_memory(node_obj) if node_obj is not None else None)
+                cap = self.settings.hibernated_cap_bytes(node_memory)
+                kind, refusal = NODE_CAP, moves.node_cap_refusal(kernel, list(self.kernels.values()), cap, moved,
+                                                                 node)
+            generation = meta(kernel).get("generation")
+            if refusal is not None:  # written again for a new request (generation), so that its server hears
+                if status(kernel).get("message") != refusal or status(kernel).get("observedGeneration") != generation:
+                    log.info("kernel %s/%s: hibernation refused: %s", *key(kernel), refusal)
+                    self.metrics.admissions.labels(result="hibernation_refused").inc()
+                    kernel = await self._set_status(kernel, {
+                        "reason": resources.HIBERNATION_REFUSED, "message": refusal, "observedGeneration": generation,
+                        **self._hibernation_changes(kernel, {"reason": kind, "message": refusal})})
+                    if kernel is not None:
+                        await self.events.announce(kernel, "Normal", resources.HIBERNATION_REFUSED, refusal)
+                return
+            why = spec(kernel).get("hibernateReason") or "idle"
+            moved_kernel = await self._move(kernel, {
+                "phase": HIBERNATING, "reason": "", "observedGeneration": generation,
+                "message": f"Hibernating ({why}): its GPU memory moves to host memory on node {node}.",
+                "hibernation": {"requestedAt": now, "reason": why, "message": "", "queuePosition": None,
+                                "devices": list(gpu_devices(kernel)) or None}})
+            if moved_kernel is not None:
+                log.info("kernel %s/%s: hibernation admitted (%s, about %d bytes)", *key(kernel), why, moved)
+                self.metrics.admissions.labels(result="hibernation").inc()
+
+    async def _admit_resumes(self, node: str, now: float) -> None:
+        """Serve the node's queue of resumes, first asked first, as far as its GPUs' free memory goes."""
+        async with self._admission:
+            kernels = list(self.kernels.values())
+            quotas = read_quotas(list(self.quotas.values()))
+            asked: dict[str, float] = {}
+            for k in moves.resume_order(kernels, node):  # a resume seen for the first time joins at the end
+                h = hibernation(k)
+                if float(h.get("requestedAt") or 0) <= float(h.get("hibernatedAt") or 0):
+                    asked[meta(k)["uid"]] = now
+            fit: list[dict] = []
+            for k in sorted(moves.resume_order(kernels, node), key=lambda k: (
+                    asked.get(meta(k)["uid"], float(hibernation(k).get("requestedAt") or 0)), meta(k)["name"])):
+                try:
+                    admission.admit_resume(k, quotas, kernels, now)
+                except PoolError as e:  # the owner's own quota: they wait without holding up the node's queue
+                    why = moves.quota_wait(e)
+                    await self._wait_resume(k, asked, None, resources.QUOTA_EXCEEDED, f"This kernel's resume is {why}.",
+                                            why)
+                    continue
+                fit.append(k)
+            if not fit:
+                return
+            node_obj = await self._read_node(node)
+            text = ((node_obj or {}).get("metadata", {}).get("annotations") or {}).get(resources.ANNOTATION_GPU_FREE)
+            admitted, waiting = moves.plan_resumes(fit, kernels, moves.FreeReading.parse(text), now,
+                                                   self.settings.gpu_free_max_age, self.settings.resume_margin)
+            for k in admitted:
+                moved = await self._move(k, {
+                    "phase": RESUMING, "reason": "", "observedGeneration": meta(k).get("generation"),
+                    "message": f"Resuming on node {node}: its GPU memory comes back from host memory.",
+                    "hibernation": {"queuePosition": None, "requestedAt": asked.get(meta(k)["uid"]), "message": ""}})
+                if moved is not None:
+                    log.info("kernel %s/%s: resume admitted on node %s", *key(k), node)
+                    self.metrics.admissions.labels(result="resume").inc()
+            for k in fit:
+                place = waiting.get(meta(k)["uid"])
+                if place is not None:
+                    await self._wait_resume(k, asked, place.position, resources.WAITING_FOR_ROOM,
+                                            f"Waiting to resume: position {place.position} in the queue of node "
+                                            f"{node}, {place.message}.", place.message)
+
+    async def _wait_resume(self, kernel: dict, asked: dict[str, float], position: int | None, reason: str,
+                           message: str, why: str) -> None:
+        """Leave a resume waiting, with its place and words (status.message the sentence, hibernation.message
+        what it waits for; written only when they change), and look at it again soon: room frees as the
+        node's agent reports."""
+        changes = {"queuePosition": position, "message": why}
+        if meta(kernel)["uid"] in asked:
+            changes["requestedAt"] = asked[meta(kernel)["uid"]]
+        await self._set_status(kernel, {"reason": reason, "message": message,
+                                        "observedGeneration": meta(kernel).get("generation"),
+                                        **self._hibernation_changes(kernel, changes)})
+        self._check_again(key(kernel))
+
+    async def _move(self, kernel: dict, changes: dict) -> dict | None:
+        """A phase move the operator admits, written by compare-and-set on the kernel's resourceVersion (the
+        node agent writes the other moves the same way); None when the kernel changed meanwhile (its watch
+        event brings it back here) or is gone."""
+        ns, name = key(kernel)
+        body = {"metadata": {"resourceVersion": meta(kernel).get("resourceVersion")}, "status": changes}
+        try:
+            written = await self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, KERNELS, name, body, _content_type=MERGE)
+        except ApiException as e:
+            if e.status == 409:
+                return None
+            if e.status == 404:
+                self._gone.setdefault(meta(kernel)["uid"], self.clock())
+                self._forget(key(kernel), meta(kernel)["uid"])
+                return None
+            raise
+        self._remember(written)
+        return self.kernels.get(key(written), written)
+
+    async def _lost(self, kernel: dict, what: str) -> None:
+        """The kernel's pod ended while its memory was in host memory (or moving): the kernel is gone, and
+        so is its hold on quotas (phase Failed); nothing restarts it as a new, empty kernel."""
+        state = {HIBERNATING: "hibernating", HIBERNATED: "hibernated", RESUMING: "resuming"}.get(
+            status(kernel).get("phase"), "hibernated")
+        await self._fail(kernel, resources.PREEMPTED,
+                         f"The kernel's pod ended while the kernel was {state} ({what}): its variables are lost, "
+                         "and its GPU slice is free again. Start the kernel again to go on.")
+
+    async def _read_node(self, name: str) -> dict | None:
+        if not name:
+            return None
+        try:
+            node = await self.core.read_node(name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return self.core.api_client.sanitize_for_serialization(node)
 
     # -- pieces -------------------------------------------------------------------------------
 

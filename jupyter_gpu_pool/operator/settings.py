@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traitlets import Bool, Dict, Enum, Int, List, TraitError, Unicode
+from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Unicode
 from traitlets.config import Config, Configurable
 
 from ..config import ConfigError, GPUPool
 from ..pool import Profile, parse_size
+from ..pool.hibernation import parse_host_memory
 from ..traits import Seconds
 from .sharing import BACKENDS, DRA, DRA_MIG, DRA_SHARES, HAMI, MIG, TIME_SLICE_INTERVALS, MigProfile, Rendering, \
     Sharing, SharingError, render
@@ -139,6 +140,24 @@ class GPUPoolOperator(Configurable):
 
     metrics_port = Int(9090, help="Port of the operator's Prometheus /metrics (0: off).").tag(config=True)
 
+    hami_memory_scaling = Float(1.0, help="""'hami': the deviceMemoryScaling of HAMi's device plugin on the GPU
+        nodes (write the same number here).  Above 1, a node admits more kernels' GPU memory than its GPUs
+        hold, so a hibernated kernel's memory can be used by others: kernels may hibernate, and the operator
+        resumes one only into memory that is physically free.  At 1 (HAMi's default), hibernation is
+        refused: the hibernated pod keeps its nvidia.com/gpumem at the scheduler.""").tag(config=True)
+
+    hibernated_memory_per_node = Unicode("50%", help="""The most host memory that hibernated kernels may hold
+        on one node: a size ('128GiB'), a share of the node's allocatable memory ('50%'), or 'none'.  A
+        hibernation that would pass it is refused (the kernel keeps running), as the host-RAM cap
+        (GPUPool.hibernation_host_memory) does on one machine.""").tag(config=True)
+
+    resume_margin = Unicode("1GiB", help="""GPU memory a resume needs free on its GPU beyond its checkpoint, in
+        the node agent's NVML reading (safe wake: a restore that runs out of memory can leave the kernel stuck
+        checkpointed).""").tag(config=True)
+
+    gpu_free_max_age = Seconds(60.0, help="""A node's free GPU memory reading (written by its agent) older than
+        this counts as no room: resumes on that node wait until the agent reports again.""").tag(config=True)
+
 
 @dataclass(frozen=True)
 class OperatorSettings:
@@ -169,6 +188,20 @@ class OperatorSettings:
     transport_encryption: bool = True
     api_retry_first: float = 1.0
     api_retry_max: float = 30.0
+    hami_memory_scaling: float = 1.0
+    hibernated_cap: tuple[int | None, float | None] = (None, 50.0)  # bytes, or percent of the node's memory
+    resume_margin: int = 2**30
+    gpu_free_max_age: float = 60.0
+
+    def hibernated_cap_bytes(self, node_memory: int | None) -> int | None:
+        """The per-node cap on hibernated bytes for a node with ``node_memory`` allocatable (None: no cap;
+        a share of an unknown node's memory caps nothing)."""
+        size, percent = self.hibernated_cap
+        if size is not None:
+            return size
+        if percent is None or not node_memory:
+            return None
+        return int(node_memory * percent / 100)
 
     @property
     def ports(self) -> dict[str, int]:
@@ -210,6 +243,17 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
                           f"not {op.port_base}")
     if op.run_as_user == 0:
         raise ConfigError("GPUPoolOperator.run_as_user must not be 0: kernels never run as root")
+    if not op.hami_memory_scaling > 0:
+        raise ConfigError(f"GPUPoolOperator.hami_memory_scaling must be above 0 (HAMi's deviceMemoryScaling), "
+                          f"not {op.hami_memory_scaling}")
+    try:
+        hibernated_cap = parse_host_memory(op.hibernated_memory_per_node)
+    except ValueError as e:
+        raise ConfigError(f"GPUPoolOperator.hibernated_memory_per_node: {e}") from None
+    try:
+        resume_margin = parse_size(op.resume_margin)
+    except ValueError as e:
+        raise ConfigError(f"GPUPoolOperator.resume_margin: {e}") from None
     for key in op.resources:
         if key not in ("requests", "limits"):
             raise ConfigError(f"GPUPoolOperator.resources has an unknown key {key!r}; the keys are requests, limits")
@@ -223,5 +267,6 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
         heartbeat_timeout=op.heartbeat_timeout, unschedulable_grace=op.unschedulable_grace,
         namespaces=tuple(op.namespaces), metrics_port=op.metrics_port, progress_interval=op.progress_interval,
         transport_encryption=op.transport_encryption, api_retry_first=op.api_retry_first,
-        api_retry_max=max(op.api_retry_max, op.api_retry_first),
+        api_retry_max=max(op.api_retry_max, op.api_retry_first), hami_memory_scaling=op.hami_memory_scaling,
+        hibernated_cap=hibernated_cap, resume_margin=resume_margin, gpu_free_max_age=op.gpu_free_max_age,
     )

@@ -1,4 +1,4 @@
-"""Re-adoption: a server killed and started again serves its running cluster kernels again.
+"""Re-adoption: a server killed and started again serves its running (or hibernated) cluster kernels again.
 
 A server started with the same ``server_id`` finds its GPUKernels still running
 (within the operator's heartbeat timeout) and puts each into jupyter_server's
@@ -10,10 +10,13 @@ kernel manager's bookkeeping is filled in through ``jupyter_gpu_pool.compat``.
 
 from __future__ import annotations
 
-from ..cluster.resources import LABEL_SERVER, RUNNING, label_value
+from ..cluster.resources import HIBERNATED, HIBERNATING, LABEL_SERVER, RESUMING, RUNNING, label_value
 from ..cluster.session import KernelSession
 from ..cluster.settings import GPUPoolKubernetes, kubernetes_settings
 from .. import compat
+
+
+ALIVE = (RUNNING, HIBERNATING, HIBERNATED, RESUMING)  # a hibernated kernel's process lives on: adopted too
 
 
 async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = None) -> list[str]:
@@ -30,7 +33,7 @@ async def adopt_kernels(kernel_manager, settings: GPUPoolKubernetes | None = Non
         kernel_id = spec.get("kernelId")
         if (body["metadata"].get("labels") or {}).get(LABEL_SERVER) != mine:
             continue  # another server's kernel
-        if not kernel_id or kernel_id in kernel_manager or st.get("phase") != RUNNING:
+        if not kernel_id or kernel_id in kernel_manager or st.get("phase") not in ALIVE:
             continue
         km = kernel_manager.kernel_manager_factory(parent=kernel_manager, log=kernel_manager.log,
                                                    kernel_name=spec.get("kernelName") or "")

@@ -93,13 +93,19 @@ class GPUPoolExtension(ExtensionApp):
     ).tag(config=True)
 
     hibernator_class = Type(
-        default_value="jupyter_gpu_pool.server_extension.hibernation_hook.PoolHibernation", allow_none=True,
-        klass=HibernationHook,
+        allow_none=True, klass=HibernationHook,
         help="""The hibernation hook: a subclass of jupyter_gpu_pool.server_extension.hibernation_hook.HibernationHook,
-        built as ``hibernator_class(parent=extension)``.  The default moves idle kernels' GPU memory to host RAM
-        (docs/hibernation.md).  None: no hibernation; rules whose action is 'hibernate' shut kernels down
-        instead, and say why.""",
+        built as ``hibernator_class(parent=extension)``.  The default moves idle kernels' GPU memory to host RAM:
+        on this machine (PoolHibernation, docs/hibernation.md), or, with pool_backend 'kubernetes', through the
+        kernels' GPUKernels, the cluster's operator and node agent (ClusterHibernation, docs/kubernetes.md).
+        None: no hibernation; rules whose action is 'hibernate' shut kernels down instead, and say why.""",
     ).tag(config=True)
+
+    @default("hibernator_class")
+    def _default_hibernator_class(self):
+        if self.pool_backend == "kubernetes":
+            return "jupyter_gpu_pool.server_extension.cluster_hibernation.ClusterHibernation"
+        return "jupyter_gpu_pool.server_extension.hibernation_hook.PoolHibernation"
 
     cull_concurrency = Count(
         10, minimum=1,
@@ -154,6 +160,12 @@ class GPUPoolExtension(ExtensionApp):
         self.sampler = self.backend.make_sampler(source, self.backend.policy.thresholds, self.telemetry_history)
         if self.hibernator is None:
             wanted = self.hibernator_class if self.backend.hibernation and self.hibernator_class else HibernationHook
+            if wanted.pool_backend not in (None, self.pool_backend):
+                self._refuse(ConfigError(f"GPUPoolExtension.hibernator_class: {wanted.__name__} hibernates kernels of "
+                                         f"the {wanted.pool_backend!r} pool, not of pool_backend "
+                                         f"{self.pool_backend!r}; leave hibernator_class unset for the default"),
+                             self.exit_on_config_error)
+                wanted = HibernationHook
             self.hibernator = wanted(parent=self)
         km = self.serverapp.kernel_manager
         sampling = self.backend.trace_sampling

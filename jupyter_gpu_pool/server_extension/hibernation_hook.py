@@ -5,7 +5,8 @@ hibernation, with defaults for a server without it (nothing can hibernate; the p
 kernels down and says why).  :class:`PoolHibernation` is the one that moves GPU memory: built by
 the extension as ``PoolHibernation(parent=extension)``, it runs the hibernator's upkeep (evictions
 past the host-RAM cap, kernels a previous server left mid-move) and puts what the hibernator did on
-record through the extension's recorder.  It ``resumes``, so the extension (``app``) serves the
+record through the extension's recorder (its cluster counterpart, for kernels in pods, is
+``cluster_hibernation.ClusterHibernation``).  Each ``resumes``, so the extension (``app``) serves the
 ``POST kernels/{id}/resume`` handler and installs transparent resume on the kernel websockets (a cell
 run on a hibernated kernel resumes it and then runs); the hook itself knows nothing of HTTP.
 
@@ -23,9 +24,10 @@ import time
 import weakref
 from abc import ABC
 
+from ..devices.checkpoint import DECLARED_NOTE
 from ..hibernation import HibernationError, HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..periodic import every
-from ..pool import Lease
+from ..pool import ACTIVE, Lease
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,8 @@ class HibernationHook(ABC):
     #: Whether the hook resumes kernels itself: the extension then serves ``POST kernels/{id}/resume``
     #: and holds cells sent to a sleeping kernel until it has resumed (transparent resume).
     resumes = False
+    #: The pool it works on (``GPUPoolExtension.pool_backend``: local or kubernetes); None: either.
+    pool_backend: str | None = None
 
     def __init__(self, parent=None, **kwargs):
         self.extension = parent
@@ -76,6 +80,42 @@ class HibernationHook(ABC):
         """Why the kernel's queued resume waits, where not for a free slice (no I/O)."""
         return None
 
+    def queue_position(self, kernel_id: str) -> int | None:
+        """The kernel's place in the queue while its resume waits there (no I/O)."""
+        return None
+
+    @property
+    def declared(self) -> bool:
+        """The GPUs are declared, not real: a move has no GPU memory to carry."""
+        return False
+
+    def shown(self, kernel_id: str) -> str:
+        """The kernel's state as the UI shows it (active, hibernating, hibernated, resuming, queued; no I/O)."""
+        return ACTIVE
+
+    async def wait_change(self, kernel_id: str, timeout: float) -> str:
+        """Wait up to ``timeout`` for the kernel's shown state or queue position to change; the state then."""
+        await asyncio.sleep(timeout)
+        return self.shown(kernel_id)
+
+    def resume_notice(self, kernel_id: str) -> str:
+        """What a cell held for the kernel's resume shows meanwhile (no I/O)."""
+        position, reason = self.queue_position(kernel_id), self.queue_reason(kernel_id)
+        if self.first_slice(kernel_id):
+            if position is not None:
+                return (f"Waiting for a GPU slice for this kernel's first cell: position {position} in the queue. "
+                        "The cell runs as soon as the kernel has its GPU.")
+            return "This kernel takes its GPU slice now (it holds none until a cell runs). The cell runs next."
+        if position is not None and reason:
+            return (f"This kernel's resume is {reason}. Position {position} in the queue; the cell runs as soon "
+                    "as the kernel has resumed.")
+        if position is not None:
+            return (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
+                    "The cell runs as soon as the kernel has resumed.")
+        if self.declared:
+            return f"Resuming this kernel ({DECLARED_NOTE}): it takes a GPU slice again. The cell runs next."
+        return "Resuming this kernel: its GPU memory is coming back from host RAM. The cell runs next."
+
     def first_slice(self, kernel_id: str) -> bool:
         """Whether the kernel's next slice is its first (it started without one: the words differ; no I/O)."""
         return False
@@ -99,6 +139,7 @@ class PoolHibernation(HibernationHook):
 
     enabled = True
     resumes = True
+    pool_backend = "local"
 
     def __init__(self, parent, upkeep_interval: float = 5.0):
         super().__init__(parent)
@@ -142,6 +183,19 @@ class PoolHibernation(HibernationHook):
 
     def queue_reason(self, kernel_id: str) -> str | None:
         return self.hibernator.queue_reason(kernel_id)
+
+    def queue_position(self, kernel_id: str) -> int | None:
+        return self.hibernator.queue_position(kernel_id)
+
+    @property
+    def declared(self) -> bool:
+        return self.hibernator.declared
+
+    def shown(self, kernel_id: str) -> str:
+        return self.hibernator.shown(kernel_id)
+
+    async def wait_change(self, kernel_id: str, timeout: float) -> str:
+        return await self.hibernator.wait_change(kernel_id, timeout)
 
     def first_slice(self, kernel_id: str) -> bool:
         return self.hibernator.first_slice(kernel_id)

@@ -31,7 +31,6 @@ import uuid
 from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 
-from ..devices.checkpoint import DECLARED_NOTE
 from ..hibernation import HibernationError
 from ..pool.phases import QUEUED
 
@@ -94,25 +93,7 @@ class TransparentResume:
 
     def _notice(self) -> dict:
         hook = self._hook
-        position = hook.hibernator.queue_position(self.kernel_id) if hook is not None else None
-        reason = hook.queue_reason(self.kernel_id) if hook is not None else None
-        declared = hook is not None and hook.hibernator.declared
-        if hook is not None and hook.first_slice(self.kernel_id):
-            if position is not None:
-                text = (f"Waiting for a GPU slice for this kernel's first cell: position {position} in the queue. "
-                        "The cell runs as soon as the kernel has its GPU.")
-            else:
-                text = "This kernel takes its GPU slice now (it holds none until a cell runs). The cell runs next."
-        elif position is not None and reason:
-            text = (f"This kernel's resume is {reason}. Position {position} in the queue; the cell runs as soon "
-                    "as the kernel has resumed.")
-        elif position is not None:
-            text = (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
-                    "The cell runs as soon as the kernel has resumed.")
-        elif declared:
-            text = f"Resuming this kernel ({DECLARED_NOTE}): it takes a GPU slice again. The cell runs next."
-        else:
-            text = "Resuming this kernel: its GPU memory is coming back from host RAM. The cell runs next."
+        text = hook.resume_notice(self.kernel_id) if hook is not None else "Resuming this kernel."
         return {"data": {"text/plain": text}, "metadata": {}}
 
     async def _resume_then_forward(self) -> None:
@@ -120,9 +101,9 @@ class TransparentResume:
         error: Exception | None = None
         try:
             task = hook.start_resume(kernel_id, "cell")
-            shown = hook.hibernator.shown(kernel_id)
+            shown = hook.shown(kernel_id)
             while not task.done():
-                changed = await hook.hibernator.wait_change(kernel_id, 5.0)
+                changed = await hook.wait_change(kernel_id, 5.0)
                 if changed != shown or changed == QUEUED:
                     shown = changed
                     self._update_notices()

@@ -13,7 +13,9 @@ one reads from the cluster, without a handler or the culler changing:
 - telemetry: each kernel's ``status.usage``, written by the node agent from NVML;
 - the journal: this server's own decisions, plus refusals the operator wrote on its kernels.
 
-Hibernation is not offered: a kernel's process lives in its pod, out of the server's reach.
+Hibernation goes through the kernels' GPUKernels (``cluster_hibernation.ClusterHibernation``, the default
+hook here): the server asks in the spec, the operator admits and the node agent moves the pod's GPU memory.
+A hibernated kernel's slice is free in the pool view, as the operator counts it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..cluster.quotas import read_quotas
 from ..cluster.resources import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
 from ..cluster.session import KernelSession
 from ..cluster.settings import kubernetes_settings
-from ..pool import DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
+from ..pool import ACTIVE, DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
 from ..pool.rules import Policy, PolicyError, parse_policy
 from .adoption import adopt_kernels
 from .backend import PoolBackend
@@ -43,6 +45,8 @@ NODE_PREFIX = "node/"
 
 class KubernetesBackend(PoolBackend):
     """The pool of a cluster: kernels as GPUKernel objects, watched; quotas and policy from the cluster."""
+
+    hibernation = True  # through the GPUKernels (the operator and the node agent move the memory)
 
     def __init__(self, parent_config):
         self.settings = load_settings(parent_config)
@@ -175,14 +179,15 @@ class KubernetesBackend(PoolBackend):
 
     def leases(self) -> list[Lease]:
         kernels = list(self.session.kernels.values()) if self.session else []
-        return [dataclasses.replace(lease, gpus=(NODE_PREFIX + lease.host,) if lease.host else ())
+        return [dataclasses.replace(lease, gpus=(NODE_PREFIX + lease.host,) if lease.host and lease.state == ACTIVE
+                                    else (), last_gpus=(NODE_PREFIX + lease.host,) if lease.host else ())
                 for lease in (as_lease(k) for k in kernels if holds_quota(k))]
 
     async def snapshot(self) -> Snapshot:
         leases = self.leases()
         usage = []
         for gpu in self._nodes:
-            here = [lease for lease in leases if lease.gpus and lease.gpus[0] == gpu.uuid]
+            here = [lease for lease in leases if lease.gpus and lease.gpus[0] == gpu.uuid and lease.state == ACTIVE]
             usage.append(GPUUsage(gpu=gpu, memory=sum(lease.total_memory for lease in here),
                                   sm_percent=sum(lease.total_sm for lease in here), leases=len(here)))
         return Snapshot(at=time.time(), gpus=usage, leases=leases, waiters=[])

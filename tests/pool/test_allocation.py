@@ -186,3 +186,59 @@ def test_the_ledger_and_the_operator_admission_give_the_same_answer(tmp_path, cl
         assert local_error.scope == cluster_error.scope == expected
         assert (local_error.resource, local_error.limit, local_error.used, local_error.asked) == \
             (cluster_error.resource, cluster_error.limit, cluster_error.used, cluster_error.asked)
+
+
+@pytest.mark.parametrize("asked_gib, kernels_limit, expected", [
+    (15, 3, "grant"),  # ann: 20 GiB running + 25 hibernated (free): 20 + 15 fits 40; the group's 50 + 15 fits 65
+    (25, 3, "user"),  # 20 + 25 passes her 40 GiB all the same: the running kernel still counts
+    (5, 2, "user"),  # her hibernated kernel is still a kernel: a third passes a limit of 2 kernels
+    (20, 3, "students"),  # the group: 20 + 30 running (both hibernated kernels free) + 20 = 70 > 65
+])
+def test_the_ledger_and_the_operator_agree_on_hibernated_kernels(tmp_path, clock, asked_gib, kernels_limit,
+                                                                   expected):
+    """Hibernated kernels, the same holdings given to both stores: their memory counts as free and each
+    stays a kernel, in the local ledger (state hibernated) and in the operator's admission (a GPUKernel in
+    phase Hibernated), with the same answer and the same numbers in a refusal."""
+    from jupyter_gpu_pool.pool import HIBERNATED
+    from jupyter_gpu_pool.pool.phases import HIBERNATING
+
+    ledger = Ledger(tmp_path / "ledger.sqlite", clock=clock)
+    ledger.sync_gpus(gpus(80, 80, 80, 80))
+    members = ["ann", "bea"]
+    quotas = build_quota_book({}, {"students": {"memory": "65GiB"}},
+                              {"memory": "40GiB", "kernels": kernels_limit}, {"students": members})
+    objects = quota_objects("40GiB", "65GiB", members)
+    objects[0]["spec"]["kernels"] = kernels_limit
+    book = read_quotas(objects)
+    assert book.book == quotas
+    held = [("ann", 25, True), ("ann", 20, False), ("bea", 30, True), ("bea", 30, False)]  # each hibernated in turn
+    kernels = []
+    for i, (owner, gib, asleep) in enumerate(held):
+        lease = ledger.allocate(request(owner=owner, slice_text=f"{gib}GiB", groups=quotas.groups_of(owner)), quotas)
+        kernel = cluster_kernel(f"uid-{i}", owner, gib * GiB, quotas.groups_of(owner))
+        if asleep:
+            ledger.set_phase(lease.id, HIBERNATING, expect="")
+            assert ledger.hibernate(lease.id, gib * GiB).state == HIBERNATED
+            kernel["status"]["phase"] = "Hibernated"
+            kernel["status"]["hibernation"] = {"bytes": gib * GiB, "devices": ["GPU-x"]}
+        kernels.append(kernel)
+    ask = request(owner="ann", slice_text=f"{asked_gib}GiB", groups=quotas.groups_of("ann"))
+    local_answer = local_error = cluster_error = None
+    try:
+        local_answer = ledger.allocate(ask, quotas)
+    except QuotaExceeded as e:
+        local_error = e
+    new = cluster_kernel("uid-new", "ann", 0)
+    new["status"] = {}
+    try:
+        admission.admit(new, ask.profile.name, "hami", Rendering({}, {}, asked_gib * GiB, 0, ""), book, kernels,
+                        now=ledger.clock())
+    except QuotaExceeded as e:
+        cluster_error = e
+    if expected == "grant":
+        assert local_answer is not None and cluster_error is None, (local_error, cluster_error)
+    else:
+        assert local_error is not None and cluster_error is not None, (local_answer, cluster_error)
+        assert local_error.scope == cluster_error.scope == expected
+        assert (local_error.resource, local_error.limit, local_error.used, local_error.asked) == \
+            (cluster_error.resource, cluster_error.limit, cluster_error.used, cluster_error.asked)

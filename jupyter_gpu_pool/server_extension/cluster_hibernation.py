@@ -1,0 +1,326 @@
+"""Hibernation of cluster kernels, the Jupyter server's side: the hook (``HibernationHook``) of a server
+whose kernels run in pods (``GPUPoolExtension.pool_backend = "kubernetes"``).
+
+The server asks and the cluster moves (docs/kubernetes.md, "Hibernation"): to hibernate, it releases the
+framework's cached GPU memory over the kernel's own channel (as on one machine), then writes
+``spec.desiredState = Hibernated`` on the kernel's GPUKernel with the object's resourceVersion
+(compare-and-set), and waits for the operator's admission and the node agent's checkpoint in the
+status.  To resume (a cell on a hibernated kernel, or ``POST …/resume``), it writes ``Running`` and
+holds the cell until the phase is Running, showing the queue position the operator writes.  Nothing
+here touches a process: the kernel's pod is out of the server's reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ..cluster import resources as R
+from ..cluster.hibernation import HOST_MEMORY, LASTING, NODE_CAP, never_hands_back
+from ..cluster.kernels import as_lease, desired, hibernation, meta, status
+from ..hibernation import HibernationFailed, HibernationRefused, Kernels, Outcome
+from ..pool import ACTIVE, Lease, format_size
+from ..pool.phases import display_state
+from .hibernation_hook import HibernationHook
+
+log = logging.getLogger(__name__)
+
+MERGE = "application/merge-patch+json"
+ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
+ADMISSION_TIMEOUT = 30.0  # seconds for the operator to answer a hibernation request (it may be down)
+MOVE_TIMEOUT = 300.0  # seconds for the node agent to checkpoint (32 GiB took 18 s on an H100)
+REFUSAL_WORDS = {HOST_MEMORY: "host_memory", NODE_CAP: "node_cap"}
+
+
+class ClusterHibernation(HibernationHook):
+    """The hibernation hook of a Jupyter server on a cluster: requests through the kernels' GPUKernels."""
+
+    enabled = True
+    resumes = True
+    pool_backend = "kubernetes"
+
+    def __init__(self, parent):
+        super().__init__(parent)
+        self.backend = parent.backend
+        self.recorder = parent.recorder
+        self.kernels = Kernels(parent.serverapp.kernel_manager)
+        self.settings = self.backend.settings.hibernation
+        self._listening = None  # the session the listener is on
+        self._resumes: dict[str, asyncio.Task] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._seen: dict[str, tuple] = {}
+        self._recording: set[asyncio.Future] = set()
+
+    # -- the kernel's object ----------------------------------------------------------------------
+
+    def _session(self):
+        session = self.backend.session
+        if session is not None and self._listening is not session:
+            session.listeners.append(self._heard)
+            self._listening = session
+        return session
+
+    def _obj(self, kernel_id: str) -> dict | None:
+        session = self._session()
+        return session.kernels.get(R.kernel_name(kernel_id)) if session is not None else None
+
+    def _heard(self, event_type: str, obj: dict) -> None:
+        """A kernel's object changed: wake whoever waits for what the UI shows of it (not for heartbeats)."""
+        kernel_id = (obj.get("spec") or {}).get("kernelId", "")
+        shown = (None if event_type == "DELETED" else self._shown_of(obj), hibernation(obj).get("queuePosition"),
+                 status(obj).get("message"))
+        if self._seen.get(kernel_id) != shown:
+            self._seen[kernel_id] = shown
+            if event_type == "DELETED":
+                del self._seen[kernel_id]
+            event = self._changed.pop(kernel_id, None)
+            if event is not None:
+                event.set()
+
+    @staticmethod
+    def _shown_of(obj: dict | None) -> str:
+        return display_state(as_lease(obj)) if obj is not None else "released"
+
+    async def _ask(self, kernel_id: str, state: str, reason: str) -> dict:
+        """Write spec.desiredState (and, for a hibernation, why) by compare-and-set on the object's
+        resourceVersion; on a conflict (its heartbeat, the operator), wait for the watch to bring the newer
+        version and try again."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        session, name = self._session(), R.kernel_name(kernel_id)
+        for _ in range(20):
+            obj = session.kernels.get(name) if session is not None else None
+            if obj is None:
+                raise HibernationRefused("no_lease", "This kernel holds no GPU slice in the cluster, so there is "
+                                                     "nothing to move.", status=404)
+            version = meta(obj).get("resourceVersion")
+            try:
+                written = await session.custom.patch_namespaced_custom_object(
+                    R.GROUP, R.VERSION, session.namespace, R.KERNELS, name,
+                    {"metadata": {"resourceVersion": version},
+                     "spec": {"desiredState": state, **({"hibernateReason": reason}
+                                                        if state == R.DESIRED_HIBERNATED else {})}},
+                    _content_type=MERGE)
+            except ApiException as e:
+                if e.status == 404:
+                    raise HibernationRefused("no_lease", "This kernel is gone.", status=404) from None
+                if e.status != 409:
+                    raise
+                try:
+                    await session.wait_for(name, lambda o, v=version: o is None or meta(o).get("resourceVersion") != v,
+                                           2.0)
+                except TimeoutError:
+                    pass
+                continue
+            await session.remember(written)
+            return written
+        raise HibernationRefused("in_progress", "This kernel's object kept changing; try again in a moment.")
+
+    async def _wait(self, kernel_id: str, done, timeout: float | None) -> dict | None:
+        session = self._session()
+        return await session.wait_for(R.kernel_name(kernel_id), lambda o: o is None or done(o), timeout)
+
+    # -- what the culler, the handlers and the websockets ask (no I/O) ----------------------------------
+
+    def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
+        obj = self._obj(lease.kernel_id)
+        if obj is None:
+            return False, "its GPUKernel is not known to this server yet"
+        st = status(obj)
+        never = never_hands_back((st.get("gpu") or {}).get("sharing", ""))
+        if never is not None:
+            return False, never.why
+        if st.get("reason") == R.HIBERNATION_REFUSED and hibernation(obj).get("reason") in LASTING:
+            return False, st.get("message") or "the operator refused its hibernation"
+        return True, None
+
+    def shown(self, kernel_id: str) -> str:
+        obj = self._obj(kernel_id)
+        return self._shown_of(obj) if obj is not None else ACTIVE
+
+    def asleep(self, kernel_id: str) -> bool:
+        obj = self._obj(kernel_id)
+        return obj is not None and status(obj).get("phase") in (R.HIBERNATING, R.HIBERNATED, R.RESUMING)
+
+    def queue_position(self, kernel_id: str) -> int | None:
+        obj = self._obj(kernel_id)
+        if obj is None or status(obj).get("phase") != R.HIBERNATED or desired(obj) != R.DESIRED_RUNNING:
+            return None
+        return hibernation(obj).get("queuePosition")
+
+    def queue_reason(self, kernel_id: str) -> str | None:
+        obj = self._obj(kernel_id)
+        if obj is None or status(obj).get("reason") not in (R.WAITING_FOR_ROOM, R.QUOTA_EXCEEDED):
+            return None
+        return hibernation(obj).get("message") or None
+
+    def resume_notice(self, kernel_id: str) -> str:
+        obj = self._obj(kernel_id)
+        st = status(obj) if obj is not None else {}
+        position, why = self.queue_position(kernel_id), self.queue_reason(kernel_id)
+        if position is not None:
+            why = why or "waiting for room on its GPU"
+            return (f"Waiting to resume this kernel: position {position} in its node's queue ({why}). The cell "
+                    "runs as soon as the kernel has resumed.")
+        if st.get("reason") == R.QUOTA_EXCEEDED and why:
+            return f"This kernel's resume is {why}. The cell runs as soon as the kernel has resumed."
+        return ("Resuming this kernel: its GPU memory is coming back from host memory on its node. The cell runs "
+                "next.")
+
+    async def wait_change(self, kernel_id: str, timeout: float) -> str:
+        event = self._changed.setdefault(kernel_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        return self.shown(kernel_id)
+
+    async def settle(self, kernel_id: str, timeout: float) -> None:
+        def placed(o: dict) -> bool:
+            return status(o).get("phase") in (R.RESUMING, R.RUNNING) or hibernation(o).get("queuePosition") is not None
+
+        try:
+            await self._wait(kernel_id, placed, timeout)
+        except TimeoutError:
+            pass
+
+    # -- hibernate ---------------------------------------------------------------------------------
+
+    async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
+        obj = self._obj(kernel_id)
+        if obj is None:
+            raise HibernationRefused("no_lease", "This kernel holds no GPU slice in the cluster, so there is nothing "
+                                                 "to hibernate.", status=404)
+        phase = status(obj).get("phase")
+        if phase == R.HIBERNATED:
+            raise HibernationRefused("hibernated", "This kernel is hibernated already.")
+        if phase != R.RUNNING:
+            raise HibernationRefused("in_progress", f"This kernel is {phase or 'starting'}; try again when that is "
+                                                    "done.")
+        can, why = self.can_hibernate(as_lease(obj))
+        if not can:
+            raise HibernationRefused("unavailable", f"This kernel cannot hibernate: {why}.", keep_running=False)
+        if self.kernels.execution_state(kernel_id) == "busy":
+            raise HibernationRefused("busy", "This kernel is running a cell; it can hibernate once the cell is done.")
+        started = time.monotonic()
+        if self.settings.release_cache:
+            # What moves is what the process has reserved: the framework's cache goes first, over the
+            # kernel's own channel, bounded like the lock (freeing GPU memory waits for the GPU work in flight).
+            timeout = self.settings.lock_timeout + ANSWER_GRACE
+            if await self.kernels.release_cache(kernel_id, timeout) == "timeout":
+                raise HibernationRefused("busy", f"This kernel's GPU stayed busy for {timeout:.0f} s; it can "
+                                                 "hibernate once its GPU work is done.", retry_after=timeout)
+        written = await self._ask(kernel_id, R.DESIRED_HIBERNATED, reason)
+        generation = int(meta(written).get("generation") or 0)
+
+        def answered(o: dict) -> bool:
+            st = status(o)
+            if int(st.get("observedGeneration") or 0) < generation:
+                return st.get("phase") in (R.FAILED, R.STOPPED)
+            return st.get("phase") != R.RUNNING or st.get("reason") in (R.HIBERNATION_REFUSED, R.HIBERNATION_FAILED)
+
+        try:
+            obj = await self._wait(kernel_id, answered, ADMISSION_TIMEOUT)
+        except TimeoutError:
+            await self._ask(kernel_id, R.DESIRED_RUNNING, reason)
+            raise HibernationRefused("operator_unavailable", "The cluster's GPU pool operator did not answer the "
+                                     f"hibernation request within {ADMISSION_TIMEOUT:.0f} s; the kernel keeps "
+                                     "running.") from None
+        if obj is not None and status(obj).get("phase") == R.HIBERNATING:
+            try:
+                obj = await self._wait(kernel_id, lambda o: status(o).get("phase") != R.HIBERNATING, MOVE_TIMEOUT)
+            except TimeoutError:
+                raise HibernationFailed("timeout", f"The node agent did not finish this kernel's checkpoint within "
+                                        f"{MOVE_TIMEOUT:.0f} s.", recovered=False) from None
+        return await self._hibernated(kernel_id, obj, started, reason)
+
+    async def _hibernated(self, kernel_id: str, obj: dict | None, started: float, reason: str) -> Outcome:
+        st = status(obj) if obj is not None else {}
+        phase = st.get("phase")
+        if phase == R.HIBERNATED:
+            h = hibernation(obj)
+            moved, took = int(h.get("bytes") or 0), time.monotonic() - started
+            checkpoint = h.get("checkpointSeconds")
+            log.info("kernel %s hibernated in the cluster (%s): %s in %.1fs", kernel_id, reason, format_size(moved),
+                     took)
+            detail = f" (the checkpoint itself {checkpoint:.1f} s)" if checkpoint is not None else ""
+            return Outcome(kernel_id, "hibernated", took, moved, gpus=tuple(h.get("devices") or ()),
+                           lease=as_lease(obj), message=f"{format_size(moved)} of GPU memory moved to host memory "
+                                                        f"on its node in {took:.1f} s{detail}.")
+        if phase == R.RUNNING:
+            await self._ask(kernel_id, R.DESIRED_RUNNING, reason)  # the request is answered: it stands no more
+            if st.get("reason") == R.HIBERNATION_REFUSED:
+                kind = hibernation(obj).get("reason")
+                raise HibernationRefused(REFUSAL_WORDS.get(kind, "unavailable"), st.get("message") or "Refused.",
+                                         keep_running=kind not in LASTING)
+            raise HibernationFailed("checkpoint_failed", st.get("message") or "The node agent's checkpoint failed.",
+                                    recovered=True)
+        raise HibernationFailed("lost", st.get("message") or "The kernel ended while it hibernated.", recovered=False)
+
+    # -- resume ------------------------------------------------------------------------------------
+
+    def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
+        """Start (or join) the kernel's resume; its outcome is put on record when it ends."""
+        task = self._resumes.get(kernel_id)
+        if task is None or task.done():
+            task = self._resumes[kernel_id] = asyncio.ensure_future(self._resume(kernel_id, reason))
+            future = asyncio.ensure_future(self._record_resume(task, kernel_id, reason))
+            self._recording.add(future)
+            future.add_done_callback(self._recording.discard)
+        return task
+
+    async def _resume(self, kernel_id: str, reason: str) -> Outcome:
+        obj = self._obj(kernel_id)
+        if obj is None:
+            raise HibernationRefused("no_lease", "This kernel is gone, so there is nothing to resume.", status=404)
+        if status(obj).get("phase") == R.RUNNING and desired(obj) == R.DESIRED_RUNNING:
+            raise HibernationRefused("not_hibernated", "This kernel is running, not hibernated: there is nothing to "
+                                                       "resume.")
+        started = time.monotonic()
+        written = await self._ask(kernel_id, R.DESIRED_RUNNING, reason)
+        generation = int(meta(written).get("generation") or 0)
+
+        def ended(o: dict) -> bool:
+            st = status(o)
+            restore_failed = st.get("phase") == R.HIBERNATED and st.get("reason") == R.HIBERNATION_FAILED and \
+                int(st.get("observedGeneration") or 0) >= generation  # the agent put it back, checkpointed
+            return st.get("phase") in (R.RUNNING, R.FAILED, R.STOPPED) or restore_failed
+
+        obj = await self._wait(kernel_id, ended, None)
+        st = status(obj) if obj is not None else {}
+        if st.get("phase") == R.HIBERNATED:  # not asked again at once: the restore failed on this node
+            await self._ask(kernel_id, R.DESIRED_HIBERNATED, reason)
+            raise HibernationFailed("restore_failed", st.get("message") or "The node agent's restore failed; the "
+                                    "kernel stays hibernated.", recovered=True)
+        if st.get("phase") != R.RUNNING:
+            raise HibernationFailed("lost", st.get("message") or "The kernel ended before it could resume.",
+                                    recovered=False)
+        h = hibernation(obj)
+        moved, took = int(h.get("bytes") or 0), time.monotonic() - started
+        return Outcome(kernel_id, "resumed", took, moved, gpus=tuple(h.get("devices") or ()), lease=as_lease(obj),
+                       message=f"{format_size(moved)} of GPU memory came back from host memory in {took:.1f} s.")
+
+    async def _record_resume(self, task: asyncio.Task, kernel_id: str, reason: str) -> None:
+        try:
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            return
+        except HibernationFailed as e:
+            obj = self._obj(kernel_id)
+            if obj is not None:
+                await self.recorder.record("hibernation_failed", as_lease(obj), reason=e.reason, message=e.message,
+                                           action="resume", extra={"recovered": e.recovered})
+            return
+        except Exception:
+            return  # a refusal: said to whoever asked
+        if outcome.lease is not None:
+            await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
+                                       action="resume", rule="hibernation", duration=round(outcome.duration, 3),
+                                       bytes=outcome.bytes)
+
+    async def stop(self) -> None:
+        for task in self._resumes.values():
+            task.cancel()
+        await asyncio.gather(*self._resumes.values(), *self._recording, return_exceptions=True)
+

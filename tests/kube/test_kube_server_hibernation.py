@@ -1,0 +1,210 @@
+"""Hibernation of cluster kernels through a real jupyter_server (``pool_backend = "kubernetes"``, its default
+hook ``ClusterHibernation``): a user's Release GPU hibernates the kernel pod through its GPUKernel (the
+operator admits, the test-only stand-in settles the agent's move), the slice is free in the pool view, and
+a cell run on the sleeping kernel is held, shows its place in the node's queue, and runs once the node
+has room; where the cluster cannot hand memory back, the policy shuts the kernel down and says why."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from agent_standin import SettlingAgent, kernel, phase_of, report_free, report_usage
+from kube_helpers import GiB, Kube, wait_until
+from traitlets.config import Config
+
+from jupyter_gpu_pool.cluster.resources import HIBERNATED, RUNNING, kernel_name
+from jupyter_gpu_pool.server_extension.cluster_hibernation import ClusterHibernation
+
+NODE, GPU_A = "gpu-node-1", "GPU-aaaa"
+API = ("gpu-pool", "api", "v1")
+
+
+@pytest.fixture
+def jp_server_config(server_config):
+    return Config({
+        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
+        "GPUPoolExtension": {"pool_backend": "kubernetes", "cull_interval": 0.3, "telemetry_interval": 0.2},
+        "GPUPoolKubernetes": {"refresh_interval": 0.3},
+    })
+
+
+@pytest.fixture
+async def kube(cluster):
+    k = Kube(await cluster.api(), cluster.namespace)
+    yield k
+    await k.close()
+
+
+@pytest.fixture
+async def agent(kube):
+    a = SettlingAgent(kube).start()
+    yield a
+    await a.stop()
+
+
+async def extension(jp_serverapp):
+    app = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pool"].app
+    await app._start_jupyter_server_extension(jp_serverapp)
+    await asyncio.wait_for(app.backend.adopted, 30)
+    return app
+
+
+def body(response) -> dict:
+    return json.loads(response.body.decode())
+
+
+async def start(jp_fetch, kube: Kube) -> tuple[str, str]:
+    kid = body(await jp_fetch("api", "kernels", method="POST",
+                              body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
+    await report_usage(kube, kernel_name(kid), 6 * GiB, [GPU_A])
+    return kid, kernel_name(kid)
+
+
+class Cell:
+    """A cell sent over the kernel's websocket as JupyterLab sends it (JSON protocol); what came back."""
+
+    def __init__(self, ws, code: str):
+        self.ws, self.code, self.seen = ws, code, []
+        self.msg_id = uuid.uuid4().hex
+
+    async def run(self) -> list[tuple[str, dict]]:
+        header = {"msg_id": self.msg_id, "msg_type": "execute_request", "username": "alice",
+                  "session": uuid.uuid4().hex, "date": "", "version": "5.3"}
+        await self.ws.write_message(json.dumps({
+            "header": header, "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": self.code, "silent": False, "store_history": True, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True}}))
+        replied = idle = False
+        while not (replied and idle):
+            m = json.loads(await asyncio.wait_for(self.ws.read_message(), 90))
+            if m["parent_header"].get("msg_id") != self.msg_id:
+                continue
+            self.seen.append((m["msg_type"], m["content"]))
+            replied = replied or m["msg_type"] == "execute_reply"
+            idle = idle or (m["msg_type"] == "status" and m["content"]["execution_state"] == "idle")
+        return self.seen
+
+    def texts(self) -> list[str]:
+        return [c["text"] if kind == "stream" else c["data"]["text/plain"] for kind, c in self.seen
+                if kind in ("stream", "display_data", "update_display_data")]
+
+
+async def test_release_hibernates_a_cluster_kernel_and_a_cell_resumes_it_showing_its_place_in_the_queue(
+        cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, agent):
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    ext = await extension(jp_serverapp)
+    try:
+        assert isinstance(ext.hibernator, ClusterHibernation)  # the default hook of a cluster server
+        await report_free(kube, NODE, {GPU_A: 2 * GiB})
+        kid, name = await start(jp_fetch, kube)
+        ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+        await Cell(ws, "x = 41").run()
+
+        r = await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
+        assert r.code == 202 and body(r)["action"] == "hibernate"
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=30, what="the kernel to hibernate")
+        obj = await kernel(kube, name)
+        assert obj["spec"]["desiredState"] == "Hibernated" and obj["spec"]["hibernateReason"] == "user"
+
+        async def shown_hibernated():
+            me = body(await jp_fetch(*API, "me"))
+            [k] = me["kernels"]
+            return k["state"] == "hibernated" and me["usage"]["memory"] == 0 and me["usage"]["kernels"] == 1
+
+        await wait_until(shown_hibernated, timeout=20, what="GET me to show it hibernated, its slice free")
+        await asyncio.sleep(4)  # jupyter_server's restarter polls every 3 s: a sleeping kernel is not a dead one
+        obj = await kernel(kube, name)
+        assert obj["spec"]["launch"] == 1 and phase_of(obj) == HIBERNATED
+        assert kid in {k["id"] for k in body(await jp_fetch("api", "kernels"))}
+        [node] = body(await jp_fetch(*API, "pool"))["gpus"]
+        assert node["used_memory"] == 0
+
+        cell = Cell(ws, "print(x + 1)")
+        running = asyncio.create_task(cell.run())
+        await wait_until(lambda: _queued(kube, name), timeout=30, what="the resume to wait with its position")
+        await wait_until(lambda: any("position 1 in its node's queue" in t for t in cell.texts()), timeout=20,
+                         what="the cell to show its place in the queue")
+        assert any("6 GiB of GPU memory on its GPU (GPU-aaaa)" in t for t in cell.texts())
+        assert not running.done()  # held while the node has no room
+        await report_free(kube, NODE, {GPU_A: 30 * GiB})
+        await asyncio.wait_for(running, 60)
+        assert "42\n" in cell.texts()
+        assert phase_of(await kernel(kube, name)) == RUNNING
+
+        async def resumed_on_record():
+            recent = body(await jp_fetch(*API, "me"))["recent"]
+            return any(e["kind"] == "resumed" and e["kernel_id"] == kid for e in recent)
+
+        await wait_until(resumed_on_record, timeout=20, what="the resume on record")
+        ws.close()
+    finally:
+        await ext.stop_extension()
+
+
+async def test_the_policy_shuts_a_kernel_down_where_the_cluster_cannot_hibernate_and_says_why(
+        cluster, operator_factory, jp_serverapp, jp_fetch, kube_sessions, kube, agent):
+    """HAMi without memory scaling: the operator refuses; the idle policy's hibernate becomes a shutdown,
+    on record with the operator's words."""
+    await operator_factory(cluster)
+    ext = await extension(jp_serverapp)
+    try:
+        from test_kube_server_extension import set_policy
+
+        await set_policy(kube, ext, [{"name": "quick", "idle_timeout": 3, "gpu_idle_timeout": None, "warn": 1,
+                                      "action": "hibernate"}])
+        kid, name = await start(jp_fetch, kube)
+
+        async def culled():
+            return next((e for e in body(await jp_fetch(*API, "me"))["recent"]
+                         if e["kind"] == "culled" and e["kernel_id"] == kid), None)
+
+        entry = await wait_until(culled, timeout=60, what="the kernel to be shut down instead")
+        assert "hibernation unavailable" in entry["message"]
+        assert "HAMi without memory oversubscription" in entry["message"]
+        assert agent.settled == []
+    finally:
+        await ext.stop_extension()
+
+
+async def _phase(kube: Kube, name: str, phase: str) -> bool:
+    return phase_of(await kernel(kube, name)) == phase
+
+
+async def _queued(kube: Kube, name: str) -> bool:
+    return ((await kernel(kube, name)).get("status") or {}).get("hibernation", {}).get("queuePosition") == 1
+
+
+@pytest.mark.parametrize("sharing, can, words", [
+    ("mps", False, "cannot checkpoint an MPS client"),
+    ("whole", False, "keeps its GPU at the scheduler"),
+    ("mig", False, "MIG instance"),
+    ("dra", False, "ResourceClaim"),
+    ("hami", True, None),  # the operator's settings decide: the server asks, and hears its answer
+    ("time-slicing", True, None),
+])
+def test_the_server_knows_from_a_kernels_sharing_backend_where_it_can_never_hibernate(sharing, can, words):
+    """The culler asks every pass, without I/O: a backend no setting can make hand memory back is refused
+    at once (the policy shuts such kernels down, saying why), and so is a kernel the operator refused for
+    good (its pod's host memory); a refusal for now (the node's cap) is not remembered."""
+    from types import SimpleNamespace
+
+    from jupyter_gpu_pool.cluster.hibernation import HOST_MEMORY, NODE_CAP
+    from jupyter_gpu_pool.cluster.kernels import as_lease
+
+    obj = {"metadata": {"name": "k-abc", "uid": "u"}, "spec": {"owner": "alice", "kernelId": "abc", "profile": "small"},
+           "status": {"phase": RUNNING, "admitted": {"memory": GiB}, "gpu": {"sharing": sharing}}}
+    session = SimpleNamespace(kernels={"k-abc": obj}, listeners=[])
+    backend = SimpleNamespace(session=session, settings=SimpleNamespace(hibernation=None))
+    hook = ClusterHibernation(SimpleNamespace(backend=backend, recorder=None,
+                                              serverapp=SimpleNamespace(kernel_manager=None)))
+    ok, why = hook.can_hibernate(as_lease(obj))
+    assert ok is can and (words is None and why is None or words in why)
+    if can:
+        obj["status"].update(reason="HibernationRefused", message="its pod's memory limit …",
+                             hibernation={"reason": NODE_CAP})
+        assert hook.can_hibernate(as_lease(obj)) == (True, None)
+        obj["status"]["hibernation"]["reason"] = HOST_MEMORY
+        assert hook.can_hibernate(as_lease(obj)) == (False, "its pod's memory limit …")
