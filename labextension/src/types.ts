@@ -6,7 +6,14 @@
  */
 
 export type KernelState =
-  'active' | 'hibernating' | 'hibernated' | 'resuming' | 'queued' | 'stopping' | 'released' | 'no_gpu_yet';
+  | 'active'
+  | 'hibernating'
+  | 'hibernated'
+  | 'resuming'
+  | 'queued'
+  | 'stopping'
+  | 'released'
+  | 'no_gpu_yet';
 
 export type KernelAction = 'snooze' | 'release' | 'resume' | 'shutdown';
 
