@@ -121,12 +121,21 @@ class Rig:
                                                                    name)
 
     async def set_phase(self, name: str, phase: str, **status) -> dict:
-        """What the operator does when it admits a move: the phase, written with the resourceVersion read."""
-        kernel = await self.get(name)
-        return await self.kube.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.cluster.namespace, KERNELS, name,
-            {"metadata": {"resourceVersion": kernel["metadata"]["resourceVersion"]},
-             "status": {"phase": phase, **status}}, _content_type="application/merge-patch+json")
+        """What the operator does when it admits a move: the phase, written with the resourceVersion read (its
+        server's heartbeat changes the object every 0.5 s: a conflict is read again)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        for _ in range(20):
+            kernel = await self.get(name)
+            try:
+                return await self.kube.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, self.cluster.namespace, KERNELS, name,
+                    {"metadata": {"resourceVersion": kernel["metadata"]["resourceVersion"]},
+                     "status": {"phase": phase, **status}}, _content_type="application/merge-patch+json")
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        raise AssertionError(f"could not set kernel {name}'s phase: 20 conflicts in a row")
 
     async def settled(self, name: str, phase: str, timeout: float = 20) -> dict:
         async def reached():
