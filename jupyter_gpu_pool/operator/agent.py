@@ -181,6 +181,7 @@ class Agent:
         if event_type == "DELETED":
             self.pods.pop(uid, None)
             self.mover.restored.pop(uid, None)
+            self.mover.measured.pop(uid, None)
             return
         self.pods[uid] = pod
         if pod["metadata"].get("deletionTimestamp") and uid in self.mover.restored:
@@ -240,8 +241,15 @@ class Agent:
             if kernel is not None:
                 await self.mover.move(kernel, list(self.pods.values()))
                 await self.report_free(force=True)
-        except Exception:  # the next event or pass tries again from the processes' real states
-            log.exception("the move of kernel %s/%s failed", *k)
+        except Exception as e:  # the next event or pass tries again from the processes' real states
+            from aiohttp import ClientError
+            from kubernetes_asyncio.client.exceptions import ApiException
+
+            if isinstance(e, (ApiException, ClientError, OSError, TimeoutError)):  # the API server, unreachable
+                log.warning("the move of kernel %s/%s is not settled (%s: %s); the next pass tries again",
+                            *k, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            else:
+                log.exception("the move of kernel %s/%s failed", *k)
         finally:
             self.moves.pop(k, None)
 
@@ -276,6 +284,7 @@ class Agent:
             log.warning("could not write the GPUs' free memory on node %s: %s", self.node, e.reason)
 
     async def sample_once(self) -> dict[str, PodUsage]:
+        self.dispatch()  # level-triggered: a move whose pod was not yet seen, or one a failed pass left
         per_gpu = await asyncio.to_thread(self.source.read, self.gpus)
         devices = await asyncio.to_thread(self.source.device_utilization, self.gpus)
         usage = await asyncio.to_thread(usage_by_pod, per_gpu, self.proc_root)
@@ -294,7 +303,6 @@ class Agent:
             self.metrics.utilization.labels(**labels).set(found.utilization)
             await self._report(meta["namespace"], kernel, found, now)
         await self.report_free()
-        self.dispatch()  # level-triggered: a move whose pod was not yet seen, or one a failed pass left
         return usage
 
     async def _report(self, namespace: str, kernel: str, found: PodUsage, now: float) -> None:

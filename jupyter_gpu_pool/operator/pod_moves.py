@@ -116,6 +116,7 @@ class PodMover:
         self.checkpoint_before_kill = checkpoint_before_kill
         self.clock = clock
         self.restored: dict[str, list[int]] = {}  # pod uid -> processes this agent restored (prepare_kill)
+        self.measured: dict[str, tuple[int, list[str]]] = {}  # pod uid -> NVML's bytes and GPUs before its checkpoint
 
     @property
     def driver(self) -> cp.Driver:
@@ -166,8 +167,13 @@ class PodMover:
         running = [pid for pid in pids if states[pid] == cp.ProcessState.RUNNING]
         interrupted = len(running) != len(pids)  # a previous agent began this move: finish it
         held, devices = await self._held(pids)
-        if interrupted:  # NVML no longer sees what was checkpointed: the agent's last report of the pod
-            held = max(held, int((status(kernel).get("usage") or {}).get("memoryUsed") or 0))
+        uid = meta(pod)["uid"]
+        if interrupted:  # NVML no longer sees what was checkpointed: what this agent measured, or last reported
+            usage = status(kernel).get("usage") or {}
+            measured, on = self.measured.get(uid, (0, []))
+            held = max(held, measured, int(usage.get("memoryUsed") or 0))
+            devices = sorted(set(devices) | set(on) | set(usage.get("devices") or []))
+        self.measured[uid] = (held, devices)
         started = time.monotonic()
         try:
             await asyncio.to_thread(moves.lock_all, self.driver, running, self.lock_timeout)
@@ -200,8 +206,10 @@ class PodMover:
         seconds = round(time.monotonic() - started, 3)
         sentence = (f"{format_size(held)} of GPU memory moved to host RAM in {seconds:.1f} s" if pids
                     else "this kernel holds no GPU memory, so nothing had to move")
-        await self._settle(kernel, pod, HIBERNATING, HIBERNATED, "", f"Hibernated: {sentence}; every variable is kept.",
-                           hibernatedAt=self.clock(), bytes=held, checkpointSeconds=seconds, devices=devices)
+        if await self._settle(kernel, pod, HIBERNATING, HIBERNATED, "", f"Hibernated: {sentence}; every variable is "
+                              "kept.", hibernatedAt=self.clock(), bytes=held, checkpointSeconds=seconds,
+                              devices=devices) is not None:
+            self.measured.pop(uid, None)
 
     async def _undo_hibernation(self, kernel: dict, pod: dict, pids: list[int], error: Exception) -> None:
         back = await asyncio.to_thread(moves.put_back_running, self.driver, pids)

@@ -362,6 +362,24 @@ async def test_a_settle_re_reads_on_a_conflict_and_never_overwrites_anothers_mov
     assert rig.states(pids) == [S.CHECKPOINTED, S.CHECKPOINTED]
 
 
+async def test_a_move_whose_settle_meets_the_api_server_down_settles_once_it_is_back(rig, operator):
+    name, pids = await rig.kernel()
+    operator.stop()
+    rig.driver.lock_delay = 1.0
+    await rig.start_agent()
+    await rig.set_phase(name, HIBERNATING)
+    await wait_until(lambda: ("cuCheckpointProcessLock", pids[0]) in rig.driver.calls, timeout=10)
+    await rig.cluster.fault(resources=["gpukernels"], status=503, seconds=4)  # the settle is refused
+    await wait_until(lambda: rig.states(pids) == [S.CHECKPOINTED, S.CHECKPOINTED], timeout=10)
+    await asyncio.sleep(4.5)
+    kernel = await rig.settled(name, HIBERNATED)  # a later pass, from the processes' real states
+    h = kernel["status"]["hibernation"]
+    assert h["bytes"] == 8 * GiB and h["devices"] == [GPU0]  # what was measured before the checkpoint
+    assert rig.states(pids) == [S.CHECKPOINTED, S.CHECKPOINTED]
+    assert [c for c in rig.touched(pids) if c[0] == "cuCheckpointProcessCheckpoint"] == [
+        ("cuCheckpointProcessCheckpoint", pids[0]), ("cuCheckpointProcessCheckpoint", pids[1])]  # once each
+
+
 async def test_a_pod_deleted_while_hibernated_is_left_to_the_operator(rig, operator):
     name, pids = await rig.kernel()
     operator.stop()
