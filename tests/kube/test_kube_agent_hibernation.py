@@ -182,6 +182,11 @@ async def test_a_kernel_set_hibernating_is_checkpointed_and_resumed_on_the_same_
     node_free = await wait_until(lambda: _node_free(rig), timeout=10, what="the agent's reading on its Node")
     assert node_free["devices"] == {GPU0: 80 * GiB - 12 * GiB, GPU1: 80 * GiB}  # NVML's free memory, per GPU
 
+    # a pid written into the resource (where a user's server may write): the agent reads none
+    await rig.kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, rig.cluster.namespace, KERNELS, name,
+        {"metadata": {"annotations": {"jupyter-gpu-pool.readthedocs.io/pid": str(rig.host.pid)}},
+         "spec": {"pid": rig.host.pid}}, _content_type="application/merge-patch+json")
     await rig.set_phase(name, HIBERNATING, hibernation={"requestedAt": 1.0})
     kernel = await rig.settled(name, HIBERNATED)
     h = kernel["status"]["hibernation"]
