@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..devices import checkpoint as cp
+from ..devices import moves
 from ..devices import nvml
 from ..local.waiting import Place, wait_for_slice
 from ..pool import (
@@ -505,30 +506,11 @@ class Hibernator:
 
     def _put_back_running(self, pids: list[int]) -> dict[int, str]:
         """Bring each process back to RUNNING on the GPU it still holds; return where each ended."""
-        return self._drive(pids, ((cp.ProcessState.CHECKPOINTED, self.driver.restore, cp.ProcessState.LOCKED),
-                                  (cp.ProcessState.LOCKED, self.driver.unlock, cp.ProcessState.RUNNING)))
+        return moves.put_back_running(self.driver, pids)
 
     def _put_back_checkpointed(self, pids: list[int]) -> dict[int, str]:
         """Bring each process back to CHECKPOINTED (its memory in host RAM); return where each ended."""
-        lock = lambda pid: self.driver.lock(pid, self.settings.lock_timeout)  # noqa: E731
-        return self._drive(pids, ((cp.ProcessState.RUNNING, lock, cp.ProcessState.LOCKED),
-                                  (cp.ProcessState.LOCKED, self.driver.checkpoint, cp.ProcessState.CHECKPOINTED)))
-
-    def _drive(self, pids: list[int], steps) -> dict[int, str]:
-        """Take each process through ``steps`` ((from state, driver call, resulting state), in order)
-        from wherever it is; return the state word each ended in (or why it is unknown)."""
-        states: dict[int, str] = {}
-        for pid in pids:
-            try:
-                state = self.driver.state(pid)
-                for before, call, after in steps:
-                    if state == before:
-                        call(pid)
-                        state = after
-                states[pid] = state.word
-            except cp.CheckpointError as e:
-                states[pid] = f"unknown ({e})"
-        return states
+        return moves.put_back_checkpointed(self.driver, pids, self.settings.lock_timeout)
 
     async def _fail(self, lease: Lease, states: dict[int, str], reason: str, what: str) -> HibernationFailed:
         """Past the point of no return: mark the lease failed; return the failure, which says exactly

@@ -1,4 +1,5 @@
-"""The node agent (a DaemonSet): each kernel pod's GPU memory and utilization, from NVML.
+"""The node agent (a DaemonSet): each kernel pod's GPU memory and utilization, from NVML; and the
+hibernation moves the operator admits for the kernels of its node (``pod_moves.py``).
 
 NVML reports per process; a process belongs to a container, whose cgroup names
 its pod (``.../kubepods/burstable/pod<uid>/<container>`` with cgroupfs,
@@ -12,11 +13,16 @@ one machine) and serves it as Prometheus metrics.
 NVML reads go through :class:`jupyter_gpu_pool.devices.telemetry.NVMLSource`,
 in a thread; the process-to-pod mapping is this module's.  The agent needs
 ``hostPID`` to see the kernels' processes.
+
+It also writes each GPU's free memory, as NVML counts it, on its Node (annotation
+``ANNOTATION_GPU_FREE``: what the operator admits a resume against), when it changed by
+``FREE_CHANGE`` or more, after every move, and at least every ``min_report`` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -24,18 +30,24 @@ import socket
 import time
 from dataclasses import dataclass
 
-from traitlets import Int, List, Unicode, default
+from traitlets import Bool, Int, List, Unicode, default
 from traitlets.config import Application
 
-from ..cluster.resources import GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_KERNEL, LABEL_PART_OF, PART_OF, VERSION
+from ..cluster.kernels import key, status
+from ..cluster.resources import (ANNOTATION_GPU_FREE, GROUP, KERNEL_COMPONENT, KERNELS, LABEL_COMPONENT, LABEL_KERNEL,
+                                 LABEL_PART_OF, PART_OF, VERSION)
 from ..cluster.watch import list_and_watch
+from ..devices import checkpoint
+from ..devices.nvml import GPUMemory
 from ..periodic import every
 from ..traits import Seconds
+from .pod_moves import MOVES, PodMover
 
 log = logging.getLogger("jupyter_gpu_pool.agent")
 
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 MERGE = "application/merge-patch+json"
+FREE_CHANGE = 256 * 2**20  # a change in a GPU's free memory worth writing on the Node at once (bytes)
 
 
 def pod_uid_from_cgroup(text: str) -> str | None:
@@ -56,6 +68,16 @@ def pod_uid_of(pid: int, proc_root: str = "/proc") -> str | None:
             return pod_uid_from_cgroup(f.read())
     except OSError:  # gone, or not ours to read
         return None
+
+
+def pids_of_pod(uid: str, proc_root: str = "/proc") -> list[int]:
+    """Every process whose cgroup names the pod ``uid``, in pid order: what a hibernation of that pod
+    may touch, found from the node's own records and nothing a resource says."""
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return []
+    return sorted(pid for pid in (int(e) for e in entries if e.isdigit()) if pod_uid_of(pid, proc_root) == uid)
 
 
 @dataclass(frozen=True)
@@ -88,10 +110,15 @@ def usage_by_pod(per_gpu: dict, proc_root: str = "/proc") -> dict[str, PodUsage]
 
 
 class Agent:
-    """Watches the kernel pods on one node; every ``interval`` reads NVML and reports each pod's use."""
+    """Watches the kernel pods on one node and the GPUKernels; every ``interval`` reads NVML and reports
+    each pod's use and each GPU's free memory; carries out the hibernation moves of its node's kernels.
+
+    ``driver`` is the CUDA checkpoint API (``devices.checkpoint.driver()`` where None), ``memory`` NVML's
+    free-memory reading (``devices.nvml.memory()`` where None)."""
 
     def __init__(self, node: str, api, source, gpus: list[str], proc_root: str = "/proc", metrics=None,
-                 min_report: float = 60.0, namespaces: tuple[str, ...] = ()):
+                 min_report: float = 60.0, namespaces: tuple[str, ...] = (), *, driver: checkpoint.Driver | None = None,
+                 memory: GPUMemory | None = None, lock_timeout: float = 10.0, checkpoint_before_kill: bool = True):
         from kubernetes_asyncio import client
 
         self.node = node
@@ -104,7 +131,26 @@ class Agent:
         self.min_report = min_report
         self.namespaces = tuple(namespaces)
         self.pods: dict[str, dict] = {}  # uid -> pod
+        self.kernels: dict[tuple[str, str], dict] = {}  # (namespace, name) -> GPUKernel, those of this node
+        self.moves: dict[tuple[str, str], asyncio.Task] = {}  # the move under way of each kernel
+        self._kills: set[asyncio.Task] = set()  # precautions under way before pods' kills
+        self._pods_listed = False  # a kernel's pod absent before the first listing is not yet known, not gone
+        self._driver = driver
+        self._memory = memory
+        self.mover = PodMover(node, self.custom, lambda: self.driver, source, gpus,
+                              lambda uid: pids_of_pod(uid, self.proc_root), lock_timeout, checkpoint_before_kill)
         self._reported: dict[str, tuple[dict, float]] = {}
+        self._free_reported: tuple[dict[str, int], float] | None = None
+
+    @property
+    def driver(self) -> checkpoint.Driver:
+        return self._driver if self._driver is not None else checkpoint.driver()
+
+    @property
+    def memory(self) -> GPUMemory:
+        from ..devices import nvml
+
+        return self._memory if self._memory is not None else nvml.memory()
 
     async def watch_pods(self) -> None:
         """Keep ``pods`` current: the kernel pods of this node (a server-side label and field selector),
@@ -126,15 +172,119 @@ class Agent:
             self.pods = {uid: p for uid, p in self.pods.items()
                          if namespace is not None and p["metadata"].get("namespace") != namespace}
             self.pods.update({p["metadata"]["uid"]: p for p in items})
+            self._pods_listed = True
+            self.dispatch()
         return replace
 
     async def _apply(self, event_type: str, pod: dict) -> None:
+        uid = pod["metadata"]["uid"]
         if event_type == "DELETED":
-            self.pods.pop(pod["metadata"]["uid"], None)
-        else:
-            self.pods[pod["metadata"]["uid"]] = pod
+            self.pods.pop(uid, None)
+            self.mover.restored.pop(uid, None)
+            self.mover.measured.pop(uid, None)
+            return
+        self.pods[uid] = pod
+        if pod["metadata"].get("deletionTimestamp") and uid in self.mover.restored:
+            # the kubelet stops it now: the processes this agent restored first (see PodMover.before_kill)
+            task = asyncio.create_task(self._before_kill(uid))
+            self._kills.add(task)
+            task.add_done_callback(self._kills.discard)
+
+    async def _before_kill(self, uid: str) -> None:
+        try:
+            await self.mover.before_kill(uid, await asyncio.to_thread(pids_of_pod, uid, self.proc_root))
+        except Exception:
+            log.exception("the checkpoint before the kill of pod %s failed", uid)
+
+    # -- the GPUKernels: the moves of this node's kernels ---------------------------------------
+
+    async def watch_kernels(self) -> None:
+        """Keep ``kernels`` current: the GPUKernels whose pod runs on this node (``status.node``), in the
+        agent's namespaces; each one the operator set moving gets its move."""
+        if not self.namespaces:
+            await list_and_watch(self.custom.list_cluster_custom_object, GROUP, VERSION, KERNELS,
+                                 replace=self._kernels_replacer(None), apply=self._kernel_event,
+                                 what="the GPUKernels")
+            return
+        await asyncio.gather(*(list_and_watch(
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, ns, KERNELS,
+            replace=self._kernels_replacer(ns), apply=self._kernel_event, what=f"the GPUKernels in {ns}")
+            for ns in self.namespaces))
+
+    def _kernels_replacer(self, namespace: str | None):
+        async def replace(items: list[dict]) -> None:
+            self.kernels = {k: v for k, v in self.kernels.items() if namespace is not None and k[0] != namespace}
+            for item in items:
+                await self._kernel_event("ADDED", item)
+        return replace
+
+    async def _kernel_event(self, event_type: str, kernel: dict) -> None:
+        k = key(kernel)
+        if event_type == "DELETED" or status(kernel).get("node") != self.node:
+            self.kernels.pop(k, None)
+            return
+        self.kernels[k] = kernel
+        self.dispatch(k)
+
+    def dispatch(self, only: tuple[str, str] | None = None) -> None:
+        """Start the move of each kernel of this node whose phase asks for one and has none under way."""
+        if not self._pods_listed:
+            return
+        for k in [only] if only else list(self.kernels):
+            kernel = self.kernels.get(k)
+            if kernel is not None and status(kernel).get("phase") in MOVES and k not in self.moves:
+                self.moves[k] = asyncio.create_task(self._move(k))
+
+    async def _move(self, k: tuple[str, str]) -> None:
+        try:
+            kernel = self.kernels.get(k)
+            if kernel is not None:
+                await self.mover.move(kernel, list(self.pods.values()))
+                await self.report_free(force=True)
+        except Exception as e:  # the next event or pass tries again from the processes' real states
+            from aiohttp import ClientError
+            from kubernetes_asyncio.client.exceptions import ApiException
+
+            if isinstance(e, (ApiException, ClientError, OSError, TimeoutError)):  # the API server, unreachable
+                log.warning("the move of kernel %s/%s is not settled (%s: %s); the next pass tries again",
+                            *k, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            else:
+                log.exception("the move of kernel %s/%s failed", *k)
+        finally:
+            self.moves.pop(k, None)
+
+    async def watch(self) -> None:
+        """Both watches: this node's kernel pods, and the GPUKernels."""
+        await asyncio.gather(self.watch_pods(), self.watch_kernels())
+
+    # -- NVML's free memory, on the Node --------------------------------------------------------
+
+    async def report_free(self, force: bool = False) -> None:
+        """Write each GPU's free memory (NVML) on this Node: when one changed by ``FREE_CHANGE`` or
+        more, when ``force``d (a move just freed or took some), and at least every ``min_report``
+        seconds.  GPUs NVML cannot read are left out; nothing is written where it can read none."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        memory = self.memory
+        free = {gpu: value for gpu in sorted(self.gpus)
+                if (value := await asyncio.to_thread(memory.free, gpu)) is not None}
+        if not free:
+            return
+        now = time.time()
+        last = self._free_reported
+        if last and not force and now - last[1] < self.min_report and set(last[0]) == set(free) and \
+                all(abs(free[g] - last[0][g]) < FREE_CHANGE for g in free):
+            return
+        value = json.dumps({"devices": free, "sampledAt": now}, sort_keys=True)
+        try:
+            await self.core.patch_node(self.node, {"metadata": {"annotations": {ANNOTATION_GPU_FREE: value}}},
+                                       _content_type=MERGE)
+            self._free_reported = (free, now)
+        except ApiException as e:
+            log.warning("could not write the GPUs' free memory on node %s: %s", self.node, e.reason)
 
     async def sample_once(self) -> dict[str, PodUsage]:
+        self.dispatch()  # level-triggered: a move whose pod was not yet seen, or one a failed pass left
         per_gpu = await asyncio.to_thread(self.source.read, self.gpus)
         devices = await asyncio.to_thread(self.source.device_utilization, self.gpus)
         usage = await asyncio.to_thread(usage_by_pod, per_gpu, self.proc_root)
@@ -152,6 +302,7 @@ class Agent:
                 self.metrics.memory.labels(**labels).set(found.memory_used)
             self.metrics.utilization.labels(**labels).set(found.utilization)
             await self._report(meta["namespace"], kernel, found, now)
+        await self.report_free()
         return usage
 
     async def _report(self, namespace: str, kernel: str, found: PodUsage, now: float) -> None:
@@ -175,7 +326,7 @@ class Agent:
     async def run(self, interval: float, stop: asyncio.Event | None = None) -> None:
         """Watch the node's kernel pods and sample every ``interval`` (a sample that fails, a driver
         hiccup, is logged and the next one goes on) until ``stop`` is set or the task is cancelled."""
-        watcher = asyncio.create_task(self.watch_pods())
+        watcher = asyncio.create_task(self.watch())
         try:
             await every(interval, self.sample_once, stop or asyncio.Event(), what=f"sampling the GPUs on {self.node}")
         finally:
@@ -198,7 +349,8 @@ class AgentMetrics:
 
 class AgentApp(Application):
     name = "jupyter-gpu-pool-agent"
-    description = "Reports each kernel pod's GPU memory and utilization on this node (NVML)."
+    description = ("Reports each kernel pod's GPU memory and utilization on this node (NVML), and hibernates and "
+                   "resumes its kernel pods as the operator admits.")
 
     node_name = Unicode(help="This node (default: NODE_NAME, from the downward API, else the host name).").tag(
         config=True)
@@ -213,6 +365,11 @@ class AgentApp(Application):
     namespaces = List(Unicode(), default_value=[], help="""The kernels' namespaces, whose pods this agent
         watches (empty: every namespace, which needs a cluster-wide right to read pods).""").tag(config=True)
     proc_root = Unicode("/proc", help="Where the host's processes are (hostPID: /proc).").tag(config=True)
+    lock_timeout = Seconds(10.0, help="""Seconds a hibernation's lock waits for a kernel's GPU work to finish; a
+        kernel still busy then is left running, untouched (the hibernation is refused).""").tag(config=True)
+    checkpoint_before_kill = Bool(True, help="""Before a kernel pod this agent resumed is stopped, lock and
+        checkpoint its restored processes again: killing a just-restored process hung a host on one driver
+        (cuda-checkpoint issue 53). Costs one checkpoint's time at the pod's deletion.""").tag(config=True)
     aliases = {"node": "AgentApp.node_name", "interval": "AgentApp.interval", "namespace": "AgentApp.namespaces",
                "log-level": "Application.log_level"}
 
@@ -238,6 +395,7 @@ class AgentApp(Application):
                 start_http_server(self.metrics_port, registry=metrics.registry)
             self.log.info("GPU agent on %s: %d GPU(s), every %gs", self.node_name, len(gpus), self.interval)
             await Agent(self.node_name, api, source, gpus, self.proc_root, metrics,
-                        namespaces=tuple(self.namespaces)).run(self.interval)
+                        namespaces=tuple(self.namespaces), lock_timeout=self.lock_timeout,
+                        checkpoint_before_kill=self.checkpoint_before_kill).run(self.interval)
 
         asyncio.run(run())

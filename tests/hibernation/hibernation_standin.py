@@ -1,4 +1,4 @@
-"""A stand-in for the GPU machine's hardware edge, for tests/hibernation ONLY (this machine has no GPU).
+"""A stand-in for the GPU machine's hardware edge, for tests only (tests/hibernation, the node agent's in tests/kube).
 
 It replaces exactly what lives in ``jupyter_gpu_pool/devices``: the CUDA checkpoint calls
 (``devices.checkpoint.Driver``), NVML's memory readings (``devices.nvml.GPUMemory``: per process,

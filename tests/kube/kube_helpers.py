@@ -16,6 +16,7 @@ import yaml
 
 from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, QUOTAS, VERSION
 from jupyter_gpu_pool.cluster.schema import crd_manifests
+from jupyter_gpu_pool.devices.nvml import GPUMemory
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
@@ -463,6 +464,19 @@ class ScriptedNVML:
 
     def device_utilization(self, gpu_uuids):
         return {g: 55.0 for g in gpu_uuids}
+
+
+class ScriptedMemory(GPUMemory):
+    """NVML's free memory per GPU as a test sets it (``devices.nvml.GPUMemory``; NVMLMemory needs a GPU)."""
+
+    def __init__(self, free: dict[str, int] | None = None):
+        self.free_bytes = dict(free or {})
+
+    def of_processes(self, pids):
+        return {}
+
+    def free(self, gpu_uuid: str):
+        return self.free_bytes.get(gpu_uuid)
 
 
 def fake_proc(root: Path, pods: dict[int, str | None]) -> str:

@@ -339,7 +339,8 @@ def test_rbac_gives_each_part_only_what_it_needs():
     assert grants(operator, "events") == {"create", "list"}
     agent = rules_of(docs, "gpu-pool-agent")
     assert grants(agent, "secrets") == set() and grants(agent, "gpukernels/status") == {"patch"}
-    assert grants(agent, "gpukernels") == set() and grants(agent, "pods") == {"list", "watch"}
+    assert grants(agent, "gpukernels") == {"list", "watch"} and grants(agent, "pods") == {"list", "watch"}
+    assert grants(rules_of(docs, "gpu-pool-agent-node"), "nodes") == {"patch"}  # its GPUs' free memory, on its Node
     every = [v for d in docs if d["kind"] == "ClusterRole" for r in d["rules"] for v in r["verbs"]]
     assert "*" not in every and "escalate" not in every and "bind" not in every
     # the Secret right is granted where kernels run, apart from the servers' (and the hub's) namespace

@@ -6,7 +6,8 @@ through what they do in a cluster: kernels started, run, restarted, refused over
 orphaned by a killed server; quotas and the policy marked valid; the ``dra`` backend's claim templates
 kept (a retired one deleted) and a claim no node can meet explained (its DeviceClass and the driver's
 ResourceSlices read), so that the DRA overlay's extra rules are exercised too; the agent's
-readings written.  Then every call must be granted by a Role bound where it was made, and every grant
+readings written (the pods' use in the kernels' status, its GPUs' free memory on its Node) and the
+GPUKernels watched.  Then every call must be granted by a Role bound where it was made, and every grant
 must have been used, but for the one exception stated below.  And the operator's kernel-pod watch is
 namespaced, selected on the server and paged.
 """
@@ -15,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
-from kube_helpers import REPO, GiB, JupyterServer, Kube, OperatorProcess, ScriptedNVML, fake_proc, kustomize, \
-    pod_processes, wait_until
+from kube_helpers import REPO, GiB, JupyterServer, Kube, OperatorProcess, ScriptedMemory, ScriptedNVML, fake_proc, \
+    kustomize, pod_processes, wait_until
 from test_kube_dra import DRA_MIG, MIG_NODE
 from tornado.httpclient import HTTPClientError
 
@@ -85,8 +86,9 @@ async def scenario(cluster, kube: Kube, tmp_path) -> None:
         [proc] = pod_processes(pod["metadata"]["name"])
         nvml = ScriptedNVML({"GPU-aaaa": {proc.pid: ProcessReading(2 * GiB, 12.0)}})
         agent = Agent("dra-node-1", agent_api, nvml, ["GPU-aaaa"], namespaces=(KERNELS_NS,),
-                      proc_root=fake_proc(tmp_path / "proc", {proc.pid: pod["metadata"]["uid"]}))
-        watcher = asyncio.create_task(agent.watch_pods())
+                      proc_root=fake_proc(tmp_path / "proc", {proc.pid: pod["metadata"]["uid"]}),
+                      memory=ScriptedMemory({"GPU-aaaa": 30 * GiB}))
+        watcher = asyncio.create_task(agent.watch())  # its node's kernel pods and the GPUKernels
         await wait_until(lambda: agent.pods, timeout=10, what="the agent to see the kernel pod")
         await agent.sample_once()
 
