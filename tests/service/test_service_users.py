@@ -188,3 +188,18 @@ def test_a_refusal_through_the_service_names_what_would_start_now(lab):
     assert code == 403 and "GPU quota exceeded" in refused["message"], refused
     assert f"'{small.launcher_name}' would start now" in refused["message"]
     assert alice.start_kernel("small")[0] == 201  # and it does
+
+
+def test_only_a_leases_own_user_renames_its_notebook(shared):
+    lab, alice, kid, lease_id = shared
+    [before] = raw(lab, "alice", [request("get", lease_id=lease_id)])
+    replies = raw(lab, "bob", [request("relabel", lease_id=lease_id, label="bobs-name.ipynb")])
+    assert replies[0]["error"]["reason"] == "lease_not_found", replies  # not his: as if it did not exist
+    [after] = raw(lab, "alice", [request("get", lease_id=lease_id)])
+    assert after["result"]["label"] == before["result"]["label"] != "bobs-name.ipynb"
+    [too_long, renamed] = raw(lab, "alice", [request("relabel", lease_id=lease_id, label="x" * 5000),
+                                             request("relabel", lease_id=lease_id, label="renamed.ipynb")])
+    assert too_long["error"]["reason"] == "bad_request" and renamed["ok"], (too_long, renamed)
+    [now] = raw(lab, "alice", [request("get", lease_id=lease_id)])
+    assert now["result"]["label"] == "renamed.ipynb"
+    raw(lab, "alice", [request("relabel", lease_id=lease_id, label=before["result"]["label"])])
