@@ -44,7 +44,7 @@ class Tally:
     waits_by_ask: Counter = field(default_factory=Counter)  # asks of each kind (start, restart, resume) served
     unserved_asks: int = 0  # asks that never got a slice (refused for good, or still waiting at the end)
     refusals: Counter = field(default_factory=Counter)  # by reason
-    resume_delays: list[float] = field(default_factory=list)  # each resume: its cell's wait (queue, restore, less a hint)
+    resume_delays: list[float] = field(default_factory=list)  # per resume, its cell's wait: queue, restore, less a hint
     resumed_cells: int = 0  # cells that waited for a resume, and ran to their end
     slow_cells: int = 0  # of those, cells that took more than SLOWER x what they took without the wait
     unsliced: int = 0  # kernels started without a slice (slice_at first-cell)

@@ -54,7 +54,8 @@ from .virtual_pool import VirtualPool
 from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Session, Workload
 
 # Where a session's kernel is.
-ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE, UNSLICED = range(8)  # UNSLICED: no slice before its first cell
+# (UNSLICED: slice_at first-cell, before its first cell)
+ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE, UNSLICED = range(8)
 _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
 _USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _PASS, _SAMPLE = range(9)

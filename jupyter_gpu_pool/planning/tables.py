@@ -41,8 +41,9 @@ def policies(rows: list[dict]) -> list[list[str]]:
     for r in rows:
         waits, hints = r["resume_wait_seconds"], r["hints"]
         ratio = r["held_over_busy"]
-        out.append([r["policy"], str(r["gpus_for_goal"]) if r["gpus_for_goal"] is not None else f"none; at {r['at_gpus']}",
-                    f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_busy']:.2f}", "n/a" if ratio is None else f"{ratio:.2f}x",
+        gpus = str(r["gpus_for_goal"]) if r["gpus_for_goal"] is not None else f"none; at {r['at_gpus']}"
+        out.append([r["policy"], gpus, f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_busy']:.2f}",
+                    "n/a" if ratio is None else f"{ratio:.2f}x",
                     f"{r['resumes_per_user_hour']:.2f}", "n/a" if waits["mean"] is None else f"{waits['mean']:.2f} s",
                     "n/a" if waits["p95"] is None else f"{waits['p95']:.2f} s",
                     f"{r['resumed_cells_over_goal']}/{r['resumed_cells']}",

@@ -12,11 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from planning_helpers import T0, GiB, configuration, jupyter, session, simulate_json, workload
 
+from jupyter_gpu_pool.planning import tracefile
 from jupyter_gpu_pool.planning.comparison import variant
 from jupyter_gpu_pool.planning.configuration import Hint
 from jupyter_gpu_pool.planning.costs import Cost, Costs
 from jupyter_gpu_pool.planning.simulator import replay
 from jupyter_gpu_pool.planning.workload import BUSY, END, IDLE
+from jupyter_gpu_pool.pool.trace import TraceEvent
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "jupyter_gpu_pool/planning/examples/lab-slices-sleep.json"
 SLICE = 0.125  # a 10 GiB slice of an 80 GiB GPU
@@ -213,3 +215,30 @@ def test_a_variant_keeps_every_rule_but_when_the_slice_is_taken():
     assert dataclasses.replace(hinted.policy.rules[0], slice_at="start") == config.policy.rules[0]
     assert hinted.hint == Hint(lead=3.0) and variant(config, "configured", Hint()).hint is None
     assert variant(config, "configured", Hint()).policy is config.policy
+
+
+def test_simulate_compares_policies_on_a_recorded_trace(tmp_path):
+    """A trace in the export's format: k1 starts at 30 s and runs cells at 40 s and 2,603 s; k3 is opened at 60 s
+    to read, runs nothing, and is shut down at 500 s (before the policy would hibernate it)."""
+    def event(dt, kind, kernel, **data):
+        return TraceEvent(T0 + dt, kind, kernel, "alice", data)
+
+    events = [event(30, "start", "k1", p="slice", g=["students"]), event(40, "busy", "k1"), event(50, "idle", "k1"),
+              event(60, "start", "k3", p="slice", g=["students"]), event(500, "end", "k3", r="shutdown"),
+              event(2603, "busy", "k1"), event(2610, "idle", "k1"), event(3000, "end", "k1", r="shutdown")]
+    trace = tmp_path / "trace.jsonl"
+    with trace.open("w", encoding="utf-8") as out:
+        tracefile.write(out, events, since=T0, until=T0 + 3600, exported=T0 + 3600, users="all")
+    config = tmp_path / "pool.json"
+    config.write_text(json.dumps({"GPUPool": {
+        "inventory": [{"name": "NVIDIA H100 80GB HBM3", "memory": "80GiB", "count": 1}],
+        "profiles": {"slice": {"slice": "10GiB"}}, "default_profile": "slice",
+        "policy": [{"name": "lab", "idle_timeout": "10m", "gpu_idle_timeout": None, "warn": "1m",
+                    "action": "hibernate"}]}}))
+    result = simulate_json("--trace", str(trace), "--config", str(config), "--policies", "start,first-cell")
+    start, first = result["policies"]
+    assert (start["started_without_slice"], first["started_without_slice"]) == (0, 2)
+    assert start["resumes"] == first["resumes"] == 1  # k1 hibernated after 10 min idle, resumed at its last cell
+    # first-cell holds neither k3's 440 s nor k1's 10 s before its first cell, of a 10 GiB slice of 80 GiB
+    assert start["gpu_hours_held"] - first["gpu_hours_held"] == pytest.approx(450 * SLICE / 3600, abs=0.001)
+    assert start["gpu_hours_busy"] == first["gpu_hours_busy"] == pytest.approx(17 * SLICE / 3600, abs=0.001)
