@@ -26,7 +26,8 @@ from ..pool.rules import PolicyError, parse_policy
 from ..pool.units import format_duration, parse_seconds, parse_size
 from . import tables, tracefile
 from .agreement import agreement
-from .configuration import DEFAULT_GPU, Configuration, PlanError
+from .comparison import parse_policies, rows, variant
+from .configuration import DEFAULT_GPU, Configuration, Hint, PlanError
 from .costs import HIBERNATE, RESUME, GiB, Costs, parse_cost
 from .plan import run, summary
 from .synthetic import Hub, Lab
@@ -148,6 +149,14 @@ class SimulateApp(PoolCommand):
                                    "over the admin's settings (default: the admin's settings alone).").tag(config=True)
     compare_policy = Unicode("", help="A proposed policy (a JSON list of rules, or a config file setting "
                                       "GPUPool.policy) replayed beside the first configuration.").tag(config=True)
+    policies = Unicode("", help="Policies to compare on the same workload, such as start,first-cell,first-cell+hint: "
+                                "start (a kernel takes its slice at start), first-cell (at its first cell), "
+                                "configured (as each rule's slice_at says), each +hint (the resume hint) or "
+                                "not; each replayed under the configuration's other rules.").tag(config=True)
+    hint_lead = Unicode("3s", help="With +hint: how long before the cell that needs a hibernated kernel its user "
+                                   "opens the notebook or starts typing (a trace does not record it).").tag(config=True)
+    hint_hold = Unicode("60s", help="With +hint: a kernel a hint resumed that runs no cell within this long "
+                                    "hibernates again.").tag(config=True)
     slo_wait = Unicode("30s", help="The wait goal: the fewest GPUs whose 95th-percentile wait for a slice is at "
                                    "most this.").tag(config=True)
     queue_timeout = Unicode("", help="Override GPUPool.start_queue_timeout (seconds a start waits in the queue; 0: "
@@ -170,6 +179,7 @@ class SimulateApp(PoolCommand):
         ("arrive_within", "arrive_within"), ("think", "think"), ("cell", "cell"), ("memory", "memory"),
         ("retry", "retry"),
         ("config", "configs"), ("compare_policy", "compare_policy"), ("slo_wait", "slo_wait"),
+        ("policies", "policies"), ("hint_lead", "hint_lead"), ("hint_hold", "hint_hold"),
         ("queue_timeout", "queue_timeout"), ("cull_interval", "cull_interval"), ("hibernate_cost", "hibernate_cost"),
         ("resume_cost", "resume_cost"), ("report", "report"))}
     flags = {
@@ -220,7 +230,9 @@ class SimulateApp(PoolCommand):
             if bar:
                 bar.close()
         result = summary(workload, outcomes, slo_wait=slo, costs=costs, decisions=self.decisions)
-        if self.trace and counts == [None]:
+        if self.policies:
+            result["policies"] = rows(outcomes, slo)
+        if self.trace and counts == [None] and not self.policies:  # (--policies: no configuration is the record's)
             tally = next(iter(outcomes[0].tallies.values()))
             result["recorded"] = agreement(
                 workload.recorded["decisions"], [d.to_dict() for d in tally.decisions], workload.interval,
@@ -270,6 +282,13 @@ class SimulateApp(PoolCommand):
         if self.compare_policy:
             configs = [configs[0], configs[0].with_policy(Path(self.compare_policy).stem,
                                                           read_policy(self.compare_policy, configs[0]))]
+        if self.policies:
+            if len(configs) > 1:
+                raise PlanError("--policies compares policies under one configuration: leave out --compare-policy "
+                                "and give at most one --config")
+            hint = Hint(lead=_seconds(self.hint_lead, "--hint-lead", zero=True),
+                        hold=_seconds(self.hint_hold, "--hint-hold"))
+            configs = [variant(configs[0], name, hint) for name in parse_policies(self.policies)]
         return configs
 
     def _settings_with(self, path: str, extra: dict):
@@ -471,6 +490,9 @@ def render(result: dict) -> str:
         cmp = result["comparison"]
         lines.append(f"{cmp['proposed']!r} against {cmp['base']!r} (proposed minus base):")
         lines += _text_table(tables.COMPARISON_HEADER, tables.comparison(cmp)) + [""]
+    if "policies" in result:
+        lines.append("Policies compared (figures at each policy's GPUs for the goal):")
+        lines += _text_table(tables.POLICY_HEADER, tables.policies(result["policies"])) + [""]
     if "recorded" in result:
         lines.append("Against the record: " + tables.agreement(result["recorded"]))
     return "\n".join(lines).rstrip()

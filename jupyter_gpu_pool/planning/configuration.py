@@ -16,6 +16,18 @@ DEFAULT_GPU = GPU(uuid="PLAN-0", name="NVIDIA H100 80GB HBM3 (planned)", memory=
                   source=DECLARED)
 
 
+@dataclass(frozen=True)
+class Hint:
+    """The resume hint as a replay models it: the user opens the notebook of a hibernated kernel (or starts
+    editing a cell in it) ``lead`` seconds before the cell that needs it, and its resume starts then if
+    the pool has room now and nobody waits in the queue; a kernel so resumed that runs no cell within
+    ``hold`` seconds of the hint hibernates again (no warning: nothing was used).  A trace records no
+    focus or typing, so ``lead`` is an assumption (docs/planning.md, "Policies compared")."""
+
+    lead: float = 3.0
+    hold: float = 60.0
+
+
 class PlanError(PoolError):
     """Input the planner cannot replay (a bad trace, an unknown profile, a bad option): the message
     names the file and line, or the option, and says what to do."""
@@ -34,6 +46,7 @@ class Configuration:
     queue_timeout: float  # GPUPool.start_queue_timeout: 0 refuses a start at once when the pool is full
     gpus: tuple[GPU, ...]  # the pool as configured
     default_profile: str
+    hint: Hint | None = None  # the resume hint, in the replay (None: a resume starts at the cell)
 
     @classmethod
     def of(cls, name: str, settings, gpus: list[GPU]) -> Configuration:
@@ -43,8 +56,8 @@ class Configuration:
                    queue_timeout=settings.start_queue_timeout, gpus=tuple(gpus),
                    default_profile=settings.default_profile or next(iter(settings.profiles)))
 
-    def with_policy(self, name: str, policy: Policy) -> Configuration:
-        return dataclasses.replace(self, name=name, policy=policy)
+    def with_policy(self, name: str, policy: Policy, hint: Hint | None = None) -> Configuration:
+        return dataclasses.replace(self, name=name, policy=policy, hint=hint)
 
     def pool_of(self, count: int | None) -> list[GPU]:
         """``count`` GPUs like the configured pool's first (the configured pool itself for None)."""

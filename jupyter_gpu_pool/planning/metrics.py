@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 PERCENTILE = 95.0
+SLOWER = 1.1  # the resume goal: a cell that woke its kernel takes at most this much longer than on one awake
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -43,7 +44,14 @@ class Tally:
     waits_by_ask: Counter = field(default_factory=Counter)  # asks of each kind (start, restart, resume) served
     unserved_asks: int = 0  # asks that never got a slice (refused for good, or still waiting at the end)
     refusals: Counter = field(default_factory=Counter)  # by reason
-    resume_delays: list[float] = field(default_factory=list)  # from the cell that woke a kernel to its restore
+    resume_delays: list[float] = field(default_factory=list)  # per resume, its cell's wait: queue, restore, less a hint
+    resumed_cells: int = 0  # cells that waited for a resume, and ran to their end
+    slow_cells: int = 0  # of those, cells that took more than SLOWER x what they took without the wait
+    unsliced: int = 0  # kernels started without a slice (slice_at first-cell)
+    hints: int = 0  # resumes started by a hint
+    hints_unused: int = 0  # hinted kernels that ran no cell in time and hibernated again
+    hints_skipped: int = 0  # hints that found no room, or someone waiting
+    user_seconds: float = 0.0  # each session from its ask to its user's last event
     shut_down: int = 0  # kernels the policy shut down: their state is lost
     hibernated: int = 0
     resumed: int = 0
@@ -77,6 +85,12 @@ class Tally:
 
     def resume_delay(self, seconds: float) -> None:
         self.resume_delays.append(seconds)
+
+    def resumed_cell(self, run: float, waited: float) -> None:
+        """A cell that waited ``waited`` for its kernel's resume ran ``run`` seconds."""
+        self.resumed_cells += 1
+        if run + waited > SLOWER * run:
+            self.slow_cells += 1
 
     def decision(self, at: float, kernel: str, verb: str, reason: str | None, action: str | None,
                  dry_run: bool) -> None:
@@ -135,8 +149,20 @@ class Tally:
             "snoozes": self.snoozes,
             "resume_delay_seconds": {"p50": _num(percentile(self.resume_delays, 50)),
                                      "p95": _num(percentile(self.resume_delays, 95)),
-                                     "max": _num(percentile(self.resume_delays, 100))},
-            "gpu_hours": {"held": round(self.held_seconds / 3600, 3), "busy": round(self.busy_seconds / 3600, 3)},
+                                     "max": _num(percentile(self.resume_delays, 100)),
+                                     "mean": round(math.fsum(self.resume_delays) / len(self.resume_delays), 3)
+                                     if self.resume_delays else None,
+                                     "share_waited": round(sum(1 for d in self.resume_delays if d > 0)
+                                                           / len(self.resume_delays), 6) if self.resume_delays
+                                     else 0.0,
+                                     "cells": self.resumed_cells, "cells_over_goal": self.slow_cells},
+            "gpu_hours": {"held": round(self.held_seconds / 3600, 3), "busy": round(self.busy_seconds / 3600, 3),
+                          "held_over_busy": round(self.held_seconds / self.busy_seconds, 3)
+                          if self.busy_seconds else None},
+            "user_hours": round(self.user_seconds / 3600, 3),
+            "resumes_per_user_hour": round(self.resumed / (self.user_seconds / 3600), 3) if self.user_seconds else 0.0,
+            "started_without_slice": self.unsliced,
+            "hints": {"resumed": self.hints, "unused": self.hints_unused, "skipped": self.hints_skipped},
             "occupancy": {"peak": round(self.peak_held / self.gpus, 4),
                           "mean": round(self.held_seconds / 3600 / hours / self.gpus, 4) if hours else 0.0},
             "peak_gpus_held": round(self.peak_held, 3),

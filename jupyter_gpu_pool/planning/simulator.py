@@ -19,7 +19,16 @@ start giving up.  What the pool decides is the pool core's, called as the live p
   ``release`` does it: refused while a cell runs, a shutdown where the kernel cannot hibernate.
 
 What a user does to a kernel the replay shut down is a restart (a new start; its state is lost); a
-cell run on a hibernated kernel resumes it first.  Nothing here reads a file or a clock.
+cell run on a hibernated kernel resumes it first.
+
+When a kernel takes its slice is its rule's ``slice_at`` (``Policy.rule_for``): at start, or at its
+first cell, where the kernel starts holding nothing and its first busy period asks for a slice through
+the queue as a resume does (it waits as long as it takes; refused for another reason, the cell fails
+and the kernel goes on without a slice).  With the configuration's resume hint (``Hint``), the resume
+of a hibernated kernel starts ``lead`` seconds before the cell that needs it, where the pool has room
+then and nobody waits; the wait its user feels is what is left of the restore when the cell comes
+(``resume_delays``), and a hinted kernel that runs no cell within ``hold`` hibernates again.  Nothing
+here reads a file or a clock.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from ..pool import reclaim as R
 from ..pool.allocation import Ask, Grant
 from ..pool.gpu_use import GPUUse
 from ..pool.placement import choose
+from ..pool.rules import FIRST_CELL
 from .configuration import Configuration, PlanError
 from .costs import COSTS, Costs
 from .metrics import Tally
@@ -44,10 +54,12 @@ from .virtual_pool import VirtualPool
 from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Session, Workload
 
 # Where a session's kernel is.
-ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE = range(7)
+# (UNSLICED: slice_at first-cell, before its first cell)
+ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE, UNSLICED = range(8)
 _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
-_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _PASS, _SAMPLE, _DEADLINE = range(8)
+_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _PASS, _SAMPLE, _DEADLINE = range(10)
+FIRST = "first-cell"  # the ask of a kernel's first cell (slice_at first-cell)
 
 
 class _Kernel:
@@ -55,7 +67,8 @@ class _Kernel:
 
     __slots__ = ("s", "events", "pending", "delay", "state", "lease", "starts", "ask_at", "asking", "waiter",
                  "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid",
-                 "can", "why", "token", "profile", "wake", "room_only", "deadline")
+                 "can", "why", "token", "profile", "wake", "room_only", "hinted", "hint_token", "cell_at",
+                 "resume_wait", "seen", "deadline")
 
     def __init__(self, session: Session, profile: Profile, can: bool, why: str | None, grid: tuple[float, float]):
         self.s = session
@@ -83,6 +96,11 @@ class _Kernel:
         self.wake = 0.0  # no pass before this can change the policy's answer (0: its facts changed)
         self.room_only = False  # a start of its user can be refused for room only (no quota, no budget)
         self.deadline = None  # its warning's deadline, when the culler judges it again (None: no warning)
+        self.hinted = False  # resumed by a hint, and no cell came since
+        self.hint_token = 0  # a hint's expiry counts only for the hint it was set for
+        self.cell_at = None  # when the cell that waits for this resume came (None: no cell waits yet)
+        self.resume_wait = None  # what the last resume made its cell wait, until that cell ends
+        self.seen = session.arrival  # the user's last event so far
 
 
 class Replay:
@@ -151,7 +169,8 @@ class Replay:
             self._push(w.start + (phase - w.start) % interval, _PASS, (phase, interval))
         self._push(w.start, _SAMPLE, None)
         handlers = {_USER: self._user, _ASK: self._ask, _TIMEOUT: self._timeout, _HIBERNATED: self._hibernated,
-                    _RESTORED: self._restored, _PASS: self._pass, _SAMPLE: self._sample,
+                    _RESTORED: self._restored, _HINT: self._hint, _HINT_END: self._hint_end, _PASS: self._pass,
+                    _SAMPLE: self._sample,
                     _DEADLINE: self._deadline}
         heap, end, progress = self._heap, w.end, self.progress
         count = 0
@@ -168,6 +187,7 @@ class Replay:
                 self._stop_busy(k, end)
             if k.state in (ASKING, WAKING) and (k.waiter is not None or k.state == ASKING):
                 self.tally.unserved(k.s.id, end - k.ask_at, k.asking)
+        self.tally.user_seconds = math.fsum(max(k.seen - k.s.arrival, 0.0) for k in self._kernels)
         self.tally.sample(end, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
         self.tally.close(self.pool.held_until(end), self.pool.peak_share)
         if progress is not None:
@@ -176,17 +196,25 @@ class Replay:
 
     # -- users --------------------------------------------------------------------------------
 
-    def _advance(self, k: _Kernel) -> None:
-        """Schedule the session's next event, moved by what the replay made its user wait."""
+    def _advance(self, k: _Kernel, now: float) -> None:
+        """Schedule the session's next event, moved by what the replay made its user wait; with the resume
+        hint, a cell's hint ``lead`` seconds before it (not before now)."""
         nxt = next(k.events, None)
         if nxt is not None:
-            self._push(nxt[0] + k.delay, _USER, (k, nxt))
+            at = nxt[0] + k.delay
+            self._push(at, _USER, (k, nxt))
+            hint = self.config.hint
+            if hint is not None and (nxt[1] == BUSY or nxt[1] == ACT_EV):
+                self._push(max(at - hint.lead, now), _HINT, k)
 
     def _user(self, now: float, item) -> None:
         k, event = item
         if k.state == DONE:
             return
+        k.seen = now
         if k.state in (ASKING, HIBERNATING, WAKING):
+            if k.cell_at is None and k.state == WAKING and (event[1] == BUSY or event[1] == ACT_EV):
+                k.cell_at = now  # a cell comes while a hinted resume is under way: it waits for the rest
             k.pending = event  # the session waits for its kernel
             return
         self._continue(k, now, event)
@@ -195,14 +223,14 @@ class Replay:
         """``event`` happens now; the session goes on unless it must wait for its kernel."""
         self._deliver(k, now, event)
         if k.state != DONE and k.pending is None:
-            self._advance(k)
+            self._advance(k, now)
 
     def _unpause(self, k: _Kernel, now: float) -> None:
         """The kernel is there: the event that waited for it happens now (a first start: the whole session moves)."""
         event = k.pending
         if event is None:
             k.delay = now - k.s.arrival
-            self._advance(k)
+            self._advance(k, now)
             return
         k.pending = None
         k.delay = max(k.delay, now - event[0])
@@ -220,11 +248,18 @@ class Replay:
         self._touch(k)
         if code == END:
             self._end(k, now)
+        elif k.state == UNSLICED:
+            if code == BUSY:  # its first cell asks for a slice, as a resume does
+                k.pending, k.state, k.asking, k.ask_at = event, ASKING, FIRST, now
+                self._push(now, _ASK, k)
+            elif code == IDLE:
+                k.busy = False
         elif (code == BUSY or code == ACT_EV) and k.state in (ASLEEP, LOST):
             # A cell (or other use) of a hibernated kernel resumes it first; of a kernel the replay shut
             # down, starts another one (its state is lost).
             if k.state == ASLEEP:
                 k.pending, k.state, k.asking, k.ask_at = event, WAKING, "resume", now
+                k.cell_at, k.hinted = now, False
                 self._asleep -= 1
             else:
                 k.pending, k.state, k.asking, k.ask_at = event, ASKING, "restart", now
@@ -232,6 +267,8 @@ class Replay:
             self._push(now, _ASK, k)
         elif code == BUSY:
             k.last_activity = now
+            if k.hinted:  # the hinted resume was done before its cell came: the cell did not wait
+                self._resume_waited(k, 0.0)
             if not k.busy:
                 k.busy, k.busy_at, k.busy_share = True, now, self.pool.share(k.lease)
                 self._busy_share += k.busy_share
@@ -242,6 +279,8 @@ class Replay:
                 k.last_activity = now
         elif code == ACT_EV:
             k.last_activity = now
+            if k.hinted:
+                self._resume_waited(k, 0.0)
         elif code == GPU:
             if k.state == RUNNING:
                 if k.use is None:
@@ -268,6 +307,15 @@ class Replay:
         self.tally.busy(k.busy_share * (now - k.busy_at))
         self._busy_share -= k.busy_share
         k.busy = False
+        if k.resume_wait is not None:  # the cell a resume made wait is done: how much longer it felt
+            self.tally.resumed_cell(now - k.busy_at, k.resume_wait)
+            k.resume_wait = None
+
+    def _resume_waited(self, k: _Kernel, seconds: float) -> None:
+        """The cell that needed a resumed kernel waited ``seconds`` for it (queue and restore, less a hint's
+        head start)."""
+        self.tally.resume_delay(seconds)
+        k.resume_wait, k.cell_at, k.hinted = seconds, None, False
 
     def _snooze(self, k: _Kernel, now: float, seconds: float) -> None:
         if k.state not in (RUNNING, ASLEEP):
@@ -302,6 +350,12 @@ class Replay:
         if k.state == WAKING:
             self._try_resume(k, now, None)
         elif k.state == ASKING:
+            if k.asking == "start" and not k.starts and self.policy.rule_for(
+                    k.s.user, k.s.groups, k.profile.name, k.s.kernelspec).slice_at == FIRST_CELL:
+                k.state = UNSLICED  # it starts holding nothing; its first cell asks
+                self.tally.unsliced += 1
+                self._unpause(k, now)
+                return
             self._try_start(k, now)
 
     def _start_ask(self, k: _Kernel) -> Ask:
@@ -319,7 +373,9 @@ class Replay:
                 self._started(k, ask, result, now)
                 return
             full, reason = isinstance(result, PoolExhausted), result.reason
-        if full and self.config.queue_timeout > 0:
+        if full and k.asking == FIRST:  # a first cell waits in the queue as a resume does: no timeout
+            self._enqueue(k, now, ask.kernel_id, None)
+        elif full and self.config.queue_timeout > 0:
             self._enqueue(k, now, ask.kernel_id, None)
             self._push(now + self.config.queue_timeout, _TIMEOUT, (k, k.token))
         else:
@@ -327,6 +383,10 @@ class Replay:
 
     def _refused(self, k: _Kernel, now: float, reason: str) -> None:
         self.tally.refused(k.s.id, now, reason, k.asking)
+        if k.asking == FIRST:  # the cell fails; the kernel goes on without a slice, its next cell asks again
+            k.state, k.pending = UNSLICED, None
+            self._advance(k, now)
+            return
         if k.s.retry is not None:
             self._push(now + k.s.retry, _ASK, k)  # a synthetic user tries again
             return
@@ -389,17 +449,53 @@ class Replay:
         if k.waiter is not None:
             self._leave_queue(k)
         if isinstance(result, Grant):
-            k.lease = self.pool.take(ask, result, now, k.lease)
-            self.tally.served(k.s.id, now - k.ask_at, "resume")
-            self.tally.resumed += 1
-            restore = 0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))
-            self.tally.resume_delay(now + restore - k.ask_at)
-            self._push(now + restore, _RESTORED, k)
+            self._wake(k, ask, result, now)
             return
         self.tally.refused(k.s.id, now, result.reason, "resume")
-        k.state, k.pending = ASLEEP, None  # the cell fails; the kernel sleeps on
+        k.state, k.pending, k.cell_at = ASLEEP, None, None  # the cell fails; the kernel sleeps on
         self._asleep += 1
-        self._advance(k)
+        self._advance(k, now)
+
+    def _wake(self, k: _Kernel, ask: Ask, grant: Grant, now: float) -> None:
+        """The resume has its slice: the restore starts."""
+        k.lease = self.pool.take(ask, grant, now, k.lease)
+        self.tally.served(k.s.id, now - k.ask_at, "resume")
+        self.tally.resumed += 1
+        restore = 0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))
+        self._push(now + restore, _RESTORED, k)
+
+    def _hint(self, now: float, k: _Kernel) -> None:
+        """Its user opened the notebook or started typing: the resume starts now if the pool has room for
+        it and nobody waits (never a queue, never a refusal told: it is a guess)."""
+        if k.state != ASLEEP:
+            return
+        if self.pool.queue:
+            self.tally.hints_skipped += 1
+            return
+        ask = self.pool.resume_ask(k.lease, k.profile, same_gpu=k.s.declared)
+        result = self.pool.ask(ask, now)
+        if not isinstance(result, Grant):
+            self.tally.hints_skipped += 1
+            return
+        k.state, k.asking, k.ask_at, k.hinted, k.cell_at = WAKING, "resume", now, True, None
+        self._asleep -= 1
+        self.tally.hints += 1
+        k.hint_token += 1
+        self._push(now + self.config.hint.hold, _HINT_END, (k, k.hint_token))
+        self._wake(k, ask, result, now)
+
+    def _hint_end(self, now: float, item) -> None:
+        """No cell came within the hint's hold: the kernel hibernates again, without a warning."""
+        k, token = item
+        if not k.hinted or token != k.hint_token:
+            return
+        if k.state == WAKING:  # (a restore longer than the hold) it is judged once it is there
+            self._push(now + self.config.hint.hold, _HINT_END, item)
+            return
+        k.hinted = False
+        if k.state == RUNNING:
+            self.tally.hints_unused += 1
+            self._act(k, now, P.HIBERNATE)
 
     def _restored(self, now: float, k: _Kernel) -> None:
         if k.state != WAKING:
@@ -411,7 +507,11 @@ class Replay:
         if k.reading[0]:  # the sampler reads the kernel afresh on its new slice
             k.use = GPUUse()
             k.use.record(now, k.reading[0], 0.0, self.thresholds)
-        self._unpause(k, now)
+        if k.cell_at is not None:
+            self._resume_waited(k, now - k.cell_at)
+        if k.pending is not None or not k.hinted:
+            self._unpause(k, now)
+        # (hinted, and its cell not come yet: the session's next event is already on its way)
 
     def _serve(self, now: float) -> None:
         """Room may have freed: each waiter in queue order tries again (a later one keeps what is left
@@ -608,6 +708,7 @@ class Replay:
             self._stop_busy(k, now)
         if k.state == ASLEEP:
             self._asleep -= 1
+        k.hinted = False
         self.tally.shut_down += 1
         self._drop(k, now)
         k.state = LOST

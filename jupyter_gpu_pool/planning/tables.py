@@ -7,6 +7,8 @@ from ..pool.units import format_duration
 RESULT_HEADER = ["GPUs", "wait p50", "p95", "max", "refused", "shut down", "hibernated", "restarts", "GPU-h held",
                  "GPU-h busy", "peak", "mean"]
 COMPARISON_HEADER = ["GPUs", "shut down", "hibernated", "refused", "p95 wait", "GPU-h held", "GPU-h busy"]
+POLICY_HEADER = ["policy", "GPUs for goal", "GPU-h held", "GPU-h busy", "held/busy", "resumes/user-h",
+                 "resume wait mean", "p95", "cells >1.1x", "hints used/unused"]
 
 
 def wait(value: float | None) -> str:
@@ -30,6 +32,23 @@ def comparison(cmp: dict) -> list[list[str]]:
     return [[str(d["gpus"]), f"{d['shut_down']:+d}", f"{d['hibernated']:+d}", f"{d['refusals']:+d}",
              "n/a" if d["p95_wait_seconds"] is None else f"{_signed(d['p95_wait_seconds'])} s",
              _signed(d["gpu_hours_held"]), _signed(d["gpu_hours_busy"])] for d in cmp["difference"]]
+
+
+def policies(rows: list[dict]) -> list[list[str]]:
+    """One row per policy compared (under POLICY_HEADER); the figures after the GPU count are at that count
+    (or, where no count replayed meets the goal, at the most GPUs replayed, marked "none; at N")."""
+    out = []
+    for r in rows:
+        waits, hints = r["resume_wait_seconds"], r["hints"]
+        ratio = r["held_over_busy"]
+        gpus = str(r["gpus_for_goal"]) if r["gpus_for_goal"] is not None else f"none; at {r['at_gpus']}"
+        out.append([r["policy"], gpus, f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_busy']:.2f}",
+                    "n/a" if ratio is None else f"{ratio:.2f}x",
+                    f"{r['resumes_per_user_hour']:.2f}", "n/a" if waits["mean"] is None else f"{waits['mean']:.2f} s",
+                    "n/a" if waits["p95"] is None else f"{waits['p95']:.2f} s",
+                    f"{r['resumed_cells_over_goal']}/{r['resumed_cells']}",
+                    f"{hints['resumed'] - hints['unused']}/{hints['unused']}" if r["hint"] else "-"])
+    return out
 
 
 def _signed(value: float) -> str:

@@ -15,7 +15,9 @@ from jupyter_gpu_pool.planning.workload import Session, Workload
 
 GiB = 2**30
 T0 = 1_700_000_000.0
-NEVER_CULL = [{"name": "never", "idle_timeout": None, "gpu_idle_timeout": None, "max_hibernated": None}]
+# Each kernel takes its slice at start (these rules keep the replay's behaviour from before slice_at).
+NEVER_CULL = [{"name": "never", "idle_timeout": None, "gpu_idle_timeout": None, "max_hibernated": None,
+               "slice_at": "start"}]
 
 
 def configuration(name: str = "test", *, gpus: int = 2, memory: str = "80GiB", **settings) -> Configuration:

@@ -23,10 +23,13 @@ from jupyter_gpu_pool.pool import HIBERNATED, RELEASED
 pytestmark = [pytest.mark.usefixtures("ext"), pytest.mark.timeout(600)]
 
 INTERVAL = 1.0  # the culler's pass (the extension fixture's cull_interval)
+# Each rule says slice_at start: these kernels take their slice when started (and run no cell, some).
 POLICY = [
-    {"name": "whole", "match": {"profile": "whole"}, "idle_timeout": 5, "gpu_idle_timeout": None, "warn": 2.5,
+    {"name": "whole", "slice_at": "start",
+     "match": {"profile": "whole"}, "idle_timeout": 5, "gpu_idle_timeout": None, "warn": 2.5,
      "action": "shutdown", "max_hibernated": None},
-    {"name": "small", "match": {"profile": "small"}, "idle_timeout": 7, "gpu_idle_timeout": None, "warn": 2.5,
+    {"name": "small", "slice_at": "start",
+     "match": {"profile": "small"}, "idle_timeout": 7, "gpu_idle_timeout": None, "warn": 2.5,
      "action": "hibernate", "max_hibernated": 6, "snooze": 4, "max_snoozes": 1},
 ]
 
@@ -133,9 +136,11 @@ async def test_a_replay_of_the_recorded_trace_decides_what_the_live_pool_decided
 
 
 GPU_RULES = [
-    {"name": "soft", "match": {"profile": "small"}, "idle_timeout": None, "gpu_idle_timeout": 4, "warn": 2,
+    {"name": "soft", "slice_at": "start",
+     "match": {"profile": "small"}, "idle_timeout": None, "gpu_idle_timeout": 4, "warn": 2,
      "over_memory_grace": 2, "action": "shutdown", "max_hibernated": None},
-    {"name": "whole", "match": {"profile": "whole"}, "idle_timeout": None, "gpu_idle_timeout": 4, "warn": 2,
+    {"name": "whole", "slice_at": "start",
+     "match": {"profile": "whole"}, "idle_timeout": None, "gpu_idle_timeout": 4, "warn": 2,
      "action": "shutdown", "max_hibernated": None},
 ]
 
@@ -170,7 +175,8 @@ async def test_a_replay_decides_gpu_idle_and_over_memory_as_the_live_pool_did(jp
     assert result["shut_down"] == 2 and replay["recorded"]["agrees"], replay["recorded"]
 
 
-@pytest.mark.policy(rules=[{"name": "keep", "idle_timeout": None, "gpu_idle_timeout": None, "max_hibernated": None,
+@pytest.mark.policy(rules=[{"name": "keep", "slice_at": "start",
+                            "idle_timeout": None, "gpu_idle_timeout": None, "max_hibernated": None,
                             "action": "hibernate"}])
 async def test_a_hibernation_its_user_asked_for_is_replayed_when_they_asked(jp_fetch, jp_ws_fetch, ext, pool_home,
                                                                             tmp_path):
@@ -207,9 +213,11 @@ async def test_a_hibernation_its_user_asked_for_is_replayed_when_they_asked(jp_f
 
 
 RECLAIM_POLICY = [  # candidates for a waiter after 3 s idle (60 s × 0.05); warned 2 s ahead
-    {"name": "small", "match": {"profile": "small"}, "idle_timeout": 60, "pressure_factor": 0.05, "warn": 2,
+    {"name": "small", "slice_at": "start",
+     "match": {"profile": "small"}, "idle_timeout": 60, "pressure_factor": 0.05, "warn": 2,
      "gpu_idle_timeout": None, "action": "hibernate", "max_hibernated": None},
-    {"name": "whole", "match": {"profile": "whole"}, "idle_timeout": 600, "pressure_factor": 0.005, "warn": 2,
+    {"name": "whole", "slice_at": "start",
+     "match": {"profile": "whole"}, "idle_timeout": 600, "pressure_factor": 0.005, "warn": 2,
      "gpu_idle_timeout": None, "action": "hibernate", "max_hibernated": None},
 ]
 

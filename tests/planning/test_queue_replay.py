@@ -78,12 +78,14 @@ ODD = range(1, 40, 2)
     # slices of three sizes, half the students under a quota, hibernation and resumes in the queue
     (dict(profiles=SIZES, user_quotas={f"student{i:03d}": {"memory": "20GiB"} for i in ODD}, gpus=2,
           start_queue_timeout=600,
-          policy=[{"idle_timeout": "5m", "gpu_idle_timeout": None, "warn": "1m", "action": "hibernate"}]),
+          policy=[{"idle_timeout": "5m", "gpu_idle_timeout": None, "warn": "1m", "action": "hibernate",
+                  "slice_at": "start"}]),
      "quota_exceeded"),
     # half the students on a budget, culling
     (dict(profiles=SIZES, budgets={f"student{i:03d}": {"gpu_hours": 0.1, "period": "day"} for i in ODD}, gpus=1,
           start_queue_timeout=900,
-          policy=[{"idle_timeout": "10m", "gpu_idle_timeout": None, "warn": "1m", "action": "shutdown"}]),
+          policy=[{"idle_timeout": "10m", "gpu_idle_timeout": None, "warn": "1m", "action": "shutdown",
+                  "slice_at": "start"}]),
      "budget_exceeded"),
 ])
 def test_passing_over_waiters_that_fit_nowhere_changes_nothing(monkeypatch, settings, other):

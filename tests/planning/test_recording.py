@@ -23,7 +23,8 @@ from jupyter_gpu_pool.service.operations import MAX_TRACE_EVENTS
 from jupyter_gpu_pool.service.server import PoolService
 
 SECRET = "SECRET-7f3a"
-SHORT = [{"name": "short", "idle_timeout": 30, "gpu_idle_timeout": None, "warn": 25, "snooze": 20, "max_snoozes": 1}]
+SHORT = [{"name": "short", "slice_at": "start",
+          "idle_timeout": 30, "gpu_idle_timeout": None, "warn": 25, "snooze": 20, "max_snoozes": 1}]
 
 
 def exported(tmp_path) -> list[dict]:
@@ -102,7 +103,8 @@ MANY_GROUPS = {f"lab{i:02d}": ["alice"] for i in range(70)}
 
 @pytest.mark.usefixtures("ext")
 @pytest.mark.pool_settings(group_members={"students": ["alice"], **MANY_GROUPS})
-@pytest.mark.policy(rules=[{"name": "lab69", "match": {"group": "lab69"}, "idle_timeout": 3, "gpu_idle_timeout": None,
+@pytest.mark.policy(rules=[{"name": "lab69", "slice_at": "start",
+                            "match": {"group": "lab69"}, "idle_timeout": 3, "gpu_idle_timeout": None,
                             "warn": 1, "action": "shutdown"}])
 async def test_a_user_in_71_groups_and_a_long_failure_message_are_recorded_as_a_trace_that_replays(
         jp_fetch, ext, pool_home, tmp_path, monkeypatch):

@@ -115,7 +115,7 @@ def test_decide_stays_quiet_until_quiet_until_says(f, rule, state, reclaim, dry_
 # The reclaim scene of issue 22: a whole-GPU kernel on GPU 0; on GPU 1 four 10 GiB kernels, the one idle
 # longest ("x") unable to hibernate; all idle past idle_timeout × pressure_factor when "f" asks for 10 GiB.
 RECLAIM_RULE = [{"name": "idle", "idle_timeout": 1800, "gpu_idle_timeout": None, "warn": 60, "action": "hibernate",
-                 "pressure_factor": 0.5, "max_hibernated": None}]
+                 "pressure_factor": 0.5, "max_hibernated": None, "slice_at": "start"}]
 ASKED = T0 + 1000
 
 

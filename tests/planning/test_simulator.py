@@ -19,8 +19,10 @@ from jupyter_gpu_pool.pool import LeaseRequest, PoolError
 from jupyter_gpu_pool.pool.allocation import Ask
 
 WHOLE = {"gpu": {"slice": "whole"}}
-HIBERNATE_IDLE = [{"name": "idle", "idle_timeout": 60, "gpu_idle_timeout": None, "warn": 30, "action": "hibernate"}]
-SHUTDOWN_IDLE = [{"name": "idle", "idle_timeout": 60, "gpu_idle_timeout": None, "warn": 30, "action": "shutdown"}]
+HIBERNATE_IDLE = [{"name": "idle", "idle_timeout": 60, "gpu_idle_timeout": None, "warn": 30, "action": "hibernate",
+                   "slice_at": "start"}]
+SHUTDOWN_IDLE = [{"name": "idle", "idle_timeout": 60, "gpu_idle_timeout": None, "warn": 30, "action": "shutdown",
+                  "slice_at": "start"}]
 
 
 def concurrency(w) -> int:
