@@ -154,7 +154,8 @@ def shoot(page, artifacts: Path, name: str, small: bool = True) -> None:
 
 
 def pushed_actions(page) -> list[dict]:
-    """kernel-action events JupyterLab receives on its event stream (/api/events/subscribe)."""
+    """kernel-action events JupyterLab receives on its event stream (/api/events/subscribe), each with
+    ``received``: when (this clock)."""
     events: list[dict] = []
 
     def on_frame(payload) -> None:
@@ -163,7 +164,7 @@ def pushed_actions(page) -> list[dict]:
         except (TypeError, ValueError):
             return
         if str(data.get("schema_id", "")).endswith("/events/kernel-action"):
-            events.append(data)
+            events.append({**data, "received": time.time()})
 
     page.on("websocket", lambda ws: "/api/events/subscribe" in ws.url and ws.on("framereceived", on_frame))
     return events

@@ -14,7 +14,6 @@ Declared GPUs (hibernation gives the slice back, no GPU memory to move). Screens
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
@@ -25,6 +24,7 @@ from browser_helpers import (
     cell_output,
     command,
     open_notebook,
+    pushed_actions,
     run_cell,
     shoot,
     wait_for,
@@ -80,22 +80,6 @@ def lab(tmp_path_factory, artifacts):
     yield server
     server.stop()
     server.copy_log(artifacts / "reclaim.server.log")
-
-
-def timed_actions(page) -> list[dict]:
-    """kernel-action events as JupyterLab receives them, each with ``received``: when (this clock)."""
-    events: list[dict] = []
-
-    def on_frame(payload) -> None:
-        try:
-            data = json.loads(payload)
-        except (TypeError, ValueError):
-            return
-        if str(data.get("schema_id", "")).endswith("/events/kernel-action"):
-            events.append({**data, "received": time.time()})
-
-    page.on("websocket", lambda ws: "/api/events/subscribe" in ws.url and ws.on("framereceived", on_frame))
-    return events
 
 
 def card_of(page, kernel_id: str):
@@ -160,7 +144,7 @@ def test_a_rename_reaches_the_card_and_its_link_opens_the_notebook(lab, page, ar
 
 
 def test_a_countdown_reaches_its_deadline_and_the_kernel_hibernates_then(lab, page, artifacts):
-    events = timed_actions(page)
+    events = pushed_actions(page)
     lab.write_notebook("countdown.ipynb", "gpu-pool-gpu-20g", ["x = 42"])
     open_and_run(page, lab, "countdown.ipynb")
     kernel_id = kernel_of(lab, "countdown.ipynb")["kernel_id"]
@@ -205,7 +189,7 @@ def test_a_countdown_reaches_its_deadline_and_the_kernel_hibernates_then(lab, pa
 
 
 def test_one_queued_resume_reclaims_the_fewest_kernels_and_never_the_mps_one(lab, page, artifacts):
-    events = timed_actions(page)
+    events = pushed_actions(page)
     lab.write_notebook("waiting.ipynb", "gpu-pool-gpu-10g", ["x = 42", "print(x)"])
     open_and_run(page, lab, "waiting.ipynb")
     waiting = kernel_of(lab, "waiting.ipynb")["kernel_id"]
