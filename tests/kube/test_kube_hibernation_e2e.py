@@ -165,6 +165,94 @@ async def test_an_idle_kernel_is_warned_hibernated_by_the_real_agent_and_a_cell_
         await ext.stop_extension()
 
 
+async def test_a_checkpoint_the_agent_undid_reaches_the_user_in_its_words_and_is_not_admitted_again(
+        cluster, operator_factory, jp_serverapp, jp_fetch, kube_sessions, kube, node):
+    """The agent's checkpoint fails and it puts the kernel back (Running, HibernationFailed): the operator
+    keeps those words for the server (no reconcile overwrites them) and does not admit the same request
+    again (the stand-in fails only one checkpoint: a second admission would hibernate the kernel).  The
+    server's policy for a failed hibernation stands: the user's Release shuts the kernel down, saying why in
+    the agent's words, and its slice is counted once, then not at all."""
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    ext = await extension(jp_serverapp)
+    try:
+        await node.start()
+        kid = body(await jp_fetch("api", "kernels", method="POST",
+                                  body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
+        name = kernel_name(kid)
+        pid = await node.on_gpu(kube, name, 6 * GiB)
+        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        me = body(await jp_fetch(*API, "me"))
+        assert me["usage"]["kernels"] == 1 and me["usage"]["memory"] > 0
+        node.driver.fail_next("cuCheckpointProcessCheckpoint", pid, cp.CUDA_ERROR_NOT_PERMITTED)
+        r = await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
+        assert r.code == 202
+
+        async def told():
+            return [e for e in body(await jp_fetch(*API, "me"))["recent"] if e["kernel_id"] == kid
+                    and "The checkpoint of this kernel failed" in (e.get("message") or "")]
+
+        entries = await wait_until(told, timeout=40, what="the agent's words on record")
+        assert any("the kernel runs on its GPU" in e["message"] for e in entries)
+        assert "CUDA_ERROR_NOT_PERMITTED" in entries[0]["message"]
+        checkpoints = [c for c in node.driver.calls if c == ("cuCheckpointProcessCheckpoint", pid)]
+        assert len(checkpoints) == 1  # answered once: no second admission of the same request
+        assert node.driver.procs[pid].state == S.RUNNING
+
+        async def slice_free():
+            me = body(await jp_fetch(*API, "me"))
+            return me["usage"]["kernels"] == 0 and me["usage"]["memory"] == 0
+
+        await wait_until(slice_free, timeout=30, what="the shut-down kernel's slice to be free")
+        assert [c for c in node.driver.calls if c == ("cuCheckpointProcessCheckpoint", pid)] == checkpoints
+    finally:
+        await ext.stop_extension()
+
+
+async def test_the_operator_keeps_the_agents_failure_and_admits_the_same_request_no_more(
+        cluster, operator_factory, server_config, kube_sessions, kube, node):
+    """The operator alone with the agent (no server to withdraw the request): the agent's checkpoint fails
+    and it puts the kernel back (Running, HibernationFailed).  spec.desiredState still says Hibernated, at
+    the same generation: the operator must neither admit it again (the stand-in fails one checkpoint only:
+    a second admission would hibernate it) nor let its reconcile overwrite the agent's words; a new request
+    (a new generation) is admitted."""
+    from agent_standin import ask
+    from jupyter_client.manager import AsyncKernelManager
+
+    from jupyter_gpu_pool.cluster.resources import HIBERNATION_FAILED
+
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await node.start()
+    km = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
+    await km.start_kernel()
+    try:
+        name = kernel_name(km.kernel_id)
+        pid = await node.on_gpu(kube, name, 6 * GiB)
+        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        node.driver.fail_next("cuCheckpointProcessCheckpoint", pid, cp.CUDA_ERROR_NOT_PERMITTED)
+        await ask(kube, name, "Hibernated", "idle")
+
+        async def failed():
+            obj = await kernel(kube, name)
+            return obj if obj["status"].get("reason") == HIBERNATION_FAILED else None
+
+        obj = await wait_until(failed, timeout=20, what="the agent to undo the failed checkpoint")
+        assert phase_of(obj) == RUNNING and "The checkpoint of this kernel failed" in obj["status"]["message"]
+        await asyncio.sleep(3)  # the operator's reconciles (the server's heartbeat, the agent's readings)
+        obj = await kernel(kube, name)
+        assert [c for c in node.driver.calls if c == ("cuCheckpointProcessCheckpoint", pid)] == \
+            [("cuCheckpointProcessCheckpoint", pid)]
+        assert phase_of(obj) == RUNNING and obj["status"]["reason"] == HIBERNATION_FAILED
+        assert "The checkpoint of this kernel failed" in obj["status"]["message"]
+        assert node.driver.procs[pid].state == S.RUNNING
+
+        await ask(kube, name, "Running", "user")
+        await ask(kube, name, "Hibernated", "idle")  # asked anew: admitted, and this checkpoint works
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=20, what="the new request to hibernate it")
+        assert node.driver.procs[pid].state == S.CHECKPOINTED
+    finally:
+        await km.shutdown_kernel(now=True)
+
+
 async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return phase_of(await kernel(kube, name)) == phase
 
