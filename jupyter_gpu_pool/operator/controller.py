@@ -373,8 +373,8 @@ class Controller:
                   "pod": meta(pod)["name"], "podIP": pod_status.get("podIP"), "node": pod.get("spec", {}).get("nodeName"),
                   "exitCode": verdict.exit_code}
         if verdict.phase == RUNNING and phase_now == RUNNING and \
-                status(kernel).get("reason") == resources.HIBERNATION_REFUSED:
-            del update["reason"], update["message"]  # the refusal's words stay until the server reads them
+                status(kernel).get("reason") in (resources.HIBERNATION_REFUSED, resources.HIBERNATION_FAILED):
+            del update["reason"], update["message"]  # the words stay until the server reads them
         if verdict.phase == RUNNING and status(kernel).get("phase") != RUNNING:
             update["runningAt"] = now
             started = status(kernel).get("startedAt")
@@ -422,6 +422,11 @@ class Controller:
             kernel = self.kernels.get(key(kernel), kernel)
             if status(kernel).get("phase") != RUNNING or desired(kernel) != DESIRED_HIBERNATED:
                 return
+            generation = meta(kernel).get("generation")
+            if status(kernel).get("observedGeneration") == generation and status(kernel).get("reason") in (
+                    resources.HIBERNATION_FAILED, resources.HIBERNATION_REFUSED) and \
+                    hibernation(kernel).get("reason") in (resources.HIBERNATION_FAILED, resources.HIBERNATION_REFUSED):
+                return  # the node agent answered this request (refused, or failed and put it back): not again
             node = status(kernel).get("node") or ""
             moved = moves.gpu_bytes(kernel)
             kind, refusal = UNSUPPORTED, moves.backend_refusal(self.settings.sharing,

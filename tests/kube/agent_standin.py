@@ -1,8 +1,10 @@
 """A test-only stand-in for the node agent's hibernation moves, so that the operator's side can be tested
 end to end without it: it settles Hibernating -> Hibernated and Resuming -> Running, with the agent's
 compare-and-set status writes and its status.hibernation record, and moves no memory (the test kubelet's
-pods hold none).  The real agent (operator/agent.py) replaces it where it is built; the tests here check
-the operator's admission, accounting and faults, not the checkpoint.
+pods hold none); the tests that use it check the operator's admission, accounting and faults, not the
+checkpoint.  Used only where a test is about the operator alone (tests/kube/test_kube_hibernation.py,
+and test_kube_server_hibernation.py's queue and refusal cases); the flow with the real agent, operator and server together is
+tests/kube/test_kube_hibernation_e2e.py.
 
 Also what a test needs of the agent's readings: a kernel's GPU use (status.usage) and a node's free GPU
 memory (the Node annotation ANNOTATION_GPU_FREE)."""

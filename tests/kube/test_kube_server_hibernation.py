@@ -2,7 +2,9 @@
 hook ``ClusterHibernation``): a user's Release GPU hibernates the kernel pod through its GPUKernel (the
 operator admits, the test-only stand-in settles the agent's move), the slice is free in the pool view, and
 a cell run on the sleeping kernel is held, shows its place in the node's queue, and runs once the node
-has room; where the cluster cannot hand memory back, the policy shuts the kernel down and says why."""
+has room; where the cluster cannot hand memory back, the policy shuts the kernel down and says why.
+These are the server's and the operator's side (the stand-in writes the node's readings at will); the
+same flow with the real node agent is tests/kube/test_kube_hibernation_e2e.py."""
 
 from __future__ import annotations
 

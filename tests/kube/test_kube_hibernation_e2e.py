@@ -1,0 +1,265 @@
+"""Hibernation in the cluster end to end, with the real parts together: a real jupyter_server (its
+``ClusterHibernation`` hook), the real operator (admission, accounting, the resume queue) and the real node
+agent (operator/agent.py) moving the kernel pod's processes.  This machine has no GPU: the agent's CUDA
+checkpoint calls go to the stand-in driver (cuda.h's state machine, tests/hibernation/hibernation_standin.py),
+its NVML readings follow that driver (a checkpointed process holds no GPU memory), and it finds a pod's
+processes in a /proc stand-in laid out as a node's kubelet does.  No test-only settling agent here: every
+phase after the operator's admission is the real agent's write, and every free-memory reading the operator
+queues on is the agent's own annotation on its Node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from agent_standin import kernel, phase_of
+from kube_helpers import GiB, Kube, fake_proc, pod_processes, wait_until
+from test_kube_agent_hibernation import DriverNVML
+from test_kube_server_hibernation import API, Cell, body, extension, jp_server_config  # noqa: F401
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hibernation"))
+from hibernation_standin import STANDIN_GPUS, StandInDriver, StandInMemory  # noqa: E402
+
+from jupyter_gpu_pool.cluster.resources import (ANNOTATION_GPU_FREE, HIBERNATED, RUNNING,  # noqa: E402
+                                                kernel_name)
+from jupyter_gpu_pool.devices import checkpoint as cp  # noqa: E402
+from jupyter_gpu_pool.operator.agent import Agent  # noqa: E402
+
+NODE = "gpu-node-1"
+GPU0, GPU1 = STANDIN_GPUS[0].uuid, STANDIN_GPUS[1].uuid
+S = cp.ProcessState
+
+
+class Node:
+    """The node's side: the stand-in GPUs, the /proc stand-in and the real agent on them."""
+
+    def __init__(self, cluster, tmp_path: Path):
+        self.cluster, self.tmp_path = cluster, tmp_path
+        self.driver = StandInDriver()
+        self.cgroups: dict[int, str | None] = {}
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.api = None
+
+    async def start(self) -> Agent:
+        self.api = await self.cluster.api()
+        self.agent = Agent(NODE, self.api, DriverNVML(self.driver), [GPU0, GPU1],
+                           proc_root=str(self.tmp_path / "proc"), min_report=0.5, driver=self.driver,
+                           memory=StandInMemory(self.driver), lock_timeout=1.0)
+        self.task = asyncio.create_task(self.agent.run(0.3, self.stop))
+        return self.agent
+
+    async def on_gpu(self, kube: Kube, name: str, device_bytes: int) -> int:
+        """The kernel's pod process is a CUDA process holding ``device_bytes`` on GPU 0; returns its pid."""
+        [pod] = [p for p in await kube.pods() if p["metadata"]["labels"].get(
+            "jupyter-gpu-pool.readthedocs.io/kernel") == name]
+        [proc] = pod_processes(pod["metadata"]["name"])
+        self.driver.add(proc.pid, device_bytes, (GPU0,))
+        self.cgroups[proc.pid] = pod["metadata"]["uid"]
+        fake_proc(self.tmp_path / "proc", self.cgroups)
+        return proc.pid
+
+    async def close(self) -> None:
+        self.stop.set()
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+            await asyncio.gather(*self.agent.moves.values(), return_exceptions=True)
+        if self.api is not None:
+            await self.api.close()
+
+
+@pytest.fixture
+async def kube(cluster):
+    k = Kube(await cluster.api(), cluster.namespace)
+    yield k
+    await k.close()
+
+
+@pytest.fixture
+async def node(cluster, tmp_path):
+    n = Node(cluster, tmp_path)
+    yield n
+    await n.close()
+
+
+async def _free(kube: Kube) -> dict:
+    annotations = (await kube.core.read_node(NODE)).metadata.annotations or {}
+    return json.loads(annotations.get(ANNOTATION_GPU_FREE) or "{}").get("devices") or {}
+
+
+async def _usage(kube: Kube, name: str) -> int:
+    return int(((await kernel(kube, name)).get("status") or {}).get("usage", {}).get("memoryUsed") or 0)
+
+
+async def test_an_idle_kernel_is_warned_hibernated_by_the_real_agent_and_a_cell_resumes_it_after_the_queue(
+        cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    ext = await extension(jp_serverapp)
+    try:
+        await node.start()
+        kid = body(await jp_fetch("api", "kernels", method="POST",
+                                  body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
+        name = kernel_name(kid)
+        pid = await node.on_gpu(kube, name, 6 * GiB)
+        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        assert await _usage(kube, name) == 6 * GiB
+        ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+        await Cell(ws, "x = 41").run()
+
+        # the idle policy: warned, then hibernated (the operator admits, the real agent checkpoints)
+        from test_kube_server_extension import set_policy
+
+        await set_policy(kube, ext, [{"name": "quick", "idle_timeout": 3, "gpu_idle_timeout": None, "warn": 1,
+                                      "action": "hibernate"}])
+
+        async def warned():
+            return next((e for e in body(await jp_fetch(*API, "me"))["recent"]
+                         if e["kind"] == "warned" and e["kernel_id"] == kid), None)
+
+        await wait_until(warned, timeout=30, what="the idle kernel to be warned")
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=40, what="the real agent to hibernate it")
+        obj = await kernel(kube, name)
+        assert obj["spec"]["hibernateReason"] == "idle"
+        h = obj["status"]["hibernation"]
+        assert h["bytes"] == 6 * GiB and h["devices"] == [GPU0] and h["checkpointSeconds"] >= 0
+        assert node.driver.procs[pid].state == S.CHECKPOINTED
+        assert ("cuCheckpointProcessCheckpoint", pid) in node.driver.calls
+        await wait_until(lambda: _free_is(kube, GPU0, 80 * GiB), timeout=10, what="the Node to show GPU 0 free")
+
+        async def shown_hibernated():
+            me = body(await jp_fetch(*API, "me"))
+            [k] = me["kernels"]
+            return k["state"] == "hibernated" and me["usage"]["memory"] == 0
+
+        await wait_until(shown_hibernated, timeout=20, what="GET me to show it hibernated, its slice free")
+        [gpu] = body(await jp_fetch(*API, "pool"))["gpus"]
+        assert gpu["used_memory"] == 0  # the operator's accounting: the slice is free
+
+        # no idle policy from here: a second kernel takes the room on GPU 0
+        await set_policy(kube, ext, [])
+        kid2 = body(await jp_fetch("api", "kernels", method="POST",
+                                   body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
+        pid2 = await node.on_gpu(kube, kernel_name(kid2), 76 * GiB)
+        await wait_until(lambda: _free_is(kube, GPU0, 4 * GiB), timeout=10, what="the Node to show GPU 0 full")
+
+        # the first user runs a cell: the resume waits with its position until room frees
+        cell = Cell(ws, "print(x + 1)")
+        running = asyncio.create_task(cell.run())
+        await wait_until(lambda: _queued(kube, name), timeout=30, what="the resume to wait with its position")
+        await wait_until(lambda: any("position 1 in its node's queue" in t for t in cell.texts()), timeout=20,
+                         what="the cell to show its place in the queue")
+        assert not running.done() and node.driver.procs[pid].state == S.CHECKPOINTED
+        await jp_fetch("api", "kernels", kid2, method="DELETE")
+        node.driver.procs.pop(pid2)  # its process is gone with its pod: its GPU memory with it
+        await asyncio.wait_for(running, 60)
+        assert "42\n" in cell.texts()  # its variables were kept
+        obj = await kernel(kube, name)
+        assert phase_of(obj) == RUNNING and obj["status"]["hibernation"]["restoreSeconds"] >= 0
+        assert node.driver.procs[pid].state == S.RUNNING and node.driver.procs[pid].restored_on == (GPU0,)
+        ws.close()
+    finally:
+        await ext.stop_extension()
+
+
+async def test_a_checkpoint_the_agent_undid_reaches_the_user_in_its_words_and_is_not_admitted_again(
+        cluster, operator_factory, jp_serverapp, jp_fetch, kube_sessions, kube, node):
+    """The agent's checkpoint fails and it puts the kernel back (Running, HibernationFailed): the operator
+    keeps those words for the server (no reconcile overwrites them) and does not admit the same request
+    again (the stand-in fails only one checkpoint: a second admission would hibernate the kernel).  The
+    server's policy for a failed hibernation stands: the user's Release shuts the kernel down, saying why in
+    the agent's words, and its slice is counted once, then not at all."""
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    ext = await extension(jp_serverapp)
+    try:
+        await node.start()
+        kid = body(await jp_fetch("api", "kernels", method="POST",
+                                  body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
+        name = kernel_name(kid)
+        pid = await node.on_gpu(kube, name, 6 * GiB)
+        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        me = body(await jp_fetch(*API, "me"))
+        assert me["usage"]["kernels"] == 1 and me["usage"]["memory"] > 0
+        node.driver.fail_next("cuCheckpointProcessCheckpoint", pid, cp.CUDA_ERROR_NOT_PERMITTED)
+        r = await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
+        assert r.code == 202
+
+        async def told():
+            return [e for e in body(await jp_fetch(*API, "me"))["recent"] if e["kernel_id"] == kid
+                    and "The checkpoint of this kernel failed" in (e.get("message") or "")]
+
+        entries = await wait_until(told, timeout=40, what="the agent's words on record")
+        assert any("the kernel runs on its GPU" in e["message"] for e in entries)
+        assert "CUDA_ERROR_NOT_PERMITTED" in entries[0]["message"]
+        checkpoints = [c for c in node.driver.calls if c == ("cuCheckpointProcessCheckpoint", pid)]
+        assert len(checkpoints) == 1  # answered once: no second admission of the same request
+        assert node.driver.procs[pid].state == S.RUNNING
+
+        async def slice_free():
+            me = body(await jp_fetch(*API, "me"))
+            return me["usage"]["kernels"] == 0 and me["usage"]["memory"] == 0
+
+        await wait_until(slice_free, timeout=30, what="the shut-down kernel's slice to be free")
+        assert [c for c in node.driver.calls if c == ("cuCheckpointProcessCheckpoint", pid)] == checkpoints
+    finally:
+        await ext.stop_extension()
+
+
+async def test_the_operator_keeps_the_agents_failure_and_admits_the_same_request_no_more(
+        cluster, operator_factory, server_config, kube_sessions, kube, node):
+    """The operator alone with the agent (no server to withdraw the request): the agent's checkpoint fails
+    and it puts the kernel back (Running, HibernationFailed).  spec.desiredState still says Hibernated, at
+    the same generation: the operator must neither admit it again (the stand-in fails one checkpoint only:
+    a second admission would hibernate it) nor let its reconcile overwrite the agent's words; a new request
+    (a new generation) is admitted."""
+    from agent_standin import ask
+    from jupyter_client.manager import AsyncKernelManager
+
+    from jupyter_gpu_pool.cluster.resources import HIBERNATION_FAILED
+
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await node.start()
+    km = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
+    await km.start_kernel()
+    try:
+        name = kernel_name(km.kernel_id)
+        pid = await node.on_gpu(kube, name, 6 * GiB)
+        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        node.driver.fail_next("cuCheckpointProcessCheckpoint", pid, cp.CUDA_ERROR_NOT_PERMITTED)
+        await ask(kube, name, "Hibernated", "idle")
+
+        async def failed():
+            obj = await kernel(kube, name)
+            return obj if obj["status"].get("reason") == HIBERNATION_FAILED else None
+
+        obj = await wait_until(failed, timeout=20, what="the agent to undo the failed checkpoint")
+        assert phase_of(obj) == RUNNING and "The checkpoint of this kernel failed" in obj["status"]["message"]
+        await asyncio.sleep(3)  # the operator's reconciles (the server's heartbeat, the agent's readings)
+        obj = await kernel(kube, name)
+        assert [c for c in node.driver.calls if c == ("cuCheckpointProcessCheckpoint", pid)] == \
+            [("cuCheckpointProcessCheckpoint", pid)]
+        assert phase_of(obj) == RUNNING and obj["status"]["reason"] == HIBERNATION_FAILED
+        assert "The checkpoint of this kernel failed" in obj["status"]["message"]
+        assert node.driver.procs[pid].state == S.RUNNING
+
+        await ask(kube, name, "Running", "user")
+        await ask(kube, name, "Hibernated", "idle")  # asked anew: admitted, and this checkpoint works
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=20, what="the new request to hibernate it")
+        assert node.driver.procs[pid].state == S.CHECKPOINTED
+    finally:
+        await km.shutdown_kernel(now=True)
+
+
+async def _phase(kube: Kube, name: str, phase: str) -> bool:
+    return phase_of(await kernel(kube, name)) == phase
+
+
+async def _free_is(kube: Kube, gpu: str, free: int) -> bool:
+    return (await _free(kube)).get(gpu) == free
+
+
+async def _queued(kube: Kube, name: str) -> bool:
+    return ((await kernel(kube, name)).get("status") or {}).get("hibernation", {}).get("queuePosition") == 1
