@@ -9,8 +9,8 @@ cluster ``KUBECONFIG`` names (skipped where it is not set): see ``RealCluster``.
 from __future__ import annotations
 
 import pytest
-from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, OperatorProcess, RealCluster, TestCluster, install,
-                          operator_ready, write_pool_config)
+from kube_helpers import (KERNEL_IMAGE, PROFILES, JupyterServer, Kube, OperatorProcess, RealCluster, TestCluster,
+                          install, operator_ready, write_pool_config)
 
 @pytest.fixture
 def cluster_kind() -> str:
@@ -101,6 +101,14 @@ def configure_server(jp_environ, jp_config_dir):
 def server_config(configure_server, cluster):
     """The Jupyter side, on the test's cluster."""
     return configure_server(cluster)
+
+
+@pytest.fixture
+async def kube(cluster):
+    """A client of the test's cluster, in its namespace."""
+    k = Kube(await cluster.api(), cluster.namespace)
+    yield k
+    await k.close()
 
 
 @pytest.fixture

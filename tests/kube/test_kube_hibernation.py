@@ -155,13 +155,6 @@ def test_bad_hibernation_settings_are_refused_naming_them(setting, value, words)
 # -- on the test cluster -------------------------------------------------------------------------------
 
 @pytest.fixture
-async def kube(cluster):
-    k = Kube(await cluster.api(), cluster.namespace)
-    yield k
-    await k.close()
-
-
-@pytest.fixture
 async def agent(kube):
     a = SettlingAgent(kube).start()
     yield a

@@ -73,13 +73,6 @@ class Node:
 
 
 @pytest.fixture
-async def kube(cluster):
-    k = Kube(await cluster.api(), cluster.namespace)
-    yield k
-    await k.close()
-
-
-@pytest.fixture
 async def node(cluster, tmp_path):
     n = Node(cluster, tmp_path)
     yield n

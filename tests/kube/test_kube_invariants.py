@@ -23,13 +23,6 @@ from jupyter_gpu_pool.cluster.resources import LABEL_KERNEL, kernel_name, secret
 REAL_CLUSTER_TOO = True  # also run, marked k8s, on the cluster KUBECONFIG names
 
 
-@pytest.fixture
-async def kube(cluster):
-    k = Kube(await cluster.api(), cluster.namespace)
-    yield k
-    await k.close()
-
-
 async def objects_of(kube: Kube, kernel_id: str) -> list[dict]:
     name = kernel_name(kernel_id)
     return ([k for k in await kube.kernels() if k["metadata"]["name"] == name]

@@ -42,13 +42,6 @@ async def refused(km: AsyncKernelManager) -> KernelStartRefused:
     return refusal
 
 
-@pytest.fixture
-async def kube(cluster):
-    k = Kube(await cluster.api(), cluster.namespace)
-    yield k
-    await k.close()
-
-
 async def gone(kube: Kube, kernel_id: str) -> bool:
     name = kernel_name(kernel_id)
     kernels = [k for k in await kube.kernels() if k["metadata"]["name"] == name]

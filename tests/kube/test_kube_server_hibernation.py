@@ -34,13 +34,6 @@ def jp_server_config(server_config):
 
 
 @pytest.fixture
-async def kube(cluster):
-    k = Kube(await cluster.api(), cluster.namespace)
-    yield k
-    await k.close()
-
-
-@pytest.fixture
 async def agent(kube):
     a = SettlingAgent(kube).start()
     yield a
