@@ -79,6 +79,16 @@ async def node(cluster, tmp_path):
     await n.close()
 
 
+async def start_on_gpu(jp_fetch, kube: Kube, node) -> tuple[str, str, int]:
+    """A small kernel pod holding 6 GiB of GPU 0, once the agent has read it: (kernel id, GPUKernel, pid)."""
+    kid = body(await jp_fetch("api", "kernels", method="POST",
+                              body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
+    name = kernel_name(kid)
+    pid = await node.on_gpu(kube, name, 6 * GiB)
+    await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+    return kid, name, pid
+
+
 async def _free(kube: Kube) -> dict:
     annotations = (await kube.core.read_node(NODE)).metadata.annotations or {}
     return json.loads(annotations.get(ANNOTATION_GPU_FREE) or "{}").get("devices") or {}
@@ -94,11 +104,7 @@ async def test_an_idle_kernel_is_warned_hibernated_by_the_real_agent_and_a_cell_
     ext = await extension(jp_serverapp)
     try:
         await node.start()
-        kid = body(await jp_fetch("api", "kernels", method="POST",
-                                  body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
-        name = kernel_name(kid)
-        pid = await node.on_gpu(kube, name, 6 * GiB)
-        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        kid, name, pid = await start_on_gpu(jp_fetch, kube, node)
         assert await _usage(kube, name) == 6 * GiB
         ws = await jp_ws_fetch("api", "kernels", kid, "channels")
         await Cell(ws, "x = 41").run()
@@ -169,11 +175,7 @@ async def test_a_checkpoint_the_agent_undid_reaches_the_user_in_its_words_and_is
     ext = await extension(jp_serverapp)
     try:
         await node.start()
-        kid = body(await jp_fetch("api", "kernels", method="POST",
-                                  body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
-        name = kernel_name(kid)
-        pid = await node.on_gpu(kube, name, 6 * GiB)
-        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        kid, name, pid = await start_on_gpu(jp_fetch, kube, node)
         me = body(await jp_fetch(*API, "me"))
         assert me["usage"]["kernels"] == 1 and me["usage"]["memory"] > 0
         node.driver.fail_next("cuCheckpointProcessCheckpoint", pid, cp.CUDA_ERROR_NOT_PERMITTED)
