@@ -48,6 +48,28 @@ async def run_code(km: AsyncKernelManager, code: str, timeout: float = 60, ready
         kc.stop_channels()
 
 
+async def start_answering(manager, kernel_name: str, timeout: float = 60) -> tuple[str, int]:
+    """Start a kernel on a bare ``AsyncMultiKernelManager`` and wait until it answers; return its id and
+    the pid that answered.  ``start_kernel`` returns once the process is launched: a kernel that lost a
+    race for a port jupyter_client picked (another test's process bound it first) dies, and the manager's
+    restarter starts it again on new ports, with a new pid.  Reading the pid at launch would name the
+    dead process."""
+    kid = await manager.start_kernel(kernel_name=kernel_name)
+    deadline = time.monotonic() + timeout
+    while True:
+        km = manager.get_kernel(kid)
+        kc = km.client()  # the connection info of now: new ports after such a restart
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+            return kid, km.provisioner.pid
+        except (RuntimeError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+        finally:
+            kc.stop_channels()
+
+
 async def kernel_env(km: AsyncKernelManager) -> dict:
     text = await run_code(km, "import os, json; print(json.dumps(dict(os.environ)))")
     return json.loads(text)

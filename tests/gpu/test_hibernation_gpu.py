@@ -24,7 +24,7 @@ from dataclasses import replace
 import psutil
 import pytest
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
-from kernel_helpers import run_code, wait_until
+from kernel_helpers import run_code, start_answering, wait_until
 
 from jupyter_gpu_pool.devices import checkpoint as cp
 from jupyter_gpu_pool.devices.nvml import NVMLMemory, discover
@@ -85,8 +85,7 @@ def hibernator(kernels):
 
 
 async def start(kernels, profile: str) -> tuple[str, int]:
-    kid = await kernels.start_kernel(kernel_name=f"gpu-pool-{profile}")
-    return kid, kernels.get_kernel(kid).provisioner.pid
+    return await start_answering(kernels, f"gpu-pool-{profile}")
 
 
 def tensors(gib: int) -> str:

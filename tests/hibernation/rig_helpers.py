@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from kernel_helpers import start_answering
+
 from jupyter_gpu_pool.devices import checkpoint as cp
 from jupyter_gpu_pool.hibernation import HibernationSettings, Hibernator, Kernels
 from jupyter_gpu_pool.pools import pool_for
@@ -24,8 +26,7 @@ class Rig:
 
     async def gpu_kernel(self, profile: str = "small", gpu_bytes: int = 400 * MiB) -> tuple[str, int]:
         """A real kernel on the pool whose process holds ``gpu_bytes`` on its GPU (stand-in)."""
-        kid = await self.manager.start_kernel(kernel_name=f"gpu-pool-{profile}")
-        pid = self.manager.get_kernel(kid).provisioner.pid
+        kid, pid = await start_answering(self.manager, f"gpu-pool-{profile}")
         lease = self.lease(kid)
         if gpu_bytes:
             self.standin.add(pid, gpu_bytes, gpus=lease.gpus)

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from hibernation_standin import StandInDriver, StandInMemory
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
-from kernel_helpers import run_code, wait_until
+from kernel_helpers import run_code, start_answering, wait_until
 from server_hibernation_helpers import Server, body, texts
 
 from jupyter_gpu_pool.devices.checkpoint import DECLARED_NOTE
@@ -54,8 +54,7 @@ async def declared(pool_home, tmp_path):
 
 async def test_a_kernel_on_a_declared_gpu_hibernates_and_resumes_through_the_ledger_without_the_driver(declared):
     manager, hibernator, driver = declared
-    kid = await manager.start_kernel(kernel_name="gpu-pool-small")
-    pid = manager.get_kernel(kid).provisioner.pid
+    kid, pid = await start_answering(manager, "gpu-pool-small")
     await run_code(manager.get_kernel(kid), "x = 42")
     lease = hibernator.ledger.by_kernel(kid)
     assert hibernator.can_hibernate(lease) == (True, None)
@@ -103,8 +102,7 @@ async def test_a_resume_on_a_full_declared_pool_waits_in_the_queue_and_takes_the
 
 async def test_a_hibernated_kernel_on_a_declared_gpu_shuts_down_cleanly(declared):
     manager, hibernator, _driver = declared
-    kid = await manager.start_kernel(kernel_name="gpu-pool-small")
-    pid = manager.get_kernel(kid).provisioner.pid
+    kid, pid = await start_answering(manager, "gpu-pool-small")
     lease_id = hibernator.ledger.by_kernel(kid).id
     await hibernator.hibernate(kid)
     await asyncio.wait_for(manager.shutdown_kernel(kid, now=True), 60)
