@@ -28,7 +28,8 @@ SLICE_AT = (FIRST_CELL, AT_START)
 MATCH_KEYS = ("user", "group", "profile", "kernelspec")
 
 # Durations the admin may turn off with null / "never".
-_OPTIONAL_DURATIONS = ("idle_timeout", "gpu_idle_timeout", "max_busy", "max_age", "max_hibernated")
+_OPTIONAL_DURATIONS = ("idle_timeout", "gpu_idle_timeout", "max_busy", "max_age", "max_hibernated",
+                       "hibernate_after_cell")
 _DURATIONS = (*_OPTIONAL_DURATIONS, "warn", "snooze", "over_memory_grace")
 _RULE_KEYS = {"name", "match", *_DURATIONS, "gpu_idle_threshold", "max_snoozes", "action", "pressure_factor", "slice_at"}
 
@@ -84,6 +85,10 @@ class Rule:
     pressure_factor: float = 0.5  # idle for idle_timeout x this: may be reclaimed for a waiter (pool.reclaim)
     over_memory_grace: float = 120.0  # soft isolation: from the warning to the action
     slice_at: str = FIRST_CELL  # a new kernel takes its GPU slice at its first cell, or at start
+    # Hibernate this long after each cell ends when no other cell has started, without a warning: the
+    # kernel loses nothing, and its next cell (or the resume hint as its user starts editing) wakes it.
+    # The GPU is held about only while cells run.  Off by default.
+    hibernate_after_cell: float | None = None
 
     @property
     def snoozable(self) -> bool:
@@ -106,6 +111,7 @@ class Rule:
             "pressure_factor": self.pressure_factor,
             "over_memory_grace": self.over_memory_grace,
             "slice_at": self.slice_at,
+            "hibernate_after_cell": self.hibernate_after_cell,
         }
 
 
@@ -195,6 +201,9 @@ def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Ru
                               f"taken back for a waiter only once idle for its whole idle_timeout), not {f!r}")
         values["pressure_factor"] = float(f)
     rule = Rule(**values)
+    if rule.hibernate_after_cell is not None and rule.action != HIBERNATE:
+        raise PolicyError(f"{where}.hibernate_after_cell needs action: hibernate (a kernel shut down after each "
+                          "cell would lose its variables); remove hibernate_after_cell or set action: hibernate")
     if "warn" in entry:  # an explicit warning longer than what it warns of would come before the kernel is idle
         for key in ("idle_timeout", "gpu_idle_timeout"):
             limit = getattr(rule, key)

@@ -252,11 +252,19 @@ def test_durations(text, seconds):
     ([{"match": {"user": []}}], "[0].match.user must be a name or a non-empty list of names"),
     ([{"match": {"profile": "gpu-1g"}}], "[0].match.profile: 'gpu-1g' is not a profile; the profiles are small"),
     ([{"name": "a"}, {"name": "a"}], "[1].name: 'a' is used by rule 0 too"),
+    ([{"hibernate_after_cell": "30s", "action": "shutdown"}], "[0].hibernate_after_cell needs action: hibernate"),
+    ([{"hibernate_after_cell": "soon"}], "[0].hibernate_after_cell: 'soon' is not a duration"),
 ])
 def test_bad_policies_name_the_rule_and_field(rules, message):
     with pytest.raises(R.PolicyError) as e:
         parse_policy(rules, profiles=("small", "half"))
     assert message in str(e.value)
+
+
+def test_hibernate_after_cell_is_off_by_default_and_read_as_a_duration():
+    assert parse_policy([{}]).rules[0].hibernate_after_cell is None
+    rule = parse_policy([{"hibernate_after_cell": "20s"}]).rules[0]
+    assert rule.hibernate_after_cell == 20.0 and rule.to_dict()["hibernate_after_cell"] == 20.0
 
 
 def test_config_error_names_the_setting(tmp_path):
