@@ -152,7 +152,11 @@ class SimulateApp(PoolCommand):
     policies = Unicode("", help="Policies to compare on the same workload, such as start,first-cell,first-cell+hint: "
                                 "start (a kernel takes its slice at start), first-cell (at its first cell), "
                                 "configured (as each rule's slice_at says), each +hint (the resume hint) or "
-                                "not; each replayed under the configuration's other rules.").tag(config=True)
+                                "not, and +after-cell (every hibernating rule hibernates --after-cell after each "
+                                "cell, without a warning) or not; each replayed under the configuration's other "
+                                "rules.").tag(config=True)
+    after_cell = Unicode("20s", help="With +after-cell: a kernel hibernates this long after each cell ends when no "
+                                     "cell started since (the rules' hibernate_after_cell).").tag(config=True)
     hint_lead = Unicode("3s", help="With +hint: how long before the cell that needs a hibernated kernel its user "
                                    "opens the notebook or starts typing (a trace does not record it).").tag(config=True)
     hint_hold = Unicode("60s", help="With +hint: a kernel a hint resumed that runs no cell within this long "
@@ -180,6 +184,7 @@ class SimulateApp(PoolCommand):
         ("retry", "retry"),
         ("config", "configs"), ("compare_policy", "compare_policy"), ("slo_wait", "slo_wait"),
         ("policies", "policies"), ("hint_lead", "hint_lead"), ("hint_hold", "hint_hold"),
+        ("after_cell", "after_cell"),
         ("queue_timeout", "queue_timeout"), ("cull_interval", "cull_interval"), ("hibernate_cost", "hibernate_cost"),
         ("resume_cost", "resume_cost"), ("report", "report"))}
     flags = {
@@ -288,7 +293,8 @@ class SimulateApp(PoolCommand):
                                 "and give at most one --config")
             hint = Hint(lead=_seconds(self.hint_lead, "--hint-lead", zero=True),
                         hold=_seconds(self.hint_hold, "--hint-hold"))
-            configs = [variant(configs[0], name, hint) for name in parse_policies(self.policies)]
+            after_cell = _seconds(self.after_cell, "--after-cell")
+            configs = [variant(configs[0], name, hint, after_cell) for name in parse_policies(self.policies)]
         return configs
 
     def _settings_with(self, path: str, extra: dict):

@@ -54,6 +54,7 @@ class Tally:
     user_seconds: float = 0.0  # each session from its ask to its user's last event
     shut_down: int = 0  # kernels the policy shut down: their state is lost
     hibernated: int = 0
+    after_cell: int = 0  # of those, hibernations by the rule's hibernate_after_cell (no warning)
     resumed: int = 0
     restarts: int = 0  # users who came back to a kernel that was shut down and started another
     hibernations_refused: int = 0  # a hibernation asked of a kernel running a cell: it runs on
@@ -143,6 +144,7 @@ class Tally:
             "refusals": {"total": sum(self.refusals.values()), **dict(sorted(self.refusals.items()))},
             "shut_down": self.shut_down,
             "hibernated": self.hibernated,
+            "hibernated_after_cell": self.after_cell,
             "resumed": self.resumed,
             "restarts": self.restarts,
             "warnings": self.warnings,

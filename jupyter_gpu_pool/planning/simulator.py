@@ -27,8 +27,10 @@ the queue as a resume does (it waits as long as it takes; refused for another re
 and the kernel goes on without a slice).  With the configuration's resume hint (``Hint``), the resume
 of a hibernated kernel starts ``lead`` seconds before the cell that needs it, where the pool has room
 then and nobody waits; the wait its user feels is what is left of the restore when the cell comes
-(``resume_delays``), and a hinted kernel that runs no cell within ``hold`` hibernates again.  Nothing
-here reads a file or a clock.
+(``resume_delays``), and a hinted kernel that runs no cell within ``hold`` hibernates again.  A rule's
+``hibernate_after_cell`` hibernates a kernel that long after each cell (or other use) ends when no cell
+has started since, without a warning, as the live server's ``after_cell``: the checkpoint holds the
+slice, and the next cell resumes it (or the hint, ahead of it).  Nothing here reads a file or a clock.
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE,
 ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE, UNSLICED = range(8)
 _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
-_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _PASS, _SAMPLE, _DEADLINE = range(10)
+_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE = range(11)
 FIRST = "first-cell"  # the ask of a kernel's first cell (slice_at first-cell)
+AFTER_CELL = "after_cell"  # the reason of a hibernation by the rule's hibernate_after_cell (the journal's)
 
 
 class _Kernel:
@@ -68,7 +71,7 @@ class _Kernel:
     __slots__ = ("s", "events", "pending", "delay", "state", "lease", "starts", "ask_at", "asking", "waiter",
                  "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid",
                  "can", "why", "token", "profile", "wake", "room_only", "hinted", "hint_token", "cell_at",
-                 "resume_wait", "seen", "deadline")
+                 "resume_wait", "seen", "deadline", "used")
 
     def __init__(self, session: Session, profile: Profile, can: bool, why: str | None, grid: tuple[float, float]):
         self.s = session
@@ -101,6 +104,7 @@ class _Kernel:
         self.cell_at = None  # when the cell that waits for this resume came (None: no cell waits yet)
         self.resume_wait = None  # what the last resume made its cell wait, until that cell ends
         self.seen = session.arrival  # the user's last event so far
+        self.used = 0  # counts its uses (cells, activity): an after-cell hibernation counts only for the last
 
 
 class Replay:
@@ -169,7 +173,8 @@ class Replay:
             self._push(w.start + (phase - w.start) % interval, _PASS, (phase, interval))
         self._push(w.start, _SAMPLE, None)
         handlers = {_USER: self._user, _ASK: self._ask, _TIMEOUT: self._timeout, _HIBERNATED: self._hibernated,
-                    _RESTORED: self._restored, _HINT: self._hint, _HINT_END: self._hint_end, _PASS: self._pass,
+                    _RESTORED: self._restored, _HINT: self._hint, _HINT_END: self._hint_end,
+                    _AFTER_CELL: self._after_cell, _PASS: self._pass,
                     _SAMPLE: self._sample,
                     _DEADLINE: self._deadline}
         heap, end, progress = self._heap, w.end, self.progress
@@ -213,8 +218,10 @@ class Replay:
             return
         k.seen = now
         if k.state in (ASKING, HIBERNATING, WAKING):
-            if k.cell_at is None and k.state == WAKING and (event[1] == BUSY or event[1] == ACT_EV):
-                k.cell_at = now  # a cell comes while a hinted resume is under way: it waits for the rest
+            if k.cell_at is None and k.state != ASKING and (event[1] == BUSY or event[1] == ACT_EV):
+                # a cell comes while a hinted resume is under way (it waits for the rest), or while the
+                # kernel is being checkpointed (it waits for the checkpoint, then the whole resume)
+                k.cell_at = now
             k.pending = event  # the session waits for its kernel
             return
         self._continue(k, now, event)
@@ -259,7 +266,8 @@ class Replay:
             # down, starts another one (its state is lost).
             if k.state == ASLEEP:
                 k.pending, k.state, k.asking, k.ask_at = event, WAKING, "resume", now
-                k.cell_at, k.hinted = now, False
+                k.cell_at = k.cell_at if k.cell_at is not None else now  # (it came during the checkpoint)
+                k.hinted = False
                 self._asleep -= 1
             else:
                 k.pending, k.state, k.asking, k.ask_at = event, ASKING, "restart", now
@@ -267,6 +275,7 @@ class Replay:
             self._push(now, _ASK, k)
         elif code == BUSY:
             k.last_activity = now
+            k.used += 1
             if k.hinted:  # the hinted resume was done before its cell came: the cell did not wait
                 self._resume_waited(k, 0.0)
             if not k.busy:
@@ -275,12 +284,16 @@ class Replay:
         elif code == IDLE:
             if k.busy:
                 self._stop_busy(k, now)
+                self._cell_ended(k, now)
             if k.lease is not None:
                 k.last_activity = now
         elif code == ACT_EV:
             k.last_activity = now
+            k.used += 1
             if k.hinted:
                 self._resume_waited(k, 0.0)
+            if not k.busy:
+                self._cell_ended(k, now)
         elif code == GPU:
             if k.state == RUNNING:
                 if k.use is None:
@@ -293,6 +306,26 @@ class Replay:
             self._snooze(k, now, value)
         elif code == HIBERNATE and k.state == RUNNING:  # (asleep or shut down in this replay: nothing to do)
             self._requested(k, now)
+
+    def _cell_ended(self, k: _Kernel, now: float) -> None:
+        """A cell (or other use) ended: under a rule with ``hibernate_after_cell``, the kernel hibernates
+        that long after unless it is used again."""
+        if k.state != RUNNING or not k.can:  # (an MPS client cannot be checkpointed: no after-cell for it)
+            return
+        after = self._rule(k).hibernate_after_cell
+        if after is not None:
+            self._push(now + after, _AFTER_CELL, (k, k.used))
+
+    def _after_cell(self, now: float, item) -> None:
+        """No cell since the last one ended: the kernel hibernates, without a warning (it loses nothing)."""
+        k, used = item
+        if used != k.used or k.state != RUNNING or k.busy or k.hinted:
+            return  # used again, moved, ended or already hibernated meanwhile
+        dry_run = self.policy.dry_run
+        self.tally.decision(now, k.s.id, "act", AFTER_CELL, P.HIBERNATE, dry_run)
+        if not dry_run:
+            self.tally.after_cell += 1
+            self._act(k, now, P.HIBERNATE)
 
     def _requested(self, k: _Kernel, now: float) -> None:
         """Its user (or an admin) asked for its hibernation: a shutdown where it cannot hibernate, as the

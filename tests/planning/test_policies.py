@@ -137,9 +137,10 @@ events_strategy = st.lists(st.tuples(st.floats(0, 3000), st.floats(0, 300), st.f
 @given(kernels=st.lists(st.tuples(st.floats(0, 1800), events_strategy, st.booleans(), st.sampled_from(
            ["slice", "whole"])), min_size=1, max_size=6),
        slice_at=st.sampled_from(["start", "first-cell"]), hint=st.sampled_from([None, 0.0, 3.0, 120.0]),
-       gpus=st.integers(1, 2))
-def test_a_pool_never_holds_less_than_what_runs(kernels, slice_at, hint, gpus):
-    config = dataclasses.replace(configuration(policy=sleepy(slice_at), gpus=gpus, start_queue_timeout=120),
+       gpus=st.integers(1, 2), after_cell=st.sampled_from([None, 1.0, 5.0, 60.0]))
+def test_a_pool_never_holds_less_than_what_runs(kernels, slice_at, hint, gpus, after_cell):
+    rules = [{**sleepy(slice_at)[0], "hibernate_after_cell": after_cell}]
+    config = dataclasses.replace(configuration(policy=rules, gpus=gpus, start_queue_timeout=120),
                                  hint=Hint(lead=hint, hold=30.0) if hint is not None else None)
     sessions = []
     for i, (arrival, cells, ends, profile) in enumerate(kernels):
