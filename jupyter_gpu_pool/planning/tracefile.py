@@ -186,7 +186,9 @@ def to_workload(trace: Trace, *, interval: float | None = None) -> Workload:
     - a hibernation its user or an admin asked for (an ``act`` with reason ``user`` or ``admin``) is
       something a person did: the replay carries it out then, and it is no decision of the policy's;
     - a start the live pool refused is asked once and holds nothing (the user's retry is a kernel of
-      its own in the trace).
+      its own in the trace);
+    - a kernel seen before its start (slice_at first-cell: it held nothing until its first cell) arrives
+      when seen, its start is its first cell's, and only a queue before that start was the pool's delay.
 
     Each kind of event has its handler (:data:`_HANDLERS`); they share the kernel's :class:`_Life`."""
     story = _Story()
@@ -235,6 +237,10 @@ def _on_kernel(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
     life.profile = data.get("p", life.profile)
     life.groups = tuple(data.get("g", life.groups))
     life.kernelspec = data.get("s", life.kernelspec)
+    if not life.started and not life.refused:
+        # Seen before its lease began: a kernel without a slice yet (slice_at first-cell), whose "cannot
+        # hibernate" only says it held nothing then; the replay asks its profile instead.
+        data = {k: v for k, v in data.items() if k not in ("hib", "why")}
     life.info = data
     if "grid" in data:
         story.intervals[data["grid"][1]] += 1
@@ -250,7 +256,9 @@ def _on_start(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
     life.started = True
     if life.arrival is None:
         life.arrival = life.queued_at if life.queued_at is not None else e.at
-    life.shift = e.at - life.arrival
+        life.shift = e.at - life.arrival
+    else:  # seen before its slice (slice_at first-cell): this is its first cell's, and only a queue was the pool's
+        life.shift = e.at - life.queued_at if life.queued_at is not None else 0.0
 
 
 def _on_queued(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:

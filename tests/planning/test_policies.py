@@ -243,3 +243,32 @@ def test_simulate_compares_policies_on_a_recorded_trace(tmp_path):
     # first-cell holds neither k3's 440 s nor k1's 10 s before its first cell, of a 10 GiB slice of 80 GiB
     assert start["gpu_hours_held"] - first["gpu_hours_held"] == pytest.approx(450 * SLICE / 3600, abs=0.001)
     assert start["gpu_hours_busy"] == first["gpu_hours_busy"] == pytest.approx(17 * SLICE / 3600, abs=0.001)
+
+
+def test_a_trace_of_a_first_cell_kernel_keeps_its_user_time(tmp_path):
+    """As the live pool records a kernel started without a slice: the culler sees it at 2 s (holding nothing,
+    so "cannot hibernate"), its first cell takes a slice at 60 s (its `start`), and it runs 60..65 s.  The
+    replay keeps the 58 s before the first cell as the user's (no pool delay to take out) and asks the
+    profile whether it can hibernate, not the kernel seen without a slice."""
+    def event(dt, kind, **data):
+        return TraceEvent(T0 + dt, kind, "k1", "alice", data)
+
+    events = [event(2, "kernel", p="slice", g=["students"], s="gpu-pool-slice", hib=False,
+                    why="This kernel holds no GPU right now, so there is nothing to hibernate.", declared=True,
+                    grid=[T0, 30.0]),
+              event(60, "start", p="slice", g=["students"]), event(60.1, "busy"), event(65, "idle"),
+              event(3000, "end", r="shutdown")]
+    trace = tmp_path / "trace.jsonl"
+    with trace.open("w", encoding="utf-8") as out:
+        tracefile.write(out, events, since=T0, until=T0 + 3600, exported=T0 + 3600, users="all")
+    w = tracefile.to_workload(tracefile.read(tracefile.lines_of(str(trace)), str(trace)))
+    [s] = w.sessions
+    assert s.arrival == T0 + 2 and s.can_hibernate is None
+    assert [(round(t - T0, 3), code) for t, code, _ in s.activity()] == [(60.1, BUSY), (65.0, IDLE), (3000.0, END)]
+    for slice_at, held in (("first-cell", 3000 - 60.1), ("start", 3000 - 2)):
+        config = configuration(policy=[{"name": "never", **NEVER, "slice_at": slice_at}], gpus=1)
+        tally = replay(w, config, config.pool_of(1))
+        assert tally.held_seconds == pytest.approx(held * SLICE)
+    config = configuration(policy=sleepy("first-cell"), gpus=1)
+    tally = replay(w, config, config.pool_of(1))
+    assert tally.hibernated == 1 and tally.shut_down == 0  # the profile can hibernate: not shut down instead
