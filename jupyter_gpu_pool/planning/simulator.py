@@ -256,7 +256,7 @@ class Replay:
         if code == END:
             self._end(k, now)
         elif k.state == UNSLICED:
-            if code == BUSY:  # its first cell asks for a slice, as a resume does
+            if code == BUSY or code == ACT_EV:  # its first cell (a quick one: active) asks, as a resume does
                 k.pending, k.state, k.asking, k.ask_at = event, ASKING, FIRST, now
                 self._push(now, _ASK, k)
             elif code == IDLE:

@@ -171,6 +171,7 @@ class _Life:
     refused: bool = False
     ended: bool = False
     policy_end: bool = False  # the live policy shut it down: the replay's policy decides instead
+    unsliced: bool = False  # seen before its lease began (slice_at first-cell): no use until its start was a cell
     info: dict = field(default_factory=dict)  # the kernel event's hib, why, declared, grid
     shift: float = 0.0  # the live pool's delays so far (queue, restores)
     activity: list[Activity] = field(default_factory=list)
@@ -188,7 +189,8 @@ def to_workload(trace: Trace, *, interval: float | None = None) -> Workload:
     - a start the live pool refused is asked once and holds nothing (the user's retry is a kernel of
       its own in the trace);
     - a kernel seen before its start (slice_at first-cell: it held nothing until its first cell) arrives
-      when seen, its start is its first cell's, and only a queue before that start was the pool's delay.
+      when seen, its start is its first cell's, only a queue before that start was the pool's delay, and
+      its use before that start (its start-up, completions) is no cell.
 
     Each kind of event has its handler (:data:`_HANDLERS`); they share the kernel's :class:`_Life`."""
     story = _Story()
@@ -199,8 +201,8 @@ def to_workload(trace: Trace, *, interval: float | None = None) -> Workload:
     story.done.extend(story.lives.values())
     intervals = story.intervals
     default_interval = interval or (intervals.most_common(1)[0][0] if intervals else 30.0)
-    sessions = [_session(life) for life in story.done if life.arrival is not None and (life.started or life.refused
-                                                                                       or life.activity)]
+    sessions = [_session(life) for life in story.done if life.arrival is not None and (
+        life.started or life.refused or life.activity or life.unsliced)]
     times = [e.at for _, e in trace.events]
     start = trace.header.get("since") or (min(times) if times else 0.0)
     end = trace.header.get("until") or (max(times) if times else start)
@@ -239,8 +241,11 @@ def _on_kernel(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
     life.kernelspec = data.get("s", life.kernelspec)
     if not life.started and not life.refused:
         # Seen before its lease began: a kernel without a slice yet (slice_at first-cell), whose "cannot
-        # hibernate" only says it held nothing then; the replay asks its profile instead.
+        # hibernate" only says it held nothing then (the replay asks its profile instead), and whose use
+        # so far (its start-up, a completion) was no cell: a cell would have taken a slice first.
         data = {k: v for k, v in data.items() if k not in ("hib", "why")}
+        life.unsliced = True
+        life.activity = [a for a in life.activity if a[1] not in _USE]
     life.info = data
     if "grid" in data:
         story.intervals[data["grid"][1]] += 1
@@ -306,6 +311,8 @@ def _on_activity(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
     if life.arrival is None:
         life.arrival = e.at
     code = _ACTIVITY[e.kind]
+    if life.unsliced and not life.started and code in _USE:
+        return  # no cell: a cell would have taken a slice first
     value = None
     if code == GPU:
         value = (e.data.get("mem"), e.data.get("util"))
@@ -320,6 +327,7 @@ def _on_nothing(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
 
 
 _ACTIVITY = {"busy": BUSY, "idle": IDLE, "active": ACTIVE, "gpu": GPU, "snooze": SNOOZE}
+_USE = (BUSY, IDLE, ACTIVE)
 _HANDLERS = {"kernel": _on_kernel, "start": _on_start, "queued": _on_queued, "refused": _on_refused,
              "restored": _on_restored, "warn": _on_policy, "act": _on_policy, "end": _on_end,
              "hibernated": _on_nothing, "resumed": _on_nothing, **dict.fromkeys(_ACTIVITY, _on_activity)}

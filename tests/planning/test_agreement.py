@@ -17,7 +17,12 @@ from planning_helpers import GiB, jupyter, simulate_json
 from server_helpers import ScriptedReadings, body, execute, start_kernel, wait_until
 from tornado.httpclient import HTTPClientError
 
+from jupyter_gpu_pool.config import load_settings
+from jupyter_gpu_pool.planning import tracefile
 from jupyter_gpu_pool.planning.agreement import passes_apart
+from jupyter_gpu_pool.planning.configuration import Configuration
+from jupyter_gpu_pool.planning.costs import Cost, Costs
+from jupyter_gpu_pool.planning.simulator import replay
 from jupyter_gpu_pool.pool import HIBERNATED, RELEASED
 
 pytestmark = [pytest.mark.usefixtures("ext"), pytest.mark.timeout(600)]
@@ -62,13 +67,13 @@ def replayed_by_kernel(result: dict) -> dict[str, list[tuple]]:
     return found
 
 
-def export_and_replay(tmp_path) -> tuple[Path, dict]:
+def export_and_replay(tmp_path, *args: str) -> tuple[Path, dict]:
     """The pool's trace exported by ``jupyter gpu-pool trace export`` and its replay's --json (with
-    --decisions) by ``simulate``."""
+    --decisions and ``args``) by ``simulate``."""
     trace = tmp_path / "trace.jsonl"
     done = jupyter("trace", "export", "--since", "1h", "--output", str(trace))
     assert done.returncode == 0, done.stderr
-    return trace, simulate_json("--trace", str(trace), "--decisions")
+    return trace, simulate_json("--trace", str(trace), "--decisions", *args)
 
 
 def assert_same_decisions(live: dict, replayed: dict) -> None:
@@ -251,3 +256,76 @@ async def test_a_replay_reclaims_for_a_waiter_what_the_live_pool_reclaimed(jp_fe
     assert_same_decisions(live, replayed_by_kernel(result))
     assert result["hibernated"] == 1 and result["shut_down"] == 0
     assert replay["recorded"]["agrees"], replay["recorded"]
+
+
+FIRST_CELL_POLICY = [{"name": "lab", "slice_at": "first-cell", "idle_timeout": 4, "gpu_idle_timeout": None,
+                      "warn": 1.5, "action": "hibernate", "max_hibernated": None}]
+FREE = Costs(hibernate=Cost(0.0, 0.0), resume=Cost(0.0, 0.0))  # declared GPUs: nothing is moved
+
+
+def live_held(pool_home, kernel_id: str, share: float) -> float:
+    """GPU-seconds the live pool held for the kernel, from its journal: each span from its slice taken
+    (allocated, resumed) to its slice given back (hibernated, released)."""
+    held, since = 0.0, None
+    for e in sorted((e for e in pool_home.ledger().journal(limit=10_000) if e.kernel_id == kernel_id),
+                    key=lambda e: e.seq):
+        if e.kind in ("allocated", "resumed") and since is None:
+            since = e.at
+        elif e.kind in ("hibernated", "released") and since is not None:
+            held, since = held + (e.at - since) * share, None
+    return held
+
+
+@pytest.mark.policy(rules=FIRST_CELL_POLICY)
+async def test_a_replay_of_first_cell_kernels_holds_what_the_live_pool_held(jp_fetch, jp_ws_fetch, ext, pool_home,
+                                                                            tmp_path):
+    """slice_at first-cell, live and replayed: a kernel opened and never run holds nothing in either; a
+    kernel's first cell takes its slice in both (an ask of a first cell), it is hibernated for being idle
+    and a cell wakes it; the same decisions within a pass, and the same GPU-seconds held."""
+    reader = await start_kernel(jp_fetch, "gpu-pool-small")  # opened to read: never runs a cell
+    worker = await start_kernel(jp_fetch, "gpu-pool-small")
+    await asyncio.sleep(4 * INTERVAL)  # longer than the idle timeout: a kernel without a slice is not judged
+    assert lease_of(pool_home, reader).awaits_first_cell and lease_of(pool_home, worker).awaits_first_cell
+    tab = await execute(jp_ws_fetch, worker, "x = 1")  # its first cell takes a slice
+    await wait_until(lambda: not lease_of(pool_home, worker).awaits_first_cell, 60, what="worker's first slice")
+    await wait_until(lambda: lease_of(pool_home, worker).state == HIBERNATED, 120, what="worker hibernated")
+    tab.close()
+    await asyncio.sleep(2 * INTERVAL)
+    tab = await execute(jp_ws_fetch, worker, "y = 2")  # wakes it
+    await wait_until(lambda: lease_of(pool_home, worker).state == "active" and not lease_of(pool_home, worker).phase,
+                     60, what="worker resumed")
+    await asyncio.sleep(INTERVAL)
+    tab.close()
+    for kid in (reader, worker):
+        await jp_fetch("api", "kernels", kid, method="DELETE")
+    await wait_until(lambda: lease_of(pool_home, worker).state == RELEASED, 60, what="worker shut down")
+    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+
+    live, refused = live_decisions(pool_home)
+    assert list(live) == [worker] and refused == []
+    assert [x[1:] for x in live[worker]] == [("warn", "idle", "hibernate"), ("act", "idle", "hibernate")]
+    assert not [e for e in pool_home.ledger().journal() if e.kernel_id == reader and e.kind == "allocated"]
+    share = 10 / 40  # a 10 GiB slice of a 40 GiB GPU
+    held = live_held(pool_home, worker, share)
+    assert held > 0
+
+    trace, result = export_and_replay(tmp_path, "--hibernate-cost", "0,0", "--resume-cost", "0,0")
+    [config] = result["configurations"]
+    [r] = config["results"]
+    assert r["started_without_slice"] == 2, r
+    assert r["wait_seconds"].get("first-cells") == 1, (r, trace.read_text())
+    assert "starts" not in r["wait_seconds"]  # neither took a slice at start
+    assert (r["hibernated"], r["resumed"], r["shut_down"]) == (1, 1, 0)
+    assert_same_decisions(live, replayed_by_kernel(r))
+    assert result["recorded"]["agrees"], result["recorded"]
+
+    # GPU-seconds held: the worker's, within a culling pass of the live pool's; the reader's, none
+    workload = tracefile.to_workload(tracefile.read(tracefile.lines_of(str(trace)), str(trace)))
+    settings = load_settings()
+    plan = Configuration.of("live", settings, settings.declared)
+    tally = replay(workload, plan, plan.gpus, costs=FREE)
+    assert tally.unsliced == 2
+    assert tally.held_seconds == pytest.approx(held, abs=2 * INTERVAL * share)
+    at_start = replay(workload, plan.with_policy("start", type(plan.policy)(rules=tuple(
+        r.__class__(**{**r.__dict__, "slice_at": "start"}) for r in plan.policy.rules))), plan.gpus, costs=FREE)
+    assert at_start.held_seconds > tally.held_seconds + 4 * INTERVAL * share  # the reader held from its start

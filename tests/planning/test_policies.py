@@ -17,7 +17,7 @@ from jupyter_gpu_pool.planning.comparison import variant
 from jupyter_gpu_pool.planning.configuration import Hint
 from jupyter_gpu_pool.planning.costs import Cost, Costs
 from jupyter_gpu_pool.planning.simulator import replay
-from jupyter_gpu_pool.planning.workload import BUSY, END, IDLE
+from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, IDLE
 from jupyter_gpu_pool.pool.trace import TraceEvent
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "jupyter_gpu_pool/planning/examples/lab-slices-sleep.json"
@@ -245,27 +245,33 @@ def test_simulate_compares_policies_on_a_recorded_trace(tmp_path):
     assert start["gpu_hours_busy"] == first["gpu_hours_busy"] == pytest.approx(17 * SLICE / 3600, abs=0.001)
 
 
-def test_a_trace_of_a_first_cell_kernel_keeps_its_user_time(tmp_path):
-    """As the live pool records a kernel started without a slice: the culler sees it at 2 s (holding nothing,
-    so "cannot hibernate"), its first cell takes a slice at 60 s (its `start`), and it runs 60..65 s.  The
-    replay keeps the 58 s before the first cell as the user's (no pool delay to take out) and asks the
-    profile whether it can hibernate, not the kernel seen without a slice."""
+@pytest.mark.parametrize("cell", ["busy", "active"])
+def test_a_trace_of_a_first_cell_kernel_keeps_its_user_time(tmp_path, cell):
+    """As the live pool records a kernel started without a slice: its start-up (active at 1.9 s), the culler
+    sees it at 2 s (holding nothing, so "cannot hibernate"), a completion at 30 s, its first cell takes a
+    slice at 60 s (its `start`) and runs (busy at 60.1 s, idle at 65 s; a quick cell is one `active`).  The
+    replay keeps the 58 s before the first cell as the user's (no pool delay to take out), takes no use
+    before the start for a cell, and asks the profile whether it can hibernate, not the kernel seen
+    without a slice."""
     def event(dt, kind, **data):
         return TraceEvent(T0 + dt, kind, "k1", "alice", data)
 
-    events = [event(2, "kernel", p="slice", g=["students"], s="gpu-pool-slice", hib=False,
+    ran = [event(60.1, "busy"), event(65, "idle")] if cell == "busy" else [event(60.1, "active")]
+    events = [event(1.9, "active"),
+              event(2, "kernel", p="slice", g=["students"], s="gpu-pool-slice", hib=False,
                     why="This kernel holds no GPU right now, so there is nothing to hibernate.", declared=True,
                     grid=[T0, 30.0]),
-              event(60, "start", p="slice", g=["students"]), event(60.1, "busy"), event(65, "idle"),
+              event(30, "active"), event(60, "start", p="slice", g=["students"]), *ran,
               event(3000, "end", r="shutdown")]
     trace = tmp_path / "trace.jsonl"
     with trace.open("w", encoding="utf-8") as out:
         tracefile.write(out, events, since=T0, until=T0 + 3600, exported=T0 + 3600, users="all")
     w = tracefile.to_workload(tracefile.read(tracefile.lines_of(str(trace)), str(trace)))
     [s] = w.sessions
-    assert s.arrival == T0 + 2 and s.can_hibernate is None
-    assert [(round(t - T0, 3), code) for t, code, _ in s.activity()] == [(60.1, BUSY), (65.0, IDLE), (3000.0, END)]
-    for slice_at, held in (("first-cell", 3000 - 60.1), ("start", 3000 - 2)):
+    assert s.arrival == T0 + 1.9 and s.can_hibernate is None
+    used = [(60.1, BUSY), (65.0, IDLE)] if cell == "busy" else [(60.1, ACTIVE)]
+    assert [(round(t - T0, 3), code) for t, code, _ in s.activity()] == [*used, (3000.0, END)]
+    for slice_at, held in (("first-cell", 3000 - 60.1), ("start", 3000 - 1.9)):
         config = configuration(policy=[{"name": "never", **NEVER, "slice_at": slice_at}], gpus=1)
         tally = replay(w, config, config.pool_of(1))
         assert tally.held_seconds == pytest.approx(held * SLICE)
