@@ -278,3 +278,25 @@ def test_a_trace_of_a_first_cell_kernel_keeps_its_user_time(tmp_path, cell):
     config = configuration(policy=sleepy("first-cell"), gpus=1)
     tally = replay(w, config, config.pool_of(1))
     assert tally.hibernated == 1 and tally.shut_down == 0  # the profile can hibernate: not shut down instead
+
+
+RECORDED = EXAMPLE.parent / "lab-recorded.trace.jsonl"  # benchmarks/record_trace.py: 3 users, about 2 minutes
+
+
+def test_the_recorded_example_trace_replays_as_it_was_recorded_and_compares_after_cell():
+    """The trace in the repository, recorded live under lab-recorded.json (first-cell, hibernated after 20 s
+    idle) on declared GPUs: replayed with what declared GPUs cost (nothing moved), the same decisions as
+    the record, four kernels started without a slice, one never ran a cell; under +after-cell less is held."""
+    config = str(EXAMPLE.parent / "lab-recorded.json")
+    free = ("--hibernate-cost", "0,0", "--resume-cost", "0,0")
+    result = simulate_json("--trace", str(RECORDED), "--config", config, *free)
+    assert result["recorded"]["agrees"] and result["recorded"]["matched"] == 8, result["recorded"]
+    [r] = result["configurations"][0]["results"]
+    assert r["started_without_slice"] == 4 and r["wait_seconds"]["first-cells"] == 3
+    assert (r["hibernated"], r["resumed"], r["shut_down"]) == (4, 3, 0)
+    rows = {x["policy"]: x for x in simulate_json("--trace", str(RECORDED), "--config", config, *free, "--policies",
+                                                  "start,first-cell,first-cell+after-cell", "--after-cell", "2s")[
+        "policies"]}
+    assert rows["first-cell+after-cell"]["hibernated_after_cell"] > 0
+    held = {name: row["held_over_busy"] for name, row in rows.items()}
+    assert held["start"] > held["first-cell"] > held["first-cell+after-cell"] >= 1.0
