@@ -88,6 +88,37 @@ def test_patches_and_preconditions_fail_like_a_real_server():
     assert e.value.code == 409 and e.value.reason == "AlreadyExists"
 
 
+def test_a_write_on_a_stale_resource_version_is_refused_on_the_status_subresource_and_by_replace_too():
+    """Compare-and-set as a real API server does it: a status patch (merge or JSON) or a replace that
+    carries an older resourceVersion is refused with 409 and changes nothing; the current one is taken."""
+    store = store_with_crds()
+    kernels = store.kind(GROUP, VERSION, KERNELS)
+    obj = store.create(kernels, NS, gk())
+    old = obj["metadata"]["resourceVersion"]
+    now = store.patch(kernels, NS, "k1", "application/merge-patch+json", {"status": {"phase": "Hibernated"}}, "status")
+    stale_writes = [
+        lambda: store.patch(kernels, NS, "k1", "application/merge-patch+json",
+                            {"metadata": {"resourceVersion": old}, "status": {"phase": "Running"}}, "status"),
+        lambda: store.patch(kernels, NS, "k1", "application/json-patch+json",
+                            [{"op": "replace", "path": "/metadata/resourceVersion", "value": old},
+                             {"op": "add", "path": "/status/phase", "value": "Running"}], "status"),
+        lambda: store.replace(kernels, NS, "k1", {**now, "metadata": {**now["metadata"], "resourceVersion": old},
+                                                  "status": {"phase": "Running"}}, "status"),
+        lambda: store.replace(kernels, NS, "k1", {**now, "metadata": {**now["metadata"], "resourceVersion": old},
+                                                  "spec": {**now["spec"], "launch": 7}}),
+    ]
+    for write in stale_writes:
+        with pytest.raises(ApiError) as e:
+            write()
+        assert e.value.code == 409 and e.value.reason == "Conflict"
+    assert store.get(kernels, NS, "k1") == now
+    written = store.patch(kernels, NS, "k1", "application/merge-patch+json",
+                          {"metadata": {"resourceVersion": now["metadata"]["resourceVersion"]},
+                           "status": {"phase": "Resuming"}}, "status")
+    assert written["status"]["phase"] == "Resuming"
+    assert int(written["metadata"]["resourceVersion"]) > int(now["metadata"]["resourceVersion"])
+
+
 def test_objects_are_validated_against_their_schemas_and_pruned():
     store = store_with_crds()
     kernels = store.kind(GROUP, VERSION, KERNELS)

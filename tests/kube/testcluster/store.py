@@ -570,6 +570,7 @@ class Store:
             new = merge_patch(current, patch)
         elif content_type == "application/json-patch+json":
             new = json_patch(current, patch)
+            self._preconditions(kind, current, new.get("metadata"))  # a resourceVersion it replaced is one too
         elif content_type == "application/strategic-merge-patch+json":
             if kind.custom:
                 raise ApiError(415, "UnsupportedMediaType",
