@@ -16,7 +16,8 @@ in a thread; the process-to-pod mapping is this module's.  The agent needs
 
 It also writes each GPU's free memory, as NVML counts it, on its Node (annotation
 ``ANNOTATION_GPU_FREE``: what the operator admits a resume against), when it changed by
-``FREE_CHANGE`` or more, after every move, and at least every ``min_report`` seconds.
+``FREE_CHANGE`` or more, after every move, and at least every ``min_report`` seconds; through
+:class:`OwnNode`, which writes that annotation on its own Node and nothing anywhere else.
 """
 
 from __future__ import annotations

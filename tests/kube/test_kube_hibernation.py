@@ -301,7 +301,7 @@ async def test_an_operator_restarted_mid_move_picks_up_from_the_status(cluster, 
     assert "kept" in await run_code(km, "print(x)")
 
 
-@pytest.mark.parametrize("moment", ["hibernated", "resuming"])
+@pytest.mark.parametrize("moment", ["hibernating", "hibernated", "resuming"])
 async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_its_slice_freed(
         cluster, operator_factory, kms, kube, agent, moment):
     """The process that held the kernel's memory is gone with its pod (deleted, its node drained): the
@@ -309,7 +309,12 @@ async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_i
     await operator_factory(cluster, **HIBERNATING_HAMI)
     await kube.quota("user", cluster.user, memory="10GiB", kernels=1)
     _, name = await start(kms, kube)
-    await hibernate(kube, name)
+    if moment == "hibernating":  # admitted, and the pod goes before the agent's checkpoint settles
+        agent.paused = True
+        await ask(kube, name, DESIRED_HIBERNATED)
+        await wait_until(lambda: phase_is(kube, name, "Hibernating"), timeout=20, what="the hibernation admitted")
+    else:
+        await hibernate(kube, name)
     if moment == "resuming":
         agent.paused = True  # the resume is admitted, and the pod goes before the agent restores it
         await report_free(kube, NODE, {GPU_A: 30 * GiB})
@@ -324,6 +329,37 @@ async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_i
     assert not [p for p in await kube.pods() if p["metadata"]["name"] == pod]  # no new, empty pod for it
     agent.paused = False
     await start(kms, kube)  # its memory and its kernel count are free: a new kernel fits the 1-kernel quota
+
+
+async def drain(kube: Kube, node: str, pod: str) -> None:
+    """What ``kubectl drain`` does to a node with one kernel pod on it: cordon, then evict the pod (deleted
+    with its grace period)."""
+    await kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    await kube.core.create_namespaced_pod_eviction(pod, kube.namespace, {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": kube.namespace}})
+
+
+async def test_a_hibernated_kernels_node_drained_ends_the_kernel_with_its_slice_freed(cluster, operator_factory, kms,
+                                                                                      kube, agent):
+    """The node of a hibernated kernel is drained (cordoned, its pod evicted): the process that held the
+    kernel's memory is gone, so the kernel fails with words, nothing starts a new, empty pod for it, and
+    its memory and kernel count are free (a new kernel fits a quota of one once the node is back)."""
+    await operator_factory(cluster, **HIBERNATING_HAMI)
+    await kube.quota("user", cluster.user, memory="10GiB", kernels=1)
+    _, name = await start(kms, kube)
+    await hibernate(kube, name)
+    pod = (await kernel(kube, name))["status"]["pod"]
+    await drain(kube, NODE, pod)
+    assert (await kube.core.read_node(NODE)).spec.unschedulable is True
+    await wait_until(lambda: phase_is(kube, name, FAILED, PREEMPTED), timeout=30, what="the kernel to end")
+    message = (await kernel(kube, name))["status"]["message"]
+    assert "while the kernel was hibernated" in message and "its GPU slice is free again" in message
+    assert not [p for p in await kube.pods() if p["metadata"]["name"] == pod]
+    assert not [p for p in await kube.pods() if p["metadata"]["labels"].get(
+        "jupyter-gpu-pool.readthedocs.io/kernel") == name]  # no new, empty pod for it
+    await kube.core.patch_node(NODE, {"spec": {"unschedulable": None}})
+    assert not (await kube.core.read_node(NODE)).spec.unschedulable
+    await start(kms, kube)  # its memory and its kernel count are free
 
 
 async def test_a_gpukernel_edited_by_hand_cannot_name_another_pod_or_pid(cluster, kube):

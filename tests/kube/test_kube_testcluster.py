@@ -300,6 +300,35 @@ async def test_a_graceful_pod_deletion_stops_the_process_then_removes_the_pod(cl
     await wait_until(gone, timeout=10, what="the pod to go once its process exited on SIGTERM")
 
 
+async def test_an_eviction_deletes_the_pod_gracefully_as_a_drain_does(cluster, kube):
+    """``POST pods/<name>/eviction`` (kubectl drain's request, after it cordons the node): the pod is
+    terminating with its own grace period, its process stopped; a body that is not an Eviction is refused."""
+    await kube.core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "evicted"},
+        "spec": {"tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 20,
+                 "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
+                                 "args": ["import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
+                                          "sys.exit(0)); print('up', flush=True); time.sleep(60)"]}]}})
+    await wait_until(lambda: _phase(kube, "evicted", "Running"), timeout=30)
+    with pytest.raises(ApiException) as refused:
+        await kube.api.call_api(f"/api/v1/namespaces/{NS}/pods/evicted/eviction", "POST", body={"kind": "Pod"},
+                                response_types_map={}, auth_settings=["BearerToken"])
+    assert refused.value.status == 400
+    await kube.core.create_namespaced_pod_eviction("evicted", NS, {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted", "namespace": NS}})
+    pod = await kube.core.read_namespaced_pod("evicted", NS)
+    assert pod.metadata.deletion_timestamp is not None and pod.metadata.deletion_grace_period_seconds == 20
+
+    async def gone():
+        try:
+            await kube.core.read_namespaced_pod("evicted", NS)
+            return False
+        except ApiException as e:
+            return e.status == 404
+
+    await wait_until(gone, timeout=10, what="the evicted pod to go once its process exited on SIGTERM")
+
+
 async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return (await kube.core.read_namespaced_pod(name, NS)).status.phase == phase
 

@@ -57,7 +57,9 @@ What it does as a real API server does:
 - Deletion: finalizers and ``deletionTimestamp``; graceful deletion of running
   pods (the kubelet stops them); propagation ``Background`` / ``Foreground`` /
   ``Orphan`` through owner references by a garbage collector; terminating
-  namespaces empty themselves.
+  namespaces empty themselves.  A pod's ``eviction`` subresource (what
+  ``kubectl drain`` sends after cordoning the node) deletes it gracefully; no
+  PodDisruptionBudgets are modelled.
 
 Where it differs (and so what these tests cannot show):
 
