@@ -16,7 +16,8 @@ in a thread; the process-to-pod mapping is this module's.  The agent needs
 
 It also writes each GPU's free memory, as NVML counts it, on its Node (annotation
 ``ANNOTATION_GPU_FREE``: what the operator admits a resume against), when it changed by
-``FREE_CHANGE`` or more, after every move, and at least every ``min_report`` seconds.
+``FREE_CHANGE`` or more, after every move, and at least every ``min_report`` seconds; through
+:class:`OwnNode`, which writes that annotation on its own Node and nothing anywhere else.
 """
 
 from __future__ import annotations
@@ -109,6 +110,44 @@ def usage_by_pod(per_gpu: dict, proc_root: str = "/proc") -> dict[str, PodUsage]
             for uid in util}
 
 
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class NotOwnNode(Exception):
+    """A write to a Node other than the agent's own, or of anything but its free-memory reading: refused
+    before any request is made."""
+
+
+class OwnNode:
+    """The one Node the agent writes, and the one thing it writes there: its own Node (the name it was
+    started with: the downward API's ``spec.nodeName``), the annotation ``ANNOTATION_GPU_FREE``.
+
+    RBAC cannot bind a DaemonSet's right to patch Nodes to each pod's own node (``resourceNames`` is not
+    templated), so every agent holds the right to patch any Node; this is where the code keeps it to its
+    own.  Every Node write of the agent goes through :meth:`annotate`, which refuses another node's name,
+    or any other annotation, with no request made."""
+
+    def __init__(self, core, name: str):
+        if not name or len(name) > 253 or not _NODE_NAME.fullmatch(name):
+            raise ValueError(f"the node agent needs its own node's name (NODE_NAME from the downward API, or "
+                             f"--node), and {name!r} is not a node name")
+        self.core = core
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def annotate(self, node: str, annotations: dict[str, str]) -> None:
+        if node != self._name:
+            raise NotOwnNode(f"the node agent of {self._name} refused to write node {node!r}: it writes its own "
+                             "Node only")
+        if set(annotations) != {ANNOTATION_GPU_FREE}:
+            raise NotOwnNode(f"the node agent refused to write annotations {sorted(annotations)} on node "
+                             f"{self._name}: it writes {ANNOTATION_GPU_FREE} only")
+        await self.core.patch_node(self._name, {"metadata": {"annotations": annotations}}, _content_type=MERGE)
+
+
 class Agent:
     """Watches the kernel pods on one node and the GPUKernels; every ``interval`` reads NVML and reports
     each pod's use and each GPU's free memory; carries out the hibernation moves of its node's kernels.
@@ -121,8 +160,9 @@ class Agent:
                  memory: GPUMemory | None = None, lock_timeout: float = 10.0, checkpoint_before_kill: bool = True):
         from kubernetes_asyncio import client
 
-        self.node = node
         self.core = client.CoreV1Api(api)
+        self.own_node = OwnNode(self.core, node)  # its only Node writer; refuses a bad name at once
+        self.node = node
         self.custom = client.CustomObjectsApi(api)
         self.source = source
         self.gpus = set(gpus)
@@ -277,8 +317,7 @@ class Agent:
             return
         value = json.dumps({"devices": free, "sampledAt": now}, sort_keys=True)
         try:
-            await self.core.patch_node(self.node, {"metadata": {"annotations": {ANNOTATION_GPU_FREE: value}}},
-                                       _content_type=MERGE)
+            await self.own_node.annotate(self.node, {ANNOTATION_GPU_FREE: value})
             self._free_reported = (free, now)
         except ApiException as e:
             log.warning("could not write the GPUs' free memory on node %s: %s", self.node, e.reason)

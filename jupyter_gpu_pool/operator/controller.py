@@ -63,6 +63,14 @@ Announce = Callable[[dict, str, str, str], Awaitable[None]]
 MOVING = (HIBERNATING, HIBERNATED, RESUMING)  # the kernel's GPU memory is (going) in host memory: the agent's
 
 
+def _hibernation_in_play(kernel: dict) -> bool:
+    """Whether the kernel's status has writers beside the operator: once its server has asked for a state
+    (spec.desiredState), the node agent settles its moves and the server may ask again at any time, so the
+    operator's status writes are compare-and-set.  A kernel never asked has one writer of its phase (the
+    agent's usage report is a field of its own), and keeps the plain merge patch."""
+    return "desiredState" in spec(kernel) or status(kernel).get("phase") in MOVING
+
+
 @dataclass(frozen=True)
 class Refusal:
     """The API server refused a kernel's pod: for which launch, the wait before the next try, and when."""
@@ -517,23 +525,9 @@ class Controller:
 
     async def _move(self, kernel: dict, changes: dict) -> dict | None:
         """A phase move the operator admits, written by compare-and-set on the kernel's resourceVersion (the
-        node agent writes the other moves the same way); None when the kernel changed meanwhile (its watch
-        event brings it back here) or is gone."""
-        ns, name = key(kernel)
-        body = {"metadata": {"resourceVersion": meta(kernel).get("resourceVersion")}, "status": changes}
-        try:
-            written = await self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, ns, KERNELS, name, body, _content_type=MERGE)
-        except ApiException as e:
-            if e.status == 409:
-                return None
-            if e.status == 404:
-                self._gone.setdefault(meta(kernel)["uid"], self.clock())
-                self._forget(key(kernel), meta(kernel)["uid"])
-                return None
-            raise
-        self._remember(written)
-        return self.kernels.get(key(written), written)
+        node agent writes the other moves the same way); None when the kernel changed meanwhile (it is read
+        again and decided again) or is gone."""
+        return await self._write_status(kernel, changes, compare=True)
 
     async def _lost(self, kernel: dict, what: str) -> None:
         """The kernel's pod ended while its memory was in host memory (or moving): the kernel is gone, and
@@ -698,31 +692,69 @@ class Controller:
         if status(kernel).get("phase") == FAILED and status(kernel).get("reason") == reason:
             return
         log.info("kernel %s/%s refused: %s", *key(kernel), reason)
-        await self._set_status(kernel, {"phase": FAILED, "reason": reason, "message": message})
-        await self.events.announce(kernel, "Warning", reason, message)
+        written = await self._set_status(kernel, {"phase": FAILED, "reason": reason, "message": message})
+        if written is not None:  # else gone, or changed meanwhile and decided again
+            await self.events.announce(written, "Warning", reason, message)
 
     async def _set_status(self, kernel: dict, wanted: dict, *, always: bool = False) -> dict | None:
         """Write what changed of ``wanted`` into the kernel's status (``always``: even when nothing did, to
         learn whether the kernel still exists: an empty patch, which the API server answers without a write
         or a watch event); the kernel as written, or None when it is gone (a 404: it was deleted without
-        this operator hearing of it, and is forgotten here)."""
+        this operator hearing of it, and is forgotten here) or, for a kernel in hibernation's hands, changed
+        since it was read (see ``_write_status``)."""
         current = status(kernel)
         changes = {k: v for k, v in wanted.items() if current.get(k) != v and not (v is None and k not in current)}
         if not changes and not always:
             return kernel
+        return await self._write_status(kernel, changes, compare=_hibernation_in_play(kernel))
+
+    async def _write_status(self, kernel: dict, changes: dict, *, compare: bool) -> dict | None:
+        """One status write.  ``compare``: it carries the resourceVersion the kernel was read at, so the API
+        server refuses it (409) where anyone wrote the kernel since (the node agent settling a move, its
+        server changing spec.desiredState): nothing is overwritten; the kernel is read again and decided
+        again from what it is now, and None is returned."""
         ns, name = key(kernel)
+        body: dict = {"status": changes}
+        version = meta(kernel).get("resourceVersion")
+        if compare and version:
+            body["metadata"] = {"resourceVersion": version}
         try:
-            body = await self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, ns, KERNELS, name, {"status": changes}, _content_type=MERGE)
+            written = await self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, KERNELS, name, body, _content_type=MERGE)
         except ApiException as e:
             if e.status == 404:
                 log.info("kernel %s/%s is gone; forgetting it", ns, name)
                 self._gone.setdefault(meta(kernel)["uid"], self.clock())
                 self._forget(key(kernel), meta(kernel)["uid"])
                 return None
+            if e.status == 409 and "metadata" in body:
+                log.info("kernel %s/%s changed since it was read (version %s): read again, decided again", ns,
+                         name, version)
+                await self._read_again(kernel)
+                return None
             raise
-        self._remember(body)
-        return self.kernels.get(key(body), body)
+        self._remember(written)
+        return self.kernels.get(key(written), written)
+
+    async def _read_again(self, kernel: dict) -> None:
+        """The kernel as the API server has it now (an empty status patch: no write, no watch event, and no
+        right beyond the status patch the operator holds), then a reconcile of it once the one under way
+        ends."""
+        ns, name = key(kernel)
+        try:
+            fresh = await self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, KERNELS, name, {},
+                                                                            _content_type=MERGE)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            self._gone.setdefault(meta(kernel)["uid"], self.clock())
+            self._forget(key(kernel), meta(kernel)["uid"])
+            return
+        self._remember(fresh)
+        pending = self._rechecks.pop(key(kernel), None)
+        if pending is not None and pending is not asyncio.current_task():
+            pending.cancel()
+        self._check_again(key(kernel), 0)
 
     async def _create_once(self, create, kernel: dict, body: dict):
         try:

@@ -95,6 +95,49 @@ async def test_the_agent_reports_a_kernel_pods_gpu_use_where_its_server_reads_it
         await kube.close()
 
 
+async def test_the_agent_writes_its_own_node_only(cluster_factory):
+    """RBAC lets every agent patch any Node (a DaemonSet's ClusterRole cannot name each pod's own node), so
+    the code keeps it to its own: with two GPU nodes, the agent of gpu-node-1 writes its reading there and
+    nowhere else, a write naming gpu-node-2 (or another annotation) is refused before any request, and an
+    agent without a valid node name does not start."""
+    import json
+
+    from kube_helpers import HAMI_NODE, ScriptedMemory, install
+    from kubernetes_asyncio import client
+
+    from jupyter_gpu_pool.cluster.client import api_client
+    from jupyter_gpu_pool.cluster.resources import ANNOTATION_GPU_FREE
+    from jupyter_gpu_pool.operator.agent import NotOwnNode, OwnNode
+
+    cluster = cluster_factory(nodes=[HAMI_NODE, {**HAMI_NODE, "name": "gpu-node-2"}])
+    await install(cluster)
+    api = await api_client(cluster.kubeconfig_for("agent"))
+    kube = Kube(await cluster.api())
+    try:
+        agent = Agent("gpu-node-1", api, ScriptedNVML(), ["GPU-aaaa"], memory=ScriptedMemory({"GPU-aaaa": 30 * GiB}))
+        await agent.report_free(force=True)
+        for node, annotations in (("gpu-node-2", {ANNOTATION_GPU_FREE: "{}"}),
+                                  ("gpu-node-1", {"node.alpha.kubernetes.io/ttl": "0"}),
+                                  ("gpu-node-1", {ANNOTATION_GPU_FREE: "{}", "other": "x"})):
+            with pytest.raises(NotOwnNode):
+                await agent.own_node.annotate(node, annotations)
+        for bad in ("", "Gpu_Node!", "a" * 254):
+            with pytest.raises(ValueError, match="its own node's name"):
+                Agent(bad, api, ScriptedNVML(), ["GPU-aaaa"])
+            with pytest.raises(ValueError):
+                OwnNode(client.CoreV1Api(api), bad)
+
+        writes = [(c["verb"], c["name"]) for c in await cluster.audit()
+                  if c["user"] == "agent" and c["resource"].startswith("nodes")]
+        assert writes == [("patch", "gpu-node-1")]  # its reading, on its own node; nothing else was sent
+        own, other = (await kube.core.read_node("gpu-node-1")), (await kube.core.read_node("gpu-node-2"))
+        assert json.loads(own.metadata.annotations[ANNOTATION_GPU_FREE])["devices"] == {"GPU-aaaa": 30 * GiB}
+        assert ANNOTATION_GPU_FREE not in (other.metadata.annotations or {})
+    finally:
+        await api.close()
+        await kube.close()
+
+
 @pytest.mark.gpu
 def test_nvml_per_process_readings_map_to_no_pod_outside_kubernetes():
     """On a GPU machine: a CUDA process of this test shows in NVML's per-process readings, and its

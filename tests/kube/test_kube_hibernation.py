@@ -301,7 +301,7 @@ async def test_an_operator_restarted_mid_move_picks_up_from_the_status(cluster, 
     assert "kept" in await run_code(km, "print(x)")
 
 
-@pytest.mark.parametrize("moment", ["hibernated", "resuming"])
+@pytest.mark.parametrize("moment", ["hibernating", "hibernated", "resuming"])
 async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_its_slice_freed(
         cluster, operator_factory, kms, kube, agent, moment):
     """The process that held the kernel's memory is gone with its pod (deleted, its node drained): the
@@ -309,7 +309,12 @@ async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_i
     await operator_factory(cluster, **HIBERNATING_HAMI)
     await kube.quota("user", cluster.user, memory="10GiB", kernels=1)
     _, name = await start(kms, kube)
-    await hibernate(kube, name)
+    if moment == "hibernating":  # admitted, and the pod goes before the agent's checkpoint settles
+        agent.paused = True
+        await ask(kube, name, DESIRED_HIBERNATED)
+        await wait_until(lambda: phase_is(kube, name, "Hibernating"), timeout=20, what="the hibernation admitted")
+    else:
+        await hibernate(kube, name)
     if moment == "resuming":
         agent.paused = True  # the resume is admitted, and the pod goes before the agent restores it
         await report_free(kube, NODE, {GPU_A: 30 * GiB})
@@ -324,6 +329,37 @@ async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_i
     assert not [p for p in await kube.pods() if p["metadata"]["name"] == pod]  # no new, empty pod for it
     agent.paused = False
     await start(kms, kube)  # its memory and its kernel count are free: a new kernel fits the 1-kernel quota
+
+
+async def drain(kube: Kube, node: str, pod: str) -> None:
+    """What ``kubectl drain`` does to a node with one kernel pod on it: cordon, then evict the pod (deleted
+    with its grace period)."""
+    await kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    await kube.core.create_namespaced_pod_eviction(pod, kube.namespace, {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": kube.namespace}})
+
+
+async def test_a_hibernated_kernels_node_drained_ends_the_kernel_with_its_slice_freed(cluster, operator_factory, kms,
+                                                                                      kube, agent):
+    """The node of a hibernated kernel is drained (cordoned, its pod evicted): the process that held the
+    kernel's memory is gone, so the kernel fails with words, nothing starts a new, empty pod for it, and
+    its memory and kernel count are free (a new kernel fits a quota of one once the node is back)."""
+    await operator_factory(cluster, **HIBERNATING_HAMI)
+    await kube.quota("user", cluster.user, memory="10GiB", kernels=1)
+    _, name = await start(kms, kube)
+    await hibernate(kube, name)
+    pod = (await kernel(kube, name))["status"]["pod"]
+    await drain(kube, NODE, pod)
+    assert (await kube.core.read_node(NODE)).spec.unschedulable is True
+    await wait_until(lambda: phase_is(kube, name, FAILED, PREEMPTED), timeout=30, what="the kernel to end")
+    message = (await kernel(kube, name))["status"]["message"]
+    assert "while the kernel was hibernated" in message and "its GPU slice is free again" in message
+    assert not [p for p in await kube.pods() if p["metadata"]["name"] == pod]
+    assert not [p for p in await kube.pods() if p["metadata"]["labels"].get(
+        "jupyter-gpu-pool.readthedocs.io/kernel") == name]  # no new, empty pod for it
+    await kube.core.patch_node(NODE, {"spec": {"unschedulable": None}})
+    assert not (await kube.core.read_node(NODE)).spec.unschedulable
+    await start(kms, kube)  # its memory and its kernel count are free
 
 
 async def test_a_gpukernel_edited_by_hand_cannot_name_another_pod_or_pid(cluster, kube):
@@ -420,3 +456,103 @@ async def test_a_resume_waiting_through_an_api_server_outage_is_admitted_once_it
     await wait_until(lambda: phase_is(kube, name, RUNNING), timeout=40, what="the resume after the outage")
     assert [phase for _, phase in agent.settled] == [HIBERNATED, RUNNING]
     assert "through" in await run_code(km, "print(x)")
+
+
+# -- compare-and-set: the operator's status writes never overwrite a newer status ---------------------------
+
+STALE_READS = {
+    # what the operator read, what the world wrote between its read and its write (the server's ask, the
+    # operator's own admission, the node agent's settle: each a status or spec write), and what must be kept
+    "refusal": (
+        {"phase": RUNNING, "usage": {"memoryUsed": 20 * GiB, "devices": [GPU_A]}},  # 20 GiB: the pod cannot hold it
+        [{"usage": {"memoryUsed": 6 * GiB, "devices": [GPU_A]}},
+         {"phase": "Hibernating", "hibernation": {"reason": "idle", "requestedAt": 1.0}},
+         {"phase": HIBERNATED, "reason": "", "message": "Hibernated: 6 GiB of GPU memory moved to host RAM.",
+          "hibernation": {"bytes": 6 * GiB, "hibernatedAt": 2.0, "message": "Hibernated: 6 GiB moved."}}],
+        DESIRED_HIBERNATED, None),
+    "stay asleep": (
+        {"phase": HIBERNATED, "reason": WAITING_FOR_ROOM, "message": "Waiting to resume: position 1.",
+         "hibernation": {"bytes": 6 * GiB, "queuePosition": 1, "reason": "idle"}},
+        [{"phase": "Resuming", "reason": "", "hibernation": {"queuePosition": None}},
+         {"phase": RUNNING, "reason": "", "message": "Resumed: 6 GiB back on the GPU in 1.0 s.",
+          "hibernation": {"resumedAt": 3.0, "message": "Resumed: 6 GiB back on the GPU."}}],
+        DESIRED_HIBERNATED, DESIRED_RUNNING),
+}
+
+
+@pytest.mark.parametrize("case", list(STALE_READS))
+async def test_an_operator_write_on_a_stale_read_is_refused_read_again_and_the_agents_settle_kept(cluster, kube,
+                                                                                                  case):
+    """The operator read a kernel; before its write, the world moved on: the node agent settled a move (and
+    for a resume, its server asked again and the operator admitted it).  The operator's decision on the old
+    read (a refusal of the hibernation; "stay hibernated" clearing a queue place) is written with the
+    resourceVersion it read, so the API server refuses it (409) and nothing is overwritten: the agent's
+    phase and words stand, and the operator holds the kernel as it is now."""
+    from jupyter_gpu_pool.config import GPUPool
+    from jupyter_gpu_pool.operator.controller import Controller
+    from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
+    from kube_helpers import PROFILES
+
+    read_status, world, asked, asked_later = STALE_READS[case]
+    ns, name = cluster.namespace, "k-stale"
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, KERNELS, {
+        "apiVersion": API_VERSION, "kind": KERNEL_KIND, "metadata": {"name": name},
+        "spec": {"owner": cluster.user, "kernelId": "stale", "profile": "small", "launch": 1, "desiredState": asked}})
+    read = await kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, KERNELS, name,
+        {"status": {"launch": 1, "pod": "k-stale-1", "node": NODE, "admitted": {"memory": 10 * GiB, "at": 1.0},
+                    **read_status}}, _content_type="application/merge-patch+json")
+    if asked_later:
+        await ask(kube, name, asked_later)
+    for write in world:
+        await kube.custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, KERNELS, name, {"status": write},
+                                                                _content_type="application/merge-patch+json")
+    now = await kernel(kube, name)
+
+    settings = operator_settings(GPUPoolOperator(hami_memory_scaling=2.0), GPUPool(profiles=PROFILES).check())
+    api = await cluster.api()
+    controller = Controller(settings, api)
+    try:
+        controller._remember(read)  # its watch has not delivered the newer versions yet
+        before = await _status_writes(cluster, name)
+        await controller._hibernation(read, pod_with("1Gi", "16Gi"), time.time())
+        after = await kernel(kube, name)
+        assert after["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]  # nothing written
+        assert after["status"] == now["status"]
+        assert after["status"]["reason"] == "" and after["status"]["message"] == world[-1]["message"]
+        assert controller.kernels[(ns, name)]["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]
+        assert await _status_writes(cluster, name) - before == 2  # the write refused (409), and the read again
+    finally:
+        await controller.stop()
+        await api.close()
+
+
+async def test_the_same_operator_write_on_a_current_read_is_made(cluster, kube):
+    """The control for the test above: on a read that is current, the refusal is written (so it is the
+    version, not the decision, that kept the stale write out)."""
+    from jupyter_gpu_pool.config import GPUPool
+    from jupyter_gpu_pool.operator.controller import Controller
+    from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
+    from kube_helpers import PROFILES
+
+    ns, name = cluster.namespace, "k-current"
+    await kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, KERNELS, {
+        "apiVersion": API_VERSION, "kind": KERNEL_KIND, "metadata": {"name": name},
+        "spec": {"owner": cluster.user, "kernelId": "current", "profile": "small", "launch": 1,
+                 "desiredState": DESIRED_HIBERNATED}})
+    read = await kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, ns, KERNELS, name,
+        {"status": {"launch": 1, "pod": "k-current-1", "node": NODE, "admitted": {"memory": 10 * GiB, "at": 1.0},
+                    **STALE_READS["refusal"][0]}}, _content_type="application/merge-patch+json")
+    settings = operator_settings(GPUPoolOperator(hami_memory_scaling=2.0), GPUPool(profiles=PROFILES).check())
+    api = await cluster.api()
+    controller = Controller(settings, api)
+    try:
+        controller._remember(read)
+        await controller._hibernation(read, pod_with("1Gi", "16Gi"), time.time())
+        after = await kernel(kube, name)
+        assert after["status"]["phase"] == RUNNING and after["status"]["reason"] == HIBERNATION_REFUSED
+        assert "cannot hold it" in after["status"]["message"]
+    finally:
+        await controller.stop()
+        await api.close()

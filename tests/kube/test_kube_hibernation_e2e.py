@@ -248,6 +248,50 @@ async def test_the_operator_keeps_the_agents_failure_and_admits_the_same_request
         await km.shutdown_kernel(now=True)
 
 
+@pytest.mark.parametrize("how", ["stopped by its server", "its node drained"])
+async def test_a_kernel_pod_ended_right_after_its_resume_is_checkpointed_again_before_its_kill(
+        cluster, operator_factory, server_config, kube_sessions, kube, node, how):
+    """Killing a just-restored process hung a host on one driver (cuda-checkpoint issue 53): the operator
+    admits a resume, the real agent restores the pod's process, and the pod is then deleted with a grace
+    period, by the operator for its server's stop (the provisioner's terminate: spec.stopped) or by a
+    drain's eviction.  The agent sees the pod terminating and locks and checkpoints the restored process
+    again (AgentApp.checkpoint_before_kill) before the kubelet is done with it; then the pod is gone."""
+    from agent_standin import ask
+    from jupyter_client.manager import AsyncKernelManager
+    from test_kube_hibernation import drain
+
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await node.start()
+    km = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
+    await km.start_kernel()
+    try:
+        name = kernel_name(km.kernel_id)
+        pid = await node.on_gpu(kube, name, 6 * GiB)
+        await wait_until(lambda: _usage(kube, name), timeout=15, what="the agent's NVML reading of the kernel")
+        await ask(kube, name, "Hibernated", "idle")
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=20, what="the agent's checkpoint")
+        await ask(kube, name, "Running", "user")
+        await wait_until(lambda: _phase(kube, name, RUNNING), timeout=20, what="the agent's restore")
+        assert node.driver.procs[pid].restores == 1 and node.driver.procs[pid].checkpoints == 1
+        restored_at = len(node.driver.calls)
+        pod = (await kernel(kube, name))["status"]["pod"]
+        if how == "stopped by its server":
+            await km.provisioner.terminate()  # spec.stopped, with its grace: the operator deletes the pod
+        else:
+            await drain(kube, NODE, pod)
+        await wait_until(lambda: node.driver.procs[pid].checkpoints == 2, timeout=15,
+                         what="the restored process to be checkpointed again before its kill")
+        moves = [c for c in node.driver.calls[restored_at:] if c[0] != "cuCheckpointProcessGetState"]
+        assert moves == [("cuCheckpointProcessLock", pid), ("cuCheckpointProcessCheckpoint", pid)]
+
+        async def pod_gone():
+            return not [p for p in await kube.pods() if p["metadata"]["name"] == pod]
+
+        await wait_until(pod_gone, timeout=30, what="the pod to go")
+    finally:
+        await km.shutdown_kernel(now=True)
+
+
 async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return phase_of(await kernel(kube, name)) == phase
 

@@ -88,6 +88,37 @@ def test_patches_and_preconditions_fail_like_a_real_server():
     assert e.value.code == 409 and e.value.reason == "AlreadyExists"
 
 
+def test_a_write_on_a_stale_resource_version_is_refused_on_the_status_subresource_and_by_replace_too():
+    """Compare-and-set as a real API server does it: a status patch (merge or JSON) or a replace that
+    carries an older resourceVersion is refused with 409 and changes nothing; the current one is taken."""
+    store = store_with_crds()
+    kernels = store.kind(GROUP, VERSION, KERNELS)
+    obj = store.create(kernels, NS, gk())
+    old = obj["metadata"]["resourceVersion"]
+    now = store.patch(kernels, NS, "k1", "application/merge-patch+json", {"status": {"phase": "Hibernated"}}, "status")
+    stale_writes = [
+        lambda: store.patch(kernels, NS, "k1", "application/merge-patch+json",
+                            {"metadata": {"resourceVersion": old}, "status": {"phase": "Running"}}, "status"),
+        lambda: store.patch(kernels, NS, "k1", "application/json-patch+json",
+                            [{"op": "replace", "path": "/metadata/resourceVersion", "value": old},
+                             {"op": "add", "path": "/status/phase", "value": "Running"}], "status"),
+        lambda: store.replace(kernels, NS, "k1", {**now, "metadata": {**now["metadata"], "resourceVersion": old},
+                                                  "status": {"phase": "Running"}}, "status"),
+        lambda: store.replace(kernels, NS, "k1", {**now, "metadata": {**now["metadata"], "resourceVersion": old},
+                                                  "spec": {**now["spec"], "launch": 7}}),
+    ]
+    for write in stale_writes:
+        with pytest.raises(ApiError) as e:
+            write()
+        assert e.value.code == 409 and e.value.reason == "Conflict"
+    assert store.get(kernels, NS, "k1") == now
+    written = store.patch(kernels, NS, "k1", "application/merge-patch+json",
+                          {"metadata": {"resourceVersion": now["metadata"]["resourceVersion"]},
+                           "status": {"phase": "Resuming"}}, "status")
+    assert written["status"]["phase"] == "Resuming"
+    assert int(written["metadata"]["resourceVersion"]) > int(now["metadata"]["resourceVersion"])
+
+
 def test_objects_are_validated_against_their_schemas_and_pruned():
     store = store_with_crds()
     kernels = store.kind(GROUP, VERSION, KERNELS)
@@ -267,6 +298,35 @@ async def test_a_graceful_pod_deletion_stops_the_process_then_removes_the_pod(cl
             return e.status == 404
 
     await wait_until(gone, timeout=10, what="the pod to go once its process exited on SIGTERM")
+
+
+async def test_an_eviction_deletes_the_pod_gracefully_as_a_drain_does(cluster, kube):
+    """``POST pods/<name>/eviction`` (kubectl drain's request, after it cordons the node): the pod is
+    terminating with its own grace period, its process stopped; a body that is not an Eviction is refused."""
+    await kube.core.create_namespaced_pod(NS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "evicted"},
+        "spec": {"tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 20,
+                 "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
+                                 "args": ["import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
+                                          "sys.exit(0)); print('up', flush=True); time.sleep(60)"]}]}})
+    await wait_until(lambda: _phase(kube, "evicted", "Running"), timeout=30)
+    with pytest.raises(ApiException) as refused:
+        await kube.api.call_api(f"/api/v1/namespaces/{NS}/pods/evicted/eviction", "POST", body={"kind": "Pod"},
+                                response_types_map={}, auth_settings=["BearerToken"])
+    assert refused.value.status == 400
+    await kube.core.create_namespaced_pod_eviction("evicted", NS, {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted", "namespace": NS}})
+    pod = await kube.core.read_namespaced_pod("evicted", NS)
+    assert pod.metadata.deletion_timestamp is not None and pod.metadata.deletion_grace_period_seconds == 20
+
+    async def gone():
+        try:
+            await kube.core.read_namespaced_pod("evicted", NS)
+            return False
+        except ApiException as e:
+            return e.status == 404
+
+    await wait_until(gone, timeout=10, what="the evicted pod to go once its process exited on SIGTERM")
 
 
 async def _phase(kube: Kube, name: str, phase: str) -> bool:

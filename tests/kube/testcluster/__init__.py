@@ -28,7 +28,9 @@ What it does as a real API server does:
 - Label selectors (``=``, ``!=``, ``in``, ``notin``, exists) and field selectors,
   refusing fields the real server does not index for the kind.
 - Merge patch and JSON patch (with ``test``), ``metadata.resourceVersion``
-  preconditions, uid / creationTimestamp / generation, ``generateName``;
+  preconditions (409 Conflict on an older one: in a merge patch, in what a JSON
+  patch leaves, in a replace; on ``/status`` too), uid / creationTimestamp /
+  generation, ``generateName``;
   Secrets' ``stringData`` folded into ``data``; a namespace must exist.
 - CustomResourceDefinitions are served as soon as they are created; custom
   objects are pruned and validated against the CRD's ``openAPIV3Schema``, and the
@@ -55,7 +57,9 @@ What it does as a real API server does:
 - Deletion: finalizers and ``deletionTimestamp``; graceful deletion of running
   pods (the kubelet stops them); propagation ``Background`` / ``Foreground`` /
   ``Orphan`` through owner references by a garbage collector; terminating
-  namespaces empty themselves.
+  namespaces empty themselves.  A pod's ``eviction`` subresource (what
+  ``kubectl drain`` sends after cordoning the node) deletes it gracefully; no
+  PodDisruptionBudgets are modelled.
 
 Where it differs (and so what these tests cannot show):
 

@@ -94,7 +94,7 @@ class ApiServer:
             resources.append({"name": k.plural, "singularName": k.singular, "namespaced": k.namespaced,
                               "kind": k.kind, "verbs": list(k.verbs), "shortNames": list(k.short_names)})
             for sub in k.subresources:
-                verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
+                verbs = {"log": ["get"], "eviction": ["create"]}.get(sub, ["get", "patch", "update"])
                 resources.append({"name": f"{k.plural}/{sub}", "singularName": "", "namespaced": k.namespaced,
                                   "kind": k.kind, "verbs": verbs})
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}".lstrip("/"),
@@ -210,6 +210,8 @@ class ApiServer:
                 text = store.log_reader(obj, q) if store.log_reader else ""
                 return web.Response(text=text, content_type="text/plain")
             return web.json_response(obj)
+        if request.method == "POST" and sub == "eviction":
+            return web.json_response(store.evict(kind, namespace, name, await self._body(request)), status=201)
         if request.method == "POST" and name is None:
             return web.json_response(store.create(kind, namespace, await self._body(request)), status=201)
         if request.method == "PUT" and name is not None:

@@ -66,7 +66,7 @@ class Kind:
 BUILTIN = [
     Kind("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), ("status",)),
     Kind("", "v1", "nodes", "Node", False, "node", ("no",), ("status",)),
-    Kind("", "v1", "pods", "Pod", True, "pod", ("po",), ("status", "log")),
+    Kind("", "v1", "pods", "Pod", True, "pod", ("po",), ("status", "log", "eviction")),
     Kind("", "v1", "secrets", "Secret", True, "secret"),
     Kind("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
     Kind("", "v1", "events", "Event", True, "event", ("ev",)),
@@ -570,6 +570,7 @@ class Store:
             new = merge_patch(current, patch)
         elif content_type == "application/json-patch+json":
             new = json_patch(current, patch)
+            self._preconditions(kind, current, new.get("metadata"))  # a resourceVersion it replaced is one too
         elif content_type == "application/strategic-merge-patch+json":
             if kind.custom:
                 raise ApiError(415, "UnsupportedMediaType",
@@ -626,6 +627,17 @@ class Store:
                 obj["status"] = {"phase": "Terminating"}
             return self._commit(kind, obj, "MODIFIED", current)
         return self._remove(kind, current)
+
+    def evict(self, kind: Kind, namespace: str, name: str, eviction: dict | None) -> dict:
+        """``POST pods/<name>/eviction`` (what ``kubectl drain`` sends for each pod): the pod is deleted with
+        the eviction's deleteOptions, else its own grace period.  No PodDisruptionBudgets are modelled: an
+        eviction is always allowed."""
+        if kind.kind != "Pod":
+            raise ApiError(404, "NotFound", f"{kind.plural} have no eviction subresource")
+        if not isinstance(eviction, dict) or eviction.get("kind") != "Eviction":
+            raise ApiError(400, "BadRequest", "the body of an eviction must be an Eviction (policy/v1)")
+        self.delete(kind, namespace, name, eviction.get("deleteOptions") or {})
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _remove(self, kind: Kind, current: dict) -> dict:
         removed = self._commit(kind, copy.deepcopy(current), "DELETED", current)
