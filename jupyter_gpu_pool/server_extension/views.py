@@ -24,7 +24,8 @@ from .context import ServerContext
 from .notebooks import name_of
 
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
-RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
+RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed",
+                "hibernation_failed")
 DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed")
 
 

@@ -185,6 +185,16 @@ export function explanation(
       );
     }
     case 'refused':
+      if (reason === 'hibernation_failed') {
+        // A move of its GPU memory failed (the event does not say which): the panel's "What happened" does.
+        return fitting(
+          __(
+            '%1 could not move its GPU memory (a hibernation or resume failed); its variables are kept. The GPU panel says what happened.',
+            who
+          ),
+          __('%1: a hibernation or resume failed; its variables are kept.', who)
+        );
+      }
       if (context.action === 'resume') {
         return fit(__('%1 could not resume: %2. Its variables are kept.', who, why));
       }

@@ -935,6 +935,10 @@ export function historyLine(entry: IRecent): string {
             ? __('Could not hibernate now (%1); it kept running.', why)
             : __('Could not start: %1.', why);
       break;
+    case 'hibernation_failed':
+      // The server's own words: what failed, and whether the kernel kept running (or how it was left).
+      text = entry.message || __('Hibernation failed.');
+      break;
     case 'reclaimed':
       text = entry.with_server
         ? endedWithServer()
@@ -965,6 +969,7 @@ export const HISTORY_KINDS = new Set([
   'resumed',
   'released',
   'refused',
+  'hibernation_failed',
   'reclaimed',
   'over_memory',
   'queued'

@@ -187,6 +187,21 @@ def test_a_budget_warning_cannot_be_snoozed():
     assert refused.value.reason == "budget" and "cannot add GPU time" in refused.value.message
 
 
+def test_a_failed_hibernation_is_not_tried_again_before_the_rules_idle_time_has_passed_again():
+    r = rule(idle_timeout=600.0, action="hibernate")
+    f = facts(last_activity=NOW - 700, can_hibernate=True)  # idle past its rule: due now
+    assert decide(f, r, NOW).verb == WARN
+    state = P.hibernation_failed(warned("idle", NOW, "hibernate", at=NOW - 60), r, NOW)
+    assert state.warning is None and state.retry_after == NOW + 600
+    for later in (NOW + 1, NOW + 300, NOW + 539):  # no warning, no action, every pass until then
+        assert decide(f, r, later, state).verb == NONE
+    again = decide(f, r, NOW + 540, state)  # its warning comes its warning time ahead, as any other
+    assert again.verb == WARN and again.action == "hibernate" and again.deadline == NOW + 600
+    assert decide(f, r, NOW + 600, again.state).verb == ACT
+    # a rule with no idle time waits its GPU-idle time, else its warning time (a minute at least)
+    assert P.retry_delay(rule(gpu_idle_timeout=1200.0)) == 1200.0 and P.retry_delay(rule(warn=5.0)) == 60.0
+
+
 def test_snoozes_are_limited_and_given_back_once_used_again():
     r = rule(idle_timeout=600, snooze=300, max_snoozes=2)
     state = decide(facts(last_activity=NOW - 590), r, NOW).state

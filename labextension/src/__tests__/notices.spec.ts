@@ -379,6 +379,26 @@ describe('explanations afterwards', () => {
     );
   });
 
+  it('says a failed hibernation kept the variables, not that a kernel could not start', () => {
+    const book = new NoticeBook(NOW - 1);
+    book.fromState(me({ profiles: profiles({ 'gpu-10g': true }) }));
+    const out = book.fromEvent(
+      {
+        action: 'refused',
+        kernel_id: 'k9',
+        reason: 'hibernation_failed',
+        profile: 'gpu-10g',
+        message: '…'
+      },
+      NOW
+    );
+    assert.equal(out.show[0].type, 'error');
+    assert.match(out.show[0].message, /a hibernation or resume failed\); its variables are kept\./);
+    assert.doesNotMatch(out.show[0].message, /could not start/);
+    const long = explanation('refused', 'x'.repeat(200) + '.ipynb', 'hibernation_failed', '', {});
+    assert.ok(long.length <= 140 && long.includes('its variables are kept'));
+  });
+
   it('says a refused first cell could not take its GPU slice, not that it could not resume', () => {
     const text = explanation('refused', 'a.ipynb', 'quota_exceeded', '', { action: 'first_cell' });
     assert.match(
