@@ -288,10 +288,10 @@ def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = N
         raise SnoozeRefused(409, "budget", "A snooze cannot add GPU time: this kernel gives its GPU back when your "
                                            "GPU-hour budget runs out. Save your work.")
     if not rule.snoozable:
-        raise SnoozeRefused(409, "snooze_not_allowed", f"The pool's rule {rule.name!r} allows no snoozes.")
+        raise SnoozeRefused(409, "snooze_not_allowed", f"The pool's {rule.described} allows no snoozes.")
     if snoozes_left(state, rule) == 0:
         raise SnoozeRefused(409, "no_snoozes_left",
-                            f"No snoozes left: rule {rule.name!r} allows {rule.max_snoozes}, and you have used "
+                            f"No snoozes left: the pool's {rule.described} allows {rule.max_snoozes}, and you have used "
                             "them. Run a cell to show the kernel is in use, or save your work.")
     if seconds is None:
         seconds = rule.snooze
@@ -345,4 +345,4 @@ def _warning_message(reason: str, action: str, facts: Facts, rule: Rule, now: fl
 
 
 def _action_message(reason: str, action: str, facts: Facts, rule: Rule, now: float) -> str:
-    return f"{_DONE[action]} by the pool's rule {rule.name!r}. {_what(reason, facts, rule, now)}."
+    return f"{_DONE[action]} by the pool's {rule.described}. {_what(reason, facts, rule, now)}."

@@ -375,7 +375,7 @@ class Culler:
                                                duration=round(outcome.duration, 3), bytes=outcome.bytes,
                                                declared=outcome.declared, extra=when)
                     return
-            why = "released by its user" if user_release else f"culled: {reason} (rule {rule.name!r})"
+            why = "released by its user" if user_release else f"culled: {reason} ({rule.described})"
             name = await self.context.notebooks.name(lease)  # its session ends with it
             if not await self.shutdown(kid, why, lease, expect=expect):
                 return

@@ -959,7 +959,8 @@ export function historyLine(entry: IRecent): string {
     default:
       text = entry.message || kindWord(entry.kind);
   }
-  return entry.rule && entry.rule !== 'hibernation' ? __('%1 Rule: %2.', text, entry.rule) : text;
+  const rule = entry.rule_label || entry.rule;
+  return rule && entry.rule !== 'hibernation' ? __('%1 Rule: %2.', text, rule) : text;
 }
 
 /** Kinds of `recent` entries the user's "What happened" list shows (warnings show as countdowns). */

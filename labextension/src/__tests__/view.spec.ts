@@ -577,6 +577,15 @@ describe('historyLine', () => {
     );
   });
 
+  it('names a rule the admin gave no name by whom it covers, not "rule 0"', () => {
+    const entry = { ...base, kind: 'culled', reason: 'idle', rule: 'rule 0' };
+    assert.equal(
+      historyLine({ ...entry, rule_label: 'for everyone' }),
+      'Shut down because it was idle too long; its variables are gone. Rule: for everyone.'
+    );
+    assert.doesNotMatch(historyLine({ ...entry, rule_label: 'for everyone' }), /rule 0/);
+  });
+
   it('shows a failed hibernation in the server’s words, which say the kernel kept running', () => {
     const message =
       'Hibernation failed: the checkpoint of this kernel failed (CUDA_ERROR_NOT_PERMITTED); the kernel kept running, with its variables and its GPU slice.';
