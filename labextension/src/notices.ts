@@ -188,13 +188,15 @@ export function explanation(
     }
     case 'refused':
       if (reason === 'hibernation_failed') {
-        // A move of its GPU memory failed (the event does not say which): the panel's "What happened" does.
+        // A move of its GPU memory failed; the event does not say which, nor whether the kernel kept running
+        // (a failed hibernation the pool ordered keeps it running; a failed Release shuts it down): the
+        // panel's "What happened" says, in the server's words.
         return fitting(
           __(
-            '%1 could not move its GPU memory (a hibernation or resume failed); its variables are kept. The GPU panel says what happened.',
+            '%1: a hibernation or resume failed. The GPU panel’s “What happened” says whether it kept running, and what to do.',
             who
           ),
-          __('%1: a hibernation or resume failed; its variables are kept.', who)
+          __('%1: a hibernation or resume failed; the GPU panel says what happened.', who)
         );
       }
       if (context.action === 'resume') {

@@ -436,7 +436,7 @@ describe('explanations afterwards', () => {
     );
   });
 
-  it('says a failed hibernation kept the variables, not that a kernel could not start', () => {
+  it('says a hibernation or resume failed and where to read more, not that a kernel could not start', () => {
     const book = new NoticeBook(NOW - 1);
     book.fromState(me({ profiles: profiles({ 'gpu-10g': true }) }));
     const out = book.fromEvent(
@@ -450,10 +450,13 @@ describe('explanations afterwards', () => {
       NOW
     );
     assert.equal(out.show[0].type, 'error');
-    assert.match(out.show[0].message, /a hibernation or resume failed\); its variables are kept\./);
+    assert.match(
+      out.show[0].message,
+      /: a hibernation or resume failed\. The GPU panel’s “What happened” says/
+    );
     assert.doesNotMatch(out.show[0].message, /could not start/);
     const long = explanation('refused', 'x'.repeat(200) + '.ipynb', 'hibernation_failed', '', {});
-    assert.ok(long.length <= 140 && long.includes('its variables are kept'));
+    assert.ok(long.length <= 140 && long.includes('a hibernation or resume failed'), long);
   });
 
   it('says a refused first cell could not take its GPU slice, not that it could not resume', () => {
