@@ -85,6 +85,7 @@ class KernelState:
     snoozes_used: int = 0
     snoozed_until: float = 0.0
     reported: str | None = None  # dry run: the reason whose action was already reported
+    retry_after: float = 0.0  # a hibernation failed and was undone: nothing is due again before this
 
 
 FRESH = KernelState()
@@ -109,6 +110,18 @@ def release_action(rule: Rule, can_hibernate: bool, why_not: str | None) -> tupl
             return HIBERNATE, None
         return SHUTDOWN, f"hibernation unavailable ({why_not or 'unknown reason'}), so shut down instead"
     return SHUTDOWN, None
+
+
+def retry_delay(rule: Rule) -> float:
+    """How long the policy leaves a kernel be after its hibernation failed and was undone (it runs on
+    with its slice): the rule's idle time, else its GPU-idle time, else its warning time (a minute at least)."""
+    return next((d for d in (rule.idle_timeout, rule.gpu_idle_timeout) if d), None) or max(rule.warn, 60.0)
+
+
+def hibernation_failed(state: KernelState, rule: Rule, now: float) -> KernelState:
+    """The state after a hibernation that failed but left the kernel running: no warning pending, and
+    nothing due again before :func:`retry_delay` has passed (so that no pass tries again at once)."""
+    return replace(state, warning=None, retry_after=now + retry_delay(rule))
 
 
 def _conditions(facts: Facts, rule: Rule, reclaim: bool = False) -> list[tuple[float, str, bool, float]]:
@@ -143,10 +156,11 @@ def _conditions(facts: Facts, rule: Rule, reclaim: bool = False) -> list[tuple[f
 
 def _earliest(conditions: list[tuple[float, str, bool, float]],
               state: KernelState) -> tuple[float, str, float] | None:
-    """The condition due first, snoozes counted: (effective due, reason, warning lead)."""
+    """The condition due first, snoozes and a failed hibernation's wait counted: (effective due, reason,
+    warning lead)."""
     best: tuple[float, str, float] | None = None
     for due, reason, snoozable, lead in conditions:
-        effective = max(due, state.snoozed_until) if snoozable else due
+        effective = max(due, state.snoozed_until, state.retry_after) if snoozable else max(due, state.retry_after)
         if best is None or effective < best[0]:
             best = (effective, reason, lead)
     return best
@@ -274,10 +288,10 @@ def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = N
         raise SnoozeRefused(409, "budget", "A snooze cannot add GPU time: this kernel gives its GPU back when your "
                                            "GPU-hour budget runs out. Save your work.")
     if not rule.snoozable:
-        raise SnoozeRefused(409, "snooze_not_allowed", f"The pool's rule {rule.name!r} allows no snoozes.")
+        raise SnoozeRefused(409, "snooze_not_allowed", f"The pool's {rule.described} allows no snoozes.")
     if snoozes_left(state, rule) == 0:
         raise SnoozeRefused(409, "no_snoozes_left",
-                            f"No snoozes left: rule {rule.name!r} allows {rule.max_snoozes}, and you have used "
+                            f"No snoozes left: the pool's {rule.described} allows {rule.max_snoozes}, and you have used "
                             "them. Run a cell to show the kernel is in use, or save your work.")
     if seconds is None:
         seconds = rule.snooze
@@ -331,4 +345,4 @@ def _warning_message(reason: str, action: str, facts: Facts, rule: Rule, now: fl
 
 
 def _action_message(reason: str, action: str, facts: Facts, rule: Rule, now: float) -> str:
-    return f"{_DONE[action]} by the pool's rule {rule.name!r}. {_what(reason, facts, rule, now)}."
+    return f"{_DONE[action]} by the pool's {rule.described}. {_what(reason, facts, rule, now)}."

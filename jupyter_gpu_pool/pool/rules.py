@@ -11,6 +11,7 @@ and the field; :mod:`.policy` decides with the rule a kernel falls under.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 
 from .entries import entry as checked_entry
@@ -26,6 +27,8 @@ AT_START = "start"
 SLICE_AT = (FIRST_CELL, AT_START)
 
 MATCH_KEYS = ("user", "group", "profile", "kernelspec")
+
+_UNNAMED = re.compile(r"rule \d+")  # the name parse_rule gives a rule the admin did not name
 
 # Durations the admin may turn off with null / "never".
 _OPTIONAL_DURATIONS = ("idle_timeout", "gpu_idle_timeout", "max_busy", "max_age", "max_hibernated",
@@ -61,6 +64,10 @@ class Match:
     def to_dict(self) -> dict:
         return {k: list(getattr(self, k)) for k in MATCH_KEYS if getattr(self, k)}
 
+    def words(self) -> str:
+        """Whom the match covers, in words: "group students, profile gpu-*"; "everyone" for an empty one."""
+        return ", ".join(f"{k} {' or '.join(v)}" for k, v in self.to_dict().items()) or "everyone"
+
 
 def _any(patterns: tuple[str, ...], values: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(v, p) for p in patterns for v in values)
@@ -93,6 +100,18 @@ class Rule:
     @property
     def snoozable(self) -> bool:
         return self.max_snoozes > 0
+
+    @property
+    def label(self) -> str:
+        """The rule as users and admins read it (the UI, the CLI, REST's ``rule_label``): the admin's name
+        for it; a rule given none (``rule N``, as :func:`parse_rule` calls it) by whom it covers, "for
+        group students" or "for everyone", rather than by its place in the list."""
+        return f"for {self.match.words()}" if _UNNAMED.fullmatch(self.name) else self.name
+
+    @property
+    def described(self) -> str:
+        """The rule in a sentence: "rule 'gpu-class'", "rule for group students"."""
+        return f"rule {self.label}" if _UNNAMED.fullmatch(self.name) else f"rule {self.name!r}"
 
     def to_dict(self) -> dict:
         return {

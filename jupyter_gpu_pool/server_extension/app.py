@@ -32,6 +32,7 @@ from .hints import HintLimiter
 from .identity import is_personal_server
 from .notebooks import Notebooks
 from .recorder import Recorder
+from .starting import StartingKernels
 
 
 class GPUPoolExtension(ExtensionApp):
@@ -176,6 +177,7 @@ class GPUPoolExtension(ExtensionApp):
                              exempt_server_culler=self.exempt_from_server_culler, activity=activity,
                              concurrency=self.cull_concurrency, notebooks=notebooks)
         self.server_context = self.culler.context
+        self.starting = StartingKernels(km)
         self._tasks: list[asyncio.Task] = []
         self._stop: asyncio.Event | None = None  # set once the loops run
         self._check_server_culler(km)
@@ -258,6 +260,7 @@ class GPUPoolExtension(ExtensionApp):
             for task in pending:
                 task.cancel()
         self._tasks = []
+        await self.starting.stop()
         await self.culler.stop()
         await self.culler.server_stopping()  # before jupyter_server shuts the kernels down
         await self.backend.stop()

@@ -265,9 +265,10 @@ class Culler:
         candidates = []
         for kid, lease, rule, facts in judged:
             action = P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0]
+            state = self.states.get(kid, P.FRESH)  # a failed hibernation's wait counts like a snooze
             found = R.candidate(lease, rule, action, idle_since=facts.last_activity,
                                 busy=facts.execution_state == "busy", now=now,
-                                snoozed_until=self.states.get(kid, P.FRESH).snoozed_until)
+                                snoozed_until=max(state.snoozed_until, state.retry_after))
             if found is not None:
                 candidates.append(found)
         if not candidates:
@@ -352,11 +353,18 @@ class Culler:
                         return
                     note = f"hibernation unavailable ({e.message}), so shut down instead"
                 except HibernationFailed as e:
+                    extra = {"states": {str(p): s for p, s in e.states.items()}, "recovered": e.recovered}
+                    if e.recovered and not user_release:  # our failure: the kernel runs on, its variables kept
+                        state = P.hibernation_failed(self.states.get(kid, P.FRESH), rule, self.clock())
+                        self.states[kid] = state
+                        log.warning("kernel %s: hibernation failed (%s); it keeps running", kid, e)
+                        await self.recorder.record("hibernation_failed", lease, reason=e.reason, rule=rule.name,
+                                                   message=messages.hibernation_failed(e.message, state.retry_after),
+                                                   action=P.HIBERNATE, extra=extra)
+                        return
                     log.warning("kernel %s: hibernation failed (%s); shutting it down instead", kid, e)
                     await self.recorder.record("hibernation_failed", lease, reason=e.reason, message=e.message,
-                                               rule=rule.name, action=P.HIBERNATE,
-                                               extra={"states": {str(p): s for p, s in e.states.items()},
-                                                      "recovered": e.recovered})
+                                               rule=rule.name, action=P.HIBERNATE, extra=extra)
                     note = f"hibernation failed ({e.message}), so shut down instead"
                     expect = None  # the failed move left its phase: the shutdown takes the lease from it
                 else:
@@ -367,7 +375,7 @@ class Culler:
                                                duration=round(outcome.duration, 3), bytes=outcome.bytes,
                                                declared=outcome.declared, extra=when)
                     return
-            why = "released by its user" if user_release else f"culled: {reason} (rule {rule.name!r})"
+            why = "released by its user" if user_release else f"culled: {reason} ({rule.described})"
             name = await self.context.notebooks.name(lease)  # its session ends with it
             if not await self.shutdown(kid, why, lease, expect=expect):
                 return

@@ -115,6 +115,7 @@ class MeHandler(PoolAPIHandler):
     @authorized
     async def get(self) -> None:
         caller = self.caller()
+        self.ext.starting.ask()  # a kernel no client talked to yet: its own state from the next read on
         self.send(await views.me(caller.user, caller.admin, backend=self.ext.backend, context=self.ext.server_context))
 
 

@@ -17,6 +17,7 @@ from ..pool import policy as P
 from ..pool.leases import ACTIVE
 from ..pool.liveness import ended_with_server
 from ..pool.phases import HIBERNATING, IN_FLIGHT, STOPPING, display_state
+from ..pool.rules import Policy
 from ..pool.units import unix_time
 from . import dashboard
 from .backend import PoolBackend
@@ -24,7 +25,8 @@ from .context import ServerContext
 from .notebooks import name_of
 
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
-RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed")
+RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed",
+                "hibernation_failed")
 DECISION_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed")
 
 
@@ -121,6 +123,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
         "hibernate_unavailable": None if can else why,
         "release_action": action,
         "rule": rule.name,
+        "rule_label": rule.label,  # what the UI shows: a rule given no name is said by whom it covers
         "started": lease.created,
         "here": here,
         "actions": actions,
@@ -140,14 +143,19 @@ def admin_actions(lease: Lease, context: ServerContext) -> list[str]:
     return ["release", "hibernate", "shutdown"]
 
 
-def journal_item(e: JournalEntry) -> dict:
+def journal_item(e: JournalEntry, policy: Policy | None = None) -> dict:
+    """One journal entry as the UI lists it; ``rule_label`` is its rule as :attr:`Rule.label` reads, where
+    ``policy`` still has that rule (else its name as recorded)."""
     d = e.detail
+    rule = d.get("rule")
+    found = next((r for r in policy.rules if r.name == rule), None) if policy is not None and rule else None
     message = d.get("message") or (f"Lease released: {e.reason}" if e.kind == "reclaimed" else "")
     # The server's own entries name the notebook as it was called then; the ledger's, as at its start.
     return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner,
             "name": d.get("name") or d.get("label", ""),
             "profile": d.get("profile"), "reason": e.reason, "message": message,
-            "dry_run": bool(d.get("dry_run", False)), "rule": d.get("rule"), "action": d.get("action"),
+            "dry_run": bool(d.get("dry_run", False)), "rule": rule,
+            "rule_label": found.label if found is not None else rule, "action": d.get("action"),
             "note": d.get("note"), "declared": bool(d.get("declared", False)),
             "with_server": ended_with_server(e.reason)}
 
@@ -204,7 +212,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
             kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": name, "profile": w.profile,
                             "profile_display_name": profile.display_name if profile else w.profile,
                             "state": "queued", "queue_position": w.position, "warning": None, "actions": []})
-    recent = [journal_item(e) for e in _once(await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100))
+    recent = [journal_item(e, backend.policy) for e in _once(await backend.journal(kinds=RECENT_KINDS, owner=user, limit=100))
               if _ours(e) and not e.detail.get("dry_run")][:30]
     budget = await backend.budget(user, backend.groups_of(user))
     starts = await backend.starts_now(user, backend.groups_of(user), snapshot)
@@ -254,7 +262,7 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
                                   "deadline": kstate.warning.deadline, "message": kstate.warning.message}
                                  if kstate.warning else None)})
         leases.append(item)
-    decisions = [journal_item(e) for e in _once(await backend.journal(kinds=DECISION_KINDS + ("refused", "reclaimed"),
+    decisions = [journal_item(e, backend.policy) for e in _once(await backend.journal(kinds=DECISION_KINDS + ("refused", "reclaimed"),
                                                                       limit=200)) if _ours(e)]
     return {
         "now": now,

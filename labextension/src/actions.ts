@@ -55,6 +55,23 @@ export async function keepAlive(model: PoolModel, kernelId: string): Promise<voi
   await model.refresh();
 }
 
+/** Release GPU: give the slice back now (hibernate where the rule and kernel allow, else shut down). */
+export async function release(
+  model: PoolModel,
+  kernel: Pick<IKernel, 'kernel_id' | 'name'>
+): Promise<void> {
+  const { action: done } = await model.client.release(kernel.kernel_id);
+  Notification.info(
+    done === 'hibernate'
+      ? __(
+          '%1 hibernates: its GPU slice goes back, its variables stay. Run a cell to resume it.',
+          kernelOf(kernel.name)
+        )
+      : __('%1 shuts down to give its GPU slice back.', kernelOf(kernel.name)),
+    { autoClose: 5000, data: { gpuPoolKernel: kernel.kernel_id } }
+  );
+}
+
 /** Shut down the kernel through its session (so the notebook shows "No Kernel"), else directly. */
 export async function shutdownKernel(app: JupyterFrontEnd, kernelId: string): Promise<void> {
   const { sessions, kernels } = app.serviceManager;
@@ -85,19 +102,9 @@ export async function runAction(
       case 'snooze':
         await keepAlive(model, kernelId);
         return;
-      case 'release': {
-        const { action: done } = await model.client.release(kernelId);
-        Notification.info(
-          done === 'hibernate'
-            ? __(
-                '%1 hibernates: its GPU slice goes back, its variables stay. Run a cell to resume it.',
-                kernelOf(kernel.name)
-              )
-            : __('%1 shuts down to give its GPU slice back.', kernelOf(kernel.name)),
-          { autoClose: 5000, data: { gpuPoolKernel: kernelId } }
-        );
+      case 'release':
+        await release(model, kernel);
         break;
-      }
       case 'resume':
         await model.client.resume(kernelId);
         break;

@@ -203,7 +203,7 @@ export function decisionRow(
     action: d.action ?? '',
     kind: d.kind,
     reason: reasonPhrase(d.reason),
-    rule: d.rule ?? '',
+    rule: d.rule_label || d.rule || '',
     dryRun: !!d.dry_run,
     message: d.message
   };

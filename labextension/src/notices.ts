@@ -9,7 +9,7 @@
  * into JupyterLab notifications.
  */
 
-import { baseName, formatClock, kindWord, reasonPhrase } from './format';
+import { baseName, formatClock, formatDuration, kindWord, reasonPhrase } from './format';
 import { __ } from './i18n';
 import type { IKernel, IKernelActionEvent, IMe, IRecent } from './types';
 import { canKeepAlive, declaredNote, onMps, pendingWarning } from './view';
@@ -28,6 +28,8 @@ export interface INotice {
   openPanel: boolean;
   /** Offer "Start a new kernel" for the notebook whose kernel is gone. */
   newKernel: boolean;
+  /** Offer "Release now": give the slice back at once to whoever waits for one. */
+  release?: boolean;
   autoClose: number | false;
   /** The kernel no longer exists (culled, or its process ended). */
   kernelGone: boolean;
@@ -185,6 +187,18 @@ export function explanation(
       );
     }
     case 'refused':
+      if (reason === 'hibernation_failed') {
+        // A move of its GPU memory failed; the event does not say which, nor whether the kernel kept running
+        // (a failed hibernation the pool ordered keeps it running; a failed Release shuts it down): the
+        // panel's "What happened" says, in the server's words.
+        return fitting(
+          __(
+            '%1: a hibernation or resume failed. The GPU panel’s “What happened” says whether it kept running, and what to do.',
+            who
+          ),
+          __('%1: a hibernation or resume failed; the GPU panel says what happened.', who)
+        );
+      }
       if (context.action === 'resume') {
         return fit(__('%1 could not resume: %2. Its variables are kept.', who, why));
       }
@@ -263,10 +277,13 @@ function noticeType(kind: string): NoticeType {
  * The toast before a cull or hibernation: whose kernel, an absolute time (a toast does not tick),
  * what is lost or kept, and what the user can still do (Keep alive only while snoozes are left).
  */
-export function warningMessage(kernel: IKernel): string {
+export function warningMessage(kernel: IKernel, now?: number): string {
   const w = kernel.warning!;
   const who = kernelOf(kernel.name);
   const at = formatClock(w.deadline);
+  if (w.reason === 'pressure') {
+    return pressureMessage(kernel, who, at, now);
+  }
   if (w.reason === 'over_memory') {
     return fit(
       __(
@@ -368,6 +385,59 @@ export function warningMessage(kernel: IKernel): string {
       );
 }
 
+/**
+ * The toast of a kernel chosen to give its slice to someone waiting in the queue: why this kernel (idle
+ * that long), why now (someone waits), when, what it keeps, and what to do (its buttons: Keep alive
+ * while snoozes are left, Release now).
+ */
+function pressureMessage(kernel: IKernel, who: string, at: string, now?: number): string {
+  const idle =
+    kernel.idle_since && now !== undefined ? formatDuration(now - kernel.idle_since) : '';
+  const wordings =
+    kernel.warning!.action === 'hibernate'
+      ? [
+          __(
+            '%1 has been idle for %2 and someone waits for a GPU: it hibernates at %3, variables kept. Run a cell to keep it.',
+            who,
+            idle,
+            at
+          ),
+          __(
+            '%1, idle %2, hibernates at %3 for someone waiting for a GPU; variables kept. Run a cell to keep it.',
+            who,
+            idle,
+            at
+          )
+        ]
+      : [
+          __(
+            '%1 has been idle for %2 and someone waits for a GPU: it shuts down at %3, variables lost. Run a cell to keep it.',
+            who,
+            idle,
+            at
+          ),
+          __(
+            '%1, idle %2, shuts down at %3 for someone waiting for a GPU; variables lost. Run a cell to keep it.',
+            who,
+            idle,
+            at
+          )
+        ];
+  const last =
+    kernel.warning!.action === 'hibernate'
+      ? __(
+          '%1 hibernates at %2 for someone waiting for a GPU; variables kept. Run a cell to keep it.',
+          who,
+          at
+        )
+      : __(
+          '%1 shuts down at %2 for someone waiting for a GPU; its variables will be lost. Run a cell to keep it.',
+          who,
+          at
+        );
+  return idle ? fitting(...wordings, last) : fitting(last);
+}
+
 /** At most this many of the pool's toasts on screen; older ones stay in the notification centre. */
 export const MAX_ON_SCREEN = 3;
 
@@ -420,10 +490,11 @@ export class NoticeBook {
           key,
           kernelId: kernel.kernel_id,
           type: 'warning',
-          message: warningMessage(kernel),
+          message: warningMessage(kernel, now),
           keepAlive,
           openPanel: true,
           newKernel: false,
+          release: w.reason === 'pressure' && (kernel.actions ?? []).includes('release'),
           autoClose: false,
           kernelGone: false
         });

@@ -7,7 +7,7 @@
 import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
 
-import { keepAlive } from './actions';
+import { keepAlive, release } from './actions';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import type { Notebooks } from './notebooks';
@@ -255,6 +255,29 @@ export class Toasts {
           this._shown.delete(notice.key); // the toast closes; its answer comes as a toast of its own
           this._closed.add(notice.key);
           void keepAlive(this._model, notice.kernelId);
+        }
+      });
+    }
+    if (notice.release) {
+      buttons.push({
+        label: __('Release now'),
+        caption: __('Give the GPU slice back now, for whoever waits for one'),
+        displayType: 'default',
+        callback: () => {
+          this._shown.delete(notice.key); // the toast closes; what was done comes as a toast of its own
+          this._closed.add(notice.key);
+          void (async () => {
+            try {
+              const name =
+                this._model.me?.kernels.find(k => k.kernel_id === notice.kernelId)?.name ?? '';
+              await release(this._model, { kernel_id: notice.kernelId, name });
+            } catch (error) {
+              Notification.error(__('GPU pool: %1', (error as Error).message), {
+                autoClose: false
+              });
+            }
+            await this._model.refresh();
+          })();
         }
       });
     }

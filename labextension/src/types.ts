@@ -109,6 +109,8 @@ export interface IKernel {
   hibernate_unavailable?: string | null;
   release_action?: CullAction;
   rule?: string;
+  /** The rule as users read it: its name, or for a rule given none, whom it covers ("for everyone"). */
+  rule_label?: string;
   here?: boolean;
   actions: KernelAction[];
   /**
@@ -136,6 +138,8 @@ export interface IRecent {
   reason?: string;
   message: string;
   rule?: string | null;
+  /** The rule as users read it (see IKernel.rule_label). */
+  rule_label?: string | null;
   action?: string | null;
   note?: string | null;
   dry_run?: boolean;

@@ -935,6 +935,10 @@ export function historyLine(entry: IRecent): string {
             ? __('Could not hibernate now (%1); it kept running.', why)
             : __('Could not start: %1.', why);
       break;
+    case 'hibernation_failed':
+      // The server's own words: what failed, and whether the kernel kept running (or how it was left).
+      text = entry.message || __('Hibernation failed.');
+      break;
     case 'reclaimed':
       text = entry.with_server
         ? endedWithServer()
@@ -955,7 +959,8 @@ export function historyLine(entry: IRecent): string {
     default:
       text = entry.message || kindWord(entry.kind);
   }
-  return entry.rule && entry.rule !== 'hibernation' ? __('%1 Rule: %2.', text, entry.rule) : text;
+  const rule = entry.rule_label || entry.rule;
+  return rule && entry.rule !== 'hibernation' ? __('%1 Rule: %2.', text, rule) : text;
 }
 
 /** Kinds of `recent` entries the user's "What happened" list shows (warnings show as countdowns). */
@@ -965,6 +970,7 @@ export const HISTORY_KINDS = new Set([
   'resumed',
   'released',
   'refused',
+  'hibernation_failed',
   'reclaimed',
   'over_memory',
   'queued'

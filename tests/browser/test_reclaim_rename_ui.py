@@ -27,6 +27,7 @@ from browser_helpers import (
     pushed_actions,
     run_cell,
     shoot,
+    toast,
     wait_for,
     wait_in_page,
 )
@@ -233,6 +234,12 @@ def test_one_queued_resume_reclaims_the_fewest_kernels_and_never_the_mps_one(lab
         card = card_of(page, chosen["kernel_id"])
         expect(card.locator(".jp-GpuPool-countdownWhy")).to_contain_text("Someone is waiting for a GPU slice")
         expect(card_of(page, mps).locator(".jp-GpuPool-countdown")).to_have_count(0)
+        # Its toast says why this kernel (idle that long) and why now, and offers Release now.
+        warned_toast = toast(page, f"{chosen['name']}’s kernel has been idle for")
+        expect(warned_toast).to_contain_text(re.compile(r"and someone waits for a GPU: it hibernates at \d\d:\d\d, "
+                                                        r"variables kept\. Run a cell to keep it\."))
+        expect(warned_toast.get_by_role("button", name="Release now")).to_be_visible()
+        expect(warned_toast.get_by_role("button", name="Keep alive")).to_be_visible()
         assert_accessible(page, "a kernel warned for a waiter")
         shoot(page, artifacts, "23-reclaim-warned")
 

@@ -187,6 +187,36 @@ def test_a_budget_warning_cannot_be_snoozed():
     assert refused.value.reason == "budget" and "cannot add GPU time" in refused.value.message
 
 
+def test_a_failed_hibernation_is_not_tried_again_before_the_rules_idle_time_has_passed_again():
+    r = rule(idle_timeout=600.0, action="hibernate")
+    f = facts(last_activity=NOW - 700, can_hibernate=True)  # idle past its rule: due now
+    assert decide(f, r, NOW).verb == WARN
+    state = P.hibernation_failed(warned("idle", NOW, "hibernate", at=NOW - 60), r, NOW)
+    assert state.warning is None and state.retry_after == NOW + 600
+    for later in (NOW + 1, NOW + 300, NOW + 539):  # no warning, no action, every pass until then
+        assert decide(f, r, later, state).verb == NONE
+    again = decide(f, r, NOW + 540, state)  # its warning comes its warning time ahead, as any other
+    assert again.verb == WARN and again.action == "hibernate" and again.deadline == NOW + 600
+    assert decide(f, r, NOW + 600, again.state).verb == ACT
+    # a rule with no idle time waits its GPU-idle time, else its warning time (a minute at least)
+    assert P.retry_delay(rule(gpu_idle_timeout=1200.0)) == 1200.0 and P.retry_delay(rule(warn=5.0)) == 60.0
+
+
+def test_a_rule_given_no_name_is_read_by_whom_it_covers_not_by_its_place():
+    policy = parse_policy([{"match": {"group": "students", "profile": ["gpu-*", "a100"]}}, {"idle_timeout": 60},
+                           {"name": "lab"}])
+    unnamed, everyone, named = policy.rules
+    assert (unnamed.name, everyone.name) == ("rule 0", "rule 1")  # their identity is unchanged
+    assert unnamed.label == "for group students, profile gpu-* or a100" and everyone.label == "for everyone"
+    assert named.label == "lab" and R.DEFAULT_RULE.label == "default"
+    assert (unnamed.described, named.described) == ("rule for group students, profile gpu-* or a100", "rule 'lab'")
+    f = facts(last_activity=NOW - 4000)
+    acted = decide(f, everyone, NOW, warned("idle", NOW, "hibernate"))
+    assert acted.message.startswith("Shut down by the pool's rule for everyone. Idle for ")
+    with pytest.raises(SnoozeRefused, match="The pool's rule for everyone allows no snoozes"):
+        snooze(FRESH, rule(max_snoozes=0, name="rule 3"), NOW)
+
+
 def test_snoozes_are_limited_and_given_back_once_used_again():
     r = rule(idle_timeout=600, snooze=300, max_snoozes=2)
     state = decide(facts(last_activity=NOW - 590), r, NOW).state

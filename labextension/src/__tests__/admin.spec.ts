@@ -332,4 +332,13 @@ describe('the decision log in words', () => {
     );
     assert.equal(refused.notebook, 'a new kernel');
   });
+
+  it('names a rule the admin gave no name by whom it covers, not "rule 0"', () => {
+    const entry = { at: NOW, kind: 'culled', kernel_id: 'k-1', reason: 'idle', message: '' };
+    assert.equal(
+      decisionRow({ ...entry, rule: 'rule 0', rule_label: 'for group students' }, 0).rule,
+      'for group students'
+    );
+    assert.equal(decisionRow({ ...entry, rule: 'lab' }, 0).rule, 'lab'); // a server without labels
+  });
 });

@@ -39,6 +39,62 @@ describe('warnings before a cull or hibernation', () => {
     assert.deepEqual(book.fromState({ ...state, now: NOW + 3 }), { show: [], dismiss: [] });
   });
 
+  it('says why a kernel was chosen for someone waiting, when, what it keeps, and offers Release now', () => {
+    const book = new NoticeBook(NOW - 1);
+    const pressure = { ...warning, action: 'hibernate' as const, reason: 'pressure' };
+    const chosen = kernel({ warning: pressure, idle_since: NOW - 25 * 60 });
+    const n = book.fromState(me({ kernels: [chosen] })).show[0];
+    assert.equal(n.type, 'warning');
+    assert.equal(n.keepAlive, true);
+    assert.equal(n.release, true);
+    assert.match(
+      n.message,
+      /^Untitled\.ipynb’s kernel has been idle for 25 min and someone waits for a GPU: it hibernates at \d\d:\d\d, variables kept\. Run a cell to keep it\.$/
+    );
+    assert.ok(n.message.length <= TOAST_LIMIT);
+    const shutdown = warningMessage(
+      kernel({ warning: { ...pressure, action: 'shutdown' }, idle_since: NOW - 3 * 3600 }),
+      NOW
+    );
+    assert.match(
+      shutdown,
+      /idle for 3 h and someone waits for a GPU: it shuts down at \d\d:\d\d, variables lost/
+    );
+    // A longer name: the reasons stay, in fewer words; the longest keeps why now and when.
+    const longer = kernel({
+      name: 'results-week-12.ipynb',
+      warning: pressure,
+      idle_since: NOW - 25 * 60
+    });
+    const fewer = warningMessage(longer, NOW);
+    assert.ok(fewer.length <= TOAST_LIMIT, fewer);
+    assert.match(
+      fewer,
+      /^results-week-12\.ipynb’s kernel, idle 25 min, hibernates at \d\d:\d\d for someone waiting for a GPU; variables kept\. Run a cell to keep it\.$/
+    );
+    const longest = kernel({
+      name: 'x'.repeat(60) + '.ipynb',
+      warning: pressure,
+      idle_since: NOW - 25 * 60
+    });
+    const least = warningMessage(longest, NOW);
+    assert.ok(least.length <= TOAST_LIMIT && !least.endsWith('…'), least);
+    assert.match(
+      least,
+      /hibernates at \d\d:\d\d for someone waiting for a GPU; variables kept\. Run a cell/
+    );
+    // Other warnings offer no Release now; nor does a kernel that cannot be released from here.
+    assert.notEqual(
+      new NoticeBook(NOW - 1).fromState(me({ kernels: [kernel({ warning })] })).show[0].release,
+      true
+    );
+    const elsewhere = kernel({ warning: pressure, actions: [] });
+    assert.equal(
+      new NoticeBook(NOW - 1).fromState(me({ kernels: [elsewhere] })).show[0].release,
+      false
+    );
+  });
+
   it('after the last snooze offers no Keep alive and says what the user can still do', () => {
     const book = new NoticeBook(NOW - 1);
     const out = book.fromState(
@@ -322,7 +378,8 @@ describe('explanations afterwards', () => {
       'quota_exceeded',
       'pool_exhausted',
       'queue_timeout',
-      'budget_exceeded'
+      'budget_exceeded',
+      'pressure'
     ];
     for (const kind of kinds) {
       for (const reason of reasons) {
@@ -377,6 +434,29 @@ describe('explanations afterwards', () => {
       culled,
       'a.ipynb’s kernel was shut down (busy longer than allowed): its variables are gone. Start a new kernel and run your cells again.'
     );
+  });
+
+  it('says a hibernation or resume failed and where to read more, not that a kernel could not start', () => {
+    const book = new NoticeBook(NOW - 1);
+    book.fromState(me({ profiles: profiles({ 'gpu-10g': true }) }));
+    const out = book.fromEvent(
+      {
+        action: 'refused',
+        kernel_id: 'k9',
+        reason: 'hibernation_failed',
+        profile: 'gpu-10g',
+        message: '…'
+      },
+      NOW
+    );
+    assert.equal(out.show[0].type, 'error');
+    assert.match(
+      out.show[0].message,
+      /: a hibernation or resume failed\. The GPU panel’s “What happened” says/
+    );
+    assert.doesNotMatch(out.show[0].message, /could not start/);
+    const long = explanation('refused', 'x'.repeat(200) + '.ipynb', 'hibernation_failed', '', {});
+    assert.ok(long.length <= 140 && long.includes('a hibernation or resume failed'), long);
   });
 
   it('says a refused first cell could not take its GPU slice, not that it could not resume', () => {

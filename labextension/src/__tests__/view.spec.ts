@@ -5,6 +5,7 @@ import {
   budgetText,
   cardView,
   historyLine,
+  HISTORY_KINDS,
   indicatorView,
   meanUtilization,
   quotaBars,
@@ -574,6 +575,23 @@ describe('historyLine', () => {
       historyLine({ ...base, kind: 'released', reason: 'admin' }),
       'Shut down by an admin; its variables are gone.'
     );
+  });
+
+  it('names a rule the admin gave no name by whom it covers, not "rule 0"', () => {
+    const entry = { ...base, kind: 'culled', reason: 'idle', rule: 'rule 0' };
+    assert.equal(
+      historyLine({ ...entry, rule_label: 'for everyone' }),
+      'Shut down because it was idle too long; its variables are gone. Rule: for everyone.'
+    );
+    assert.doesNotMatch(historyLine({ ...entry, rule_label: 'for everyone' }), /rule 0/);
+  });
+
+  it('shows a failed hibernation in the server’s words, which say the kernel kept running', () => {
+    const message =
+      'Hibernation failed: the checkpoint of this kernel failed (CUDA_ERROR_NOT_PERMITTED); the kernel kept running, with its variables and its GPU slice.';
+    const entry = { ...base, kind: 'hibernation_failed', reason: 'checkpoint_failed', message };
+    assert.ok(HISTORY_KINDS.has('hibernation_failed'));
+    assert.equal(historyLine({ ...entry, rule: 'demo' }), `${message} Rule: demo.`);
   });
 
   it('says that a kernel ended with its server, hibernated or not, and what to do', () => {
