@@ -353,8 +353,9 @@ class GPUPool(Configurable):
         "",
         help="""For benchmarks and their tests only, never in service: on declared GPUs (which hold no GPU
         memory, so a resume takes no time), make each resume's restore take a modelled time, seconds plus
-        seconds per GiB of the kernel's declared slice, such as '0.306s + 0.179s/GiB' (the H100's measured
-        resume line, 2026-11-26).  Default '': no delay.  No effect on real GPUs.""",
+        seconds per GiB of the kernel's declared slice, such as '0.306s + 0.179s/GiB' (the least-squares line
+        through hand-measured H100 restores of 1-32 GiB; the 2026-11-26 run's fit 0.345s + 0.206s/GiB).
+        Default '': no delay.  No effect on real GPUs.""",
     ).tag(config=True)
 
     @validate("hibernation_declared_restore_cost")
