@@ -113,6 +113,28 @@ async def test_a_kernel_sleeps_unwarned_after_its_cell_and_its_next_cell_wakes_i
     assert [r["reason"] for r in recent if r["kernel_id"] == kid][:1] == ["after_cell"]
 
 
+async def test_the_activity_trace_records_it_as_the_policy_s_hibernation_at_its_moment(server, channels):
+    """The planner's replay compares it: an ``act`` (hibernate) with reason after_cell and its rule, at the
+    time the wait ended, between the cell's idle and the kernel's next busy."""
+    kid, _ = await server.gpu_kernel()
+    ch = await channels(kid)
+    await run(ch, "x = 41")
+    ended = time.time()
+    await asleep(server, kid)
+    ledger = server.ext.backend.pool.ledger
+
+    def acts() -> list:
+        return [e for e in ledger.trace_export(owner=None)[0] if e.kernel_id == kid and e.kind == "act"]
+
+    await wait_until(lambda: acts(), timeout=20, what="the act on the trace")
+
+    [act] = acts()
+    assert act.data == {"r": "after_cell", "a": "hibernate", "dry": False, "rule": "between-cells"}
+    assert ended + 1.9 <= act.at <= ended + 4
+    kinds = [e.kind for e in ledger.trace_export(owner=None)[0] if e.kernel_id == kid]
+    assert "hibernated" in kinds  # the ledger's own entry: the slice free from then on
+
+
 async def test_a_cell_started_within_the_time_cancels_it_and_the_wait_starts_again_at_its_end(server, channels):
     kid, _ = await server.gpu_kernel()
     ch = await channels(kid)
@@ -220,8 +242,9 @@ async def test_a_kernel_woken_on_a_hint_that_runs_no_cell_sleeps_again_once(serv
 
     r = await server.post(kid, "hint")
     assert r.code == 202 and body(r)["woken"] is True
-    await wait_until(lambda: awake(server, kid), what="awake")
-    assert server.ext.hibernator.timers.pending(kid) == "hint_unused"  # one timer, the hint's
+    # one timer, the hint's (set once its resume is on record)
+    await wait_until(lambda: awake(server, kid) and server.ext.hibernator.timers.pending(kid) == "hint_unused",
+                     what="awake, to sleep again if no cell comes")
     await asleep(server, kid)
     await asyncio.sleep(3.0)  # nothing else comes
 
