@@ -86,6 +86,10 @@ class SleepTimers:
         now unless another cell starts first (no rule of the policy says it: nothing happens)."""
         if not any(rule.hibernate_after_cell is not None for rule in self.extension.backend.policy.rules):
             return
+        seen = self.extension.server_context.seen.get(kernel_id)  # its rule, as the last pass found it
+        if seen is not None and seen.rule.hibernate_after_cell is None:
+            self.cancel(kernel_id)
+            return
         self.set(kernel_id, AFTER_CELL, self._after_cell(kernel_id, time.monotonic()))
 
     async def _kernel_and_rule(self, kernel_id: str) -> tuple[Lease, P.Rule] | None:
@@ -113,9 +117,9 @@ class SleepTimers:
         if found is None:
             return
         lease, rule = found
-        if (lease.state == HIBERNATED or lease.phase or context.busy(kernel_id)
+        if (lease.state == HIBERNATED or lease.phase or context.busy(kernel_id) or self.hook.hinted(kernel_id)
                 or self.hook.shown(kernel_id) != ACTIVE or rule.hibernate_after_cell is None):
-            return  # asleep already, a move or a shutdown under way, or its rule changed: nothing to do
+            return  # asleep already, a move or a shutdown under way, woken on a hint (that timer's), no rule
         if not self._can(kernel_id, lease, rule):
             return
         decided = time.time()
