@@ -276,3 +276,27 @@ async def test_a_cell_on_a_kernel_woken_on_a_hint_hands_its_sleep_to_the_cell_ru
     await asyncio.sleep(1.0)
     assert policy_entries(server, kid) == [("hibernated", "after_cell"), ("resumed", "hint"),
                                            ("hibernated", "after_cell")]
+
+
+@pytest.mark.pool_settings(policy=[{**BETWEEN_CELLS, "slice_at": "first-cell"}])
+async def test_a_kernel_that_takes_its_slice_at_its_first_cell_sleeps_after_it_and_not_before(
+        server, channels, jp_fetch):
+    """Its slice's environment is set by silent code before the first cell runs: that starts nothing;
+    the first cell's end does."""
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "lab.ipynb", "name": "lab.ipynb", "type": "notebook", "kernel": {"name": "gpu-pool-small"}}))
+    kid = body(r)["kernel"]["id"]
+    assert server.lease(kid).awaits_first_cell
+    ch = await channels(kid)
+
+    got = await run(ch, "import os\nx = 41\nprint(os.environ['CUDA_VISIBLE_DEVICES'] != '')")
+    ended = time.monotonic()
+
+    assert "True\n" in texts(got)  # it ran on its slice, its environment set first
+    assert server.ext.hibernator.timers.pending(kid) == "after_cell"
+    slept = await asleep(server, kid) - ended
+    assert 1.9 <= slept < 6, slept
+    assert [entry for entry in policy_entries(server, kid) if entry[0] == "hibernated"] == [
+        ("hibernated", "after_cell")]
+    got = await run(ch, "print(x + 1)")
+    assert "42\n" in texts(got)
