@@ -3,9 +3,9 @@
 Two things put a kernel to sleep unwarned, because it loses nothing (its variables stay, its next cell
 resumes it) and nothing it was using is taken away:
 
-- its rule's ``hibernate_after_cell``: each cell's end starts the wait, a new cell (or any execute from a
-  kernel websocket) cancels it, and a kernel that runs no cell for that long hibernates, recorded with
-  reason ``after_cell``.  The GPU is then held about only while cells run;
+- its rule's ``hibernate_after_cell``: each cell's end starts the wait, a new cell (any execute request
+  a kernel websocket sends that is not silent) cancels it, and a kernel that runs no cell for that long
+  hibernates, recorded with reason ``after_cell``.  The GPU is then held about only while cells run;
 - a hint that no cell followed (``GPUPoolExtension.hint_sleep_after``, the local hook's
   ``PoolHibernation``), recorded with reason ``hint_unused``.
 
