@@ -23,6 +23,7 @@ from ..hibernation import HibernationFailed, HibernationRefused, Kernels, Outcom
 from ..pool import ACTIVE, Lease, format_size
 from ..pool.phases import display_state
 from .hibernation_hook import HibernationHook
+from .sleep_timers import SleepTimers
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class ClusterHibernation(HibernationHook):
         self._changed: dict[str, asyncio.Event] = {}
         self._seen: dict[str, tuple] = {}
         self._recording: set[asyncio.Future] = set()
+        self.timers = SleepTimers(self, parent)  # a rule's hibernate_after_cell: asleep between cells
 
     # -- the kernel's object ----------------------------------------------------------------------
 
@@ -187,7 +189,14 @@ class ClusterHibernation(HibernationHook):
 
     # -- hibernate ---------------------------------------------------------------------------------
 
+    def cell_started(self, kernel_id: str) -> None:
+        self.timers.cell_started(kernel_id)
+
+    def cell_ended(self, kernel_id: str) -> None:
+        self.timers.cell_ended(kernel_id)
+
     async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
+        self.timers.cancel(kernel_id)  # it sleeps by another path: no timer left to put it to sleep again
         obj = self._obj(kernel_id)
         if obj is None:
             raise HibernationRefused("no_lease", "This kernel holds no GPU slice in the cluster, so there is nothing "
@@ -262,6 +271,7 @@ class ClusterHibernation(HibernationHook):
 
     def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
         """Start (or join) the kernel's resume; its outcome is put on record when it ends."""
+        self.timers.cancel(kernel_id)  # its user wants it awake
         task = self._resumes.get(kernel_id)
         if task is None or task.done():
             task = self._resumes[kernel_id] = asyncio.ensure_future(self._resume(kernel_id, reason))
@@ -320,6 +330,7 @@ class ClusterHibernation(HibernationHook):
                                        bytes=outcome.bytes)
 
     async def stop(self) -> None:
+        await self.timers.stop()
         for task in self._resumes.values():
             task.cancel()
         await asyncio.gather(*self._resumes.values(), *self._recording, return_exceptions=True)

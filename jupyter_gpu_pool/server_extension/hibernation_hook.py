@@ -13,7 +13,9 @@ run on a hibernated kernel resumes it and then runs); the hook itself knows noth
 A resume on a hint (``POST kernels/{id}/hint``: the user opened the notebook, a cell is likely soon)
 takes a slice only where one is free and nobody waits; a kernel it woke that runs no cell within
 ``GPUPoolExtension.hint_sleep_after`` (or sooner, once someone waits for a slice) goes back to sleep
-without a warning, recorded with reason ``hint_unused``: nothing was used.
+without a warning, recorded with reason ``hint_unused``: nothing was used.  A kernel whose rule says
+``hibernate_after_cell`` goes to sleep that long after each cell ends (reason ``after_cell``).  Both
+timers are one owner's, one per kernel (``sleep_timers.SleepTimers``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..devices.checkpoint import DECLARED_NOTE
 from ..hibernation import HibernationError, HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..periodic import every
 from ..pool import ACTIVE, Lease
+from .sleep_timers import SleepTimers
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,14 @@ class HibernationHook(ABC):
 
     def used(self, kernel_id: str) -> None:
         """A cell came for the kernel (it is no longer :meth:`hinted`)."""
+
+    def cell_started(self, kernel_id: str) -> None:
+        """A kernel websocket sent the kernel a cell (an execute request, not a silent one; no I/O): the
+        kernel's timer to sleep again unwarned, if any, is cancelled."""
+
+    def cell_ended(self, kernel_id: str) -> None:
+        """The kernel answered a cell of a kernel websocket (no I/O): where its rule says
+        ``hibernate_after_cell``, it sleeps that long from now unless another cell starts first."""
 
     def asleep(self, kernel_id: str) -> bool:
         """Whether a cell sent to the kernel now must wait for a resume (no I/O: asked per message)."""
@@ -152,7 +163,7 @@ class PoolHibernation(HibernationHook):
         self._recording: set[asyncio.Future] = set()
         self._watched: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()
         self.hint_sleep_after = parent.hint_sleep_after
-        self._sleepers: set[asyncio.Future] = set()  # kernels woken on a hint, waiting for their first cell
+        self.timers = SleepTimers(self, parent)  # when each kernel sleeps again unwarned: after a cell, after a hint
 
     # -- what the culler, the handlers and the websockets ask ----------------------------------------
 
@@ -160,10 +171,13 @@ class PoolHibernation(HibernationHook):
         return self.hibernator.can_hibernate(lease)
 
     async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
+        self.timers.cancel(kernel_id)  # it sleeps by another path: no timer left to put it to sleep again
         return await self.hibernator.hibernate(kernel_id, reason)
 
     def start_resume(self, kernel_id: str, reason: str = "user", *, hint: bool = False) -> asyncio.Task:
         """Start (or join) the kernel's resume; its outcome is put on record when it ends."""
+        if not hint:
+            self.timers.cancel(kernel_id)  # its user wants it awake
         task = self.hibernator.start_resume(kernel_id, reason, hint=hint)
         if task not in self._watched:  # one record per resume, however many callers join it
             self._watched.add(task)
@@ -180,6 +194,12 @@ class PoolHibernation(HibernationHook):
 
     def used(self, kernel_id: str) -> None:
         self.hibernator.used(kernel_id)
+
+    def cell_started(self, kernel_id: str) -> None:
+        self.timers.cell_started(kernel_id)
+
+    def cell_ended(self, kernel_id: str) -> None:
+        self.timers.cell_ended(kernel_id)
 
     def queue_reason(self, kernel_id: str) -> str | None:
         return self.hibernator.queue_reason(kernel_id)
@@ -240,10 +260,8 @@ class PoolHibernation(HibernationHook):
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=message,
                                        action="resume", rule=None, duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared)
-        if hinted:
-            future = asyncio.ensure_future(self._sleep_again(kernel_id))
-            self._sleepers.add(future)
-            future.add_done_callback(self._sleepers.discard)
+        if hinted:  # in the kernel's one slot: it replaces a timer left from before it slept
+            self.timers.set(kernel_id, "hint_unused", self._sleep_again(kernel_id))
 
     async def _sleep_again(self, kernel_id: str) -> None:
         """A hint woke the kernel: if no cell comes within ``hint_sleep_after`` (or someone starts waiting
@@ -296,6 +314,5 @@ class PoolHibernation(HibernationHook):
                 task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for sleeper in self._sleepers:  # a server that stops puts nothing back to sleep
-            sleeper.cancel()
-        await asyncio.gather(*self._recording, *self._sleepers, return_exceptions=True)
+        await self.timers.stop()  # a server that stops puts nothing back to sleep
+        await asyncio.gather(*self._recording, return_exceptions=True)

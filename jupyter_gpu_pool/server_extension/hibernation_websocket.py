@@ -15,7 +15,9 @@ in the kernel, then the cell runs; the words say it takes a GPU, not that it res
 state is read from the pool when a websocket opens, so that a kernel just started holds its first cell.
 
 A kernel woken on a hint runs its cells at once; the first one tells the hook the hint was right
-(``used``: the kernel no longer goes back to sleep).  Other messages pass straight through: a
+(``used``: the kernel no longer goes back to sleep).  Each cell's start (an execute request that is not
+silent) and end (its reply) are told to the hook (``cell_started``, ``cell_ended``): a rule's
+``hibernate_after_cell`` counts from there.  Other messages pass straight through: a
 hibernated kernel answers ``kernel_info``, completion and
 the like on its CPU.  Clients that talk to the kernel's ZMQ ports directly bypass this; they use
 ``POST …/resume``.
@@ -48,6 +50,14 @@ class TransparentResume:
     _resumer: asyncio.Task | None = None
     _notice_id: str | None = None
     _first = False  # the held cells wait for the kernel's first slice, not for a resume
+    _cells_sent: set | None = None
+
+    @property
+    def _cells(self) -> set:
+        """The ids of the cells this connection sent that have not been answered yet."""
+        if self._cells_sent is None:
+            self._cells_sent = set()
+        return self._cells_sent
 
     @property
     def _hook(self):
@@ -62,15 +72,17 @@ class TransparentResume:
             await connected
 
     def handle_incoming_message(self, incoming_msg) -> None:
-        if self._held is None:
-            hook = self._hook
-            if hook is None or not hook.asleep(self.kernel_id):
-                if hook is not None and hook.hinted(self.kernel_id):
-                    channel, header = self._peek(incoming_msg)
-                    if channel == "shell" and header.get("msg_type") in HOLD:
-                        hook.used(self.kernel_id)
-                return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
+        hook = self._hook
+        if hook is None:
+            return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
         channel, header = self._peek(incoming_msg)
+        if channel == "shell" and header.get("msg_type") == "execute_request" and not self._silent(incoming_msg):
+            self._cells.add(header.get("msg_id"))  # a cell: its reply (handle_outgoing_message) is its end
+            hook.cell_started(self.kernel_id)
+        if self._held is None and not hook.asleep(self.kernel_id):
+            if hook.hinted(self.kernel_id) and channel == "shell" and header.get("msg_type") in HOLD:
+                hook.used(self.kernel_id)
+            return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
         if channel != "shell" or (self._held is None and header.get("msg_type") not in HOLD):
             return super().handle_incoming_message(incoming_msg)  # type: ignore[misc]
         if self._held is None:
@@ -135,6 +147,7 @@ class TransparentResume:
                            transient={"display_id": self._display_id})
 
     def _fail_cell(self, header: dict, error: Exception) -> None:
+        self._cells.discard(header.get("msg_id"))  # answered here: never sent to the kernel
         if self._first:
             text = f"This cell did not run: the kernel could not take its GPU slice. {error}"
         else:
@@ -143,6 +156,21 @@ class TransparentResume:
         self._send("iopub", "error", content, header)
         self._send("shell", "execute_reply", {"status": "error", "execution_count": None, **content}, header)
         self._send("iopub", "status", {"execution_state": "idle"}, header)
+
+    def handle_outgoing_message(self, stream, outgoing_msg) -> None:
+        """A reply to one of this connection's cells is the cell's end (shell replies come to their sender only)."""
+        if self._cells_sent and getattr(stream, "channel", stream) == "shell":
+            try:
+                _idents, parts = self.session.feed_identities(outgoing_msg)
+                header, parent = self.session.unpack(parts[1]), self.session.unpack(parts[2])
+            except Exception:  # not ours to judge: jupyter_server handles it
+                header, parent = {}, {}
+            if header.get("msg_type") == "execute_reply" and parent.get("msg_id") in self._cells_sent:
+                self._cells_sent.discard(parent["msg_id"])
+                hook = self._hook
+                if hook is not None:
+                    hook.cell_ended(self.kernel_id)
+        return super().handle_outgoing_message(stream, outgoing_msg)  # type: ignore[misc]
 
     # -- the wire -------------------------------------------------------------------------------
 
@@ -156,6 +184,18 @@ class TransparentResume:
             return msg.get("channel"), msg.get("header") or {}
         except Exception:  # not ours to judge: let jupyter_server handle (and log) it
             return None, {}
+
+    def _silent(self, incoming_msg) -> bool:
+        """Whether an execute request asks to run silently (a frontend's own code, not a cell)."""
+        try:
+            if self.subprotocol == V1:
+                _channel, msg_list = deserialize_msg_from_ws_v1(incoming_msg)
+                content = self.session.unpack(msg_list[3])
+            else:
+                content = json.loads(incoming_msg).get("content") or {}
+            return bool(content.get("silent"))
+        except Exception:
+            return False
 
     def _send(self, channel: str, msg_type: str, content: dict, parent: dict, transient: dict | None = None) -> None:
         msg = self.session.msg(msg_type, content, parent=parent)

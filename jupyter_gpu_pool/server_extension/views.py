@@ -115,6 +115,8 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
                         "samples": [[t, u] for t, u in samples]},
         "queue_position": queue_position,
         "woken_on_hint": here and context.hibernator.hinted(kid),  # its notebook opened: woken before a cell
+        # its rule puts it to sleep this long after each cell (it can here): it holds its GPU only while cells run
+        "sleeps_after_cell": rule.hibernate_after_cell if can else None,
         "queue_reason": context.hibernator.queue_reason(kid) if here and queue_position is not None else None,
         "warning": warning,
         "next_action": next_action,

@@ -231,6 +231,9 @@ export function reasonPhrase(reason: string | undefined | null): string {
       return __('its notebook was opened');
     case 'hint_unused':
       return __('woken in advance, but no cell ran');
+    case 'after_cell':
+      // Its rule: asleep between cells, unwarned; its next cell wakes it.
+      return __('no cell ran for a while after the last one');
     case 'admin':
       return __('an admin asked');
     case 'server_stopped':

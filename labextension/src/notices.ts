@@ -54,10 +54,11 @@ const EXPLAINED = new Set([
 ]);
 
 /**
- * Reasons never worth a toast: the user's own request, and a kernel woken in advance as its notebook
- * was opened, or put back to sleep when no cell came (shown calmly on its card: "waking up…").
+ * Reasons never worth a toast: the user's own request, a kernel woken in advance as its notebook
+ * was opened, or put back to sleep when no cell came (shown calmly on its card: "waking up…"), and
+ * a kernel asleep between cells by its rule (it lost nothing; its card says a cell wakes it).
  */
-const QUIET_REASONS = new Set(['user', 'hint', 'hint_unused']);
+const QUIET_REASONS = new Set(['user', 'hint', 'hint_unused', 'after_cell']);
 
 /** Seconds within which a pushed event and a polled `recent` entry are the same happening. */
 const SAME_HAPPENING = 120;

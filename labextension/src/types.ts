@@ -101,6 +101,11 @@ export interface IKernel {
    * (POST kernels/{id}/hint); true until a cell runs. The UI says "waking up…" while it resumes.
    */
   woken_on_hint?: boolean;
+  /**
+   * Its rule puts it to sleep this many seconds after each cell (`hibernate_after_cell`), without a
+   * warning: it holds its GPU slice only while cells run, and a cell wakes it. Null: it does not.
+   */
+  sleeps_after_cell?: number | null;
   warning: IWarning | null;
   next_action?: INextAction | null;
   /** A Keep alive holds off the idle policy until then. */

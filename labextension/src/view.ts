@@ -467,10 +467,16 @@ export function stateView(
             formatDuration(now - kernel.idle_since)
           )
         : __('idle');
+      const between = kernel.sleeps_after_cell
+        ? __(
+            'sleeps %1 after each cell, wakes when a cell runs',
+            formatDuration(kernel.sleeps_after_cell)
+          )
+        : '';
       return {
         kind: 'idle',
         label,
-        detail: [kept, joined ? '' : next].filter(Boolean).join(' · ')
+        detail: [between, kept, joined ? '' : next].filter(Boolean).join(' · ')
       };
     }
     case 'hibernating':
@@ -489,6 +495,14 @@ export function stateView(
         detail: ''
       };
     case 'hibernated':
+      if (kernel.sleeps_after_cell) {
+        // Its rule: it holds a GPU only while cells run. Nothing is wrong; a cell wakes it.
+        return {
+          kind: 'hibernated',
+          label: __('asleep between cells: GPU slice given back, variables kept%1', movedNote),
+          detail: __('It wakes when a cell runs.')
+        };
+      }
       return {
         kind: 'hibernated',
         label: __('hibernated: GPU slice given back, variables kept%1', movedNote),
@@ -903,11 +917,16 @@ export function historyLine(entry: IRecent): string {
       text =
         entry.reason === 'hint_unused'
           ? __('Back to sleep: woken in advance, but no cell ran; nothing was used%1.', declared)
-          : entry.reason === 'admin'
-            ? __('Hibernated by an admin; its variables are kept%1.', declared)
-            : entry.reason === 'user'
-              ? __('Hibernated at your request; its variables are kept%1.', declared)
-              : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
+          : entry.reason === 'after_cell'
+            ? __(
+                'Asleep between cells: its GPU slice went back after its last cell; its variables are kept and its next cell wakes it%1.',
+                declared
+              )
+            : entry.reason === 'admin'
+              ? __('Hibernated by an admin; its variables are kept%1.', declared)
+              : entry.reason === 'user'
+                ? __('Hibernated at your request; its variables are kept%1.', declared)
+                : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
       break;
     case 'resumed':
       text =
