@@ -81,7 +81,7 @@ HIBERNATION_HEADER = ("| GPU memory held | hibernate | resume | (restart + load 
 # What the resume-feel test records (record_property), in the report's own table: the run to the first output
 # of a cell on a kernel that never slept, after the hint and 3 s of typing, and resumed on the run.
 RESUME_FIGURES = ("never_slept_s", "hint_s", "resume_on_run_s", "hint_ratio", "resume_on_run_ratio", "gib",
-                  "typing_s", "rounds", "hibernate_s", "restore_s")
+                  "typing_s", "rounds", "hibernate_s", "restore_s", "hint_awake_at_run")
 
 # What the tests and benchmarks import: module -> the package that provides it.
 NEEDED = {"jupyter_server": "jupyter_server", "jupyter_client": "jupyter_client", "ipykernel": "ipykernel",
@@ -343,7 +343,8 @@ def render_markdown(report: dict) -> str:
     if feel and "hint_s" in feel:
         lines += ["", f"What a user feels of a resume ({feel.get('gib')} GiB held, {feel.get('typing_s')} s of typing, "
                       f"{feel.get('rounds')} round(s); hibernate {feel.get('hibernate_s')} s, restore "
-                      f"{feel.get('restore_s')} s):", "",
+                      f"{feel.get('restore_s')} s; awake when the hinted cell was sent: "
+                      f"{'yes' if feel.get('hint_awake_at_run') else 'no'}):", "",
                   "| kernel | run to first output | against never slept |", "|---|---|---|",
                   f"| never slept | {feel.get('never_slept_s')} s | 1x |",
                   f"| hibernated, hint, typing, run | {feel.get('hint_s')} s | {feel.get('hint_ratio')}x |",

@@ -103,7 +103,7 @@ def test_both_test_steps_reach_the_report_with_the_resume_figures_in_a_table_of_
     feel_id = "tests/hibernation/test_first_cell_and_resume_feel.py::test_what_the_user_feels[gpu]"
     figures = {"gib": 10, "typing_s": 3.0, "rounds": 1, "never_slept_s": 0.011, "hint_s": 0.012,
                "resume_on_run_s": 2.41, "hint_ratio": 1.09, "resume_on_run_ratio": 219.1, "hibernate_s": 6.2,
-               "restore_s": 2.05}
+               "restore_s": 2.05, "hint_awake_at_run": True}
     (tmp_path / gc.RESULTS[gc.FLOW]).write_text("".join(json.dumps(r) + "\n" for r in [
         {"collected": [feel_id, "k.py::test_cluster[gpu]"]},
         {"nodeid": feel_id, "when": "call", "outcome": "passed", "duration": 31.0, "properties": figures,
@@ -121,7 +121,8 @@ def test_both_test_steps_reach_the_report_with_the_resume_figures_in_a_table_of_
     assert outcome[feel_id] == "passed" and outcome["k.py::test_cluster[gpu]"] == "not run"
     assert report["figures"]["resume"] == {"test": feel_id, **figures}
     summary = gc.render_markdown(report)
-    assert "What a user feels of a resume (10 GiB held, 3.0 s of typing, 1 round(s); hibernate 6.2 s" in summary
+    assert ("What a user feels of a resume (10 GiB held, 3.0 s of typing, 1 round(s); hibernate 6.2 s, restore "
+            "2.05 s; awake when the hinted cell was sent: yes)") in summary
     assert "| hibernated, hint, typing, run | 0.012 s | 1.09x |" in summary
     assert "| hibernated, resume on run | 2.41 s | 219.1x |" in summary and "| never slept | 0.011 s | 1x |" in summary
 

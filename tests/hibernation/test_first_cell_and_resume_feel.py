@@ -228,6 +228,7 @@ async def test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept
     waits: dict[str, list[float]] = {"never slept": [], "hint": [], "resume on run": []}
     restores: list[float] = []
     hibernations: list[float] = []
+    awake_at_run: list[bool] = []  # whether the hinted resume had ended when the cell was sent
 
     async def hibernate() -> None:
         begun = time.monotonic()
@@ -247,15 +248,19 @@ async def test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept
         r = await server.fetch(*API, "kernels", kid, "hint", method="POST", body="{}")
         assert r.code == 202 and body(r)["woken"] is True, body(r)
         await asyncio.sleep(TYPING - (time.monotonic() - hinted_at))  # the user types while it wakes
+        awake = server.lease(kid).state == ACTIVE and not server.lease(kid).phase
+        awake_at_run.append(awake)
         wait, texts = await run_to_first_output(ch, machine.checksum, "checksum")
         waits["hint"].append(wait)
-        assert checksum in texts and not any(t.startswith("Resuming") for t in texts)
+        assert checksum in texts
+        if awake:  # resumed while the user typed: the cell runs at once, with no notice
+            assert not any("Resuming" in t for t in texts), texts
 
         await hibernate()
         wait, texts = await run_to_first_output(ch, machine.checksum, "checksum")
         waits["resume on run"].append(wait)
         assert checksum in texts  # every value intact
-        assert any(t.startswith("Resuming") for t in texts)  # the user was told to wait
+        assert any("Resuming" in t for t in texts)  # the user was told to wait
         restores += [e.detail.get("duration", 0.0) for e in ext.backend.pool.ledger.journal()
                      if e.kernel_id == kid and e.kind == "resumed" and "duration" in e.detail][:1]
 
@@ -270,8 +275,10 @@ async def test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept
     record_property("hibernate_s", round(statistics.median(hibernations), 2))
     if restores:
         record_property("restore_s", round(statistics.median(restores), 2))
+    record_property("hint_awake_at_run", all(awake_at_run))
     # The hint pays for the resume while the user types: the run that follows waits less than a resume on run,
     # which waits at least for the restore itself.
     assert max(waits["hint"]) < min(waits["resume on run"]), waits
     if not machine.gpu:
         assert min(waits["resume on run"]) >= 0.306 + 0.179 * 11  # the modelled restore of its 11 GiB slice
+        assert all(awake_at_run)  # 2.3 s of modelled restore, within the 3 s of typing
