@@ -163,8 +163,8 @@ def test_only_plans_the_one_part_it_names_within_3_minutes(only, step):
     assert gc.STEPS["install"] + planned.limit + gc.OVERHEAD <= 3 * 60
     if step == "tests":
         assert only in planned.cmd and not any(t in planned.cmd for t in ("benchmarks/hibernation.py",))
-    if step == FLOW:
-        assert planned.limit == gc.STEPS[FLOW]  # each part alone has the whole step's time
+    if step == FLOW:  # each part alone, or the step again, with the rerun's whole room (more than in the full run)
+        assert planned.limit == 160.0 > gc.STEPS[FLOW]
     if step == "hibernation benchmark":  # every size, 32 GiB too, in the rerun's own 3 minutes
         assert planned.cmd[planned.cmd.index("--sizes") + 1] == "1,4,16,32" and planned.limit > gc.STEPS[step]
 
@@ -178,7 +178,8 @@ def test_only_plans_the_one_part_it_names_within_3_minutes(only, step):
     ("mps_daemon_starts", ["tests/test_mps.py::test_the_pools_mps_daemon_starts_answers_and_stops"]),
     # the parts of the first step, each alone, and all of it: their gpu variants only (the CPU twins run in CI)
     ("first-cell", ["tests/hibernation/test_first_cell_and_resume_feel.py::"
-                    "test_a_kernel_holds_no_gpu_until_its_first_cell_which_takes_the_slice_and_sees_only_its_gpu[gpu]"]),
+                    "test_a_kernel_holds_no_gpu_until_its_first_cell_which_takes_the_slice_"
+                    "and_sees_only_its_gpu[gpu]"]),
     ("resume", ["tests/hibernation/test_first_cell_and_resume_feel.py::"
                 "test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept_and_resume_on_run[gpu]"]),
     ("cluster", ["tests/kube/test_kube_hibernation_e2e.py::"
