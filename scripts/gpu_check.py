@@ -312,7 +312,7 @@ def build_report(*, device: dict, steps: list[dict], collected: list[str], resul
     summary = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped",
                                                                        "not run")}
     figures = {"tests": {t["id"]: t["properties"] for t in tests if t["properties"]}}
-    feel = next((t for t in tests if RESUME_FIGURES[1] in t["properties"]), None)
+    feel = next((t for t in tests if "hint_s" in t["properties"]), None)
     if feel is not None:  # what a user feels of a resume, on its own: the run's headline figures
         figures["resume"] = {"test": feel["id"], **{k: feel["properties"][k] for k in RESUME_FIGURES
                                                      if k in feel["properties"]}}
@@ -405,10 +405,11 @@ class Step(NamedTuple):
 
 def plan(only: str | None, out: Path, python: str = sys.executable) -> tuple[list[Step], float]:
     """The steps after the install, each with its time limit, and the budget they run in: every part
-    within :data:`BUDGET`, or the one part ``only`` names within :data:`ONLY_BUDGET` (``hibernation``,
-    ``sharing``, a test id or file, else a fragment of test names for ``pytest -k``)."""
+    within :data:`BUDGET`, or the one part ``only`` names within :data:`ONLY_BUDGET` (a name of
+    :data:`PARTS` or :data:`FLOW_PARTS`, a test id or file, else a fragment of test names for ``pytest -k``)."""
     tests = [python, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin", "-p", "no:cacheprovider",
              "--continue-on-collection-errors", "-rA", "-v"]
+
     def hibernation(sizes: str) -> list[str]:
         return [python, "benchmarks/hibernation.py", "--sizes", sizes, "--json", str(out / "hibernation.json")]
 

@@ -19,7 +19,6 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from kernel_helpers import wait_until
 from server_hibernation_helpers import API, Server, body
 from test_first_cell import open_notebook, start_environment
 from traitlets.config import Config
