@@ -40,6 +40,14 @@ GPU_TESTS = ["tests/gpu", "tests/test_mps.py", "tests/server/test_telemetry.py",
 # run is for is measured whatever the rest does.  Each of these gpu tests has a CPU twin (its other parameter).
 FLOW = "first cell, resume and cluster"
 FLOW_TESTS = ["tests/hibernation/test_first_cell_and_resume_feel.py", "tests/kube/test_kube_hibernation_e2e.py"]
+# gpu tests the check's 8 minutes do not hold, and why: each runs alone within 3 minutes by its file
+# (``--only tests/...py``).  tests/test_gpu_check.py holds every gpu test to be planned or named here.
+LEFT_OUT = {
+    "tests/planning/test_gpu_recording.py": "the planner's trace of NVML readings (waits for a loop's readings "
+                                            "at the telemetry interval): no room in the 8 minutes",
+    "tests/service/test_service_hibernation.py": "the pool service's NVML settle on a real GPU (a service process "
+                                                 "and a CUDA child): no room in the 8 minutes",
+}
 # Each part of that step on its own (--only NAME): a fragment of its test's name.
 FLOW_PARTS = {"first-cell": "test_a_kernel_holds_no_gpu_until_its_first_cell",
               "resume": "test_what_the_user_feels_of_a_resume",

@@ -208,6 +208,22 @@ def test_only_selects_exactly_the_tests_it_names_under_a_real_pytest(tmp_path, o
     assert collected == selected, done.stdout[-2000:] + done.stderr[-2000:]
 
 
+def test_every_gpu_test_in_the_tree_is_planned_or_named_as_left_out_with_why():
+    """A gpu test added anywhere must reach the GPU machine through the check, or say why it does not."""
+    gc = gpu_check()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", "tests"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    files = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+    assert files, done.stdout[-2000:] + done.stderr[-2000:]
+    planned = gc.GPU_TESTS + gc.FLOW_TESTS
+    unplanned = {f for f in files if not any(f == p or f.startswith(p.rstrip("/") + "/") for p in planned)}
+    assert unplanned == set(gc.LEFT_OUT), unplanned ^ set(gc.LEFT_OUT)
+    assert all(len(why) > 20 for why in gc.LEFT_OUT.values())
+    for f in gc.LEFT_OUT:  # each runs alone by its file within 3 minutes
+        [step], _ = gc.plan(f, Path("/out"))
+        assert f in step.cmd and gc.STEPS["install"] + step.limit + gc.OVERHEAD <= 3 * 60
+
+
 @pytest.mark.parametrize("only,words", [("", "--only takes"), ("--sizes", "--only takes"),
                                         ("tests/gpu/no_such_test.py::test_x", "no test file")])
 def test_only_refuses_what_it_cannot_run(tmp_path, only, words):
