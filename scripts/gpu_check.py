@@ -1,13 +1,15 @@
 """The whole GPU check in one command (``scripts/gpu-check``): see docs/gpu-verification.md.
 
 On a machine with an NVIDIA GPU: installs what is missing (from ``.whl/`` where there is no package
-index), runs every ``gpu``-marked test and the hibernation and sharing benchmarks, each step with its
+index), runs every ``gpu``-marked test (first those of :data:`FLOW`: the first cell, what a user feels of
+a resume, hibernation in the cluster) and the hibernation and sharing benchmarks, each step with its
 own time limit (:data:`STEPS`: together at most 8 minutes on one H100), and writes ``report.json``
 (the device, driver and CUDA version, each test's outcome and figures, each benchmark figure),
 ``summary.md`` (the same for docs/gpu-verification.md) and ``log.txt`` under ``--out``.  A step out
 of time is stopped and reported as such, with what it measured so far; the report is written
-whatever happens.  ``--only PATTERN`` reruns one part within 3 minutes: ``hibernation``, ``sharing``,
-a test id (``tests/gpu/test_pool_gpu.py::test_...``) or a fragment of test names.  It never
+whatever happens.  ``--only PATTERN`` reruns one part within 3 minutes: ``hibernation`` (every size),
+``sharing``, ``flows`` (the FLOW step) or one of its parts (``first-cell``, ``resume``, ``cluster``), a test
+id (``tests/gpu/test_pool_gpu.py::test_...``) or a fragment of test names.  It never
 changes the card's settings (compute mode, clocks, MIG, persistence) nor resets it; the MPS daemons
 the tests and benchmarks start are their pool's own, stopped by them, and any left behind are
 stopped at the end.
@@ -34,33 +36,72 @@ from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_TESTS = ["tests/gpu", "tests/test_mps.py", "tests/server/test_telemetry.py", "tests/kube/test_kube_agent.py"]
+# A GPU held only while it is used, and hibernation in the cluster: a step of their own, first, so that what the
+# run is for is measured whatever the rest does.  Each of these gpu tests has a CPU twin (its other parameter).
+FLOW = "first cell, resume and cluster"
+FLOW_TESTS = ["tests/hibernation/test_first_cell_and_resume_feel.py", "tests/kube/test_kube_hibernation_e2e.py"]
+# gpu tests the check's 8 minutes do not hold, and why: each runs alone within 3 minutes by its file
+# (``--only tests/...py``).  tests/test_gpu_check.py holds every gpu test to be planned or named here.
+LEFT_OUT = {
+    "tests/planning/test_gpu_recording.py": "the planner's trace of NVML readings (waits for a loop's readings "
+                                            "at the telemetry interval): no room in the 8 minutes",
+    "tests/service/test_service_hibernation.py": "the pool service's NVML settle on a real GPU (a service process "
+                                                 "and a CUDA child): no room in the 8 minutes",
+}
+# Each part of that step on its own (--only NAME): a fragment of its test's name.
+FLOW_PARTS = {"first-cell": "test_a_kernel_holds_no_gpu_until_its_first_cell",
+              "resume": "test_what_the_user_feels_of_a_resume",
+              "cluster": "test_a_kernel_pods_gpu_memory_goes_to_host_memory"}
 
 # The check's time, in one place: each step's limit in seconds.  Planned from the first run on an H100
 # (2026-11-26, driver 580.159.04): install 4.3 s; tests 225 s with the three MPS tests failing at once
 # and the busy-loop test failing early (passing, they run kernels: an estimated 35 s more; the tests'
-# holdings were cut since: about 13 s less); hibernation 1/4/16 GiB in about 150 s, never reaching
+# holdings were cut since: about 13 s less: 247 s); hibernation 1/4/16 GiB in about 150 s, never reaching
 # 32 GiB (since: one kernel for every size, one restart per size, the saved state on tmpfs without CRC
-# and loaded with mmap: an estimated 110 s for 1/4/16/32); sharing 4 of 6 figures in 100 s (since:
-# loops start together as soon as all are warm instead of after a fixed 10-15 s, and the
-# slice-efficiency runs reuse the rows' kernels: an estimated 70 s).  OVERHEAD is the rest:
-# nvidia-smi, the versions (imports torch), the report.
-STEPS = {"install": 10.0, "tests": 265.0, "hibernation benchmark": 125.0, "sharing benchmark": 70.0}
+# and loaded with mmap: about 8 s per size and 1.4 s per GiB, 110 s for 1/4/16/32, 35 s for 16 alone);
+# sharing 4 of 6 figures in 100 s (since: loops start together as soon as all are warm instead of after a
+# fixed 10-15 s, and the slice-efficiency runs reuse the rows' kernels: an estimated 70 s).  The FLOW step
+# has not run on a GPU yet: 75 s estimated from its CPU twins (1, 9 and 5 s here) with the H100's measured
+# costs put in: the first cell about 15 s (a kernel, torch imported in it and in a child, as the soft-cap
+# test's 5.8 s twice, nvidia-smi); the resume feel about 32 s (a kernel holding 10 GiB: 10 s to make; 3 s of
+# typing twice; two hibernations of 10.5 GiB at the 8.6 GiB test's 5.2 s scaled, 6.5 s each; a restore of
+# 2.2 s); the cluster round trip about 25 s (its twin's 5 s of cluster, operator and agent, plus a kernel pod
+# importing torch with 4 GiB, 3 s of hibernation, a filler process importing torch, 1.3 s of restore).
+# To make room for it, the full run's hibernation benchmark measures 16 GiB only (1, 4 and 16 were measured
+# on the H100 on 2026-11-26); ``--only hibernation`` measures every size, 32 GiB too, within its 3 minutes.
+# OVERHEAD is the rest: nvidia-smi, the versions (imports torch), the report.
+STEPS = {"install": 10.0, FLOW: 85.0, "tests": 260.0, "hibernation benchmark": 45.0, "sharing benchmark": 70.0}
 OVERHEAD = 10.0
 BUDGET = 480.0  # 8 minutes: a lease is 15 minutes of device time, the machine's start (about 1) included
 ONLY_BUDGET = 180.0  # --only: a rerun of one part in the same lease
 assert sum(STEPS.values()) + OVERHEAD <= BUDGET
-PARTS = {"hibernation": "hibernation benchmark", "sharing": "sharing benchmark"}
+PARTS = {"hibernation": "hibernation benchmark", "sharing": "sharing benchmark", "flows": FLOW}
+HIBERNATION_SIZES = {"full": "16", "only": "1,4,16,32"}  # GiB: in the full run, and in --only hibernation
+# --only limits above the full run's: every size of the hibernation benchmark (about 110 s), and the first step
+# (or one of its parts) with the rerun's whole room, should it have run out of its 85 s
+ONLY_LIMITS = {"hibernation benchmark": 160.0, FLOW: 160.0}
+assert all(STEPS["install"] + limit + OVERHEAD <= ONLY_BUDGET for limit in ONLY_LIMITS.values())
+# Where each test step's plugin writes its outcomes (one file per pytest run; the report reads them all).
+RESULTS = {FLOW: "results-flow.jsonl", "tests": "results.jsonl"}
 # The hibernation table: the ratio against the load baseline first; regenerating random tensors costs
 # almost nothing, so that baseline is only a lower bound for what rebuilding a notebook's state costs.
 HIBERNATION_HEADER = ("| GPU memory held | hibernate | resume | (restart + load from disk) / resume | "
                       "restart + load from disk | restart + regenerate (a lower bound) |")
+
+# What the resume-feel test records (record_property), in the report's own table: the run to the first output
+# of a cell on a kernel that never slept, after the hint and 3 s of typing, and resumed on the run.
+RESUME_FIGURES = ("never_slept_s", "hint_s", "resume_on_run_s", "hint_ratio", "resume_on_run_ratio", "gib",
+                  "typing_s", "rounds", "hibernate_s", "restore_s", "hint_awake_at_run")
 
 # What the tests and benchmarks import: module -> the package that provides it.
 NEEDED = {"jupyter_server": "jupyter_server", "jupyter_client": "jupyter_client", "ipykernel": "ipykernel",
           "jupyter_events": "jupyter_events", "traitlets": "traitlets", "pynvml": "nvidia-ml-py",
           "psutil": "psutil", "pytest": "pytest", "pytest_asyncio": "pytest-asyncio",
           "pytest_jupyter": "pytest-jupyter[server]", "pytest_timeout": "pytest-timeout",
-          "prometheus_client": "prometheus_client", "yaml": "pyyaml", "torch": "torch"}
+          "prometheus_client": "prometheus_client", "yaml": "pyyaml", "torch": "torch",
+          # the test cluster, the operator and the node agent (the cluster test of FLOW)
+          "kubernetes_asyncio": "kubernetes_asyncio", "kopf": "kopf", "aiohttp": "aiohttp",
+          "kubernetes_validate": "kubernetes-validate", "celpy": "cel-python", "jsonschema": "jsonschema"}
 NO_GPU_EXIT = 2
 
 
@@ -232,9 +273,19 @@ def mps_daemons() -> set[int]:
 # -- the report ----------------------------------------------------------------------------------------------
 
 
-def read_results(path: Path) -> tuple[list[str], dict[str, dict]]:
-    """The plugin's JSON lines: the collected test ids, and each test's outcome (failed in any phase
-    wins; a setup or teardown failure is an error)."""
+def read_results(*paths: Path) -> tuple[list[str], dict[str, dict]]:
+    """The plugin's JSON lines (one file per test step): the collected test ids, and each test's outcome
+    (failed in any phase wins; a setup or teardown failure is an error)."""
+    collected: list[str] = []
+    results: dict[str, dict] = {}
+    for path in paths:
+        step_collected, step_results = _read_one(path)
+        collected += [t for t in step_collected if t not in collected]
+        results.update(step_results)
+    return collected, results
+
+
+def _read_one(path: Path) -> tuple[list[str], dict[str, dict]]:
     collected: list[str] = []
     results: dict[str, dict] = {}
     if not path.exists():
@@ -269,6 +320,10 @@ def build_report(*, device: dict, steps: list[dict], collected: list[str], resul
     summary = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped",
                                                                        "not run")}
     figures = {"tests": {t["id"]: t["properties"] for t in tests if t["properties"]}}
+    feel = next((t for t in tests if "hint_s" in t["properties"]), None)
+    if feel is not None:  # what a user feels of a resume, on its own: the run's headline figures
+        figures["resume"] = {"test": feel["id"], **{k: feel["properties"][k] for k in RESUME_FIGURES
+                                                     if k in feel["properties"]}}
     figures.update({name: data for name, data in benchmarks.items() if data is not None})
     ok = (all(s["status"] == "ok" for s in steps) and summary["failed"] == summary["error"] == summary["not run"] == 0
           and summary["passed"] > 0)
@@ -294,6 +349,17 @@ def render_markdown(report: dict) -> str:
     for t in report["tests"]:
         props = ", ".join(f"{k} {v}" for k, v in t["properties"].items())
         lines.append(f"| `{t['id']}` | {t['outcome']} | {t['seconds']} | {props} |")
+    feel = report["figures"].get("resume")
+    if feel and "hint_s" in feel:
+        lines += ["", f"What a user feels of a resume ({feel.get('gib')} GiB held, {feel.get('typing_s')} s of typing, "
+                      f"{feel.get('rounds')} round(s); hibernate {feel.get('hibernate_s')} s, restore "
+                      f"{feel.get('restore_s')} s; awake when the hinted cell was sent: "
+                      f"{'yes' if feel.get('hint_awake_at_run') else 'no'}):", "",
+                  "| kernel | run to first output | against never slept |", "|---|---|---|",
+                  f"| never slept | {feel.get('never_slept_s')} s | 1x |",
+                  f"| hibernated, hint, typing, run | {feel.get('hint_s')} s | {feel.get('hint_ratio')}x |",
+                  f"| hibernated, resume on run | {feel.get('resume_on_run_s')} s | "
+                  f"{feel.get('resume_on_run_ratio')}x |"]
     hib = report["figures"].get("hibernation")
     if hib and hib.get("rows"):
         lines += ["", HIBERNATION_HEADER, "|---|---|---|---|---|---|"]
@@ -347,36 +413,44 @@ class Step(NamedTuple):
 
 def plan(only: str | None, out: Path, python: str = sys.executable) -> tuple[list[Step], float]:
     """The steps after the install, each with its time limit, and the budget they run in: every part
-    within :data:`BUDGET`, or the one part ``only`` names within :data:`ONLY_BUDGET` (``hibernation``,
-    ``sharing``, a test id or file, else a fragment of test names for ``pytest -k``)."""
+    within :data:`BUDGET`, or the one part ``only`` names within :data:`ONLY_BUDGET` (a name of
+    :data:`PARTS` or :data:`FLOW_PARTS`, a test id or file, else a fragment of test names for ``pytest -k``)."""
     tests = [python, "-m", "pytest", "-m", "gpu", "-p", "gpu_check_plugin", "-p", "no:cacheprovider",
              "--continue-on-collection-errors", "-rA", "-v"]
-    full = {"tests": tests + GPU_TESTS,
-            "hibernation benchmark": [python, "benchmarks/hibernation.py", "--sizes", "1,4,16,32",
-                                      "--json", str(out / "hibernation.json")],
-            "sharing benchmark": [python, "benchmarks/sharing.py", "--seconds", "4", "--json", str(out / "sharing.json")]}
+
+    def hibernation(sizes: str) -> list[str]:
+        return [python, "benchmarks/hibernation.py", "--sizes", sizes, "--json", str(out / "hibernation.json")]
+
+    full = {FLOW: tests + FLOW_TESTS, "tests": tests + GPU_TESTS,
+            "hibernation benchmark": hibernation(HIBERNATION_SIZES["full"]),
+            "sharing benchmark": [python, "benchmarks/sharing.py", "--seconds", "4",
+                                  "--json", str(out / "sharing.json")]}
     if only is None:
         return [Step(name, cmd, STEPS[name]) for name, cmd in full.items()], BUDGET
     pattern = only.strip()
     room = ONLY_BUDGET - STEPS["install"] - OVERHEAD
     if pattern in PARTS:
         name = PARTS[pattern]
-        return [Step(name, full[name], min(STEPS[name], room))], ONLY_BUDGET
+        cmd = hibernation(HIBERNATION_SIZES["only"]) if name == "hibernation benchmark" else full[name]
+        return [Step(name, cmd, min(ONLY_LIMITS.get(name, STEPS[name]), room))], ONLY_BUDGET
+    if pattern in FLOW_PARTS:
+        return [Step(FLOW, tests + ["-k", FLOW_PARTS[pattern]] + FLOW_TESTS, min(ONLY_LIMITS[FLOW], room))], ONLY_BUDGET
     if not pattern or pattern.startswith("-"):
-        raise ValueError(f"--only takes hibernation, sharing, a test id or a fragment of test names, not {only!r}")
+        raise ValueError(f"--only takes {', '.join([*PARTS, *FLOW_PARTS])}, a test id or a fragment of test names, "
+                         f"not {only!r}")
     if "::" in pattern or pattern.endswith(".py"):
         if not (REPO / pattern.split("::")[0]).is_file():
             raise ValueError(f"--only {pattern}: there is no test file {pattern.split('::')[0]} in this checkout")
         cmd = tests + [pattern]
     else:
-        cmd = tests + ["-k", pattern] + GPU_TESTS
+        cmd = tests + ["-k", pattern] + GPU_TESTS + FLOW_TESTS
     return [Step("tests", cmd, min(STEPS["tests"], room))], ONLY_BUDGET
 
 
 def measured(name: str, out: Path) -> str:
     """What a step measured, in words (for a step cut short: what it got to)."""
-    if name == "tests":
-        collected, results = read_results(out / "results.jsonl")
+    if name in RESULTS:
+        collected, results = read_results(out / RESULTS[name])
         return f"{len(results)} of {len(collected)} tests reported"
     data = load_json(out / ("hibernation.json" if name.startswith("hibernation") else "sharing.json")) or {}
     if name.startswith("hibernation"):
@@ -393,8 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO / "gpu-check"), help="where the report and log go (gpu-check/)")
     parser.add_argument("--nvidia-smi", default="nvidia-smi", help="the nvidia-smi to ask for the GPUs")
     parser.add_argument("--only", metavar="PATTERN", default=None,
-                        help="rerun one part within 3 minutes: hibernation, sharing, a test id, or a fragment of "
-                             "test names (pytest -k)")
+                        help="rerun one part within 3 minutes: hibernation, sharing, flows (first-cell, resume, "
+                             "cluster: each alone), a test id, or a fragment of test names (pytest -k)")
     args = parser.parse_args(argv)
     started, t0 = time.time(), time.monotonic()
     out = Path(args.out)
@@ -423,8 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         [str(REPO), str(REPO / "scripts"), str(site)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
                                                          else []))}
     steps: list[dict] = []
-    results_path = out / "results.jsonl"
-    for stale in ("results.jsonl", "hibernation.json", "sharing.json"):
+    for stale in (*RESULTS.values(), "hibernation.json", "sharing.json"):
         (out / stale).unlink(missing_ok=True)
     mps_before = mps_daemons()
     environment: dict = {"python": sys.version.split()[0]}
@@ -449,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
                 steps.append({"name": step.name, "command": " ".join(step.cmd), "status": "skipped", "exit": None,
                               "seconds": 0.0, "limit": 0.0, "measured": "nothing"})
                 continue
-            done = run_step(step.name, step.cmd, {**env, "GPU_CHECK_RESULTS": str(results_path)},
+            results_file = out / RESULTS.get(step.name, "results.jsonl")
+            done = run_step(step.name, step.cmd, {**env, "GPU_CHECK_RESULTS": str(results_file)},
                             min(step.limit, left), log)
             done["measured"] = measured(step.name, out)
             if done["status"] == "timeout":
@@ -457,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             steps.append(done)
     finally:
         stop_left_mps(mps_before, log)
-        collected, results = read_results(results_path)
+        collected, results = read_results(*(out / f for f in RESULTS.values()))
         # (a benchmark not run this time has no file: each was removed before the steps)
         report = build_report(device=device, steps=steps, collected=collected, results=results,
                               benchmarks={"hibernation": load_json(out / "hibernation.json"),

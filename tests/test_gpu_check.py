@@ -96,6 +96,37 @@ def test_the_report_says_what_each_test_did_and_every_figure(tmp_path):
     assert "hibernate_s 2.7, moved_gib 8.1" in summary and "the lock returned 999" in summary
 
 
+def test_both_test_steps_reach_the_report_with_the_resume_figures_in_a_table_of_their_own(tmp_path):
+    """The first step's pytest and the tests step's each write their own file; the report reads both, and
+    the resume-feel test's figures (record_property) become the report's resume figures and table."""
+    gc = gpu_check()
+    feel_id = "tests/hibernation/test_first_cell_and_resume_feel.py::test_what_the_user_feels[gpu]"
+    figures = {"gib": 10, "typing_s": 3.0, "rounds": 1, "never_slept_s": 0.011, "hint_s": 0.012,
+               "resume_on_run_s": 2.41, "hint_ratio": 1.09, "resume_on_run_ratio": 219.1, "hibernate_s": 6.2,
+               "restore_s": 2.05, "hint_awake_at_run": True}
+    (tmp_path / gc.RESULTS[gc.FLOW]).write_text("".join(json.dumps(r) + "\n" for r in [
+        {"collected": [feel_id, "k.py::test_cluster[gpu]"]},
+        {"nodeid": feel_id, "when": "call", "outcome": "passed", "duration": 31.0, "properties": figures,
+         "message": ""}]))  # the cluster test never reached: the step ran out of time
+    canned_results(tmp_path / gc.RESULTS["tests"])
+    collected, results = gc.read_results(*(tmp_path / f for f in gc.RESULTS.values()))
+    assert collected[:2] == [feel_id, "k.py::test_cluster[gpu]"] and len(collected) == 7
+    assert gc.measured(gc.FLOW, tmp_path) == "1 of 2 tests reported"
+    assert gc.measured("tests", tmp_path) == "5 of 5 tests reported"
+
+    report = gc.build_report(device={"name": "GPU", "gpus": [{}]}, steps=[], collected=collected, results=results,
+                             benchmarks={}, started=0.0, finished=1.0, environment={})
+
+    outcome = {t["id"]: t["outcome"] for t in report["tests"]}
+    assert outcome[feel_id] == "passed" and outcome["k.py::test_cluster[gpu]"] == "not run"
+    assert report["figures"]["resume"] == {"test": feel_id, **figures}
+    summary = gc.render_markdown(report)
+    assert ("What a user feels of a resume (10 GiB held, 3.0 s of typing, 1 round(s); hibernate 6.2 s, restore "
+            "2.05 s; awake when the hinted cell was sent: yes)") in summary
+    assert "| hibernated, hint, typing, run | 0.012 s | 1.09x |" in summary
+    assert "| hibernated, resume on run | 2.41 s | 219.1x |" in summary and "| never slept | 0.011 s | 1x |" in summary
+
+
 # -- the plan: every part within 8 minutes, one part within 3 ------------------------------------------
 
 
@@ -103,16 +134,25 @@ def test_the_steps_limits_add_up_to_at_most_8_minutes_declared_in_one_place():
     gc = gpu_check()
     steps, budget = gc.plan(None, Path("/out"))
     assert budget == gc.BUDGET == 480.0
-    assert [s.name for s in steps] == ["tests", "hibernation benchmark", "sharing benchmark"]
+    # what the run is for first: the first cell, the resume a user feels, hibernation in the cluster
+    assert [s.name for s in steps] == ["first cell, resume and cluster", "tests", "hibernation benchmark",
+                                       "sharing benchmark"]
     assert [s.limit for s in steps] == [gc.STEPS[s.name] for s in steps]  # each step's limit is the table's
     assert gc.STEPS["install"] + sum(s.limit for s in steps) + gc.OVERHEAD <= 8 * 60
     hibernation = next(s for s in steps if s.name == "hibernation benchmark")
-    assert hibernation.cmd[hibernation.cmd.index("--sizes") + 1] == "1,4,16,32"  # every figure, 32 GiB too
+    assert hibernation.cmd[hibernation.cmd.index("--sizes") + 1] == "16"  # --only hibernation: every size
     tests = next(s for s in steps if s.name == "tests")
     assert all(t in tests.cmd for t in gc.GPU_TESTS) and "-k" not in tests.cmd
+    flow = steps[0]
+    assert flow.cmd[-len(gc.FLOW_TESTS):] == gc.FLOW_TESTS and "-m" in flow.cmd and "-k" not in flow.cmd
+    assert not set(gc.FLOW_TESTS) & set(gc.GPU_TESTS)  # no test runs twice
+
+
+FLOW = "first cell, resume and cluster"
 
 
 @pytest.mark.parametrize("only,step", [("hibernation", "hibernation benchmark"), ("sharing", "sharing benchmark"),
+                                       ("flows", FLOW), ("first-cell", FLOW), ("resume", FLOW), ("cluster", FLOW),
                                        ("test_two_kernels", "tests"),
                                        ("tests/gpu/test_pool_gpu.py::test_a_soft_slice_caps_pytorch_at_its_memory",
                                         "tests")])
@@ -123,6 +163,10 @@ def test_only_plans_the_one_part_it_names_within_3_minutes(only, step):
     assert gc.STEPS["install"] + planned.limit + gc.OVERHEAD <= 3 * 60
     if step == "tests":
         assert only in planned.cmd and not any(t in planned.cmd for t in ("benchmarks/hibernation.py",))
+    if step == FLOW:  # each part alone, or the step again, with the rerun's whole room (more than in the full run)
+        assert planned.limit == 160.0 > gc.STEPS[FLOW]
+    if step == "hibernation benchmark":  # every size, 32 GiB too, in the rerun's own 3 minutes
+        assert planned.cmd[planned.cmd.index("--sizes") + 1] == "1,4,16,32" and planned.limit > gc.STEPS[step]
 
 
 @pytest.mark.parametrize("only,selected", [
@@ -132,6 +176,23 @@ def test_only_plans_the_one_part_it_names_within_3_minutes(only, step):
     ("tests/gpu/test_pool_gpu.py::test_a_soft_slice_caps_pytorch_at_its_memory",
      ["tests/gpu/test_pool_gpu.py::test_a_soft_slice_caps_pytorch_at_its_memory"]),
     ("mps_daemon_starts", ["tests/test_mps.py::test_the_pools_mps_daemon_starts_answers_and_stops"]),
+    # the parts of the first step, each alone, and all of it: their gpu variants only (the CPU twins run in CI)
+    ("first-cell", ["tests/hibernation/test_first_cell_and_resume_feel.py::"
+                    "test_a_kernel_holds_no_gpu_until_its_first_cell_which_takes_the_slice_"
+                    "and_sees_only_its_gpu[gpu]"]),
+    ("resume", ["tests/hibernation/test_first_cell_and_resume_feel.py::"
+                "test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept_and_resume_on_run[gpu]"]),
+    ("cluster", ["tests/kube/test_kube_hibernation_e2e.py::"
+                 "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_intact[gpu]"]),
+    ("flows", ["tests/hibernation/test_first_cell_and_resume_feel.py::"
+               "test_a_kernel_holds_no_gpu_until_its_first_cell_which_takes_the_slice_and_sees_only_its_gpu[gpu]",
+               "tests/hibernation/test_first_cell_and_resume_feel.py::"
+               "test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept_and_resume_on_run[gpu]",
+               "tests/kube/test_kube_hibernation_e2e.py::"
+               "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_intact[gpu]"]),
+    ("goes_to_host_memory", ["tests/kube/test_kube_hibernation_e2e.py::"
+                             "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_"
+                             "intact[gpu]"]),  # a name fragment reaches the first step's tests too
 ])
 def test_only_selects_exactly_the_tests_it_names_under_a_real_pytest(tmp_path, only, selected):
     """The plan's own pytest command, collecting only (the gpu tests collect without a GPU): what the check's
@@ -145,6 +206,22 @@ def test_only_selects_exactly_the_tests_it_names_under_a_real_pytest(tmp_path, o
                                                                           os.environ.get("PYTHONPATH", "")])})
     collected, _ = gc.read_results(results)
     assert collected == selected, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_every_gpu_test_in_the_tree_is_planned_or_named_as_left_out_with_why():
+    """A gpu test added anywhere must reach the GPU machine through the check, or say why it does not."""
+    gc = gpu_check()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", "tests"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    files = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+    assert files, done.stdout[-2000:] + done.stderr[-2000:]
+    planned = gc.GPU_TESTS + gc.FLOW_TESTS
+    unplanned = {f for f in files if not any(f == p or f.startswith(p.rstrip("/") + "/") for p in planned)}
+    assert unplanned == set(gc.LEFT_OUT), unplanned ^ set(gc.LEFT_OUT)
+    assert all(len(why) > 20 for why in gc.LEFT_OUT.values())
+    for f in gc.LEFT_OUT:  # each runs alone by its file within 3 minutes
+        [step], _ = gc.plan(f, Path("/out"))
+        assert f in step.cmd and gc.STEPS["install"] + step.limit + gc.OVERHEAD <= 3 * 60
 
 
 @pytest.mark.parametrize("only,words", [("", "--only takes"), ("--sizes", "--only takes"),

@@ -101,7 +101,9 @@ class TestCluster:
             args += ["--slow-image", f"{image}={seconds}"]
         if self.feature_gates:
             args += ["--feature-gates", ",".join(f"{k}={str(v).lower()}" for k, v in self.feature_gates.items())]
-        env = {**os.environ, "PYTHONPATH": str(HERE)}
+        # the caller's path after its own: where the packages come from a folder of wheels (the GPU machine's
+        # scripts/gpu-check), the cluster finds aiohttp, kubernetes_validate and celpy there too
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)}
         self.log = open(self.state / "cluster.log", "ab")
         self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=self.log, cwd=str(self.root))
         line = self.proc.stdout.readline().decode()  # type: ignore[union-attr]

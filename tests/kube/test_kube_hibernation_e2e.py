@@ -5,13 +5,19 @@ checkpoint calls go to the stand-in driver (cuda.h's state machine, tests/hibern
 its NVML readings follow that driver (a checkpointed process holds no GPU memory), and it finds a pod's
 processes in a /proc stand-in laid out as a node's kubelet does.  No test-only settling agent here: every
 phase after the operator's admission is the real agent's write, and every free-memory reading the operator
-queues on is the agent's own annotation on its Node."""
+queues on is the agent's own annotation on its Node.
+
+The last test runs twice: so, and, marked ``gpu``, on the GPU machine with the real checkpoint driver and NVML
+(the process kubelet runs the kernel pod as a local process there; only its cgroup file is the stand-in's)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,11 +40,20 @@ S = cp.ProcessState
 
 
 class Node:
-    """The node's side: the stand-in GPUs, the /proc stand-in and the real agent on them."""
+    """The node's side: its GPUs, the /proc stand-in and the real agent on them.  ``machine``: ``standin`` (the
+    stand-in GPUs, checkpoint driver and NVML) or ``gpu`` (this machine's GPUs, the real driver and NVML)."""
 
-    def __init__(self, cluster, tmp_path: Path):
-        self.cluster, self.tmp_path = cluster, tmp_path
-        self.driver = StandInDriver()
+    def __init__(self, cluster, tmp_path: Path, machine: str = "standin"):
+        self.cluster, self.tmp_path, self.machine = cluster, tmp_path, machine
+        if machine == "gpu":
+            from jupyter_gpu_pool.devices.nvml import NVMLMemory, discover
+            from jupyter_gpu_pool.devices.telemetry import NVMLSource
+
+            self.driver, self.source, self.memory = cp.driver(), NVMLSource(), NVMLMemory()
+            self.gpus = [g.uuid for g in discover().gpus]
+        else:
+            self.driver = StandInDriver()
+            self.source, self.memory, self.gpus = DriverNVML(self.driver), StandInMemory(self.driver), [GPU0, GPU1]
         self.cgroups: dict[int, str | None] = {}
         self.stop = asyncio.Event()
         self.task: asyncio.Task | None = None
@@ -46,21 +61,25 @@ class Node:
 
     async def start(self) -> Agent:
         self.api = await self.cluster.api()
-        self.agent = Agent(NODE, self.api, DriverNVML(self.driver), [GPU0, GPU1],
-                           proc_root=str(self.tmp_path / "proc"), min_report=0.5, driver=self.driver,
-                           memory=StandInMemory(self.driver), lock_timeout=1.0)
+        self.agent = Agent(NODE, self.api, self.source, self.gpus, proc_root=str(self.tmp_path / "proc"),
+                           min_report=0.5, driver=self.driver, memory=self.memory, lock_timeout=1.0)
         self.task = asyncio.create_task(self.agent.run(0.3, self.stop))
         return self.agent
 
-    async def on_gpu(self, kube: Kube, name: str, device_bytes: int) -> int:
-        """The kernel's pod process is a CUDA process holding ``device_bytes`` on GPU 0; returns its pid."""
+    async def adopt(self, kube: Kube, name: str) -> int:
+        """The pid of the kernel's pod process, written into the /proc stand-in under its pod's cgroup."""
         [pod] = [p for p in await kube.pods() if p["metadata"]["labels"].get(
             "jupyter-gpu-pool.readthedocs.io/kernel") == name]
         [proc] = pod_processes(pod["metadata"]["name"])
-        self.driver.add(proc.pid, device_bytes, (GPU0,))
         self.cgroups[proc.pid] = pod["metadata"]["uid"]
         fake_proc(self.tmp_path / "proc", self.cgroups)
         return proc.pid
+
+    async def on_gpu(self, kube: Kube, name: str, device_bytes: int) -> int:
+        """The kernel's pod process is a CUDA process holding ``device_bytes`` on the stand-in's GPU 0; its pid."""
+        pid = await self.adopt(kube, name)
+        self.driver.add(pid, device_bytes, (GPU0,))
+        return pid
 
     async def close(self) -> None:
         self.stop.set()
@@ -73,8 +92,8 @@ class Node:
 
 
 @pytest.fixture
-async def node(cluster, tmp_path):
-    n = Node(cluster, tmp_path)
+async def node(request, cluster, tmp_path):
+    n = Node(cluster, tmp_path, getattr(request, "param", "standin"))
     yield n
     await n.close()
 
@@ -302,3 +321,125 @@ async def _free_is(kube: Kube, gpu: str, free: int) -> bool:
 
 async def _queued(kube: Kube, name: str) -> bool:
     return ((await kernel(kube, name)).get("status") or {}).get("hibernation", {}).get("queuePosition") == 1
+
+
+# -- the same path on a real GPU ------------------------------------------------------------------------
+
+HOLD = 4  # GiB the kernel pod holds
+# What the kernel holds, and its checksum (whether each value came back): real tensors on a GPU; on the stand-in,
+# values in the process, and the stand-in driver is told what the process holds.
+TENSORS = {"gpu": ("import torch\ntorch.manual_seed(0)\nx = torch.randn({gib} * 2**30 // 4, device='cuda')\n"
+                   "torch.cuda.synchronize()"),
+           "standin": "x = [float(i) for i in range(2**20)]"}
+CHECKSUM = {"gpu": "print('checksum', repr(sum(float(c.sum()) for c in x.split(2**27))))",
+            "standin": "print('checksum', repr(sum(x)))"}
+# Another process (no kernel, no slice) takes all of the GPU's free memory but 1 GiB, then waits.
+FILLER = ("import sys, torch\nfree, total = torch.cuda.mem_get_info()\n"
+          "y = torch.empty(free - 2**30, dtype=torch.uint8, device='cuda')\ntorch.cuda.synchronize()\n"
+          "print('filled', y.numel(), flush=True)\nsys.stdin.readline()\n")
+
+
+def kernel_command() -> list[str]:
+    """The kernel pod's command: this test's Python, finding the packages this test finds (on the GPU machine,
+    scripts/gpu-check's wheels are on PYTHONPATH, which the process kubelet does not pass to a pod)."""
+    extra = os.environ.get("PYTHONPATH", "")
+    launch = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    if not extra:
+        return launch
+    return ["/bin/sh", "-c", 'PYTHONPATH="$PYTHONPATH:$0" exec "$@"', extra, *launch]
+
+
+async def hold_memory(node: Node, ws, pid: int) -> str:
+    """The kernel pod's process holds ``HOLD`` GiB on the node's first GPU; the checksum of what it holds."""
+    await Cell(ws, TENSORS[node.machine].format(gib=HOLD)).run()
+    if node.machine != "gpu":
+        node.driver.add(pid, HOLD * GiB, (node.gpus[0],))
+    got = await Cell(ws, CHECKSUM[node.machine]).run()
+    return next(c["text"] for kind, c in got if kind == "stream" and c["text"].startswith("checksum"))
+
+
+class Filler:
+    """Another process on the node's first GPU taking all of its free memory but 1 GiB (on the stand-in: a
+    process the stand-in driver is told holds it)."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.proc: subprocess.Popen | None = None
+
+    async def __aenter__(self) -> int:
+        gpu = self.node.gpus[0]
+        if self.node.machine == "gpu":
+            self.proc = subprocess.Popen([sys.executable, "-c", FILLER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True)
+            line = await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), 120)
+            assert line.startswith("filled"), line
+            return int(line.split()[1])
+        self.proc = subprocess.Popen(["sleep", "600"])
+        taken = self.node.memory.free(gpu) - GiB
+        self.node.driver.add(self.proc.pid, taken, (gpu,))
+        return taken
+
+    async def __aexit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        if self.node.machine != "gpu":
+            self.node.driver.procs.pop(self.proc.pid)  # its memory went with it
+
+
+@pytest.mark.parametrize("node", ["standin", pytest.param("gpu", marks=pytest.mark.gpu)], indirect=True)
+async def test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_intact(
+        cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node, record_property):
+    """The whole cluster path: the user's Release (the server), the operator's admission, the agent's checkpoint
+    of the pod's processes (found through the pod's cgroup), NVML showing its memory gone, another process
+    using that memory, and a cell that resumes the kernel with every value as it was."""
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0,
+                                       "GPUPoolOperator.kernel_command": kernel_command()})
+    ext = await extension(jp_serverapp)
+    try:
+        await node.start()
+        kid = body(await jp_fetch("api", "kernels", method="POST",
+                                  body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
+        name = kernel_name(kid)
+        pid = await node.adopt(kube, name)
+        gpu = node.gpus[0]
+        ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+        before = await hold_memory(node, ws, pid)
+        await wait_until(lambda: _usage_at_least(kube, name, HOLD * GiB), timeout=30,
+                         what="the agent's NVML reading of the kernel's memory")
+        free_before = node.memory.free(gpu)
+
+        asked = time.monotonic()
+        r = await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
+        assert r.code == 202 and body(r)["action"] == "hibernate", body(r)
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=120, what="the real agent to hibernate it")
+        record_property("hibernate_request_to_status_s", round(time.monotonic() - asked, 2))
+
+        h = (await kernel(kube, name))["status"]["hibernation"]
+        record_property("moved_gib", round(h["bytes"] / GiB, 2))
+        record_property("checkpoint_s", h["checkpointSeconds"])
+        assert h["bytes"] >= HOLD * GiB and h["devices"] == [gpu]
+        assert node.driver.state(pid) == S.CHECKPOINTED
+        assert not (node.memory.of_processes([pid]) or {}).get(pid)  # NVML lists none of its memory
+        assert node.memory.free(gpu) >= free_before + HOLD * GiB - GiB // 4
+
+        async with Filler(node) as taken:  # another process takes the memory the kernel gave back
+            assert taken > free_before, (taken, free_before)
+        record_property("other_process_gib", round(taken / GiB, 2))
+
+        asked = time.monotonic()
+        cell = Cell(ws, CHECKSUM[node.machine])
+        await asyncio.wait_for(cell.run(), 300)
+        record_property("resume_cell_s", round(time.monotonic() - asked, 2))
+        assert before in cell.texts()  # every value as it was
+        obj = await kernel(kube, name)
+        assert phase_of(obj) == RUNNING and obj["status"]["hibernation"]["restoreSeconds"] >= 0
+        record_property("restore_s", obj["status"]["hibernation"]["restoreSeconds"])
+        assert node.driver.state(pid) == S.RUNNING
+        assert (node.memory.of_processes([pid]) or {}).get(pid, 0) >= HOLD * GiB  # back on its GPU
+        ws.close()
+    finally:
+        await ext.stop_extension()
+
+
+async def _usage_at_least(kube: Kube, name: str, memory: int) -> bool:
+    return await _usage(kube, name) >= memory
