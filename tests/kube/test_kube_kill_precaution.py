@@ -96,19 +96,26 @@ async def _stop_agent(node: Node) -> None:
     await asyncio.gather(node.task, return_exceptions=True)
 
 
+@pytest.mark.parametrize("lock_seconds", [0, 6])
 async def test_a_resumed_kernel_killed_at_once_is_checkpointed_again_while_its_process_lives(
-        cluster, operator_factory, server_config, kube_sessions, kube, node):
+        cluster, operator_factory, server_config, kube_sessions, kube, node, lock_seconds):
     """shutdown_kernel(now=True): stopGraceSeconds 0, so the pod's deletion kills the process at once.  The
     operator asks the agent first: the restored process is locked and checkpointed while it still runs, then
-    the pod is deleted and the process is gone."""
+    the pod is deleted and the process is gone.  A precaution slower (6 s) than jupyter_client's wait for a
+    killed kernel (5 s) holds too: the provisioner deletes the GPUKernel (whose garbage collection would
+    delete the pod) only once the agent has answered."""
     await operator_factory(cluster, **HAMI)
     await node.start()
     km, name, pid = await _start(kube, node)
     try:
         pod = await _hibernate_and_resume(kube, name, node, pid)
         restored_at, witnessed_at = len(node.driver.calls), len(node.driver.witnessed)
+        node.driver.lock_delay = lock_seconds
+        started = time.monotonic()
         await km.shutdown_kernel(now=True)
+        await asyncio.sleep(0.5)  # a checkpoint still under way (it must not be) would show here
         assert node.driver.witnessed[witnessed_at:] == [("lock", pid, True), ("checkpoint", pid, True)]
+        assert time.monotonic() - started >= lock_seconds
         moves = [c for c in node.driver.calls[restored_at:] if c[0] in MOVING_CALLS]
         assert moves == [("cuCheckpointProcessLock", pid), ("cuCheckpointProcessCheckpoint", pid)]
         assert node.driver.procs[pid].state == cp.ProcessState.CHECKPOINTED
