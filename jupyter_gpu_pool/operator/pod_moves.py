@@ -30,6 +30,10 @@ agent restart is finished by the next agent, or undone where it cannot be finish
 
 A pod gone (deleted while hibernated or resuming) leaves nothing to do here: nothing is written, and
 the operator frees the slice.
+
+Before the operator deletes a pod this agent resumed, it asks for the same precaution
+(``status.killPrecaution``: :meth:`PodMover.answer_kill`): the pod named there must pass
+:func:`kernel_pod`, and the answer is a compare-and-set write as the moves' are.
 """
 
 from __future__ import annotations
