@@ -308,8 +308,11 @@ class PodMover:
         uid = meta(pod)["uid"]
         done = await self.before_kill(uid, await asyncio.to_thread(self.pids_of, uid))
         words = "; ".join(f"pid {pid} {what}" for pid, what in sorted(done.items()))
-        await self._answer(kernel, f"Safe to kill: {words}." if done else
-                           "Safe to kill: no process of this pod was restored by this agent and still runs on its GPU.")
+        if not self.checkpoint_before_kill:
+            words = "the precaution is off on this node (AgentApp.checkpoint_before_kill)"
+        elif not done:
+            words = "no process of this pod was restored by this agent and still runs on its GPU"
+        await self._answer(kernel, f"Safe to kill: {words}.")
 
     async def _answer(self, kernel: dict, message: str) -> None:
         """Answer the kill precaution's request the kernel carries, by compare-and-set: on a conflict the
@@ -370,6 +373,8 @@ class PodMover:
         namespace, name = meta(kernel)["namespace"], meta(kernel)["name"]
         update = {"phase": phase, "reason": reason, "message": message,
                   "hibernation": {**hibernation, "reason": reason, "message": message}}
+        if (expect, phase) == (RESUMING, RUNNING):  # restored anew: an earlier answer before a kill holds no more
+            update["killPrecaution"] = None
         current = kernel
         for _ in range(SETTLE_ATTEMPTS):
             if status(current).get("phase") != expect:
