@@ -844,7 +844,7 @@ class Controller:
             written = await self._move(kernel, {"killPrecaution": {"pod": name, "requestedAt": now,
                                                                    "answeredAt": None, "message": None}})
             if written is not None:
-                log.info("kernel %s/%s: its node agent asked to checkpoint pod %s's restored processes before "
+                log.info("kernel %s/%s: asked its node agent to checkpoint pod %s's restored processes before "
                          "the pod is deleted", *key(kernel), name)
             self._check_again(key(kernel), timeout)
             return False

@@ -155,10 +155,10 @@ async def test_a_never_resumed_kernels_stop_does_not_wait_for_the_agent(
 
 
 async def test_the_stop_completes_after_the_timeout_when_the_agent_is_down(
-        cluster, operator_factory, server_config, kube_sessions, kube, node, caplog):
+        cluster, operator_factory, server_config, kube_sessions, kube, node):
     """The agent resumed the kernel, then went down: the operator's request is never answered, and after
     kill_precaution_timeout the pod is deleted anyway, with a Warning Event saying so."""
-    await operator_factory(cluster, **HAMI, **{"GPUPoolOperator.kill_precaution_timeout": 4})
+    op = await operator_factory(cluster, **HAMI, **{"GPUPoolOperator.kill_precaution_timeout": 4})
     await node.start()
     km, name, pid = await _start(kube, node)
     try:
@@ -185,6 +185,7 @@ async def test_the_stop_completes_after_the_timeout_when_the_agent_is_down(
         events = (await kube.core.list_namespaced_event(kube.namespace)).items
         [warning] = [e for e in events if e.reason == KILL_PRECAUTION_TIMED_OUT and e.involved_object.name == name]
         assert warning.type == "Warning" and "did not answer within 4 s" in warning.message
+        assert f"its pod {pod} is deleted anyway" in op.logs()
         assert node.driver.procs[pid].state == cp.ProcessState.RUNNING  # nobody checkpointed it
     finally:
         await km.shutdown_kernel(now=True)
