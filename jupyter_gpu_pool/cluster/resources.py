@@ -62,6 +62,7 @@ PREEMPTED = "PodDeleted"
 POD_REFUSED = "PodRefused"  # the API server refused the kernel's pod (a ResourceQuota, an admission policy)
 HIBERNATION_REFUSED = "HibernationRefused"  # nothing moved: the backend, host memory or the node's cap says no
 HIBERNATION_FAILED = "HibernationFailed"  # the agent's checkpoint or restore failed (the message says what state it left)
+KILL_PRECAUTION_TIMED_OUT = "KillPrecautionTimedOut"  # the agent did not answer: a resumed kernel's pod deleted anyway
 WAITING_FOR_ROOM = "WaitingForRoom"  # a resume waits until its node's GPU has the room (queuePosition)
 
 _LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")

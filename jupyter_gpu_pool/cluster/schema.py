@@ -82,9 +82,18 @@ KERNEL_SCHEMA = {
                     "description": "The last hibernation and resume, from the operator and the node agent.",
                     "properties": {"requestedAt": {"type": "number"}, "hibernatedAt": {"type": "number"},
                                    "resumedAt": {"type": "number"}, "bytes": _INT,
+                                   "pod": {**_STR, "description": "The pod the node agent last resumed."},
                                    "checkpointSeconds": {"type": "number"}, "restoreSeconds": {"type": "number"},
                                    "devices": _NAMES, "queuePosition": {**_INT, "nullable": True},
                                    "reason": _STR, "message": _STR},
+                },
+                "killPrecaution": {
+                    "type": "object",
+                    "description": "Before the operator deletes a pod the node agent resumed, it asks the agent to "
+                                   "lock and checkpoint the restored processes again (cuda-checkpoint issue 53); "
+                                   "the agent answers here.",
+                    "properties": {"pod": _STR, "requestedAt": {"type": "number"},
+                                   "answeredAt": {"type": "number"}, "message": _STR},
                 },
                 "startedAt": {"type": "number"},
                 "runningAt": {"type": "number"},

@@ -90,6 +90,7 @@ from .base import KernelStartRefused, PoolKernelProvisioner
 ALIVE = (RUNNING, HIBERNATING, HIBERNATED, RESUMING)
 log = logging.getLogger("jupyter_gpu_pool.kubernetes")
 _ASK_AGAIN = 2.0  # seconds between kernel_info requests while a kernel starts
+_PRECAUTION_WAIT = 300.0  # at most, for the operator's kill precaution (its own timeout ends it sooner)
 
 MERGE = "application/merge-patch+json"
 PROVISIONER = "gpu-pool-kubernetes"
@@ -441,8 +442,31 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
 
     async def cleanup(self, restart: bool = False) -> None:
         if not restart:
+            await self._precaution_done()
             await self._delete()
             self.pod = ""
+
+    async def _precaution_done(self) -> None:
+        """Wait while the operator has the node agent checkpoint this kernel's restored GPU processes before
+        it deletes the pod (status.killPrecaution asked, unanswered, the pod not yet stopped): deleting the
+        GPUKernel now would have the garbage collector delete the pod before that precaution is done.
+        jupyter_client waits 5 s for a killed kernel to end, less than a large checkpoint may take.  The
+        operator's kill_precaution_timeout ends the wait; ``_PRECAUTION_WAIT`` bounds it should the
+        operator be down."""
+        def waiting(body: dict | None) -> bool:
+            asked = _status(body).get("killPrecaution") or {}
+            return body is not None and self._exit_code(body) is None and asked.get("pod") == self.pod and \
+                asked.get("requestedAt") is not None and asked.get("answeredAt") is None
+
+        if self.session is None or not waiting(self.kernel):
+            return
+        log.info("kernel %s: waiting for the node agent to make its restored GPU processes safe to kill",
+                 self.kernel_id)
+        try:
+            await self.session.wait_for(self.name, lambda b: not waiting(b), _PRECAUTION_WAIT)
+        except asyncio.TimeoutError:
+            log.warning("kernel %s: the operator did not stop its pod within %.0f s; deleting its GPUKernel anyway",
+                        self.kernel_id, _PRECAUTION_WAIT)
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()

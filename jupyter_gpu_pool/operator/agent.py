@@ -174,6 +174,7 @@ class Agent:
         self.kernels: dict[tuple[str, str], dict] = {}  # (namespace, name) -> GPUKernel, those of this node
         self.moves: dict[tuple[str, str], asyncio.Task] = {}  # the move under way of each kernel
         self._kills: set[asyncio.Task] = set()  # precautions under way before pods' kills
+        self.precautions: dict[tuple[str, str], asyncio.Task] = {}  # the operator's requests being answered
         self._pods_listed = False  # a kernel's pod absent before the first listing is not yet known, not gone
         self._driver = driver
         self._memory = memory
@@ -267,13 +268,29 @@ class Agent:
         self.dispatch(k)
 
     def dispatch(self, only: tuple[str, str] | None = None) -> None:
-        """Start the move of each kernel of this node whose phase asks for one and has none under way."""
+        """Start the move of each kernel of this node whose phase asks for one and has none under way, and
+        the answer to each request for the precaution before a kill that has none under way."""
         if not self._pods_listed:
             return
         for k in [only] if only else list(self.kernels):
             kernel = self.kernels.get(k)
             if kernel is not None and status(kernel).get("phase") in MOVES and k not in self.moves:
                 self.moves[k] = asyncio.create_task(self._move(k))
+            if kernel is not None and _kill_asked(kernel) and k not in self.precautions:
+                self.precautions[k] = asyncio.create_task(self._answer_kill(k))
+
+    async def _answer_kill(self, k: tuple[str, str]) -> None:
+        try:
+            move = self.moves.get(k)
+            if move is not None:  # a resume under way: what it restores is what the precaution is for
+                await asyncio.wait([move])
+            kernel = self.kernels.get(k)
+            if kernel is not None and _kill_asked(kernel):
+                await self.mover.answer_kill(kernel, list(self.pods.values()))
+        except Exception:  # the next event or pass answers again
+            log.exception("the checkpoint before the kill of kernel %s/%s failed", *k)
+        finally:
+            self.precautions.pop(k, None)
 
     async def _move(self, k: tuple[str, str]) -> None:
         try:
@@ -370,6 +387,12 @@ class Agent:
             await every(interval, self.sample_once, stop or asyncio.Event(), what=f"sampling the GPUs on {self.node}")
         finally:
             watcher.cancel()
+
+
+def _kill_asked(kernel: dict) -> bool:
+    """Whether the operator waits for this agent's precaution before it deletes the kernel's pod."""
+    asked = status(kernel).get("killPrecaution") or {}
+    return bool(asked.get("pod")) and asked.get("requestedAt") is not None and asked.get("answeredAt") is None
 
 
 class AgentMetrics:

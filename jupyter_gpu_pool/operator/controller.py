@@ -310,11 +310,13 @@ class Controller:
         launch = int(s["launch"])
         wanted = resources.pod_name(meta(kernel)["name"], launch)
         stop_grace = int(s.get("stopGraceSeconds", 10))
-        await self._delete_pods(kernel, keep=wanted, grace=stop_grace)
+        await self._delete_pods(kernel, keep=wanted, grace=stop_grace, now=now)
         pod = self.pods[k].get(wanted)
         if s.get("stopped"):
             if pod is not None and not meta(pod).get("deletionTimestamp") and \
                     (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                if not await self._safe_to_kill(kernel, pod, now):
+                    return  # the node agent's answer (or the timeout) brings this kernel back here
                 await self._delete_pod(pod, stop_grace)
             await self._set_status(kernel, {"phase": STOPPED, "reason": "Stopped", "launch": launch,
                                             "message": "The kernel was stopped by its server."})
@@ -801,16 +803,70 @@ class Controller:
             if e.status != 404:
                 raise
 
-    async def _delete_pods(self, kernel: dict, keep: str | None, grace: int) -> None:
+    async def _delete_pods(self, kernel: dict, keep: str | None, grace: int, now: float | None = None) -> bool:
+        """Delete the kernel's pods but ``keep``; with ``now``, each one its node agent resumed only once the
+        agent has made it safe to kill (:meth:`_safe_to_kill`).  Whether every one is deleted (or going)."""
+        done = True
         for name, pod in list(self.pods[key(kernel)].items()):
             if name != keep and not meta(pod).get("deletionTimestamp"):
+                if now is not None and not await self._safe_to_kill(kernel, pod, now):
+                    done = False
+                    continue
                 await self._delete_pod(pod, grace)
+        return done
+
+    # -- the precaution before killing a process the node agent restored (cuda-checkpoint issue 53) --
+
+    @staticmethod
+    def _resumed(kernel: dict, pod: dict) -> bool:
+        """Whether ``pod``'s processes may have been restored by the node agent: the agent settled a resume
+        of this very pod (hibernation.pod), or is resuming it now."""
+        name = meta(pod).get("name")
+        if hibernation(kernel).get("pod") == name and hibernation(kernel).get("resumedAt"):
+            return True
+        return status(kernel).get("phase") == RESUMING and status(kernel).get("pod") == name
+
+    async def _safe_to_kill(self, kernel: dict, pod: dict, now: float) -> bool:
+        """Whether ``pod`` may be deleted now.  A pod the node agent resumed is deleted only once the agent
+        has locked and checkpointed its restored processes again (its answer in status.killPrecaution), or
+        ``kill_precaution_timeout`` after the operator asked: the kubelet kills a pod's processes as its
+        deletion begins, grace period or not, so the precaution must come before the delete.  The request
+        is a compare-and-set write, as the moves are; the agent's answer brings the kernel back here, and
+        a look again at the deadline stands in for an answer that never comes.  Any other pod: at once."""
+        timeout = self.settings.kill_precaution_timeout
+        if timeout <= 0 or not self._resumed(kernel, pod):
+            return True
+        name = meta(pod)["name"]
+        asked = status(kernel).get("killPrecaution") or {}
+        if asked.get("pod") == name and asked.get("answeredAt") is not None:
+            return True
+        if asked.get("pod") != name or asked.get("requestedAt") is None:
+            written = await self._move(kernel, {"killPrecaution": {"pod": name, "requestedAt": now,
+                                                                   "answeredAt": None, "message": None}})
+            if written is not None:
+                log.info("kernel %s/%s: asked its node agent to checkpoint pod %s's restored processes before "
+                         "the pod is deleted", *key(kernel), name)
+            self._check_again(key(kernel), timeout)
+            return False
+        waited = now - float(asked["requestedAt"])
+        if waited < timeout:
+            self._check_again(key(kernel), timeout - waited)
+            return False
+        message = (f"The node agent of node {status(kernel).get('node') or 'unknown'} did not answer within "
+                   f"{timeout:g} s whether it had checkpointed the kernel's restored GPU processes again, so its pod "
+                   f"{name} is deleted anyway. On a driver with cuda-checkpoint issue 53 this kill can hang the "
+                   "node: check the node agent.")
+        log.warning("kernel %s/%s: %s", *key(kernel), message)
+        await self.events.announce(kernel, "Warning", resources.KILL_PRECAUTION_TIMED_OUT, message)
+        return True
 
     async def _delete_kernel(self, kernel: dict, reason: str, message: str) -> None:
         """Delete a kernel once: what arrives about it afterwards (its pods going, a late watch event)
-        finds it forgotten, so no second delete and no second Event."""
+        finds it forgotten, so no second delete and no second Event.  A pod its node agent resumed is made
+        safe to kill first: until then the kernel stays, and the next reconcile comes back here."""
         ns, name = key(kernel)
-        await self._delete_pods(kernel, keep=None, grace=0)
+        if not await self._delete_pods(kernel, keep=None, grace=0, now=self.clock()):
+            return
         try:
             await self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, KERNELS, name,
                                                               body={"propagationPolicy": "Background"})

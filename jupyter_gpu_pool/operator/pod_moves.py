@@ -30,6 +30,10 @@ agent restart is finished by the next agent, or undone where it cannot be finish
 
 A pod gone (deleted while hibernated or resuming) leaves nothing to do here: nothing is written, and
 the operator frees the slice.
+
+Before the operator deletes a pod this agent resumed, it asks for the same precaution
+(``status.killPrecaution``: :meth:`PodMover.answer_kill`): the pod named there must pass
+:func:`kernel_pod`, and the answer is a compare-and-set write as the moves' are.
 """
 
 from __future__ import annotations
@@ -60,16 +64,17 @@ class NotItsPod(Exception):
     """The pod a GPUKernel's status names is not that kernel's own pod on this node: nothing is touched."""
 
 
-def kernel_pod(kernel: dict, pods: Iterable[dict], node: str) -> dict | None:
-    """The kernel's own pod on ``node``, as ``status.pod`` names it, from ``pods`` (this node's kernel
-    pods, as the agent watches them); None where no pod of that name is here, or it is being deleted
-    (gone, or going: nothing to move).  Raises :class:`NotItsPod` where the pod so named belongs to
-    something else."""
-    name, namespace = status(kernel).get("pod"), meta(kernel).get("namespace")
+def kernel_pod(kernel: dict, pods: Iterable[dict], node: str, name: str | None = None,
+               terminating: bool = False) -> dict | None:
+    """The kernel's own pod on ``node``, as ``status.pod`` (or ``name``) names it, from ``pods`` (this
+    node's kernel pods, as the agent watches them); None where no pod of that name is here, or it is being
+    deleted (gone, or going: nothing to move) unless ``terminating``.  Raises :class:`NotItsPod` where
+    the pod so named belongs to something else."""
+    name, namespace = name if name is not None else status(kernel).get("pod"), meta(kernel).get("namespace")
     if not name:
         raise NotItsPod("its status names no pod, so there are no processes to move; nothing was touched.")
     pod = next((p for p in pods if meta(p).get("namespace") == namespace and meta(p).get("name") == name), None)
-    if pod is None or meta(pod).get("deletionTimestamp"):
+    if pod is None or (meta(pod).get("deletionTimestamp") and not terminating):
         return None
     wrong = []
     labels = meta(pod).get("labels") or {}
@@ -242,7 +247,7 @@ class PodMover:
         sentence = (f"{format_size(moved)} back on the GPU in {seconds:.1f} s" if restored
                     else "nothing had to move back")
         await self._settle(kernel, pod, RESUMING, RUNNING, "", f"Resumed: {sentence}; every variable is as it was.",
-                           resumedAt=self.clock(), restoreSeconds=seconds, devices=devices or was.get("devices") or [])
+                           resumedAt=self.clock(), pod=meta(pod)["name"], restoreSeconds=seconds, devices=devices or was.get("devices") or [])
 
     async def _undo_resume(self, kernel: dict, pod: dict, pids: list[int], error: Exception) -> None:
         back = await asyncio.to_thread(moves.put_back_checkpointed, self.driver, pids, self.lock_timeout)
@@ -283,6 +288,64 @@ class PodMover:
             log.info("pod %s: pid %s %s before its kill", pod_uid, pid, what)
         return done
 
+    async def answer_kill(self, kernel: dict, pods: Iterable[dict]) -> None:
+        """The operator asks, before it deletes a pod this agent may have resumed (status.killPrecaution),
+        for :meth:`before_kill` on that pod's processes; do it, and answer.  The pod must be the kernel's
+        own (:func:`kernel_pod`: labelled for it, owned by it, on this node), its processes are found from
+        its cgroup, and only those this agent restored are touched: a request naming any other pod is
+        answered with the refusal, and nothing is touched."""
+        asked = status(kernel).get("killPrecaution") or {}
+        namespace, name = meta(kernel).get("namespace"), meta(kernel).get("name")
+        try:
+            pod = kernel_pod(kernel, pods, self.node, name=asked.get("pod") or "", terminating=True)
+        except NotItsPod as e:
+            log.warning("kernel %s/%s: the checkpoint before a kill was refused: %s", namespace, name, e)
+            await self._answer(kernel, f"Refused: {e}")
+            return
+        if pod is None:
+            await self._answer(kernel, f"Pod {asked.get('pod')} is not on node {self.node}: nothing to do.")
+            return
+        uid = meta(pod)["uid"]
+        done = await self.before_kill(uid, await asyncio.to_thread(self.pids_of, uid))
+        words = "; ".join(f"pid {pid} {what}" for pid, what in sorted(done.items()))
+        if not self.checkpoint_before_kill:
+            words = "the precaution is off on this node (AgentApp.checkpoint_before_kill)"
+        elif not done:
+            words = "no process of this pod was restored by this agent and still runs on its GPU"
+        await self._answer(kernel, f"Safe to kill: {words}.")
+
+    async def _answer(self, kernel: dict, message: str) -> None:
+        """Answer the kill precaution's request the kernel carries, by compare-and-set: on a conflict the
+        kernel is read again and the answer written only where the same request still waits for one."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        namespace, name = meta(kernel)["namespace"], meta(kernel)["name"]
+        asked = status(kernel).get("killPrecaution") or {}
+        current = kernel
+        for _ in range(SETTLE_ATTEMPTS):
+            now = status(current).get("killPrecaution") or {}
+            if (now.get("pod"), now.get("requestedAt")) != (asked.get("pod"), asked.get("requestedAt")) or \
+                    now.get("answeredAt") is not None:
+                return  # asked again, or answered: the next request is its own
+            body = {"metadata": {"resourceVersion": meta(current)["resourceVersion"]},
+                    "status": {"killPrecaution": {"answeredAt": self.clock(), "message": message}}}
+            try:
+                await self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, KERNELS, name, body, _content_type=MERGE)
+                log.info("kernel %s/%s: kill precaution for pod %s answered: %s", namespace, name, asked.get("pod"),
+                         message)
+                return
+            except ApiException as e:
+                if e.status == 404:
+                    return
+                if e.status != 409:
+                    raise
+            current = await self._read(namespace, name)
+            if current is None:
+                return
+        raise RuntimeError(f"kernel {namespace}/{name}: {SETTLE_ATTEMPTS} conflicting writes in a row; the kill "
+                           "precaution's answer waits for the next pass")
+
     async def _held(self, pids: list[int]) -> tuple[int, list[str]]:
         """NVML's reading of what ``pids`` hold on this node's GPUs: bytes, and on which GPUs."""
         if not pids:
@@ -300,7 +363,7 @@ class PodMover:
     # -- the status write: compare-and-set ----------------------------------------------------
 
     async def _settle(self, kernel: dict, pod: dict | None, expect: str | None, phase: str, reason: str,
-                      message: str, **hibernation) -> dict | None:
+                      message: str, /, **hibernation) -> dict | None:
         """Move the kernel's phase from ``expect`` to ``phase`` with a write that carries the
         resourceVersion read (the kernel's, then each re-read's); returns the kernel as written, or None
         where the kernel is gone or someone else moved its phase (then the processes are brought to what
@@ -310,6 +373,8 @@ class PodMover:
         namespace, name = meta(kernel)["namespace"], meta(kernel)["name"]
         update = {"phase": phase, "reason": reason, "message": message,
                   "hibernation": {**hibernation, "reason": reason, "message": message}}
+        if (expect, phase) == (RESUMING, RUNNING):  # restored anew: an earlier answer before a kill holds no more
+            update["killPrecaution"] = None
         current = kernel
         for _ in range(SETTLE_ATTEMPTS):
             if status(current).get("phase") != expect:

@@ -158,6 +158,12 @@ class GPUPoolOperator(Configurable):
     gpu_free_max_age = Seconds(60.0, help="""A node's free GPU memory reading (written by its agent) older than
         this counts as no room: resumes on that node wait until the agent reports again.""").tag(config=True)
 
+    kill_precaution_timeout = Seconds(30.0, zero_allowed=True, help="""Before it deletes the pod of a kernel
+        its node agent resumed, the operator asks that agent to lock and checkpoint the restored processes again
+        (killing a just-restored process hung a host on one driver: cuda-checkpoint issue 53), and waits this
+        many seconds at most for the answer; past it, the pod is deleted anyway (a Warning Event says so).
+        Kernels never resumed are deleted at once. 0: never ask.""").tag(config=True)
+
 
 @dataclass(frozen=True)
 class OperatorSettings:
@@ -192,6 +198,7 @@ class OperatorSettings:
     hibernated_cap: tuple[int | None, float | None] = (None, 50.0)  # bytes, or percent of the node's memory
     resume_margin: int = 2**30
     gpu_free_max_age: float = 60.0
+    kill_precaution_timeout: float = 30.0
 
     def hibernated_cap_bytes(self, node_memory: int | None) -> int | None:
         """The per-node cap on hibernated bytes for a node with ``node_memory`` allocatable (None: no cap;
@@ -269,4 +276,5 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
         transport_encryption=op.transport_encryption, api_retry_first=op.api_retry_first,
         api_retry_max=max(op.api_retry_max, op.api_retry_first), hami_memory_scaling=op.hami_memory_scaling,
         hibernated_cap=hibernated_cap, resume_margin=resume_margin, gpu_free_max_age=op.gpu_free_max_age,
+        kill_precaution_timeout=op.kill_precaution_timeout,
     )

@@ -271,10 +271,12 @@ async def test_the_operator_keeps_the_agents_failure_and_admits_the_same_request
 async def test_a_kernel_pod_ended_right_after_its_resume_is_checkpointed_again_before_its_kill(
         cluster, operator_factory, server_config, kube_sessions, kube, node, how):
     """Killing a just-restored process hung a host on one driver (cuda-checkpoint issue 53): the operator
-    admits a resume, the real agent restores the pod's process, and the pod is then deleted with a grace
-    period, by the operator for its server's stop (the provisioner's terminate: spec.stopped) or by a
-    drain's eviction.  The agent sees the pod terminating and locks and checkpoints the restored process
-    again (AgentApp.checkpoint_before_kill) before the kubelet is done with it; then the pod is gone."""
+    admits a resume, the real agent restores the pod's process, and the pod is then stopped with a grace
+    period, by its server (the provisioner's terminate: spec.stopped; the operator asks the agent through
+    status.killPrecaution before it deletes the pod) or by a drain's eviction (the agent sees the pod
+    terminating).  Either way the agent locks and checkpoints the restored process again
+    (AgentApp.checkpoint_before_kill); then the pod is gone.  The grace-0 kill, the timeout and the
+    refusals: test_kube_kill_precaution.py."""
     from agent_standin import ask
     from jupyter_client.manager import AsyncKernelManager
     from test_kube_hibernation import drain
