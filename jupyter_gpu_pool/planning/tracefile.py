@@ -241,8 +241,9 @@ def _on_kernel(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
     life.kernelspec = data.get("s", life.kernelspec)
     if not life.started and not life.refused:
         # Seen before its lease began: a kernel without a slice yet (slice_at first-cell), whose "cannot
-        # hibernate" only says it held nothing then (the replay asks its profile instead), and whose use
-        # so far (its start-up, a completion) was no cell: a cell would have taken a slice first.
+        # hibernate" only says it held nothing then (the replay asks its profile instead, unless a kernel
+        # event written once it held its slice says), and whose use so far (its start-up, a completion)
+        # was no cell: a cell would have taken a slice first.
         data = {k: v for k, v in data.items() if k not in ("hib", "why")}
         life.unsliced = True
         life.activity = [a for a in life.activity if a[1] not in _USE]
