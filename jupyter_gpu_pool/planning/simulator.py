@@ -63,6 +63,7 @@ _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 _USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE = range(11)
 FIRST = "first-cell"  # the ask of a kernel's first cell (slice_at first-cell)
 AFTER_CELL = "after_cell"  # the reason of a hibernation by the rule's hibernate_after_cell (the journal's)
+HINT_UNUSED = "hint_unused"  # the reason of a hibernation of a kernel a hint woke and no cell used (the journal's)
 
 
 class _Kernel:
@@ -518,7 +519,8 @@ class Replay:
         self._wake(k, ask, result, now)
 
     def _hint_end(self, now: float, item) -> None:
-        """No cell came within the hint's hold: the kernel hibernates again, without a warning."""
+        """No cell came within the hint's hold: the kernel hibernates again, without a warning, on record
+        as the live server's ``hint_unused`` (not the policy's: a dry-run policy does not stop it)."""
         k, token = item
         if not k.hinted or token != k.hint_token:
             return
@@ -528,6 +530,7 @@ class Replay:
         k.hinted = False
         if k.state == RUNNING:
             self.tally.hints_unused += 1
+            self.tally.decision(now, k.s.id, "act", HINT_UNUSED, P.HIBERNATE, False)
             self._act(k, now, P.HIBERNATE)
 
     def _restored(self, now: float, k: _Kernel) -> None:

@@ -17,7 +17,7 @@ from jupyter_gpu_pool.planning.comparison import variant
 from jupyter_gpu_pool.planning.configuration import Hint
 from jupyter_gpu_pool.planning.costs import Cost, Costs
 from jupyter_gpu_pool.planning.simulator import replay
-from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, IDLE
+from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, HIBERNATE, IDLE
 from jupyter_gpu_pool.pool.trace import TraceEvent
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "jupyter_gpu_pool/planning/examples/lab-slices-sleep.json"
@@ -128,6 +128,22 @@ def test_a_hinted_kernel_that_runs_no_cell_in_time_sleeps_again():
     assert tally.warnings == 1  # the policy warned before the first hibernation only; the hint's went unwarned
     # held: 65 s (T0 .. its hibernation) + 1 s checkpoint, the hint's 30 s + 1 s, the cell's 2 s restore + ...
     assert tally.held_seconds > (30 + 1) * SLICE
+
+
+def test_an_unused_hint_s_sleep_is_on_record_as_the_live_server_s_hint_unused_dry_run_policy_or_not():
+    """The live server journals it (reason hint_unused, no warning) and its trace has it as an ``act``: the
+    replay puts it among its decisions, so that a replay compares it.  It is the hint's, not the policy's:
+    a dry-run policy (which only records its own) does not stop it.  Here the user released the kernel
+    (Release GPU at 20 s), a hint woke it 100 s before its next cell, and no cell came within 30 s."""
+    released = session("a", T0, [(10, BUSY, None), (15, IDLE, None), (20, HIBERNATE, "user"), (1000, BUSY, None),
+                                 (1005, IDLE, None), (1050, END, None)], memory=4 * GiB)
+    for dry_run in (False, True):
+        config = dataclasses.replace(configuration(policy=sleepy(), gpus=1, policy_dry_run=dry_run),
+                                     hint=Hint(lead=100.0, hold=30.0))
+        tally = replay(workload([released]), config, config.pool_of(1), costs=RESTORE, keep_decisions=True)
+        assert tally.hints == 1 and tally.hints_unused == 1 and tally.hibernated == 2, dry_run
+        assert [(round(d.at - T0, 3), d.verb, d.reason, d.action, d.dry_run) for d in tally.decisions] == [
+            (930.0, "act", "hint_unused", "hibernate", False)], dry_run  # the user's release is no decision
 
 
 events_strategy = st.lists(st.tuples(st.floats(0, 3000), st.floats(0, 300), st.floats(0, 600)), max_size=6)
