@@ -5,8 +5,9 @@ The culler hands each pass's view (and the server's read-only context) to
 ledger, or the pool service):
 
 - each kernel when first seen: profile, groups, kernelspec, whether it can hibernate (and why not),
-  whether its GPUs are declared, and the culler's pass schedule; a kernel first seen holding no slice
-  yet (slice_at first-cell: no GPU to judge) again when first seen with one, as it is on that slice;
+  whether its GPUs are declared (the pool's, where it holds none yet), and the culler's pass schedule;
+  a kernel first seen holding no slice yet (slice_at first-cell: none to hibernate) again when first
+  seen after it took one, as it is on that slice;
 - its execution: ``busy`` and ``idle`` at the times jupyter_server saw them (the kernel's own last
   activity), ``active`` when it was used without a change of state;
 - its GPU readings, coarsely: at once when it starts or stops holding memory, goes over or back under
@@ -117,10 +118,12 @@ class ActivityRecorder:
 
     def _seen(self, kid: str, kernel, lease: Lease, now: float, context: ServerContext,
               grid: tuple[float, float] | None) -> TraceEvent:
-        """The kernel as the culler sees it: what it is, whether it can hibernate, on declared GPUs or not."""
+        """The kernel as the culler sees it: what it is, whether it can hibernate, on declared GPUs or not
+        (one that has held no slice yet: whether the GPUs it can take, the pool's, are)."""
         can, why = context.hibernation(lease)
         gpus = {g.uuid: g for g in self.backend.gpus()}
-        mine = [gpus[u] for u in (lease.gpus or lease.last_gpus) if u in gpus]
+        held = lease.gpus or lease.last_gpus
+        mine = [gpus[u] for u in held if u in gpus] if held else list(gpus.values())
         info = {"p": lease.profile, "g": list(lease.groups), "s": kernel.kernel_name or "",
                 "hib": bool(can), "why": why, "declared": bool(mine) and all(g.declared for g in mine)}
         if grid is not None:

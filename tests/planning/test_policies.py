@@ -302,7 +302,8 @@ RECORDED = EXAMPLE.parent / "lab-recorded.trace.jsonl"  # benchmarks/record_trac
 def test_the_recorded_example_trace_replays_as_it_was_recorded_and_compares_after_cell():
     """The trace in the repository, recorded live under lab-recorded.json (first-cell, hibernated after 20 s
     idle) on declared GPUs: replayed with what declared GPUs cost (nothing moved), the same decisions as
-    the record, four kernels started without a slice, one never ran a cell; under +after-cell less is held."""
+    the record, four kernels started without a slice, one never ran a cell; under +after-cell less is held;
+    and as its kernels are recorded declared, the default costs charge them nothing either."""
     config = str(EXAMPLE.parent / "lab-recorded.json")
     free = ("--hibernate-cost", "0,0", "--resume-cost", "0,0")
     result = simulate_json("--trace", str(RECORDED), "--config", config, *free)
@@ -310,9 +311,14 @@ def test_the_recorded_example_trace_replays_as_it_was_recorded_and_compares_afte
     [r] = result["configurations"][0]["results"]
     assert r["started_without_slice"] == 4 and r["wait_seconds"]["first-cells"] == 3
     assert (r["hibernated"], r["resumed"], r["shut_down"]) == (4, 3, 0)
-    rows = {x["policy"]: x for x in simulate_json("--trace", str(RECORDED), "--config", config, *free, "--policies",
-                                                  "start,first-cell,first-cell+after-cell", "--after-cell", "2s")[
+    compare = ("--policies", "start,first-cell,first-cell+after-cell", "--after-cell", "2s")
+    rows = {x["policy"]: x for x in simulate_json("--trace", str(RECORDED), "--config", config, *free, *compare)[
         "policies"]}
     assert rows["first-cell+after-cell"]["hibernated_after_cell"] > 0
     held = {name: row["held_over_busy"] for name, row in rows.items()}
     assert held["start"] > held["first-cell"] > held["first-cell+after-cell"] >= 1.0
+    # its kernel events say declared (the first-cell ones too): the default costs charge nothing either
+    costed = {x["policy"]: x for x in simulate_json("--trace", str(RECORDED), "--config", config, *compare)[
+        "policies"]}
+    assert {name: row["held_over_busy"] for name, row in costed.items()} == held
+    assert all(row["resume_wait_seconds"]["mean"] == 0.0 for row in costed.values())

@@ -138,9 +138,9 @@ async def test_a_user_in_71_groups_and_a_long_failure_message_are_recorded_as_a_
 async def test_a_first_cell_kernel_is_recorded_again_with_its_slice_declared_and_able_to_hibernate(
         jp_fetch, jp_ws_fetch, ext, pool_home, tmp_path):
     """A kernel seen before its first cell holds no GPU: its first ``kernel`` event says so (it cannot
-    hibernate: nothing to move; no GPU, so none declared).  Once its first cell took a slice of the declared
-    pool, the recorder writes it again, declared and able to hibernate, and the replay reads it so: a
-    declared kernel, whose hibernations and resumes cost nothing."""
+    hibernate: nothing to move) and that the GPUs it can take, the pool's, are declared.  Once its first
+    cell took a slice, the recorder writes it again, declared and able to hibernate, and the replay reads
+    it so: a declared kernel, whose hibernations and resumes cost nothing."""
     kid = await start_kernel(jp_fetch, "gpu-pool-small")
     await wait_until(lambda: any(e.kind == "kernel" and e.kernel_id == kid
                                  for e in pool_home.ledger().trace_export(limit=10_000)[0]), 60, what="seen")
@@ -159,7 +159,7 @@ async def test_a_first_cell_kernel_is_recorded_again_with_its_slice_declared_and
     seen = [i for i, kind in enumerate(kinds) if kind == "kernel"]
     assert len(seen) == 2 and seen[0] < kinds.index("start") < seen[1], kinds  # again after its slice was taken
     first, again = (e for e in events if e["e"] == "kernel")
-    assert (first["hib"], first["declared"]) == (False, False) and "holds no GPU" in first["why"]
+    assert (first["hib"], first["declared"]) == (False, True) and "holds no GPU" in first["why"]
     assert (again["hib"], again["why"], again["declared"]) == (True, None, True)
     assert {k: v for k, v in again.items() if k not in ("t", "hib", "why", "declared")} == \
         {k: v for k, v in first.items() if k not in ("t", "hib", "why", "declared")}
