@@ -13,8 +13,8 @@ ledger, or the pool service):
 - its GPU readings, coarsely: at once when it starts or stops holding memory, goes over or back under
   its soft slice's memory, or crosses one of the policy's GPU-idle thresholds, else at most every
   ``GPUPool.trace_sample_interval``;
-- from the journal (exact times): its lease (start, end, hibernation, resume, refusals), its place in
-  the queue, its user's snoozes, the policy's warnings and actions, and the hibernations its user or an
+- from the journal (exact times): its lease (start, end, hibernation, resume, refusals; a resume a hint
+  started says so, with how long it waits for a cell), its place in the queue, its user's snoozes, the policy's warnings and actions, and the hibernations its user or an
   admin asked for (an ``act`` with reason ``user`` or ``admin``, at the time asked).
 
 Never any code, output or notebook name.  Every event goes out through ``pool.trace.clipped``, so that
@@ -36,6 +36,7 @@ from .context import ServerContext
 
 log = logging.getLogger(__name__)
 
+HINT = "hint"  # the reason of a resume a hint started (the hibernation hook's), and of its restored event
 # Journal kinds the trace takes, and what each becomes (policy: written by the recorder).
 _JOURNAL = ("allocated", "released", "reclaimed", "hibernated", "resumed", "refused", "warned", "culled", "snoozed")
 
@@ -197,6 +198,10 @@ class ActivityRecorder:
                 if not d.get("duration"):
                     return None
                 kind, data = "restored", {"w": float(d["duration"])}
+                if e.reason == HINT:  # its user opened the notebook: no cell waited, and it sleeps again unused
+                    data["r"] = HINT
+                    if d.get("hold") is not None:
+                        data["hold"] = float(d["hold"])
             else:
                 kind, data = "resumed", {}
         elif e.kind == "refused":

@@ -402,3 +402,44 @@ async def test_a_replay_hibernates_after_cells_where_the_live_pool_did(jp_fetch,
     assert (r["hibernated"], r["hibernated_after_cell"], r["resumed"], r["shut_down"]) == (2, 2, 1, 0), r
     assert r["resume_delay_seconds"]["max"] == 0.0, r  # nothing moved: no restore to wait for
     assert replay["recorded"]["agrees"], replay["recorded"]
+
+
+@pytest.mark.policy(rules=AFTER_CELL_POLICY)
+@pytest.mark.extension(hint_sleep_after=2.5)
+async def test_a_replay_wakes_a_kernel_on_its_recorded_hint_and_puts_it_back_to_sleep_unused(
+        jp_fetch, jp_ws_fetch, ext, pool_home, tmp_path):
+    """A kernel asleep after its cell; its user opens its notebook (a hint: POST .../hint) and runs no cell,
+    so it sleeps again after hint_sleep_after (2.5 s, hint_unused); a later cell wakes it and it sleeps after
+    it.  The trace says which resume a hint started and its hold: the replay wakes the kernel then (no cell,
+    nobody waited) and puts it back to sleep unused, the same decisions within a pass."""
+    a = await start_kernel(jp_fetch, "gpu-pool-small")
+    tab = await jp_ws_fetch("api", "kernels", a, "channels")
+    await cell(tab, "x = 1")
+    await wait_until(lambda: lease_of(pool_home, a).state == HIBERNATED and not lease_of(pool_home, a).phase, 30,
+                     what="asleep after its cell")
+    await asyncio.sleep(2 * INTERVAL)
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", a, "hint", method="POST", body="{}")
+    assert r.code == 202 and body(r)["woken"] is True
+    await wait_until(lambda: any(e.kind == "hibernated" and e.reason == "hint_unused"
+                                 for e in pool_home.ledger().journal()), 30, what="asleep again, unused")
+    await asyncio.sleep(2 * INTERVAL)
+    await cell(tab, "y = 2")  # wakes it
+    await wait_until(lambda: len([e for e in pool_home.ledger().journal() if e.kind == "hibernated"
+                                  and e.detail.get("source") == "policy"]) == 3, 30, what="asleep after the cell")
+    tab.close()
+    await jp_fetch("api", "kernels", a, method="DELETE")
+    await wait_until(lambda: lease_of(pool_home, a).state == RELEASED, 60, what="shut down")
+    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+
+    live, _ = live_decisions(pool_home)
+    assert [x[1:] for x in live[a]] == [("act", "after_cell", "hibernate"), ("act", "hint_unused", "hibernate"),
+                                        ("act", "after_cell", "hibernate")]
+    trace, replay = export_and_replay(tmp_path)
+    [hint] = [e for e in map(json.loads, trace.read_text().splitlines()[1:-1])
+              if e["e"] == "restored" and e.get("r") == "hint"]
+    assert hint["hold"] == 2.5
+    [r] = replay["configurations"][0]["results"]
+    assert_same_decisions(live, replayed_by_kernel(r))
+    assert r["hints"] == {"resumed": 1, "unused": 1, "skipped": 0} and r["resumed"] == 2, r
+    assert r["resume_delay_seconds"]["max"] == 0.0  # declared: nothing to restore, for the cell or the hint
+    assert replay["recorded"]["agrees"], replay["recorded"]
