@@ -27,7 +27,9 @@ the queue as a resume does (it waits as long as it takes; refused for another re
 and the kernel goes on without a slice).  With the configuration's resume hint (``Hint``), the resume
 of a hibernated kernel starts ``lead`` seconds before the cell that needs it, where the pool has room
 then and nobody waits; the wait its user feels is what is left of the restore when the cell comes
-(``resume_delays``), and a hinted kernel that runs no cell within ``hold`` hibernates again.  A rule's
+(``resume_delays``), and a hinted kernel that runs no cell within ``hold`` hibernates again (a decision
+``hint_unused``, as the live server's).  A hint the live server acted on (a trace's) wakes a kernel asleep
+in the replay too, on the same terms, with the live server's hold.  A rule's
 ``hibernate_after_cell`` hibernates a kernel that long after each cell (or other use) ends when no cell
 has started since, without a warning, as the live server's ``after_cell``: the checkpoint holds the
 slice, and the next cell resumes it (or the hint, ahead of it).  Nothing here reads a file or a clock.
@@ -49,11 +51,12 @@ from ..pool.allocation import Ask, Grant
 from ..pool.gpu_use import GPUUse
 from ..pool.placement import choose
 from ..pool.rules import FIRST_CELL
-from .configuration import Configuration, PlanError
+from .configuration import Configuration, Hint, PlanError
 from .costs import COSTS, Costs
 from .metrics import Tally
 from .virtual_pool import VirtualPool
 from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Session, Workload
+from .workload import HINT as HINT_EV
 
 # Where a session's kernel is.
 # (UNSLICED: slice_at first-cell, before its first cell)
@@ -63,6 +66,7 @@ _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 _USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE = range(11)
 FIRST = "first-cell"  # the ask of a kernel's first cell (slice_at first-cell)
 AFTER_CELL = "after_cell"  # the reason of a hibernation by the rule's hibernate_after_cell (the journal's)
+HINT_UNUSED = "hint_unused"  # the reason of a hibernation of a kernel a hint woke and no cell used (the journal's)
 
 
 class _Kernel:
@@ -217,6 +221,10 @@ class Replay:
         if k.state == DONE:
             return
         k.seen = now
+        if event[1] == HINT_EV:  # a recorded hint: a resume only if the kernel sleeps here too; nobody waits for it
+            self._hint(now, k, event[2])
+            self._advance(k, now)
+            return
         if k.state in (ASKING, HIBERNATING, WAKING):
             if k.cell_at is None and k.state != ASKING and (event[1] == BUSY or event[1] == ACT_EV):
                 # a cell comes while a hinted resume is under way (it waits for the rest), or while the
@@ -497,9 +505,10 @@ class Replay:
         restore = 0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))
         self._push(now + restore, _RESTORED, k)
 
-    def _hint(self, now: float, k: _Kernel) -> None:
+    def _hint(self, now: float, k: _Kernel, hold: float | None = None) -> None:
         """Its user opened the notebook or started typing: the resume starts now if the pool has room for
-        it and nobody waits (never a queue, never a refusal told: it is a guess)."""
+        it and nobody waits (never a queue, never a refusal told: it is a guess).  ``hold``: how long it
+        then waits for a cell (a recorded hint's, as the live server had it; else the configuration's)."""
         if k.state != ASLEEP:
             return
         if self.pool.queue:
@@ -514,20 +523,24 @@ class Replay:
         self._asleep -= 1
         self.tally.hints += 1
         k.hint_token += 1
-        self._push(now + self.config.hint.hold, _HINT_END, (k, k.hint_token))
+        if hold is None:
+            hold = (self.config.hint or Hint()).hold
+        self._push(now + hold, _HINT_END, (k, k.hint_token, hold))
         self._wake(k, ask, result, now)
 
     def _hint_end(self, now: float, item) -> None:
-        """No cell came within the hint's hold: the kernel hibernates again, without a warning."""
-        k, token = item
+        """No cell came within the hint's hold: the kernel hibernates again, without a warning, on record
+        as the live server's ``hint_unused`` (not the policy's: a dry-run policy does not stop it)."""
+        k, token, hold = item
         if not k.hinted or token != k.hint_token:
             return
         if k.state == WAKING:  # (a restore longer than the hold) it is judged once it is there
-            self._push(now + self.config.hint.hold, _HINT_END, item)
+            self._push(now + hold, _HINT_END, item)
             return
         k.hinted = False
         if k.state == RUNNING:
             self.tally.hints_unused += 1
+            self.tally.decision(now, k.s.id, "act", HINT_UNUSED, P.HIBERNATE, False)
             self._act(k, now, P.HIBERNATE)
 
     def _restored(self, now: float, k: _Kernel) -> None:

@@ -23,7 +23,7 @@ from typing import IO
 
 from ..pool.trace import FORMAT, REQUESTED, VERSION, TraceError, TraceEvent, check, quoted
 from .configuration import PlanError
-from .workload import ACTIVE, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Activity, Session, Workload
+from .workload import ACTIVE, BUSY, END, GPU, HIBERNATE, HINT, IDLE, SNOOZE, Activity, Session, Workload
 
 
 @dataclass
@@ -186,6 +186,8 @@ def to_workload(trace: Trace, *, interval: float | None = None) -> Workload:
       other end is its user's (or its crash's, or an admin's) and stays;
     - a hibernation its user or an admin asked for (an ``act`` with reason ``user`` or ``admin``) is
       something a person did: the replay carries it out then, and it is no decision of the policy's;
+    - a resume a hint started (a ``restored`` with ``r`` hint) is the hint, at its start, with the live
+      server's hold: no cell, and no wait of its user's;
     - a start the live pool refused is asked once and holds nothing (the user's retry is a kernel of
       its own in the trace);
     - a kernel seen before its start (slice_at first-cell: it held nothing until its first cell) arrives
@@ -241,8 +243,9 @@ def _on_kernel(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
     life.kernelspec = data.get("s", life.kernelspec)
     if not life.started and not life.refused:
         # Seen before its lease began: a kernel without a slice yet (slice_at first-cell), whose "cannot
-        # hibernate" only says it held nothing then (the replay asks its profile instead), and whose use
-        # so far (its start-up, a completion) was no cell: a cell would have taken a slice first.
+        # hibernate" only says it held nothing then (the replay asks its profile instead, unless a kernel
+        # event written once it held its slice says), and whose use so far (its start-up, a completion)
+        # was no cell: a cell would have taken a slice first.
         data = {k: v for k, v in data.items() if k not in ("hib", "why")}
         life.unsliced = True
         life.activity = [a for a in life.activity if a[1] not in _USE]
@@ -283,7 +286,11 @@ def _on_refused(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
 
 
 def _on_restored(story: _Story, life: _Life, line: int, e: TraceEvent) -> None:
-    """The user woke it (a cell) when the resume began: their time, less the wait."""
+    """The user woke it (a cell) when the resume began: their time, less the wait.  A resume a hint
+    started (``r`` hint) is no cell and nobody waited for it: the hint, at that time."""
+    if e.data.get("r") == "hint":
+        life.activity.append((e.at - e.data["w"] - life.shift, HINT, e.data.get("hold")))
+        return
     life.activity.append((e.at - e.data["w"] - life.shift, ACTIVE, None))
     life.shift += e.data["w"]
 

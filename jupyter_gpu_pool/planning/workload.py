@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 
 # Activity codes (small ints: a week of a hub is a million of them).  HIBERNATE: its user (or an admin)
 # asked for the kernel's hibernation (Release GPU): what a person did, carried out whatever the policy.
-BUSY, IDLE, ACTIVE, GPU, SNOOZE, END, HIBERNATE = range(1, 8)
+# HINT: its user opened its notebook or started typing in it, and the live server woke it on that hint.
+BUSY, IDLE, ACTIVE, GPU, SNOOZE, END, HIBERNATE, HINT = range(1, 9)
 NAMES = {BUSY: "busy", IDLE: "idle", ACTIVE: "active", GPU: "gpu", SNOOZE: "snooze", END: "end",
-         HIBERNATE: "hibernate"}
+         HIBERNATE: "hibernate", HINT: "hint"}
 
-# (user time, code, value): GPU (memory, utilization), SNOOZE seconds, HIBERNATE who asked (user or admin)
+# (user time, code, value): GPU (memory, utilization), SNOOZE seconds, HIBERNATE who asked (user or admin),
+# HINT the seconds the woken kernel waits for a cell (None: the replay's hint hold)
 Activity = tuple[float, int, object]
 
 

@@ -35,7 +35,7 @@ FIELDS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "end": {"r": (_TEXT, False)},
     "hibernated": {"bytes": ((int,), False)},
     "resumed": {},
-    "restored": {"w": (_NUMBER, True)},
+    "restored": {"w": (_NUMBER, True), "r": (_TEXT, False), "hold": (_NUMBER, False)},
     "busy": {},
     "idle": {},
     "active": {},
@@ -151,6 +151,7 @@ def _in_range(kind: str, at: float, data: dict) -> None:
         low("bytes", 0, "bytes moved, 0 or more")
     elif kind == "restored":
         low("w", 0, "seconds, 0 or more")
+        low("hold", 0, "seconds, 0 or more")
     elif kind == "snooze":
         low("until", at, f"a time no earlier than the event's 't' ({at!r})")
 

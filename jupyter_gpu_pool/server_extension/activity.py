@@ -5,14 +5,16 @@ The culler hands each pass's view (and the server's read-only context) to
 ledger, or the pool service):
 
 - each kernel when first seen: profile, groups, kernelspec, whether it can hibernate (and why not),
-  whether its GPUs are declared, and the culler's pass schedule;
+  whether its GPUs are declared (the pool's, where it holds none yet), and the culler's pass schedule;
+  a kernel first seen holding no slice yet (slice_at first-cell: none to hibernate) again when first
+  seen after it took one, as it is on that slice;
 - its execution: ``busy`` and ``idle`` at the times jupyter_server saw them (the kernel's own last
   activity), ``active`` when it was used without a change of state;
 - its GPU readings, coarsely: at once when it starts or stops holding memory, goes over or back under
   its soft slice's memory, or crosses one of the policy's GPU-idle thresholds, else at most every
   ``GPUPool.trace_sample_interval``;
-- from the journal (exact times): its lease (start, end, hibernation, resume, refusals), its place in
-  the queue, its user's snoozes, the policy's warnings and actions, and the hibernations its user or an
+- from the journal (exact times): its lease (start, end, hibernation, resume, refusals; a resume a hint
+  started says so, with how long it waits for a cell), its place in the queue, its user's snoozes, the policy's warnings and actions, and the hibernations its user or an
   admin asked for (an ``act`` with reason ``user`` or ``admin``, at the time asked).
 
 Never any code, output or notebook name.  Every event goes out through ``pool.trace.clipped``, so that
@@ -34,6 +36,7 @@ from .context import ServerContext
 
 log = logging.getLogger(__name__)
 
+HINT = "hint"  # the reason of a resume a hint started (the hibernation hook's), and of its restored event
 # Journal kinds the trace takes, and what each becomes (policy: written by the recorder).
 _JOURNAL = ("allocated", "released", "reclaimed", "hibernated", "resumed", "refused", "warned", "culled", "snoozed")
 
@@ -45,6 +48,7 @@ class _Kernel:
     state: str
     sample: tuple[float, int | None, float | None] | None = None  # the last reading written: (at, memory, utilization)
     limit: int | None = None  # the memory of its soft slice: the policy acts on a kernel over it
+    unsliced: bool = False  # first seen before its first slice: written again once it has held one
 
 
 class ActivityRecorder:
@@ -90,18 +94,16 @@ class ActivityRecorder:
         seen = self.kernels.get(kid)
         owner = lease.owner
         if seen is None:
-            can, why = context.hibernation(lease)
-            gpus = {g.uuid: g for g in self.backend.gpus()}
-            mine = [gpus[u] for u in (lease.gpus or lease.last_gpus) if u in gpus]
-            info = {"p": lease.profile, "g": list(lease.groups), "s": kernel.kernel_name or "",
-                    "hib": bool(can), "why": why, "declared": bool(mine) and all(g.declared for g in mine)}
-            if grid is not None:
-                info["grid"] = [grid[0], grid[1]]
-            events.append(TraceEvent(now, "kernel", kid, owner, info))
+            events.append(self._seen(kid, kernel, lease, now, context, grid))
             if last is not None:
                 events.append(TraceEvent(last, "busy" if busy else "active", kid, owner))
-            seen = self.kernels[kid] = _Kernel(busy, last, lease.state,
+            seen = self.kernels[kid] = _Kernel(busy, last, lease.state, unsliced=lease.awaits_first_cell,
                                                limit=lease.total_memory if lease.isolation == SOFT else None)
+        elif seen.unsliced and not lease.awaits_first_cell:
+            # Its first slice taken (held now, or held and hibernated since): whether it can hibernate and on
+            # which GPUs, said again now that there is a slice to say it of (the reader takes the later).
+            seen.unsliced = False
+            events.append(self._seen(kid, kernel, lease, now, context, grid))
         elif lease.state != HIBERNATED and not lease.phase:
             # (While it sleeps or moves, what the kernel does is the hibernator's, not its user's: a use that
             # wakes it shows as the resume, and its activity from the first pass that sees it awake.)
@@ -114,6 +116,20 @@ class ActivityRecorder:
             seen.state, seen.sample = lease.state, None
         if lease.state != HIBERNATED:
             self._reading(events, kid, owner, seen, context.sampler.reading(kid))
+
+    def _seen(self, kid: str, kernel, lease: Lease, now: float, context: ServerContext,
+              grid: tuple[float, float] | None) -> TraceEvent:
+        """The kernel as the culler sees it: what it is, whether it can hibernate, on declared GPUs or not
+        (one that has held no slice yet: whether the GPUs it can take, the pool's, are)."""
+        can, why = context.hibernation(lease)
+        gpus = {g.uuid: g for g in self.backend.gpus()}
+        held = lease.gpus or lease.last_gpus
+        mine = [gpus[u] for u in held if u in gpus] if held else list(gpus.values())
+        info = {"p": lease.profile, "g": list(lease.groups), "s": kernel.kernel_name or "",
+                "hib": bool(can), "why": why, "declared": bool(mine) and all(g.declared for g in mine)}
+        if grid is not None:
+            info["grid"] = [grid[0], grid[1]]
+        return TraceEvent(now, "kernel", kid, lease.owner, info)
 
     def _reading(self, events: list[TraceEvent], kid: str, owner: str, seen: _Kernel, reading) -> None:
         if reading is None:
@@ -182,6 +198,10 @@ class ActivityRecorder:
                 if not d.get("duration"):
                     return None
                 kind, data = "restored", {"w": float(d["duration"])}
+                if e.reason == HINT:  # its user opened the notebook: no cell waited, and it sleeps again unused
+                    data["r"] = HINT
+                    if d.get("hold") is not None:
+                        data["hold"] = float(d["hold"])
             else:
                 kind, data = "resumed", {}
         elif e.kind == "refused":

@@ -30,7 +30,7 @@ from ..devices.checkpoint import DECLARED_NOTE
 from ..hibernation import HibernationError, HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..periodic import every
 from ..pool import ACTIVE, Lease
-from .sleep_timers import SleepTimers
+from .sleep_timers import HINT_UNUSED, SleepTimers
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +259,10 @@ class PoolHibernation(HibernationHook):
             message = outcome.message.replace("Resumed", f"Resumed {why}", 1) if why else outcome.message
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=message,
                                        action="resume", rule=None, duration=round(outcome.duration, 3),
-                                       bytes=outcome.bytes, declared=outcome.declared)
+                                       bytes=outcome.bytes, declared=outcome.declared,
+                                       extra={"hold": self.hint_sleep_after} if reason == "hint" else None)
         if hinted:  # in the kernel's one slot: it replaces a timer left from before it slept
-            self.timers.set(kernel_id, "hint_unused", self._sleep_again(kernel_id))
+            self.timers.set(kernel_id, HINT_UNUSED, self._sleep_again(kernel_id))
 
     async def _sleep_again(self, kernel_id: str) -> None:
         """A hint woke the kernel: if no cell comes within ``hint_sleep_after`` (or someone starts waiting
@@ -276,17 +277,19 @@ class PoolHibernation(HibernationHook):
                 why = f"no cell ran within {self.hint_sleep_after:g} s"
             elif any(w.kernel_id != kernel_id for w in await asyncio.to_thread(self.hibernator.ledger.waiters)):
                 why = "someone is waiting for a GPU slice and no cell had run"
+        decided = time.time()  # the act's time on the trace, as the culler's and an after-cell sleep's
         try:
-            outcome = await self.hibernator.hibernate(kernel_id, "hint_unused")
+            outcome = await self.hibernator.hibernate(kernel_id, HINT_UNUSED)
         except HibernationError as e:  # a cell came at that moment, or it shuts down: it stays as it is
             log.info("kernel %s woken on a hint stays awake: %s", kernel_id, e)
             return
         if outcome.lease is not None:
             await self.recorder.record(
-                "hibernated", outcome.lease, reason="hint_unused", action="hibernate", rule="hibernation",
+                "hibernated", outcome.lease, reason=HINT_UNUSED, action="hibernate", rule="hibernation",
                 message=f"Back to sleep: it was woken in advance when its notebook was opened, but {why}, so its "
                         "GPU slice went back to the pool. Nothing was lost; a cell resumes it.",
-                duration=round(outcome.duration, 3), bytes=outcome.bytes, declared=outcome.declared)
+                duration=round(outcome.duration, 3), bytes=outcome.bytes, declared=outcome.declared,
+                extra={"decided": decided})
 
     # -- upkeep -------------------------------------------------------------------------------
 

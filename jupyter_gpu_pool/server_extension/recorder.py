@@ -14,11 +14,16 @@ import logging
 from ..pool import Lease
 from . import events, metrics
 from .notebooks import Notebooks
+from .sleep_timers import AFTER_CELL, HINT_UNUSED
 
 log = logging.getLogger(__name__)
 
 # Journal kinds announced under another event action (the event schema's enum).
 _EVENT_ACTION = {"hibernation_failed": "refused"}
+# What an admin reads at WARNING: a kernel shut down, hibernated, or failing to.  A hibernation between
+# cells or after an unused hint is routine (a line per cell in a lab) and loses nothing: INFO.
+_LOUD = ("culled", "hibernated", "hibernation_failed")
+_QUIET = (AFTER_CELL, HINT_UNUSED)
 
 
 def named(name: str, kernel_id: str) -> str:
@@ -60,7 +65,8 @@ class Recorder:
                       reason=reason if kind not in _EVENT_ACTION else kind, message=message, profile=lease.profile,
                       deadline=deadline, dry_run=dry_run, duration=duration, bytes=bytes, declared=declared)
         metrics.count_move(kind, action, dry_run, duration, bytes)
-        (log.warning if kind in ("culled", "hibernated", "hibernation_failed") and not dry_run else log.info)(
+        loud = kind in _LOUD and not dry_run and not (kind == "hibernated" and reason in _QUIET)
+        (log.warning if loud else log.info)(
             "GPU pool %s%s %s of %s: %s", "(dry run) " if dry_run else "", kind, named(name, lease.kernel_id),
             lease.owner, message)
 

@@ -34,6 +34,7 @@ from ..pool import policy as P
 log = logging.getLogger(__name__)
 
 AFTER_CELL = "after_cell"  # the reason of a hibernation after a cell, in the journal, events and the trace
+HINT_UNUSED = "hint_unused"  # the reason of a hibernation of a kernel a hint woke and no cell used
 BUSY_POLL = 1.0  # seconds between two looks at a kernel that is busy with something other than a cell
 
 

@@ -300,3 +300,28 @@ async def test_a_kernel_that_takes_its_slice_at_its_first_cell_sleeps_after_it_a
         ("hibernated", "after_cell")]
     got = await run(ch, "print(x + 1)")
     assert "42\n" in texts(got)
+
+
+@pytest.mark.extension(hint_sleep_after=1.0)
+async def test_sleeps_between_cells_and_after_an_unused_hint_are_logged_at_info_a_release_at_warning(
+        server, channels, caplog):
+    """A line per cell at WARNING would drown what an admin must read: the quiet sleeps, which lose nothing
+    and warn nobody, are INFO; a hibernation its user asked for (or the policy's) stays a WARNING."""
+    caplog.set_level(logging.INFO, logger="jupyter_gpu_pool.server_extension.recorder")
+    kid, _ = await server.gpu_kernel()
+    ch = await channels(kid)
+    await run(ch, "x = 41")
+    await asleep(server, kid)  # after its cell
+    assert (await server.post(kid, "hint")).code == 202
+    await wait_until(lambda: policy_entries(server, kid)[-1:] == [("hibernated", "hint_unused")],
+                     what="asleep again after the unused hint")
+    await run(ch, "y = 1")  # wakes it
+    await server.hibernate(kid)  # Release GPU, within the 2 s
+    await wait_until(lambda: policy_entries(server, kid)[-1:] == [("hibernated", "user")], what="on record")
+
+    assert [e for e in policy_entries(server, kid) if e[0] == "hibernated"] == [
+        ("hibernated", "after_cell"), ("hibernated", "hint_unused"), ("hibernated", "user")]
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records
+             if r.name.endswith(".recorder") and "GPU pool hibernated" in r.getMessage()]
+    assert [level for level, _ in lines] == [logging.INFO, logging.INFO, logging.WARNING], lines
+    assert "Asleep between cells" in lines[0][1] and "Back to sleep" in lines[1][1]

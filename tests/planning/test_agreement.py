@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -329,3 +330,116 @@ async def test_a_replay_of_first_cell_kernels_holds_what_the_live_pool_held(jp_f
     at_start = replay(workload, plan.with_policy("start", type(plan.policy)(rules=tuple(
         r.__class__(**{**r.__dict__, "slice_at": "start"}) for r in plan.policy.rules))), plan.gpus, costs=FREE)
     assert at_start.held_seconds > tally.held_seconds + 4 * INTERVAL * share  # the reader held from its start
+
+
+AFTER_CELL_POLICY = [{"name": "cells", "slice_at": "first-cell", "idle_timeout": None, "gpu_idle_timeout": None,
+                      "max_hibernated": None, "action": "hibernate", "hibernate_after_cell": "2s"}]
+
+
+async def cell(ws, code: str) -> None:
+    """Run ``code`` on the kernel's open websocket as JupyterLab runs a cell, and wait for its reply (a
+    hibernated kernel is resumed first)."""
+    msg_id = uuid.uuid4().hex
+    await ws.write_message(json.dumps({
+        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "alice", "session": uuid.uuid4().hex,
+                   "date": "", "version": "5.3"},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                    "allow_stdin": False, "stop_on_error": True}}))
+    while True:
+        raw = await asyncio.wait_for(ws.read_message(), 60)
+        assert raw is not None, "the kernel's websocket closed"
+        if isinstance(raw, str):
+            msg = json.loads(raw)
+            if msg.get("msg_type") == "execute_reply" and msg["parent_header"].get("msg_id") == msg_id:
+                assert msg["content"]["status"] == "ok", msg["content"]
+                return
+
+
+@pytest.mark.policy(rules=AFTER_CELL_POLICY)
+async def test_a_replay_hibernates_after_cells_where_the_live_pool_did(jp_fetch, jp_ws_fetch, ext, pool_home,
+                                                                       tmp_path):
+    """hibernate_after_cell: 2s, first-cell slices on declared GPUs, replayed with the default costs: one
+    kernel runs cells with pauses longer than 2 s (it sleeps after each; its next cell wakes it) and shorter
+    (it stays awake), another runs two cells 1 s apart and is shut down within 2 s of the last (it never
+    sleeps).  The replay hibernates the same kernel after the same cells, each within a culling pass of the
+    live server, and charges no checkpoint or restore (its kernels are recorded declared)."""
+    a = await start_kernel(jp_fetch, "gpu-pool-small")
+    b = await start_kernel(jp_fetch, "gpu-pool-small")
+    await asyncio.sleep(2 * INTERVAL)  # both seen without a slice
+    tab = await jp_ws_fetch("api", "kernels", a, "channels")
+    await cell(tab, "x = 1")  # takes its slice
+    await wait_until(lambda: lease_of(pool_home, a).state == HIBERNATED and not lease_of(pool_home, a).phase, 30,
+                     what="a asleep after its first cell")
+    await asyncio.sleep(2 * INTERVAL)  # a pause longer than 2 s
+    await cell(tab, "import time; time.sleep(0.5)")  # wakes it
+    for _ in range(2):  # pauses shorter than 2 s: it stays on its GPU
+        await asyncio.sleep(1.0)
+        assert lease_of(pool_home, a).state == "active"
+        await cell(tab, "time.sleep(0.3)")
+    await wait_until(lambda: lease_of(pool_home, a).state == HIBERNATED and not lease_of(pool_home, a).phase, 30,
+                     what="a asleep after its last cell")
+    await asyncio.sleep(2 * INTERVAL)
+    other = await jp_ws_fetch("api", "kernels", b, "channels")
+    await cell(other, "y = 1")
+    await asyncio.sleep(1.0)
+    await cell(other, "y += 1")
+    await asyncio.sleep(0.5)
+    other.close()
+    await jp_fetch("api", "kernels", b, method="DELETE")  # within 2 s of its last cell
+    tab.close()
+    await jp_fetch("api", "kernels", a, method="DELETE")
+    await wait_until(lambda: all(lease_of(pool_home, k).state == RELEASED for k in (a, b)), 60, what="shut down")
+    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+
+    live, refused = live_decisions(pool_home)
+    assert list(live) == [a] and refused == []
+    assert [x[1:] for x in live[a]] == [("act", "after_cell", "hibernate")] * 2
+
+    trace, replay = export_and_replay(tmp_path)  # the default costs: a declared kernel's cost nothing
+    [r] = replay["configurations"][0]["results"]
+    assert_same_decisions(live, replayed_by_kernel(r))
+    assert (r["hibernated"], r["hibernated_after_cell"], r["resumed"], r["shut_down"]) == (2, 2, 1, 0), r
+    assert r["resume_delay_seconds"]["max"] == 0.0, r  # nothing moved: no restore to wait for
+    assert replay["recorded"]["agrees"], replay["recorded"]
+
+
+@pytest.mark.policy(rules=AFTER_CELL_POLICY)
+@pytest.mark.extension(hint_sleep_after=2.5)
+async def test_a_replay_wakes_a_kernel_on_its_recorded_hint_and_puts_it_back_to_sleep_unused(
+        jp_fetch, jp_ws_fetch, ext, pool_home, tmp_path):
+    """A kernel asleep after its cell; its user opens its notebook (a hint: POST .../hint) and runs no cell,
+    so it sleeps again after hint_sleep_after (2.5 s, hint_unused); a later cell wakes it and it sleeps after
+    it.  The trace says which resume a hint started and its hold: the replay wakes the kernel then (no cell,
+    nobody waited) and puts it back to sleep unused, the same decisions within a pass."""
+    a = await start_kernel(jp_fetch, "gpu-pool-small")
+    tab = await jp_ws_fetch("api", "kernels", a, "channels")
+    await cell(tab, "x = 1")
+    await wait_until(lambda: lease_of(pool_home, a).state == HIBERNATED and not lease_of(pool_home, a).phase, 30,
+                     what="asleep after its cell")
+    await asyncio.sleep(2 * INTERVAL)
+    r = await jp_fetch("gpu-pool", "api", "v1", "kernels", a, "hint", method="POST", body="{}")
+    assert r.code == 202 and body(r)["woken"] is True
+    await wait_until(lambda: any(e.kind == "hibernated" and e.reason == "hint_unused"
+                                 for e in pool_home.ledger().journal()), 30, what="asleep again, unused")
+    await asyncio.sleep(2 * INTERVAL)
+    await cell(tab, "y = 2")  # wakes it
+    await wait_until(lambda: len([e for e in pool_home.ledger().journal() if e.kind == "hibernated"
+                                  and e.detail.get("source") == "policy"]) == 3, 30, what="asleep after the cell")
+    tab.close()
+    await jp_fetch("api", "kernels", a, method="DELETE")
+    await wait_until(lambda: lease_of(pool_home, a).state == RELEASED, 60, what="shut down")
+    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+
+    live, _ = live_decisions(pool_home)
+    assert [x[1:] for x in live[a]] == [("act", "after_cell", "hibernate"), ("act", "hint_unused", "hibernate"),
+                                        ("act", "after_cell", "hibernate")]
+    trace, replay = export_and_replay(tmp_path)
+    [hint] = [e for e in map(json.loads, trace.read_text().splitlines()[1:-1])
+              if e["e"] == "restored" and e.get("r") == "hint"]
+    assert hint["hold"] == 2.5
+    [r] = replay["configurations"][0]["results"]
+    assert_same_decisions(live, replayed_by_kernel(r))
+    assert r["hints"] == {"resumed": 1, "unused": 1, "skipped": 0} and r["resumed"] == 2, r
+    assert r["resume_delay_seconds"]["max"] == 0.0  # declared: nothing to restore, for the cell or the hint
+    assert replay["recorded"]["agrees"], replay["recorded"]

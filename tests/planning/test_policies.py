@@ -17,7 +17,7 @@ from jupyter_gpu_pool.planning.comparison import variant
 from jupyter_gpu_pool.planning.configuration import Hint
 from jupyter_gpu_pool.planning.costs import Cost, Costs
 from jupyter_gpu_pool.planning.simulator import replay
-from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, IDLE
+from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, HIBERNATE, IDLE
 from jupyter_gpu_pool.pool.trace import TraceEvent
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "jupyter_gpu_pool/planning/examples/lab-slices-sleep.json"
@@ -128,6 +128,22 @@ def test_a_hinted_kernel_that_runs_no_cell_in_time_sleeps_again():
     assert tally.warnings == 1  # the policy warned before the first hibernation only; the hint's went unwarned
     # held: 65 s (T0 .. its hibernation) + 1 s checkpoint, the hint's 30 s + 1 s, the cell's 2 s restore + ...
     assert tally.held_seconds > (30 + 1) * SLICE
+
+
+def test_an_unused_hint_s_sleep_is_on_record_as_the_live_server_s_hint_unused_dry_run_policy_or_not():
+    """The live server journals it (reason hint_unused, no warning) and its trace has it as an ``act``: the
+    replay puts it among its decisions, so that a replay compares it.  It is the hint's, not the policy's:
+    a dry-run policy (which only records its own) does not stop it.  Here the user released the kernel
+    (Release GPU at 20 s), a hint woke it 100 s before its next cell, and no cell came within 30 s."""
+    released = session("a", T0, [(10, BUSY, None), (15, IDLE, None), (20, HIBERNATE, "user"), (1000, BUSY, None),
+                                 (1005, IDLE, None), (1050, END, None)], memory=4 * GiB)
+    for dry_run in (False, True):
+        config = dataclasses.replace(configuration(policy=sleepy(), gpus=1, policy_dry_run=dry_run),
+                                     hint=Hint(lead=100.0, hold=30.0))
+        tally = replay(workload([released]), config, config.pool_of(1), costs=RESTORE, keep_decisions=True)
+        assert tally.hints == 1 and tally.hints_unused == 1 and tally.hibernated == 2, dry_run
+        assert [(round(d.at - T0, 3), d.verb, d.reason, d.action, d.dry_run) for d in tally.decisions] == [
+            (930.0, "act", "hint_unused", "hibernate", False)], dry_run  # the user's release is no decision
 
 
 events_strategy = st.lists(st.tuples(st.floats(0, 3000), st.floats(0, 300), st.floats(0, 600)), max_size=6)
@@ -286,7 +302,8 @@ RECORDED = EXAMPLE.parent / "lab-recorded.trace.jsonl"  # benchmarks/record_trac
 def test_the_recorded_example_trace_replays_as_it_was_recorded_and_compares_after_cell():
     """The trace in the repository, recorded live under lab-recorded.json (first-cell, hibernated after 20 s
     idle) on declared GPUs: replayed with what declared GPUs cost (nothing moved), the same decisions as
-    the record, four kernels started without a slice, one never ran a cell; under +after-cell less is held."""
+    the record, four kernels started without a slice, one never ran a cell; under +after-cell less is held;
+    and as its kernels are recorded declared, the default costs charge them nothing either."""
     config = str(EXAMPLE.parent / "lab-recorded.json")
     free = ("--hibernate-cost", "0,0", "--resume-cost", "0,0")
     result = simulate_json("--trace", str(RECORDED), "--config", config, *free)
@@ -294,9 +311,14 @@ def test_the_recorded_example_trace_replays_as_it_was_recorded_and_compares_afte
     [r] = result["configurations"][0]["results"]
     assert r["started_without_slice"] == 4 and r["wait_seconds"]["first-cells"] == 3
     assert (r["hibernated"], r["resumed"], r["shut_down"]) == (4, 3, 0)
-    rows = {x["policy"]: x for x in simulate_json("--trace", str(RECORDED), "--config", config, *free, "--policies",
-                                                  "start,first-cell,first-cell+after-cell", "--after-cell", "2s")[
+    compare = ("--policies", "start,first-cell,first-cell+after-cell", "--after-cell", "2s")
+    rows = {x["policy"]: x for x in simulate_json("--trace", str(RECORDED), "--config", config, *free, *compare)[
         "policies"]}
     assert rows["first-cell+after-cell"]["hibernated_after_cell"] > 0
     held = {name: row["held_over_busy"] for name, row in rows.items()}
     assert held["start"] > held["first-cell"] > held["first-cell+after-cell"] >= 1.0
+    # its kernel events say declared (the first-cell ones too): the default costs charge nothing either
+    costed = {x["policy"]: x for x in simulate_json("--trace", str(RECORDED), "--config", config, *compare)[
+        "policies"]}
+    assert {name: row["held_over_busy"] for name, row in costed.items()} == held
+    assert all(row["resume_wait_seconds"]["mean"] == 0.0 for row in costed.values())

@@ -15,6 +15,7 @@ from jupyter_gpu_pool.config import GPUPool
 from jupyter_gpu_pool.local import Ledger
 from jupyter_gpu_pool.local.pool import Inventory, LocalPool
 from jupyter_gpu_pool.devices.nvml import Discovery
+from jupyter_gpu_pool.planning import tracefile
 from jupyter_gpu_pool.pool import RELEASED
 from jupyter_gpu_pool.pool.gpus import parse_inventory
 from jupyter_gpu_pool.pool.trace import MAX_LIST, MAX_TEXT, TraceEvent, clipped
@@ -129,6 +130,48 @@ async def test_a_user_in_71_groups_and_a_long_failure_message_are_recorded_as_a_
     assert [(d["verb"], d["reason"], d["action"]) for d in result["decisions"] if d["kernel"] == kid] == [
         ("warn", "idle", "shutdown"), ("act", "idle", "shutdown")]  # rule lab69 matched: its group was kept
     assert replay["recorded"]["agrees"], replay["recorded"]
+
+
+@pytest.mark.usefixtures("ext")
+@pytest.mark.policy(rules=[{"name": "lab", "slice_at": "first-cell", "idle_timeout": None, "gpu_idle_timeout": None,
+                            "max_hibernated": None, "action": "hibernate"}])
+async def test_a_first_cell_kernel_is_recorded_again_with_its_slice_declared_and_able_to_hibernate(
+        jp_fetch, jp_ws_fetch, ext, pool_home, tmp_path):
+    """A kernel seen before its first cell holds no GPU: its first ``kernel`` event says so (it cannot
+    hibernate: nothing to move) and that the GPUs it can take, the pool's, are declared.  Once its first
+    cell took a slice, the recorder writes it again, declared and able to hibernate, and the replay reads
+    it so: a declared kernel, whose hibernations and resumes cost nothing."""
+    kid = await start_kernel(jp_fetch, "gpu-pool-small")
+    await wait_until(lambda: any(e.kind == "kernel" and e.kernel_id == kid
+                                 for e in pool_home.ledger().trace_export(limit=10_000)[0]), 60, what="seen")
+    tab = await execute(jp_ws_fetch, kid, "x = 1")  # its first cell takes a slice
+    await wait_until(lambda: not _lease(pool_home, kid).awaits_first_cell, 60, what="its first slice")
+    await wait_until(lambda: sum(e.kind == "kernel" and e.kernel_id == kid
+                                 for e in pool_home.ledger().trace_export(limit=10_000)[0]) == 2, 60,
+                     what="seen again with its slice")
+    await asyncio.sleep(3)  # more passes: written twice only
+    tab.close()
+    await jp_fetch("api", "kernels", kid, method="DELETE")
+    await wait_until(lambda: _ended_in_trace(pool_home, kid), 60, what="the end on the trace")
+
+    events = [e for e in exported(tmp_path) if e["k"] == kid]
+    kinds = [e["e"] for e in events]
+    seen = [i for i, kind in enumerate(kinds) if kind == "kernel"]
+    assert len(seen) == 2 and seen[0] < kinds.index("start") < seen[1], kinds  # again after its slice was taken
+    first, again = (e for e in events if e["e"] == "kernel")
+    assert (first["hib"], first["declared"]) == (False, True) and "holds no GPU" in first["why"]
+    assert (again["hib"], again["why"], again["declared"]) == (True, None, True)
+    assert {k: v for k, v in again.items() if k not in ("t", "hib", "why", "declared")} == \
+        {k: v for k, v in first.items() if k not in ("t", "hib", "why", "declared")}
+
+    trace = tmp_path / "trace.jsonl"
+    [session] = tracefile.to_workload(tracefile.read(tracefile.lines_of(str(trace)), str(trace))).sessions
+    assert (session.can_hibernate, session.why, session.declared) == (True, None, True)
+
+
+def _lease(pool_home, kid):
+    return next(lease for lease in pool_home.ledger().leases(states=("active", "hibernated", "released"))
+                if lease.kernel_id == kid)
 
 
 def test_old_events_go_after_the_retention(tmp_path):

@@ -15,7 +15,7 @@ from jupyter_gpu_pool.planning.agreement import agreement
 from jupyter_gpu_pool.planning.configuration import PlanError
 from jupyter_gpu_pool.planning.costs import HIBERNATE as COST
 from jupyter_gpu_pool.planning.simulator import Replay, replay
-from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE
+from jupyter_gpu_pool.planning.workload import ACTIVE, BUSY, END, GPU, HIBERNATE, IDLE, NAMES, SNOOZE
 from jupyter_gpu_pool.pool.trace import KINDS, MAX_LIST, MAX_TEXT, VERSION, TraceEvent, check, clipped
 
 
@@ -119,6 +119,8 @@ def test_the_cli_names_the_file_and_line_of_an_unknown_profile(tmp_path, pool_ho
     ('{"t": 500, "e": "snooze", "k": "k1", "until": 499}',
      "'until' of a 'snooze' event must be a time no earlier than the event's 't' (500), not 499"),
     ('{"t": 5, "e": "restored", "k": "k1", "w": -2.0}', "'w' of a 'restored' event must be seconds, 0 or more"),
+    ('{"t": 5, "e": "restored", "k": "k1", "w": 0.2, "r": "hint", "hold": -1}',
+     "'hold' of a 'restored' event must be seconds, 0 or more"),
     ('{"t": 5, "e": "hibernated", "k": "k1", "bytes": -1}', "'bytes' of a 'hibernated' event must be bytes moved"),
 ])
 def test_impossible_values_are_refused_naming_the_line(line, message):
@@ -130,7 +132,8 @@ def test_impossible_values_are_refused_naming_the_line(line, message):
 
 def test_possible_values_at_the_edges_are_read():
     for raw in ({"t": 5, "e": "gpu", "k": "k1", "mem": 0, "util": 100}, {"t": 5, "e": "gpu", "k": "k1", "mem": None},
-                {"t": 5, "e": "snooze", "k": "k1", "until": 5}, {"t": 5, "e": "restored", "k": "k1", "w": 0}):
+                {"t": 5, "e": "snooze", "k": "k1", "until": 5}, {"t": 5, "e": "restored", "k": "k1", "w": 0},
+                {"t": 5, "e": "restored", "k": "k1", "w": 0, "r": "hint", "hold": 0}):
         assert check(raw).data == {k: v for k, v in raw.items() if k not in ("t", "e", "k")}
 
 
@@ -298,3 +301,20 @@ def test_an_end_of_a_lease_begun_before_the_trace_is_read():
 
 def test_every_kind_of_event_has_its_handler():
     assert set(tracefile._HANDLERS) == set(KINDS)
+
+
+def test_a_resume_a_hint_started_is_read_as_the_hint_with_its_hold_not_as_a_cell_its_user_waited_for():
+    """A cell's resume (``restored``) is a use at its start, and what follows moves back by its wait; a
+    hint's (``r`` hint) is the hint, with the server's hold, and nothing moves: nobody waited for it."""
+    events = [E(0, "start", p="slice", g=["students"]), E(10, "busy"), E(12, "idle"),
+              E(100, "act", r="after_cell", a="hibernate", dry=False, rule="lab"),
+              E(201, "restored", w=1.0, r="hint", hold=2.5), E(300, "act", r="hint_unused", a="hibernate", dry=False),
+              E(402, "restored", w=2.0), E(403, "busy"), E(405, "idle"), E(900, "end", r="shutdown")]
+    workload = tracefile.to_workload(read(text(events)))
+    [session] = workload.sessions
+    assert [(round(t - T0, 3), NAMES[code], value) for t, code, value in session.activity()] == [
+        (10, "busy", None), (12, "idle", None), (200, "hint", 2.5), (400, "active", None), (401, "busy", None),
+        (403, "idle", None), (898, "end", None)]
+    assert [(d["reason"], d["action"]) for d in workload.recorded["decisions"]] == [
+        ("after_cell", "hibernate"), ("hint_unused", "hibernate")]
+
