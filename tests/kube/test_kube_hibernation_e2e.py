@@ -72,13 +72,6 @@ class Node:
             await self.api.close()
 
 
-@pytest.fixture
-async def node(cluster, tmp_path):
-    n = Node(cluster, tmp_path)
-    yield n
-    await n.close()
-
-
 async def start_on_gpu(jp_fetch, kube: Kube, node) -> tuple[str, str, int]:
     """A small kernel pod holding 6 GiB of GPU 0, once the agent has read it: (kernel id, GPUKernel, pid)."""
     kid = body(await jp_fetch("api", "kernels", method="POST",
