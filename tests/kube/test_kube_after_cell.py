@@ -136,6 +136,42 @@ async def test_a_cell_started_within_the_time_cancels_it_and_a_silent_execute_do
         await ext.stop_extension()
 
 
+async def test_a_cell_while_its_hibernation_waits_for_the_operator_calls_it_off_and_runs(
+        cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
+    """The operator is down when the wait ends: the server's request (spec.desiredState Hibernated) stands
+    unanswered.  A cell run then is held, withdraws the request (compare-and-set: the operator's admission
+    cannot come after it) and runs at once; when the operator is back it does not hibernate the kernel under
+    that cell, unrecorded: the kernel sleeps 2 s after that cell, once, on the journal as after_cell."""
+    settings = {"GPUPoolOperator.hami_memory_scaling": 2.0}
+    operator = await operator_factory(cluster, **settings)
+    ext = await extension(jp_serverapp)
+    try:
+        await set_policy(kube, ext, [BETWEEN_CELLS])
+        await node.start()
+        kid, name, pid = await start_on_gpu(jp_fetch, kube, node)
+        ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+
+        await Cell(ws, "x = 41").run()
+        await asyncio.to_thread(operator.stop)
+        await wait_until(lambda: asked_to_sleep(kube, name), timeout=15, what="the server's request to stand")
+        assert phase_of(await kernel(kube, name)) == RUNNING
+
+        cell = Cell(ws, "print(x + 1)")
+        await asyncio.wait_for(cell.run(), 15)  # not the admission timeout's 30 s
+        assert "42\n" in cell.texts()
+        assert not await asked_to_sleep(kube, name)  # withdrawn
+        assert node.driver.procs[pid].checkpoints == 0
+
+        await operator_factory(cluster, **settings)
+        await hibernated_at(kube, name, timeout=40)  # 2 s after that cell, by a new request
+        assert node.driver.procs[pid].checkpoints == 1
+        await wait_until(lambda: _entries_are(jp_fetch, kid, [("hibernated", "after_cell")]), timeout=20,
+                         what="one hibernation on the journal and no resume of a kernel that never slept")
+        ws.close()
+    finally:
+        await ext.stop_extension()
+
+
 async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return phase_of(await kernel(kube, name)) == phase
 
