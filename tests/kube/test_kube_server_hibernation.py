@@ -71,8 +71,8 @@ class Cell:
                   "session": uuid.uuid4().hex, "date": "", "version": "5.3"}
         await self.ws.write_message(json.dumps({
             "header": header, "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": self.code, "silent": self.silent, "store_history": not self.silent, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True}}))
+            "content": {"code": self.code, "silent": self.silent, "store_history": not self.silent,
+                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
         replied = idle = False
         while not (replied and idle):
             m = json.loads(await asyncio.wait_for(self.ws.read_message(), 90))
