@@ -11,6 +11,7 @@ as on one machine (tests/hibernation/test_after_cell.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from agent_standin import kernel, phase_of
@@ -169,6 +170,44 @@ async def test_a_cell_while_its_hibernation_waits_for_the_operator_calls_it_off_
         ws.close()
     finally:
         await ext.stop_extension()
+
+
+async def test_a_kernel_pod_that_cannot_hibernate_is_left_alone_between_cells_and_said_so_once(
+        cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node, caplog):
+    """HAMi without memory oversubscription: the operator refuses the first request for good (its words in
+    the log, once); the kernel keeps running, is neither warned nor shut down, and is asked no more."""
+    await operator_factory(cluster)
+    ext = await extension(jp_serverapp)
+    caplog.set_level(logging.INFO, logger="jupyter_gpu_pool.server_extension.sleep_timers")
+    try:
+        await set_policy(kube, ext, [BETWEEN_CELLS])
+        await node.start()
+        kid, name, pid = await start_on_gpu(jp_fetch, kube, node)
+        ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+
+        await Cell(ws, "x = 1").run()
+        await wait_until(lambda: _told(caplog), timeout=20, what="the refusal said in the log")
+        obj = await kernel(kube, name)
+        assert obj["spec"]["hibernateReason"] == "after_cell"  # asked once, refused, withdrawn
+        asked = obj["metadata"]["generation"]
+        await Cell(ws, "y = 2").run()
+        await asyncio.sleep(3.0)
+
+        obj = await kernel(kube, name)
+        assert phase_of(obj) == RUNNING and obj["spec"]["desiredState"] == "Running"
+        assert obj["metadata"]["generation"] == asked  # not asked again after the second cell
+        assert node.driver.procs[pid].checkpoints == 0 and node.driver.procs[pid].state == S.RUNNING
+        said = _told(caplog)
+        assert len(said) == 1 and "HAMi without memory oversubscription" in said[0] and "between-cells" in said[0]
+        kinds = [e["kind"] for e in body(await jp_fetch(*API, "me"))["recent"] if e["kernel_id"] == kid]
+        assert not {"warned", "culled", "hibernated"} & set(kinds)
+        ws.close()
+    finally:
+        await ext.stop_extension()
+
+
+def _told(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "cannot hibernate here" in r.getMessage()]
 
 
 async def _phase(kube: Kube, name: str, phase: str) -> bool:
