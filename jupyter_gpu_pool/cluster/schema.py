@@ -131,6 +131,7 @@ _RULE = {
                                                    "kernelspec": _NAMES}},
         "idle_timeout": _DURATION, "gpu_idle_timeout": _DURATION, "max_busy": _DURATION, "max_age": _DURATION,
         "max_hibernated": _DURATION, "warn": _DURATION, "snooze": _DURATION, "over_memory_grace": _DURATION,
+        "hibernate_after_cell": _DURATION,
         "gpu_idle_threshold": {"type": "number"},
         "max_snoozes": {**_INT, "minimum": 0},
         "action": {**_STR, "enum": ["hibernate", "shutdown"]},

@@ -142,8 +142,11 @@ class ClusterHibernation(HibernationHook):
         return self._shown_of(obj) if obj is not None else ACTIVE
 
     def asleep(self, kernel_id: str) -> bool:
+        """Moving or moved, or asked to (the operator may admit the request at any moment): a cell then
+        waits for the resume, which withdraws a request not yet admitted (``_resume``)."""
         obj = self._obj(kernel_id)
-        return obj is not None and status(obj).get("phase") in (R.HIBERNATING, R.HIBERNATED, R.RESUMING)
+        return obj is not None and (status(obj).get("phase") in (R.HIBERNATING, R.HIBERNATED, R.RESUMING)
+                                    or desired(obj) == R.DESIRED_HIBERNATED)
 
     def queue_position(self, kernel_id: str) -> int | None:
         obj = self._obj(kernel_id)
@@ -220,22 +223,30 @@ class ClusterHibernation(HibernationHook):
             if await self.kernels.release_cache(kernel_id, timeout) == "timeout":
                 raise HibernationRefused("busy", f"This kernel's GPU stayed busy for {timeout:.0f} s; it can "
                                                  "hibernate once its GPU work is done.", retry_after=timeout)
-        written = await self._ask(kernel_id, R.DESIRED_HIBERNATED, reason)
-        generation = int(meta(written).get("generation") or 0)
-
-        def answered(o: dict) -> bool:
-            st = status(o)
-            if int(st.get("observedGeneration") or 0) < generation:
-                return st.get("phase") in (R.FAILED, R.STOPPED)
-            return st.get("phase") != R.RUNNING or st.get("reason") in (R.HIBERNATION_REFUSED, R.HIBERNATION_FAILED)
-
         try:
+            written = await self._ask(kernel_id, R.DESIRED_HIBERNATED, reason)
+            generation = int(meta(written).get("generation") or 0)
+
+            def answered(o: dict) -> bool:
+                st = status(o)
+                if desired(o) == R.DESIRED_RUNNING and st.get("phase") == R.RUNNING:
+                    return True  # withdrawn before its admission (a cell came: its resume asked Running)
+                if int(st.get("observedGeneration") or 0) < generation:
+                    return st.get("phase") in (R.FAILED, R.STOPPED)
+                return st.get("phase") != R.RUNNING or st.get("reason") in (R.HIBERNATION_REFUSED,
+                                                                            R.HIBERNATION_FAILED)
+
             obj = await self._wait(kernel_id, answered, ADMISSION_TIMEOUT)
         except TimeoutError:
             await self._ask(kernel_id, R.DESIRED_RUNNING, reason)
             raise HibernationRefused("operator_unavailable", "The cluster's GPU pool operator did not answer the "
                                      f"hibernation request within {ADMISSION_TIMEOUT:.0f} s; the kernel keeps "
                                      "running.") from None
+        except asyncio.CancelledError:
+            # Called off before the operator admitted it (a cell cancelled its timer): a request left standing
+            # would hibernate the kernel under that cell, with nobody to record it.  Withdrawn where nothing moves.
+            await asyncio.shield(self._withdraw(kernel_id, reason))
+            raise
         if obj is not None and status(obj).get("phase") == R.HIBERNATING:
             try:
                 obj = await self._wait(kernel_id, lambda o: status(o).get("phase") != R.HIBERNATING, MOVE_TIMEOUT)
@@ -257,6 +268,10 @@ class ClusterHibernation(HibernationHook):
             return Outcome(kernel_id, "hibernated", took, moved, gpus=tuple(h.get("devices") or ()),
                            lease=as_lease(obj), message=f"{format_size(moved)} of GPU memory moved to host memory "
                                                         f"on its node in {took:.1f} s{detail}.")
+        if phase == R.RUNNING and desired(obj) == R.DESIRED_RUNNING and st.get("reason") not in (
+                R.HIBERNATION_REFUSED, R.HIBERNATION_FAILED):
+            raise HibernationRefused("busy", "A cell started before this kernel's hibernation was admitted, so it "
+                                             "keeps running.")
         if phase == R.RUNNING:
             await self._ask(kernel_id, R.DESIRED_RUNNING, reason)  # the request is answered: it stands no more
             if st.get("reason") == R.HIBERNATION_REFUSED:
@@ -266,6 +281,17 @@ class ClusterHibernation(HibernationHook):
             raise HibernationFailed("checkpoint_failed", st.get("message") or "The node agent's checkpoint failed.",
                                     recovered=True)
         raise HibernationFailed("lost", st.get("message") or "The kernel ended while it hibernated.", recovered=False)
+
+    async def _withdraw(self, kernel_id: str, reason: str) -> None:
+        """Ask Running again where the kernel still runs (its hibernation not admitted); a move under way is
+        left to finish (the next cell resumes it)."""
+        obj = self._obj(kernel_id)
+        if obj is None or status(obj).get("phase") != R.RUNNING:
+            return
+        try:
+            await self._ask(kernel_id, R.DESIRED_RUNNING, reason)
+        except Exception:  # the operator's watch re-reads it; the next cell's resume asks again
+            log.warning("kernel %s: could not withdraw its hibernation request", kernel_id, exc_info=True)
 
     # -- resume ------------------------------------------------------------------------------------
 
@@ -289,6 +315,11 @@ class ClusterHibernation(HibernationHook):
                                                        "resume.")
         started = time.monotonic()
         written = await self._ask(kernel_id, R.DESIRED_RUNNING, reason)
+        if status(written).get("phase") == R.RUNNING:
+            # A hibernation asked but not admitted, withdrawn by this compare-and-set write (the operator's
+            # admission is one too, so it cannot come after): nothing moved, nothing to put on record.
+            return Outcome(kernel_id, "withdrawn", time.monotonic() - started, 0, lease=None,
+                           message="Its hibernation was called off before it began.")
         generation = int(meta(written).get("generation") or 0)
 
         def ended(o: dict) -> bool:

@@ -125,6 +125,18 @@ async def kube_sessions():
 
 
 @pytest.fixture
+async def node(request, cluster, tmp_path):
+    """A GPU node's side: the stand-in GPUs and driver (or, parametrised ``gpu``, this machine's real ones), a
+    /proc stand-in and the real node agent on them (``test_kube_hibernation_e2e.Node``; its ``start`` runs the
+    agent)."""
+    from test_kube_hibernation_e2e import Node
+
+    n = Node(cluster, tmp_path, getattr(request, "param", "standin"))
+    yield n
+    await n.close()
+
+
+@pytest.fixture
 def servers(tmp_path, cluster):
     started: list[JupyterServer] = []
 

@@ -43,7 +43,7 @@ class Node:
     """The node's side: its GPUs, the /proc stand-in and the real agent on them.  ``machine``: ``standin`` (the
     stand-in GPUs, checkpoint driver and NVML) or ``gpu`` (this machine's GPUs, the real driver and NVML)."""
 
-    def __init__(self, cluster, tmp_path: Path, machine: str = "standin"):
+    def __init__(self, cluster, tmp_path: Path, machine: str = "standin", driver: StandInDriver | None = None):
         self.cluster, self.tmp_path, self.machine = cluster, tmp_path, machine
         if machine == "gpu":
             from jupyter_gpu_pool.devices.nvml import NVMLMemory, discover
@@ -52,7 +52,7 @@ class Node:
             self.driver, self.source, self.memory = cp.driver(), NVMLSource(), NVMLMemory()
             self.gpus = [g.uuid for g in discover().gpus]
         else:
-            self.driver = StandInDriver()
+            self.driver = driver or StandInDriver()
             self.source, self.memory, self.gpus = DriverNVML(self.driver), StandInMemory(self.driver), [GPU0, GPU1]
         self.cgroups: dict[int, str | None] = {}
         self.stop = asyncio.Event()
@@ -89,13 +89,6 @@ class Node:
             await asyncio.gather(*self.agent.moves.values(), return_exceptions=True)
         if self.api is not None:
             await self.api.close()
-
-
-@pytest.fixture
-async def node(request, cluster, tmp_path):
-    n = Node(cluster, tmp_path, getattr(request, "param", "standin"))
-    yield n
-    await n.close()
 
 
 async def start_on_gpu(jp_fetch, kube: Kube, node) -> tuple[str, str, int]:

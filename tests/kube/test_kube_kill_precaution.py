@@ -56,8 +56,7 @@ class WitnessDriver(StandInDriver):
 
 @pytest.fixture
 async def node(cluster, tmp_path):
-    n = Node(cluster, tmp_path)
-    n.driver = WitnessDriver()
+    n = Node(cluster, tmp_path, driver=WitnessDriver())
     yield n
     await n.close()
 

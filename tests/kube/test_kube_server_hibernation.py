@@ -59,10 +59,11 @@ async def start(jp_fetch, kube: Kube) -> tuple[str, str]:
 
 
 class Cell:
-    """A cell sent over the kernel's websocket as JupyterLab sends it (JSON protocol); what came back."""
+    """A cell sent over the kernel's websocket as JupyterLab sends it (JSON protocol); what came back.
+    ``silent``: an execute request a frontend sends for its own code, not a cell."""
 
-    def __init__(self, ws, code: str):
-        self.ws, self.code, self.seen = ws, code, []
+    def __init__(self, ws, code: str, silent: bool = False):
+        self.ws, self.code, self.silent, self.seen = ws, code, silent, []
         self.msg_id = uuid.uuid4().hex
 
     async def run(self) -> list[tuple[str, dict]]:
@@ -70,8 +71,8 @@ class Cell:
                   "session": uuid.uuid4().hex, "date": "", "version": "5.3"}
         await self.ws.write_message(json.dumps({
             "header": header, "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": self.code, "silent": False, "store_history": True, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True}}))
+            "content": {"code": self.code, "silent": self.silent, "store_history": not self.silent,
+                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
         replied = idle = False
         while not (replied and idle):
             m = json.loads(await asyncio.wait_for(self.ws.read_message(), 90))
