@@ -196,3 +196,13 @@ def test_no_import_circle_inside_a_package(package):
     found = circles().get(package, [])
     assert not found, f"import circles inside {package} (each group imports one another round):\n" + "\n".join(
         " <-> ".join(c) for c in found)
+
+
+def test_every_test_module_has_a_name_of_its_own():
+    """The tests run in pytest's default import mode, which imports each test file by its base name: two
+    files of one name in different folders fail the whole run's collection ('import file mismatch')."""
+    tests = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
