@@ -1,17 +1,18 @@
 """What hibernating and resuming a kernel costs in time, as a replay charges it.
 
 The defaults are the least-squares lines (fixed seconds + seconds per GiB, nothing imposed) through the
-product's own hibernation path measured on an H100 by ``scripts/gpu-check`` (2026-11-26, driver 580.159.04,
-CUDA 13.0; docs/benchmarks.md, "Hibernate and resume"): the Hibernator's hibernate (cache release, lock,
-checkpoint) took 1.11 s for 1 GiB, 2.98 s for 4 GiB and 9.26 s for 16 GiB; its resume (restore, unlock)
-0.48 s, 1.26 s and 3.63 s.  That gives 0.69 s + 0.54 s/GiB to hibernate and 0.35 s + 0.21 s/GiB (about
-4.8 GiB/s) to resume.  They are preferred to the earlier hand measurements (driver 580, PyTorch;
-docs/architecture.md, "Checkpoint time against memory held": lock + checkpoint 1.9, 4.7, 13.1 and 17.8 s
-at 1, 4, 16 and 32 GiB, restore + unlock 0.5, 1.1, 3.0 and 6.1 s, so 2.62 s + 0.51 s/GiB and 0.31 s +
-0.18 s/GiB) because they time what the product does, end to end, on the same driver.  Their limits: three
-points, 1 to 16 GiB; the 32 GiB hand point (17.8 s) suggests the checkpoint grows more slowly than a line
-past 16 GiB, so the line (17.9 s at 32 GiB) is pessimistic there.  A kernel on declared GPUs moves nothing
-and costs nothing, as the hibernator treats it.
+product's own hibernation path measured on an H100 by ``scripts/gpu-check`` (2026-11-26, driver
+580.159.04, CUDA 13.0; docs/benchmarks.md, "Hibernation against restarting and rebuilding"): the
+Hibernator's hibernate (cache release, lock, checkpoint) took 1.11 s for 1 GiB, 2.98 s for 4 GiB and
+9.26 s for 16 GiB; its resume (restore, unlock) 0.48 s, 1.26 s and 3.63 s.  That gives 0.687 s +
+0.538 s/GiB to hibernate and 0.345 s + 0.206 s/GiB (about 4.8 GiB/s) to resume.  They are preferred to
+the earlier hand measurements (driver 580, PyTorch; docs/architecture.md, "Checkpoint time against
+memory held": lock + checkpoint 1.9, 4.7, 13.1 and 17.8 s at 1, 4, 16 and 32 GiB, restore + unlock 0.5,
+1.1, 3.0 and 6.1 s, so 2.62 s + 0.51 s/GiB and 0.31 s + 0.18 s/GiB) because they time what the product
+does, end to end, on the same driver.  Their limits: three points, 1 to 16 GiB; the 32 GiB hand point
+(17.8 s) suggests the checkpoint grows more slowly than a line past 16 GiB, so the line (17.9 s at
+32 GiB) is pessimistic there.  A kernel on declared GPUs moves nothing and costs nothing, as the
+hibernator treats it.
 """
 
 from __future__ import annotations
