@@ -1,11 +1,17 @@
 """What hibernating and resuming a kernel costs in time, as a replay charges it.
 
-The defaults are the least-squares lines (fixed seconds + seconds per GiB, nothing imposed) through hand
-measurements on an H100 (driver 580, PyTorch; docs/architecture.md, "Checkpoint time against memory
-held"): lock + checkpoint took 1.9 s for 1 GiB, 4.7 s for 4 GiB, 13.1 s for 16 GiB and 17.8 s for 32 GiB;
-restore + unlock 0.5 s, 1.1 s, 3.0 s and 6.1 s.  That gives 2.62 s + 0.51 s/GiB to hibernate (off by up
-to 2.3 s at a point: the checkpoint grows more slowly than a line past 16 GiB) and 0.31 s + 0.18 s/GiB
-(about 5.6 GiB/s) to resume.  A kernel on declared GPUs moves nothing and costs nothing, as the
+The defaults are the least-squares lines (fixed seconds + seconds per GiB, nothing imposed) through the
+product's own hibernation path measured on an H100 by ``scripts/gpu-check`` (2026-11-26, driver
+580.159.04, CUDA 13.0; docs/benchmarks.md, "Hibernation against restarting and rebuilding"): the
+Hibernator's hibernate (cache release, lock, checkpoint) took 1.11 s for 1 GiB, 2.98 s for 4 GiB and
+9.26 s for 16 GiB; its resume (restore, unlock) 0.48 s, 1.26 s and 3.63 s.  That gives 0.687 s +
+0.538 s/GiB to hibernate and 0.345 s + 0.206 s/GiB (about 4.8 GiB/s) to resume.  They are preferred to
+the earlier hand measurements (driver 580, PyTorch; docs/architecture.md, "Checkpoint time against
+memory held": lock + checkpoint 1.9, 4.7, 13.1 and 17.8 s at 1, 4, 16 and 32 GiB, restore + unlock 0.5,
+1.1, 3.0 and 6.1 s, so 2.62 s + 0.51 s/GiB and 0.31 s + 0.18 s/GiB) because they time what the product
+does, end to end, on the same driver.  Their limits: three points, 1 to 16 GiB; the 32 GiB hand point
+(17.8 s) suggests the checkpoint grows more slowly than a line past 16 GiB, so the line (17.9 s at
+32 GiB) is pessimistic there.  A kernel on declared GPUs moves nothing and costs nothing, as the
 hibernator treats it.
 """
 
@@ -31,9 +37,9 @@ class Cost:
         return f"{self.fixed:g},{self.per_gib:g}"
 
 
-# (GiB moved, seconds): the measurements above
-MEASURED_HIBERNATE = ((1, 1.9), (4, 4.7), (16, 13.1), (32, 17.8))
-MEASURED_RESUME = ((1, 0.5), (4, 1.1), (16, 3.0), (32, 6.1))
+# (GiB moved, seconds): the product-path measurements above, which the defaults follow
+MEASURED_HIBERNATE = ((1, 1.11), (4, 2.98), (16, 9.26))
+MEASURED_RESUME = ((1, 0.48), (4, 1.26), (16, 3.63))
 
 
 def fit(points) -> Cost:
@@ -44,8 +50,8 @@ def fit(points) -> Cost:
     return Cost(mean_y - slope * mean_x, slope)
 
 
-HIBERNATE = fit(MEASURED_HIBERNATE)  # 2.624 s + 0.5095 s/GiB
-RESUME = fit(MEASURED_RESUME)  # 0.3063 s + 0.1788 s/GiB
+HIBERNATE = fit(MEASURED_HIBERNATE)  # 0.6867 s + 0.5376 s/GiB
+RESUME = fit(MEASURED_RESUME)  # 0.345 s + 0.2064 s/GiB
 
 
 @dataclass(frozen=True)

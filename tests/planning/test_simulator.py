@@ -5,6 +5,8 @@ allocation decisions as the SQLite ledger, and skipping quiet passes changing no
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 from planning_helpers import NEVER_CULL, T0, GiB, configuration, session, workload
@@ -215,3 +217,15 @@ def test_the_default_costs_are_the_least_squares_lines_through_the_measurements(
     for fixed in (-0.001, 0, 0.001):
         for per_gib in (-0.001, 0, 0.001):
             assert misfit(cost) <= misfit(Cost(cost.fixed + fixed, cost.per_gib + per_gib)), (fixed, per_gib)
+
+
+def test_the_default_costs_follow_the_measured_hibernation_path_of_the_benchmarks_table():
+    """The points the defaults are fitted to are the H100 table of docs/benchmarks.md ("Hibernation against
+    restarting and rebuilding": the product's own path, scripts/gpu-check), every measured row of it: a new
+    measurement moves the planner."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text()
+    section = text.split("\n## Hibernation against restarting and rebuilding\n")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| (\d+) GiB \| ([\d.]+) s \| ([\d.]+) s \|", section, re.M)
+    assert len(rows) >= 3
+    assert MEASURED_HIBERNATE == tuple((int(gib), float(h)) for gib, h, _ in rows)
+    assert MEASURED_RESUME == tuple((int(gib), float(r)) for gib, _, r in rows)
