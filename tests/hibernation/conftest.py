@@ -52,20 +52,15 @@ async def kernels_manager(standin_machine, tmp_path):
 def jp_server_config(standin_machine, request):
     """A real jupyter_server with the GPU pool extension and the hibernation hook, on the stand-in
     machine.  The policy hibernates on request (release) and never on its own."""
-    from traitlets.config import Config
-
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
-
     settings = {"policy": [{"name": "hibernate-on-release", "idle_timeout": None, "gpu_idle_timeout": None,
                             "max_hibernated": None, "action": "hibernate"}], "unix_groups": False}
     marker = request.node.get_closest_marker("pool_settings")
     if marker is not None:
         settings.update(marker.kwargs)
     standin_machine.configure(gpu_discovery="nvml", inventory=[], profiles=STANDIN_PROFILES, **settings)
-    return Config({
-        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
-        "GPUPoolExtension": {"cull_interval": 0.3, "telemetry_interval": 0.5, "hibernator_class": PoolHibernation},
-    })
+    from server_hibernation_helpers import extension_config
+
+    return extension_config()
 
 
 def pytest_configure(config):

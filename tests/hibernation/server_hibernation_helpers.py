@@ -23,6 +23,19 @@ def body(response) -> dict:
     return json.loads(response.body.decode())
 
 
+def extension_config():
+    """The server config of these tests: the GPU pool extension with the hibernation hook, culling passes
+    every 0.3 s and telemetry every 0.5 s (pytest-jupyter's ``jp_server_config``)."""
+    from traitlets.config import Config
+
+    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
+
+    return Config({
+        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
+        "GPUPoolExtension": {"cull_interval": 0.3, "telemetry_interval": 0.5, "hibernator_class": PoolHibernation},
+    })
+
+
 class Server:
     """One test's server: kernels over REST, GET me and GET pool, the ledger's view of a kernel; on the
     stand-in machine (``standin``) each kernel's process is given the GPU memory a test asks for."""

@@ -17,7 +17,7 @@ import pytest
 from hibernation_standin import StandInDriver, StandInMemory
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from kernel_helpers import run_code, start_answering, wait_until
-from server_hibernation_helpers import Server, body, texts
+from server_hibernation_helpers import Server, body, extension_config, texts
 
 from jupyter_gpu_pool.devices.checkpoint import DECLARED_NOTE
 from jupyter_gpu_pool.hibernation import HibernationSettings, Hibernator, Kernels
@@ -116,19 +116,12 @@ async def test_a_hibernated_kernel_on_a_declared_gpu_shuts_down_cleanly(declared
 def jp_server_config(pool_home, request):
     """A real jupyter_server with the pool extension and its default hibernation hook, on the declared
     test pool (2 x 40 GiB); the policy hibernates (tests set its timeouts with ``pool_settings``)."""
-    from traitlets.config import Config
-
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
-
     settings = {"policy": [HIBERNATE], "unix_groups": False}
     marker = request.node.get_closest_marker("pool_settings")
     if marker is not None:
         settings.update(marker.kwargs)
     pool_home.configure(**settings)
-    return Config({
-        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
-        "GPUPoolExtension": {"cull_interval": 0.3, "telemetry_interval": 0.5, "hibernator_class": PoolHibernation},
-    })
+    return extension_config()
 
 
 @pytest.fixture

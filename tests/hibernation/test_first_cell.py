@@ -14,7 +14,7 @@ import json
 
 import pytest
 from kernel_helpers import wait_until
-from server_hibernation_helpers import Server, body, texts
+from server_hibernation_helpers import Server, body, extension_config, texts
 from test_declared_hibernation import fill_pool
 
 from jupyter_gpu_pool.config import ConfigError, GPUPool
@@ -54,17 +54,12 @@ def start_environment(pid: int) -> dict[str, str]:
 
 @pytest.fixture
 def jp_server_config(pool_home, request):
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
-
     settings = {"policy": [FIRST_CELL], "unix_groups": False}
     marker = request.node.get_closest_marker("pool_settings")
     if marker is not None:
         settings.update(marker.kwargs)
     pool_home.configure(**settings)
-    return Config({
-        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
-        "GPUPoolExtension": {"cull_interval": 0.3, "telemetry_interval": 0.5, "hibernator_class": PoolHibernation},
-    })
+    return extension_config()
 
 
 @pytest.fixture

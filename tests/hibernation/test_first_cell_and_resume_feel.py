@@ -19,9 +19,8 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from server_hibernation_helpers import API, Server, body
+from server_hibernation_helpers import API, Server, body, extension_config
 from test_first_cell import open_notebook, start_environment
-from traitlets.config import Config
 
 from jupyter_gpu_pool.devices import nvml
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED
@@ -82,12 +81,7 @@ def machine(request, pool_home) -> Machine:
 
 @pytest.fixture
 def jp_server_config(machine):
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
-
-    return Config({
-        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
-        "GPUPoolExtension": {"cull_interval": 0.3, "telemetry_interval": 0.5, "hibernator_class": PoolHibernation},
-    })
+    return extension_config()
 
 
 @pytest.fixture
