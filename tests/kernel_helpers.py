@@ -107,6 +107,24 @@ def write_kernelspec(data_dir, name: str, argv=None, provisioner_config=None, en
         json.dump(spec, f)
 
 
+def kernelspec_wrapping(base: str, name: str, before: str) -> str:
+    """Install a copy of the installed kernelspec ``base`` named ``name`` whose command runs the shell code
+    ``before`` first, then the same kernel (a kernel slow to start, one whose first launch dies...)."""
+    import sys
+
+    from jupyter_core.paths import jupyter_data_dir
+
+    with open(os.path.join(jupyter_data_dir(), "kernels", base, "kernel.json")) as f:
+        spec = json.load(f)
+    spec["argv"] = ["/bin/sh", "-c", f'{before}\nexec "{sys.executable}" -m ipykernel_launcher -f "$0"',
+                    "{connection_file}"]
+    path = os.path.join(jupyter_data_dir(), "kernels", name)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "kernel.json"), "w") as f:
+        json.dump(spec, f)
+    return name
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:

@@ -17,6 +17,11 @@ from ..kernel_provisioner.base import PoolKernelProvisioner, shut_down
 
 log = logging.getLogger(__name__)
 
+# How long a kernel still starting (jupyter_server's execution state ``starting``: its process up, maybe
+# not answering yet) gets to answer before silent code is sent to it.  A Release can come in the seconds
+# after a start; the caller's timeout is for the code (a busy GPU), not for the kernel's start.
+READY_TIMEOUT = 60.0
+
 # Run silently in a Python kernel before its checkpoint: what a process has *reserved* on the GPU
 # is what moves (docs/architecture.md), and frameworks keep freed memory cached.  It touches only
 # frameworks the kernel has already imported and leaves no name behind in the user's namespace.
@@ -112,6 +117,12 @@ class Kernels:
         client = km.client()
         client.start_channels()
         try:
+            if self.execution_state(kernel_id) == "starting":  # not for a busy kernel: kernel_info queues
+                try:
+                    await client.wait_for_ready(timeout=READY_TIMEOUT)
+                except RuntimeError as e:  # the kernel died, or never answered
+                    log.warning("kernel %s: not answering (%s); silent code not run", kernel_id, e)
+                    return "timeout"
             reply = await client.execute(code, silent=True, store_history=False, reply=True, timeout=timeout)
             content = reply["content"]
             result = "ran" if content.get("status") == "ok" else f"failed: {content.get('evalue')}"

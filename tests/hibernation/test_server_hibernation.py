@@ -10,7 +10,7 @@ import json
 
 import pytest
 from hibernation_standin import STANDIN_GPUS
-from kernel_helpers import wait_until
+from kernel_helpers import kernelspec_wrapping, wait_until
 from server_hibernation_helpers import MiB, API, Server, body, texts
 from tornado.httpclient import HTTPClientError
 
@@ -50,6 +50,18 @@ async def test_release_hibernates_and_resume_brings_it_back_reported_everywhere(
     await wait_until(lambda: server.lease(kid).state == "active" and server.lease(kid).phase == "")
     assert (await server.me_kernel(kid))["state"] == "active"
     assert standin.procs[pid].state == cp.ProcessState.RUNNING
+
+
+@pytest.mark.pool_settings(hibernation_lock_timeout=1)
+async def test_a_release_right_after_a_slow_start_waits_for_the_kernel_and_hibernates(server, standin):
+    """CI under load: a Release in the seconds after a start timed out on the cache release (the kernel
+    had not answered yet) and was refused as 'GPU work did not finish'.  The lock's timeout is for the
+    kernel's GPU work; a kernel still starting is waited for first."""
+    # it answers 8 s and more after its start: past the cache release's bound (the lock's 1 s + 5 s of grace)
+    kernelspec_wrapping("gpu-pool-small", "gpu-pool-slow", "sleep 8")
+    kid, pid = await server.gpu_kernel(gpu_bytes=300 * MiB, profile="slow")
+    await server.hibernate(kid)
+    assert standin.procs[pid].state == cp.ProcessState.CHECKPOINTED
 
 
 async def test_resume_of_a_kernel_that_is_not_hibernated_is_refused_plainly(server):

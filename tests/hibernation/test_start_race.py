@@ -6,31 +6,17 @@ really dies (its command exits before ipykernel starts), the way a lost port rac
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
 import psutil
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
-from jupyter_core.paths import jupyter_data_dir
-from kernel_helpers import run_code, start_answering
+from kernel_helpers import kernelspec_wrapping, run_code, start_answering
 from rig_helpers import CHECKPOINTED, MiB, Rig
 
 
 def dies_once_kernelspec(tmp_path) -> str:
     """gpu-pool-small's kernelspec, whose first launch exits at once."""
-    src = os.path.join(jupyter_data_dir(), "kernels", "gpu-pool-small", "kernel.json")
-    with open(src) as f:
-        spec = json.load(f)
     mark = tmp_path / "launched-once"
-    script = (f'if [ ! -e "{mark}" ]; then touch "{mark}"; exit 1; fi; '
-              f'exec "{sys.executable}" -m ipykernel_launcher -f "$0"')
-    spec["argv"] = ["/bin/sh", "-c", script, "{connection_file}"]
-    path = os.path.join(jupyter_data_dir(), "kernels", "gpu-pool-dies-once")
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "kernel.json"), "w") as f:
-        json.dump(spec, f)
-    return "gpu-pool-dies-once"
+    return kernelspec_wrapping("gpu-pool-small", "gpu-pool-dies-once",
+                               f'if [ ! -e "{mark}" ]; then touch "{mark}"; exit 1; fi')
 
 
 async def test_a_kernel_restarted_at_start_is_known_by_the_process_that_answers(standin_machine, tmp_path):
