@@ -354,7 +354,11 @@ async def test_a_hibernated_kernels_node_drained_ends_the_kernel_with_its_slice_
     await wait_until(lambda: phase_is(kube, name, FAILED, PREEMPTED), timeout=30, what="the kernel to end")
     message = (await kernel(kube, name))["status"]["message"]
     assert "while the kernel was hibernated" in message and "its GPU slice is free again" in message
-    assert not [p for p in await kube.pods() if p["metadata"]["name"] == pod]
+
+    async def gone():  # an eviction deletes with the pod's grace period: it may end after the kernel's status
+        return not [p for p in await kube.pods() if p["metadata"]["name"] == pod]
+
+    await wait_until(gone, timeout=30, what="the evicted pod to be gone")
     assert not [p for p in await kube.pods() if p["metadata"]["labels"].get(
         "jupyter-gpu-pool.readthedocs.io/kernel") == name]  # no new, empty pod for it
     await kube.core.patch_node(NODE, {"spec": {"unschedulable": None}})
