@@ -295,8 +295,15 @@ class ClusterHibernation(HibernationHook):
 
     # -- resume ------------------------------------------------------------------------------------
 
-    def start_resume(self, kernel_id: str, reason: str = "user") -> asyncio.Task:
-        """Start (or join) the kernel's resume; its outcome is put on record when it ends."""
+    def start_resume(self, kernel_id: str, reason: str = "user", *, hint: bool = False) -> asyncio.Task:
+        """Start (or join) the kernel's resume; its outcome is put on record when it ends.  A hint is declined:
+        the operator admits a resume or queues it on its node, and a guess must never queue nor take room from
+        a waiter, so in the cluster a kernel wakes when its cell runs."""
+        if hint:
+            declined = asyncio.get_running_loop().create_future()
+            declined.set_exception(HibernationRefused(
+                "not_now", "In the cluster a kernel is not woken in advance: it wakes when a cell runs.", status=403))
+            return declined
         self.timers.cancel(kernel_id)  # its user wants it awake
         task = self._resumes.get(kernel_id)
         if task is None or task.done():

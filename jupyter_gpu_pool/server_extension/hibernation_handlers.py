@@ -85,7 +85,8 @@ class HintHandler(PoolAPIHandler):
             return self.send({**answer, "state": display_state(lease), "reason": "no_gpu_yet",
                               "message": "This kernel has held no GPU yet: it takes one when a cell runs."})
         task = hook.start_resume(kernel_id, "hint", hint=True)
-        await hook.settle(kernel_id, SETTLE)
+        if not task.done():  # a hint declined at once has nothing to settle
+            await hook.settle(kernel_id, SETTLE)
         if task.done() and not task.cancelled() and task.exception() is not None:
             err = task.exception()
             if isinstance(err, HibernationError):

@@ -140,6 +140,30 @@ async def test_release_hibernates_a_cluster_kernel_and_a_cell_resumes_it_showing
         await ext.stop_extension()
 
 
+async def test_a_hint_on_a_hibernated_cluster_kernel_is_declined_in_words_and_wakes_nothing(
+        cluster, operator_factory, jp_serverapp, jp_fetch, kube_sessions, kube, agent):
+    """The operator admits a resume or queues it, and a guess must never queue: in the cluster a hint is
+    declined (200, not woken, in words; before, the hook's seam took no hint and the request failed with a
+    500) and the kernel stays hibernated until a cell runs."""
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    ext = await extension(jp_serverapp)
+    try:
+        await report_free(kube, NODE, {GPU_A: 30 * GiB})
+        kid, name = await start(jp_fetch, kube)
+        await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=30, what="the kernel to hibernate")
+
+        r = await jp_fetch(*API, "kernels", kid, "hint", method="POST", body="{}")
+        answer = body(r)
+        assert r.code == 200 and answer["woken"] is False and answer["reason"] == "not_now"
+        assert "wakes when a cell runs" in answer["message"]
+        await asyncio.sleep(1)
+        obj = await kernel(kube, name)
+        assert obj["spec"]["desiredState"] == "Hibernated" and phase_of(obj) == HIBERNATED
+    finally:
+        await ext.stop_extension()
+
+
 async def test_the_policy_shuts_a_kernel_down_where_the_cluster_cannot_hibernate_and_says_why(
         cluster, operator_factory, jp_serverapp, jp_fetch, kube_sessions, kube, agent):
     """HAMi without memory scaling: the operator refuses; the idle policy's hibernate becomes a shutdown,
