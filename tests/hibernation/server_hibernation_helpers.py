@@ -46,7 +46,14 @@ class Server:
     async def gpu_kernel(self, gpu_bytes: int = 400 * MiB, profile: str = "small") -> tuple[str, int]:
         r = await self.fetch("api", "kernels", method="POST", body=json.dumps({"name": f"gpu-pool-{profile}"}))
         kid = body(r)["id"]
-        pid = self.ext.serverapp.kernel_manager.get_kernel(kid).provisioner.pid
+        km = self.ext.serverapp.kernel_manager.get_kernel(kid)
+        kc = km.client()  # a running kernel, as a user's notebook has: it has answered kernel_info
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+        finally:
+            kc.stop_channels()
+        pid = km.provisioner.pid
         if self.standin is not None:
             self.standin.add(pid, gpu_bytes, gpus=self.lease(kid).gpus)
         return kid, pid
