@@ -17,6 +17,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -347,20 +348,20 @@ async def test_a_settle_re_reads_on_a_conflict_and_never_overwrites_anothers_mov
     assert kernel["metadata"]["annotations"]["example.org/note"] == "x"
     rig.driver.lock_delay = 0.0
     # 2. someone else moves the phase during a resume (back to Hibernated): the agent does not write Running
-    #    over it, and puts the processes back to what that phase counts (checkpointed: no GPU memory held)
+    #    over it, and puts the processes back to what that phase counts (checkpointed: no GPU memory held).
+    #    The restores wait for that write, so it lands during the resume however slowly the machine answers.
     rig.driver.calls.clear()
-    slow_restore = rig.driver.restore
+    slow_restore, moved = rig.driver.restore, threading.Event()
 
     def restore(pid, pairs=None):
-        import time
-
-        time.sleep(1.0)
         slow_restore(pid, pairs)
+        assert moved.wait(30), "the test's own phase write never came"
 
     rig.driver.restore = restore
     await rig.set_phase(name, RESUMING)
     await wait_until(lambda: ("cuCheckpointProcessRestore", pids[0]) in rig.driver.calls, timeout=10)
     await rig.set_phase(name, HIBERNATED, reason="Test", message="moved by someone else")
+    moved.set()
     await wait_until(lambda: not rig.agent.moves, timeout=10, what="the agent's move to end")
     kernel = await rig.get(name)
     assert (kernel["status"]["phase"], kernel["status"]["message"]) == (HIBERNATED, "moved by someone else")
