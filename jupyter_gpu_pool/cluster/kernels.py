@@ -11,7 +11,7 @@ import datetime
 from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, Usage
 from ..pool import phases
 from .resources import (DESIRED_RUNNING, FAILED, HIBERNATED as HIBERNATED_PHASE, HIBERNATING, PENDING,
-                        QUOTA_EXCEEDED, RESUMING, STARTING, STOPPED, WAITING_FOR_ROOM)
+                        QUOTA_EXCEEDED, RESUME_DECLINED, RESUMING, STARTING, STOPPED, WAITING_FOR_ROOM)
 
 
 def spec(kernel: dict) -> dict:
@@ -55,6 +55,12 @@ def hibernated(kernel: dict) -> bool:
 def desired(kernel: dict) -> str:
     """What the kernel's server wants: spec.desiredState, Running when unset."""
     return spec(kernel).get("desiredState") or DESIRED_RUNNING
+
+
+def resume_hint(kernel: dict) -> bool:
+    """Whether the kernel's asked resume is a guess (spec.resumeHint: its user opened the notebook or
+    started typing in it): admitted only where the node has room now and nobody waits, never queued."""
+    return desired(kernel) == DESIRED_RUNNING and bool(spec(kernel).get("resumeHint"))
 
 
 def hibernation(kernel: dict) -> dict:
@@ -115,6 +121,8 @@ def _lease_phase(kernel: dict) -> str:
     if phase == RESUMING:
         return phases.RESUMING
     if phase == HIBERNATED_PHASE and desired(kernel) == DESIRED_RUNNING:  # asked back: admitted soon, or waiting
+        if resume_hint(kernel) and status(kernel).get("reason") == RESUME_DECLINED:
+            return ""  # a guess the operator declined: it sleeps on (its server withdraws the ask)
         waiting = hibernation(kernel).get("queuePosition") is not None or status(kernel).get("reason") in (
             WAITING_FOR_ROOM, QUOTA_EXCEEDED)
         return phases.QUEUED if waiting else phases.RESUMING

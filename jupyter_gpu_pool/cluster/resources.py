@@ -64,6 +64,7 @@ HIBERNATION_REFUSED = "HibernationRefused"  # nothing moved: the backend, host m
 HIBERNATION_FAILED = "HibernationFailed"  # the agent's checkpoint or restore failed (the message says what state it left)
 KILL_PRECAUTION_TIMED_OUT = "KillPrecautionTimedOut"  # the agent did not answer: a resumed kernel's pod deleted anyway
 WAITING_FOR_ROOM = "WaitingForRoom"  # a resume waits until its node's GPU has the room (queuePosition)
+RESUME_DECLINED = "ResumeDeclined"  # a resume asked on a hint (spec.resumeHint) that would have had to wait
 
 _LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 

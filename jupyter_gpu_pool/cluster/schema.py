@@ -37,6 +37,10 @@ KERNEL_SCHEMA = {
                                  "description": "Running (default) or Hibernated: the kernel's server asks, with "
                                                 "the object's resourceVersion; the operator admits, the node agent moves."},
                 "hibernateReason": {**_STR, "description": "Why the server asked (idle, user, admin, pressure)."},
+                "resumeHint": {**_BOOL, "description": "True with desiredState Running: a guess that a cell is "
+                                                      "coming; resumed only where its node has room now and "
+                                                      "nobody waits, else declined (status.reason "
+                                                      "ResumeDeclined), never queued."},
                 "server": {
                     "type": "object",
                     "description": "The Jupyter server that owns the kernel (the only pod allowed to reach it).",
@@ -85,7 +89,10 @@ KERNEL_SCHEMA = {
                                    "pod": {**_STR, "description": "The pod the node agent last resumed."},
                                    "checkpointSeconds": {"type": "number"}, "restoreSeconds": {"type": "number"},
                                    "devices": _NAMES, "queuePosition": {**_INT, "nullable": True},
-                                   "reason": _STR, "message": _STR},
+                                   "reason": _STR, "message": _STR,
+                                   "declined": {**_STR, "description": "Why a resume asked on a hint was "
+                                                                       "declined: no_room, others_waiting, "
+                                                                       "not_now (its owner's quota)."}},
                 },
                 "killPrecaution": {
                     "type": "object",

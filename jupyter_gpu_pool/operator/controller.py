@@ -415,9 +415,11 @@ class Controller:
             await self._admit_resumes(status(kernel).get("node") or "", now)
         elif phase == HIBERNATED and want == DESIRED_HIBERNATED and (
                 hibernation(kernel).get("queuePosition") is not None
-                or status(kernel).get("reason") in (resources.WAITING_FOR_ROOM, resources.QUOTA_EXCEEDED)):
+                or status(kernel).get("reason") in (resources.WAITING_FOR_ROOM, resources.QUOTA_EXCEEDED,
+                                                    resources.RESUME_DECLINED)):
             await self._set_status(kernel, {"reason": "", "message": "Hibernated: asked to stay so.",
-                                            **self._hibernation_changes(kernel, {"queuePosition": None})})
+                                            **self._hibernation_changes(kernel, {"queuePosition": None,
+                                                                                 "declined": None})})
 
     @staticmethod
     def _hibernation_changes(kernel: dict, changes: dict) -> dict:
@@ -471,7 +473,9 @@ class Controller:
                 self.metrics.admissions.labels(result="hibernation").inc()
 
     async def _admit_resumes(self, node: str, now: float) -> None:
-        """Serve the node's queue of resumes, first asked first, as far as its GPUs' free memory goes."""
+        """Serve the node's queue of resumes, first asked first, as far as its GPUs' free memory goes; then
+        the resumes asked on a hint, each admitted only where room is left now and nobody waits, else
+        declined (a guess never queues, nor takes room from a waiter)."""
         async with self._admission:
             kernels = list(self.kernels.values())
             quotas = read_quotas(list(self.quotas.values()))
@@ -491,17 +495,27 @@ class Controller:
                                             why)
                     continue
                 fit.append(k)
-            if not fit:
+            hinted: list[dict] = []
+            for k in moves.hinted_resumes(kernels, node):
+                try:
+                    admission.admit_resume(k, quotas, kernels, now)
+                except PoolError as e:  # a cell would wait for the quota: a guess does not
+                    await self._decline_hint(k, "not_now", f"This kernel was not woken in advance: {e}")
+                    continue
+                hinted.append(k)
+            if not fit and not hinted:
                 return
             node_obj = await self._read_node(node)
             text = ((node_obj or {}).get("metadata", {}).get("annotations") or {}).get(resources.ANNOTATION_GPU_FREE)
-            admitted, waiting = moves.plan_resumes(fit, kernels, moves.FreeReading.parse(text), now,
+            # The hints go behind every real waiter: first come, first served leaves them only the room left.
+            admitted, waiting = moves.plan_resumes(fit + hinted, kernels, moves.FreeReading.parse(text), now,
                                                    self.settings.gpu_free_max_age, self.settings.resume_margin)
             for k in admitted:
                 moved = await self._move(k, {
                     "phase": RESUMING, "reason": "", "observedGeneration": meta(k).get("generation"),
                     "message": f"Resuming on node {node}: its GPU memory comes back from host memory.",
-                    "hibernation": {"queuePosition": None, "requestedAt": asked.get(meta(k)["uid"]), "message": ""}})
+                    "hibernation": {"queuePosition": None, "requestedAt": asked.get(meta(k)["uid"]), "message": "",
+                                    "declined": None}})
                 if moved is not None:
                     log.info("kernel %s/%s: resume admitted on node %s", *key(k), node)
                     self.metrics.admissions.labels(result="resume").inc()
@@ -511,13 +525,36 @@ class Controller:
                     await self._wait_resume(k, asked, place.position, resources.WAITING_FOR_ROOM,
                                             f"Waiting to resume: position {place.position} in the queue of node "
                                             f"{node}, {place.message}.", place.message)
+            others = any(meta(k)["uid"] in waiting for k in fit)
+            for k in hinted:
+                place = waiting.get(meta(k)["uid"])
+                if place is None:
+                    continue
+                if others:
+                    await self._decline_hint(k, "others_waiting", f"Others are waiting to resume on node {node}, so "
+                                             "this kernel was not woken in advance: it resumes when a cell runs, in "
+                                             "its turn.")
+                else:
+                    await self._decline_hint(k, "no_room", f"No room on its GPU now ({place.message}), so this "
+                                             "kernel was not woken in advance: it resumes when a cell runs (in the "
+                                             "queue if need be).")
+
+    async def _decline_hint(self, kernel: dict, word: str, message: str) -> None:
+        """Answer a resume asked on a hint that would have had to wait: declined, in words, in no queue (its
+        server then withdraws the ask; a cell asks again, for real)."""
+        log.info("kernel %s/%s: resume on a hint declined (%s)", *key(kernel), word)
+        self.metrics.admissions.labels(result="hint_declined").inc()
+        await self._set_status(kernel, {"reason": resources.RESUME_DECLINED, "message": message,
+                                        "observedGeneration": meta(kernel).get("generation"),
+                                        **self._hibernation_changes(kernel, {"queuePosition": None,
+                                                                             "declined": word})})
 
     async def _wait_resume(self, kernel: dict, asked: dict[str, float], position: int | None, reason: str,
                            message: str, why: str) -> None:
         """Leave a resume waiting, with its place and words (status.message the sentence, hibernation.message
         what it waits for; written only when they change), and look at it again soon: room frees as the
         node's agent reports."""
-        changes = {"queuePosition": position, "message": why}
+        changes = {"queuePosition": position, "message": why, "declined": None}
         if meta(kernel)["uid"] in asked:
             changes["requestedAt"] = asked[meta(kernel)["uid"]]
         await self._set_status(kernel, {"reason": reason, "message": message,

@@ -6,19 +6,25 @@ framework's cached GPU memory over the kernel's own channel (as on one machine),
 ``spec.desiredState = Hibernated`` on the kernel's GPUKernel with the object's resourceVersion
 (compare-and-set), and waits for the operator's admission and the node agent's checkpoint in the
 status.  To resume (a cell on a hibernated kernel, or ``POST …/resume``), it writes ``Running`` and
-holds the cell until the phase is Running, showing the queue position the operator writes.  Nothing
-here touches a process: the kernel's pod is out of the server's reach.
+holds the cell until the phase is Running, showing the queue position the operator writes.  A hint
+(``POST …/hint``: the user opened the notebook or started typing) writes ``Running`` with
+``spec.resumeHint``: the operator admits it only where the node has room now and nobody waits, else
+declines it (status.reason ``ResumeDeclined``) and the server withdraws the ask; a cell that comes
+meanwhile makes it a real resume, and a kernel a hint woke that runs no cell goes back to sleep
+(``SleepTimers.after_hint``).  Nothing here touches a process: the kernel's pod is out of the server's
+reach.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
 from ..cluster import resources as R
 from ..cluster.hibernation import HOST_MEMORY, LASTING, NODE_CAP, never_hands_back
-from ..cluster.kernels import as_lease, desired, hibernation, meta, status
+from ..cluster.kernels import as_lease, desired, hibernation, meta, resume_hint, status
 from ..hibernation import HibernationFailed, HibernationRefused, Kernels, Outcome
 from ..pool import ACTIVE, Lease, format_size
 from ..pool.phases import display_state
@@ -49,6 +55,9 @@ class ClusterHibernation(HibernationHook):
         self.settings = self.backend.settings.hibernation
         self._listening = None  # the session the listener is on
         self._resumes: dict[str, asyncio.Task] = {}
+        self._hints: set[asyncio.Task] = set()  # the resumes of ``_resumes`` that a hint started
+        self._hinted: set[str] = set()  # kernels a hint is waking or woke, and no cell has come for since
+        self.hint_sleep_after = parent.hint_sleep_after
         self._changed: dict[str, asyncio.Event] = {}
         self._seen: dict[str, tuple] = {}
         self._recording: set[asyncio.Future] = set()
@@ -84,10 +93,12 @@ class ClusterHibernation(HibernationHook):
     def _shown_of(obj: dict | None) -> str:
         return display_state(as_lease(obj)) if obj is not None else "released"
 
-    async def _ask(self, kernel_id: str, state: str, reason: str) -> dict:
-        """Write spec.desiredState (and, for a hibernation, why) by compare-and-set on the object's
-        resourceVersion; on a conflict (its heartbeat, the operator), wait for the watch to bring the newer
-        version and try again."""
+    async def _ask(self, kernel_id: str, state: str, reason: str, *, hint: bool = False,
+                   only_if=None) -> dict | None:
+        """Write spec.desiredState (and, for a hibernation, why; for a resume, whether it is a hint's) by
+        compare-and-set on the object's resourceVersion; on a conflict (its heartbeat, the operator), wait
+        for the watch to bring the newer version and try again.  ``only_if(obj)``: write only while it
+        holds of the object as read (None, and nothing written, once it does not)."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         session, name = self._session(), R.kernel_name(kernel_id)
@@ -96,14 +107,16 @@ class ClusterHibernation(HibernationHook):
             if obj is None:
                 raise HibernationRefused("no_lease", "This kernel holds no GPU slice in the cluster, so there is "
                                                      "nothing to move.", status=404)
+            if only_if is not None and not only_if(obj):
+                return None
             version = meta(obj).get("resourceVersion")
+            asked = {"desiredState": state, "resumeHint": True if hint else None}
+            if state == R.DESIRED_HIBERNATED:
+                asked["hibernateReason"] = reason
             try:
                 written = await session.custom.patch_namespaced_custom_object(
                     R.GROUP, R.VERSION, session.namespace, R.KERNELS, name,
-                    {"metadata": {"resourceVersion": version},
-                     "spec": {"desiredState": state, **({"hibernateReason": reason}
-                                                        if state == R.DESIRED_HIBERNATED else {})}},
-                    _content_type=MERGE)
+                    {"metadata": {"resourceVersion": version}, "spec": asked}, _content_type=MERGE)
             except ApiException as e:
                 if e.status == 404:
                     raise HibernationRefused("no_lease", "This kernel is gone.", status=404) from None
@@ -183,12 +196,32 @@ class ClusterHibernation(HibernationHook):
 
     async def settle(self, kernel_id: str, timeout: float) -> None:
         def placed(o: dict) -> bool:
-            return status(o).get("phase") in (R.RESUMING, R.RUNNING) or hibernation(o).get("queuePosition") is not None
+            return status(o).get("phase") in (R.RESUMING, R.RUNNING) or hibernation(o).get("queuePosition") is not None \
+                or (resume_hint(o) and status(o).get("reason") == R.RESUME_DECLINED)
 
+        deadline = time.monotonic() + timeout
         try:
             await self._wait(kernel_id, placed, timeout)
+            task = self._resumes.get(kernel_id)
+            if task in self._hints:  # a hint declined ends once its ask is withdrawn: its answer is that
+                await asyncio.wait([task], timeout=max(deadline - time.monotonic(), 0))
         except TimeoutError:
             pass
+
+    def hinted(self, kernel_id: str) -> bool:
+        return kernel_id in self._hinted
+
+    def used(self, kernel_id: str) -> None:
+        self._hinted.discard(kernel_id)
+
+    async def others_waiting(self, kernel_id: str) -> bool:
+        """Another kernel's resume waits for room on this kernel's node (room is the node's)."""
+        session, me = self._session(), self._obj(kernel_id)
+        if session is None or me is None:
+            return False
+        node = status(me).get("node")
+        return any(status(o).get("node") == node and hibernation(o).get("queuePosition") is not None
+                   and meta(o).get("uid") != meta(me).get("uid") for o in list(session.kernels.values()))
 
     # -- hibernate ---------------------------------------------------------------------------------
 
@@ -200,6 +233,7 @@ class ClusterHibernation(HibernationHook):
 
     async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
         self.timers.cancel(kernel_id)  # it sleeps by another path: no timer left to put it to sleep again
+        self._hinted.discard(kernel_id)
         obj = self._obj(kernel_id)
         if obj is None:
             raise HibernationRefused("no_lease", "This kernel holds no GPU slice in the cluster, so there is nothing "
@@ -296,22 +330,98 @@ class ClusterHibernation(HibernationHook):
     # -- resume ------------------------------------------------------------------------------------
 
     def start_resume(self, kernel_id: str, reason: str = "user", *, hint: bool = False) -> asyncio.Task:
-        """Start (or join) the kernel's resume; its outcome is put on record when it ends.  A hint is declined:
-        the operator admits a resume or queues it on its node, and a guess must never queue nor take room from
-        a waiter, so in the cluster a kernel wakes when its cell runs."""
-        if hint:
-            declined = asyncio.get_running_loop().create_future()
-            declined.set_exception(HibernationRefused(
-                "not_now", "In the cluster a kernel is not woken in advance: it wakes when a cell runs.", status=403))
-            return declined
-        self.timers.cancel(kernel_id)  # its user wants it awake
+        """Start (or join) the kernel's resume; its outcome is put on record when it ends.  ``hint``: a resume
+        the operator admits only where the node has room now and nobody waits (else declined, never queued);
+        a cell or the user's Resume while it is under way makes it a real one."""
         task = self._resumes.get(kernel_id)
-        if task is None or task.done():
-            task = self._resumes[kernel_id] = asyncio.ensure_future(self._resume(kernel_id, reason))
-            future = asyncio.ensure_future(self._record_resume(task, kernel_id, reason))
-            self._recording.add(future)
-            future.add_done_callback(self._recording.discard)
+        if hint:
+            if task is not None and not task.done():
+                return task
+            self._hinted.add(kernel_id)
+            task = self._resumes[kernel_id] = asyncio.ensure_future(self._resume_on_hint(kernel_id))
+            self._hints.add(task)
+            task.add_done_callback(self._hints.discard)
+        else:
+            self.timers.cancel(kernel_id)  # its user wants it awake
+            self._hinted.discard(kernel_id)
+            if task is not None and not task.done() and task not in self._hints:
+                return task
+            hinted = task if task is not None and not task.done() else None
+            task = self._resumes[kernel_id] = asyncio.ensure_future(
+                self._resume(kernel_id, reason) if hinted is None else self._for_real(kernel_id, hinted, reason))
+        future = asyncio.ensure_future(self._record_resume(task, kernel_id, reason))
+        self._recording.add(future)
+        future.add_done_callback(self._recording.discard)
         return task
+
+    async def _resume_on_hint(self, kernel_id: str) -> Outcome:
+        """Ask a resume as a hint; wait for the operator's answer (within ``ADMISSION_TIMEOUT``) and, once
+        admitted, for the node agent's restore.  Declined (no room now, others waiting, the owner's quota):
+        the ask is withdrawn and the refusal says why, in the local pool's words."""
+        obj = self._obj(kernel_id)
+        if obj is None:
+            raise HibernationRefused("no_lease", "This kernel is gone, so there is nothing to wake.", status=404)
+
+        def sleeping(o: dict) -> bool:
+            return status(o).get("phase") == R.HIBERNATED and desired(o) == R.DESIRED_HIBERNATED
+
+        def still_a_hint(o: dict) -> bool:
+            return status(o).get("phase") == R.HIBERNATED and resume_hint(o)
+
+        started = time.monotonic()
+        if await self._ask(kernel_id, R.DESIRED_RUNNING, "hint", hint=True, only_if=sleeping) is None:
+            raise HibernationRefused("in_progress", "This kernel is not simply sleeping (a move is under way): "
+                                                    "there is nothing to wake in advance.")
+
+        def answered(o: dict) -> bool:
+            st = status(o)
+            return st.get("phase") in (R.RESUMING, R.RUNNING, R.FAILED, R.STOPPED) or (
+                still_a_hint(o) and st.get("reason") == R.RESUME_DECLINED
+                and int(st.get("observedGeneration") or 0) >= int(meta(o).get("generation") or 0))
+
+        while True:
+            try:
+                obj = await self._wait(kernel_id, answered, ADMISSION_TIMEOUT if kernel_id in self._hinted else None)
+            except TimeoutError:  # the operator did not answer a guess: withdrawn (unless a cell made it real)
+                if await self._ask(kernel_id, R.DESIRED_HIBERNATED, "hint", only_if=still_a_hint) is None:
+                    continue
+                self._hinted.discard(kernel_id)
+                raise HibernationRefused("not_now", "The cluster's GPU pool operator did not answer, so this kernel "
+                                         "was not woken in advance: it resumes when a cell runs.") from None
+            st = status(obj) if obj is not None else {}
+            if obj is None or st.get("phase") != R.HIBERNATED:
+                break
+            # declined: withdrawn, unless a cell's real ask came first (then its answer is awaited here too)
+            if await self._ask(kernel_id, R.DESIRED_HIBERNATED, "hint", only_if=still_a_hint) is None:
+                continue
+            self._hinted.discard(kernel_id)
+            raise HibernationRefused(hibernation(obj).get("declined") or "not_now", st.get("message") or
+                                     "This kernel was not woken in advance: it resumes when a cell runs.")
+        if obj is not None and status(obj).get("phase") == R.RESUMING:
+            obj = await self._wait(kernel_id, lambda o: status(o).get("phase") != R.RESUMING, None)
+        st = status(obj) if obj is not None else {}
+        if st.get("phase") != R.RUNNING:
+            self._hinted.discard(kernel_id)
+            if st.get("phase") == R.HIBERNATED:  # the restore failed: the agent put it back, checkpointed
+                await self._ask(kernel_id, R.DESIRED_HIBERNATED, "hint")
+                raise HibernationFailed("restore_failed", st.get("message") or "The node agent's restore failed; "
+                                        "the kernel stays hibernated.", recovered=True)
+            raise HibernationFailed("lost", st.get("message") or "The kernel ended before it could resume.",
+                                    recovered=False)
+        h = hibernation(obj)
+        moved, took = int(h.get("bytes") or 0), time.monotonic() - started
+        return Outcome(kernel_id, "resumed", took, moved, gpus=tuple(h.get("devices") or ()), lease=as_lease(obj),
+                       message=f"{format_size(moved)} of GPU memory came back from host memory in {took:.1f} s.")
+
+    async def _for_real(self, kernel_id: str, hinted: asyncio.Task, reason: str) -> Outcome:
+        """A cell (or the user's Resume) came while a hint's resume was under way: ask it as a real resume
+        (it queues if it must), and wait for that one resume.  Its record is the hint task's."""
+        await self._ask(kernel_id, R.DESIRED_RUNNING, reason, only_if=resume_hint)
+        try:
+            outcome = await asyncio.shield(hinted)
+        except HibernationRefused:  # declined and withdrawn before this ask landed: a resume of its own
+            return await self._resume(kernel_id, reason)
+        return dataclasses.replace(outcome, lease=None)  # on record once, by the hint's task
 
     async def _resume(self, kernel_id: str, reason: str) -> Outcome:
         obj = self._obj(kernel_id)
@@ -361,11 +471,17 @@ class ClusterHibernation(HibernationHook):
                                            action="resume", extra={"recovered": e.recovered})
             return
         except Exception:
-            return  # a refusal: said to whoever asked
+            return  # a refusal (a hint declined among them): said to whoever asked
+        hinted = reason == "hint" and kernel_id in self._hinted
+        if reason == "hint" and not hinted:
+            reason = "cell"  # a cell came while the hint's resume was under way: it was for the cell
         if outcome.lease is not None:
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
                                        action="resume", rule="hibernation", duration=round(outcome.duration, 3),
-                                       bytes=outcome.bytes)
+                                       bytes=outcome.bytes,
+                                       extra={"hold": self.hint_sleep_after} if hinted else None)
+        if hinted:
+            self.timers.after_hint(kernel_id, self.hint_sleep_after)
 
     async def stop(self) -> None:
         await self.timers.stop()

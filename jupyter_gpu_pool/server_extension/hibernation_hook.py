@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from abc import ABC
 
 from ..devices.checkpoint import DECLARED_NOTE
-from ..hibernation import HibernationError, HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
+from ..hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ..periodic import every
 from ..pool import ACTIVE, Lease
-from .sleep_timers import HINT_UNUSED, SleepTimers
+from .sleep_timers import SleepTimers
 
 log = logging.getLogger(__name__)
 
-HINT_POLL = 1.0  # seconds between two looks at the queue while a kernel woken on a hint waits for its cell
 # Why a kernel was resumed, by the resume's reason: a cell the user ran, their Resume button.
 RESUMED_FOR = {"cell": "for the cell you ran", "user": "at your request"}
 
@@ -74,6 +72,11 @@ class HibernationHook(ABC):
 
     def used(self, kernel_id: str) -> None:
         """A cell came for the kernel (it is no longer :meth:`hinted`)."""
+
+    async def others_waiting(self, kernel_id: str) -> bool:
+        """Whether a kernel other than this one waits for GPU room that this one (woken on a hint, no cell
+        since) holds: it then goes back to sleep before its time."""
+        return False
 
     def cell_started(self, kernel_id: str) -> None:
         """A kernel websocket sent the kernel a cell (an execute request, not a silent one; no I/O): the
@@ -261,35 +264,11 @@ class PoolHibernation(HibernationHook):
                                        action="resume", rule=None, duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared,
                                        extra={"hold": self.hint_sleep_after} if reason == "hint" else None)
-        if hinted:  # in the kernel's one slot: it replaces a timer left from before it slept
-            self.timers.set(kernel_id, HINT_UNUSED, self._sleep_again(kernel_id))
+        if hinted:
+            self.timers.after_hint(kernel_id, self.hint_sleep_after)
 
-    async def _sleep_again(self, kernel_id: str) -> None:
-        """A hint woke the kernel: if no cell comes within ``hint_sleep_after`` (or someone starts waiting
-        for a slice first), hibernate it again, recorded calmly, with no warning: nothing was used."""
-        deadline = time.monotonic() + self.hint_sleep_after
-        why = None
-        while why is None:
-            await asyncio.sleep(max(min(deadline - time.monotonic(), HINT_POLL), 0))
-            if not self.hibernator.hinted(kernel_id):
-                return  # a cell came, or the kernel went to sleep or away by another path
-            if time.monotonic() >= deadline:
-                why = f"no cell ran within {self.hint_sleep_after:g} s"
-            elif any(w.kernel_id != kernel_id for w in await asyncio.to_thread(self.hibernator.ledger.waiters)):
-                why = "someone is waiting for a GPU slice and no cell had run"
-        decided = time.time()  # the act's time on the trace, as the culler's and an after-cell sleep's
-        try:
-            outcome = await self.hibernator.hibernate(kernel_id, HINT_UNUSED)
-        except HibernationError as e:  # a cell came at that moment, or it shuts down: it stays as it is
-            log.info("kernel %s woken on a hint stays awake: %s", kernel_id, e)
-            return
-        if outcome.lease is not None:
-            await self.recorder.record(
-                "hibernated", outcome.lease, reason=HINT_UNUSED, action="hibernate", rule="hibernation",
-                message=f"Back to sleep: it was woken in advance when its notebook was opened, but {why}, so its "
-                        "GPU slice went back to the pool. Nothing was lost; a cell resumes it.",
-                duration=round(outcome.duration, 3), bytes=outcome.bytes, declared=outcome.declared,
-                extra={"decided": decided})
+    async def others_waiting(self, kernel_id: str) -> bool:
+        return any(w.kernel_id != kernel_id for w in await asyncio.to_thread(self.hibernator.ledger.waiters))
 
     # -- upkeep -------------------------------------------------------------------------------
 

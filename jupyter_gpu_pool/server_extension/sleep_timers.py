@@ -27,7 +27,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ..hibernation import HibernationFailed, HibernationRefused
+from ..hibernation import HibernationError, HibernationFailed, HibernationRefused
 from ..pool import ACTIVE, HIBERNATED, Lease
 from ..pool import policy as P
 
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 AFTER_CELL = "after_cell"  # the reason of a hibernation after a cell, in the journal, events and the trace
 HINT_UNUSED = "hint_unused"  # the reason of a hibernation of a kernel a hint woke and no cell used
 BUSY_POLL = 1.0  # seconds between two looks at a kernel that is busy with something other than a cell
+HINT_POLL = 1.0  # seconds between two looks at the waiters while a kernel woken on a hint waits for its cell
 
 
 class SleepTimers:
@@ -76,6 +77,39 @@ class SleepTimers:
         found = self._timers.pop(kernel_id, None)
         if found is not None and found[1] is not asyncio.current_task():
             found[1].cancel()
+
+    # -- hints ---------------------------------------------------------------------------------------
+
+    def after_hint(self, kernel_id: str, hold: float) -> None:
+        """A hint woke the kernel: if no cell comes within ``hold`` seconds (or someone starts waiting for
+        a slice first: the hook's ``others_waiting``), it goes back to sleep, recorded calmly, with no
+        warning: nothing was used.  In the kernel's one slot (it replaces a timer left from before it slept)."""
+        self.set(kernel_id, HINT_UNUSED, self._after_hint(kernel_id, hold))
+
+    async def _after_hint(self, kernel_id: str, hold: float) -> None:
+        deadline = time.monotonic() + hold
+        why = None
+        while why is None:
+            await asyncio.sleep(max(min(deadline - time.monotonic(), HINT_POLL), 0))
+            if not self.hook.hinted(kernel_id):
+                return  # a cell came, or the kernel went to sleep or away by another path
+            if time.monotonic() >= deadline:
+                why = f"no cell ran within {hold:g} s"
+            elif await self.hook.others_waiting(kernel_id):
+                why = "someone is waiting for a GPU slice and no cell had run"
+        decided = time.time()  # the act's time on the trace, as the culler's and an after-cell sleep's
+        try:
+            outcome = await self.hook.hibernate(kernel_id, HINT_UNUSED)
+        except HibernationError as e:  # a cell came at that moment, or it shuts down: it stays as it is
+            log.info("kernel %s woken on a hint stays awake: %s", kernel_id, e)
+            return
+        if outcome.lease is not None:
+            await self.extension.recorder.record(
+                "hibernated", outcome.lease, reason=HINT_UNUSED, action="hibernate", rule="hibernation",
+                message=f"Back to sleep: it was woken in advance when its notebook was opened, but {why}, so its "
+                        "GPU slice went back to the pool. Nothing was lost; a cell resumes it.",
+                duration=round(outcome.duration, 3), bytes=outcome.bytes, declared=outcome.declared,
+                extra={"decided": decided})
 
     # -- cells --------------------------------------------------------------------------------------
 

@@ -125,6 +125,23 @@ def test_resumes_are_admitted_first_come_first_served_into_fresh_free_memory_on_
     assert sleep.FreeReading.parse("not json") is None
 
 
+def test_a_resume_asked_on_a_hint_never_joins_the_queue_and_is_answered_once_per_ask():
+    real = k8s_kernel("real", HIBERNATED, moved=6 * GiB, asked_at=10)
+    guess = k8s_kernel("guess", HIBERNATED, moved=1 * GiB)
+    guess["spec"]["resumeHint"] = True
+    guess["metadata"]["generation"] = 3
+    assert sleep.resume_order([guess, real], NODE) == [real]  # no place for a guess, ahead or behind
+    assert sleep.hinted_resumes([guess, real], NODE) == [guess]
+    assert as_lease(guess).phase == "resuming"  # waking up, as the UI says it calmly
+    guess["status"].update(reason="ResumeDeclined", observedGeneration=3)
+    assert sleep.hinted_resumes([guess, real], NODE) == []  # answered: not decided again
+    assert as_lease(guess).phase == ""  # declined: it sleeps on
+    guess["metadata"]["generation"] = 4  # asked again (a new spec write)
+    assert sleep.hinted_resumes([guess, real], NODE) == [guess]
+    guess["spec"]["resumeHint"] = None  # a cell made it a real resume: it queues like any other
+    assert sleep.hinted_resumes([guess], NODE) == [] and sleep.resume_order([guess], NODE) == [guess]
+
+
 def test_a_hibernated_kernel_is_a_hibernated_lease_whose_waiting_resume_is_queued():
     obj = k8s_kernel("a", HIBERNATED, moved=6 * GiB)
     lease = as_lease(obj)

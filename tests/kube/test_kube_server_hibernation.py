@@ -13,7 +13,7 @@ import json
 import uuid
 
 import pytest
-from agent_standin import SettlingAgent, kernel, phase_of, report_free, report_usage
+from agent_standin import SettlingAgent, ask, kernel, phase_of, report_free, report_usage
 from kube_helpers import GiB, Kube, wait_until
 from traitlets.config import Config
 
@@ -28,7 +28,8 @@ API = ("gpu-pool", "api", "v1")
 def jp_server_config(server_config):
     return Config({
         "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
-        "GPUPoolExtension": {"pool_backend": "kubernetes", "cull_interval": 0.3, "telemetry_interval": 0.2},
+        "GPUPoolExtension": {"pool_backend": "kubernetes", "cull_interval": 0.3, "telemetry_interval": 0.2,
+                             "hint_sleep_after": 3},
         "GPUPoolKubernetes": {"refresh_interval": 0.3},
     })
 
@@ -140,26 +141,94 @@ async def test_release_hibernates_a_cluster_kernel_and_a_cell_resumes_it_showing
         await ext.stop_extension()
 
 
-async def test_a_hint_on_a_hibernated_cluster_kernel_is_declined_in_words_and_wakes_nothing(
+async def hint(jp_fetch, kid: str) -> tuple[int, dict]:
+    r = await jp_fetch(*API, "kernels", kid, "hint", method="POST", body="{}")
+    return r.code, body(r)
+
+
+async def recent(jp_fetch, kid: str, kind: str) -> list[dict]:
+    return [e for e in body(await jp_fetch(*API, "me"))["recent"] if e["kind"] == kind and e["kernel_id"] == kid]
+
+
+async def test_a_hint_wakes_a_cluster_kernel_only_into_room_free_now_and_unused_it_sleeps_again_unwarned(
         cluster, operator_factory, jp_serverapp, jp_fetch, kube_sessions, kube, agent):
-    """The operator admits a resume or queues it, and a guess must never queue: in the cluster a hint is
-    declined (200, not woken, in words; before, the hook's seam took no hint and the request failed with a
-    500) and the kernel stays hibernated until a cell runs."""
+    """A hint (the user opened the notebook) asks the resume as a guess: with no room on the node now it is
+    declined in words and nothing queues; with room the kernel wakes before any cell, and, no cell coming
+    within hint_sleep_after, goes back to sleep with no warning."""
     await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
     ext = await extension(jp_serverapp)
     try:
-        await report_free(kube, NODE, {GPU_A: 30 * GiB})
+        await report_free(kube, NODE, {GPU_A: 2 * GiB})  # no room for its 6 GiB
         kid, name = await start(jp_fetch, kube)
         await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
         await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=30, what="the kernel to hibernate")
 
-        r = await jp_fetch(*API, "kernels", kid, "hint", method="POST", body="{}")
-        answer = body(r)
-        assert r.code == 200 and answer["woken"] is False and answer["reason"] == "not_now"
-        assert "wakes when a cell runs" in answer["message"]
-        await asyncio.sleep(1)
+        code, answer = await hint(jp_fetch, kid)
+        assert (code, answer["woken"], answer["reason"]) == (200, False, "no_room"), answer
+        assert "not woken in advance" in answer["message"] and "GPU-aaaa" in answer["message"]
         obj = await kernel(kube, name)
-        assert obj["spec"]["desiredState"] == "Hibernated" and phase_of(obj) == HIBERNATED
+        assert obj["spec"]["desiredState"] == "Hibernated" and "resumeHint" not in obj["spec"]  # withdrawn
+        assert phase_of(obj) == HIBERNATED and obj["status"]["hibernation"].get("queuePosition") is None
+
+        await report_free(kube, NODE, {GPU_A: 30 * GiB})
+        code, answer = await hint(jp_fetch, kid)
+        assert (code, answer["woken"]) == (202, True), answer
+        await wait_until(lambda: _phase(kube, name, RUNNING), timeout=30, what="the kernel to wake before a cell")
+        [resumed] = await wait_until(lambda: recent(jp_fetch, kid, "resumed"), timeout=20, what="the resume on record")
+        assert resumed["reason"] == "hint"
+        # no cell within hint_sleep_after (3 s here): back to sleep, calmly
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=30, what="the unused kernel to sleep again")
+        async def unused_on_record():
+            return [e for e in await recent(jp_fetch, kid, "hibernated") if e["reason"] == "hint_unused"]
+
+        slept = await wait_until(unused_on_record, timeout=20, what="the sleep on record")
+        assert len(slept) == 1 and "woken in advance" in slept[0]["message"]
+        assert await recent(jp_fetch, kid, "warned") == []
+    finally:
+        await ext.stop_extension()
+
+
+async def test_a_hint_never_overtakes_a_waiting_resume_and_a_cell_under_it_makes_it_a_real_one(
+        cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, agent):
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    ext = await extension(jp_serverapp)
+    try:
+        await report_free(kube, NODE, {GPU_A: 2 * GiB})
+        (a, name_a), (b, name_b) = await start(jp_fetch, kube), await start(jp_fetch, kube)
+        ws = await jp_ws_fetch("api", "kernels", a, "channels")
+        await Cell(ws, "x = 41").run()
+        for kid in (a, b):
+            await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
+        for name in (name_a, name_b):
+            await wait_until(lambda n=name: _phase(kube, n, HIBERNATED), timeout=30, what=f"{name} to hibernate")
+        # b's user runs a cell: a real resume, waiting for room at position 1; a's hint does not get ahead of it
+        await ask(kube, name_b, "Running")
+        await wait_until(lambda: _queued(kube, name_b), timeout=30, what="b's resume to wait at position 1")
+        code, answer = await hint(jp_fetch, a)
+        assert (code, answer["woken"], answer["reason"]) == (200, False, "others_waiting"), answer
+        obj = await kernel(kube, name_a)
+        assert obj["spec"]["desiredState"] == "Hibernated" and obj["status"]["hibernation"].get("queuePosition") is None
+        assert (await kernel(kube, name_b))["status"]["hibernation"]["queuePosition"] == 1
+        await report_free(kube, NODE, {GPU_A: 9 * GiB})  # room for one 6 GiB kernel after the 1 GiB margin
+
+        # once b has resumed, a's hint wakes it; a cell sent while that resume is under way makes it the cell's
+        await wait_until(lambda: _phase(kube, name_b, RUNNING), timeout=30, what="b to resume")
+        await report_free(kube, NODE, {GPU_A: 9 * GiB})
+        agent.paused = True  # the node agent's restore takes its time
+        code, answer = await hint(jp_fetch, a)
+        assert (code, answer["woken"]) == (202, True), answer
+        await wait_until(lambda: _phase(kube, name_a, "Resuming"), timeout=30, what="a's resume to be admitted")
+        cell = Cell(ws, "print(x + 1)")
+        running = asyncio.create_task(cell.run())
+        await wait_until(lambda: _no_hint(kube, name_a), timeout=20, what="the cell to make the resume a real one")
+        agent.paused = False
+        await asyncio.wait_for(running, 60)
+        assert "42\n" in cell.texts()
+        [resumed] = await wait_until(lambda: recent(jp_fetch, a, "resumed"), timeout=20, what="the resume on record")
+        assert resumed["reason"] == "cell"  # the cell's, though a hint started it
+        await asyncio.sleep(5)  # past hint_sleep_after (3 s): a kernel its user used stays awake
+        assert phase_of(await kernel(kube, name_a)) == RUNNING
+        ws.close()
     finally:
         await ext.stop_extension()
 
@@ -193,6 +262,11 @@ async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return phase_of(await kernel(kube, name)) == phase
 
 
+async def _no_hint(kube: Kube, name: str) -> bool:
+    obj = await kernel(kube, name)
+    return obj["spec"].get("desiredState") == "Running" and not obj["spec"].get("resumeHint")
+
+
 async def _queued(kube: Kube, name: str) -> bool:
     return ((await kernel(kube, name)).get("status") or {}).get("hibernation", {}).get("queuePosition") == 1
 
@@ -218,7 +292,7 @@ def test_the_server_knows_from_a_kernels_sharing_backend_where_it_can_never_hibe
            "status": {"phase": RUNNING, "admitted": {"memory": GiB}, "gpu": {"sharing": sharing}}}
     session = SimpleNamespace(kernels={"k-abc": obj}, listeners=[])
     backend = SimpleNamespace(session=session, settings=SimpleNamespace(hibernation=None))
-    hook = ClusterHibernation(SimpleNamespace(backend=backend, recorder=None,
+    hook = ClusterHibernation(SimpleNamespace(backend=backend, recorder=None, hint_sleep_after=60,
                                               serverapp=SimpleNamespace(kernel_manager=None)))
     ok, why = hook.can_hibernate(as_lease(obj))
     assert ok is can and (words is None and why is None or words in why)
