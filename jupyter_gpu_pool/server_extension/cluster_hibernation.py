@@ -399,19 +399,9 @@ class ClusterHibernation(HibernationHook):
                                      "This kernel was not woken in advance: it resumes when a cell runs.")
         if obj is not None and status(obj).get("phase") == R.RESUMING:
             obj = await self._wait(kernel_id, lambda o: status(o).get("phase") != R.RESUMING, None)
-        st = status(obj) if obj is not None else {}
-        if st.get("phase") != R.RUNNING:
+        if obj is None or status(obj).get("phase") != R.RUNNING:
             self._hinted.discard(kernel_id)
-            if st.get("phase") == R.HIBERNATED:  # the restore failed: the agent put it back, checkpointed
-                await self._ask(kernel_id, R.DESIRED_HIBERNATED, "hint")
-                raise HibernationFailed("restore_failed", st.get("message") or "The node agent's restore failed; "
-                                        "the kernel stays hibernated.", recovered=True)
-            raise HibernationFailed("lost", st.get("message") or "The kernel ended before it could resume.",
-                                    recovered=False)
-        h = hibernation(obj)
-        moved, took = int(h.get("bytes") or 0), time.monotonic() - started
-        return Outcome(kernel_id, "resumed", took, moved, gpus=tuple(h.get("devices") or ()), lease=as_lease(obj),
-                       message=f"{format_size(moved)} of GPU memory came back from host memory in {took:.1f} s.")
+        return await self._resumed(kernel_id, obj, started, "hint")
 
     async def _for_real(self, kernel_id: str, hinted: asyncio.Task, reason: str) -> Outcome:
         """A cell (or the user's Resume) came while a hint's resume was under way: ask it as a real resume
@@ -445,7 +435,11 @@ class ClusterHibernation(HibernationHook):
                 int(st.get("observedGeneration") or 0) >= generation  # the agent put it back, checkpointed
             return st.get("phase") in (R.RUNNING, R.FAILED, R.STOPPED) or restore_failed
 
-        obj = await self._wait(kernel_id, ended, None)
+        return await self._resumed(kernel_id, await self._wait(kernel_id, ended, None), started, reason)
+
+    async def _resumed(self, kernel_id: str, obj: dict | None, started: float, reason: str) -> Outcome:
+        """A resume's end, from the kernel's object once its phase settled: Running; back to Hibernated (the
+        restore failed on its node: the agent put it back, checkpointed); or gone."""
         st = status(obj) if obj is not None else {}
         if st.get("phase") == R.HIBERNATED:  # not asked again at once: the restore failed on this node
             await self._ask(kernel_id, R.DESIRED_HIBERNATED, reason)

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 from hibernation_standin import STANDIN_GPUS
-from kernel_helpers import run_code
+from kernel_helpers import run_code, wait_until
 from rig_helpers import CHECKPOINTED, LOCKED, RUNNING, GiB, MiB
 
 from jupyter_gpu_pool.hibernation import (
@@ -181,10 +181,10 @@ async def test_a_missing_driver_is_refused_with_a_sentence(rig, standin):
 async def test_a_second_hibernate_while_one_runs_is_refused(rig):
     r = rig()
     kid, pid = await r.gpu_kernel()
-    r.standin.lock_delay = 1.0
+    r.standin.lock_delay = 3.0  # the driver's lock takes a while: the second request comes during it
     first = asyncio.ensure_future(r.hibernator.hibernate(kid))
-    await asyncio.sleep(0.3)
-    assert r.lease(kid).phase == "hibernating" and r.hibernator.shown(kid) == "hibernating"
+    await wait_until(lambda: r.lease(kid).phase == "hibernating", timeout=10, what="the first to be under way")
+    assert r.hibernator.shown(kid) == "hibernating"
     with pytest.raises(HibernationRefused) as err:
         await r.hibernator.hibernate(kid)
     assert err.value.reason == "in_progress"
@@ -194,9 +194,9 @@ async def test_a_second_hibernate_while_one_runs_is_refused(rig):
 async def test_a_cell_sent_while_hibernating_makes_the_hibernation_give_up_before_the_checkpoint(rig):
     r = rig()
     kid, pid = await r.gpu_kernel()
-    r.standin.lock_delay = 1.0
+    r.standin.lock_delay = 3.0  # the cell comes while the driver locks
     hibernation = asyncio.ensure_future(r.hibernator.hibernate(kid))
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: r.lease(kid).phase == "hibernating", timeout=10, what="the hibernation to be under way")
     resume = r.hibernator.start_resume(kid, "cell")  # what transparent resume does
     with pytest.raises(HibernationRefused) as err:
         await hibernation
@@ -554,9 +554,9 @@ async def test_jupyter_gpu_pool_status_shows_each_phase(rig):
     def row() -> str:
         return next(line for line in render_status(r.pool, r.pool.ledger.snapshot()).splitlines() if short in line)
 
-    r.standin.lock_delay = 1.0
+    r.standin.lock_delay = 2.0
     hibernation = asyncio.ensure_future(r.hibernator.hibernate(kid))
-    await asyncio.sleep(0.4)
+    await wait_until(lambda: r.lease(kid).phase == "hibernating", timeout=10, what="the hibernation to be under way")
     assert "hibernating" in row()
     await hibernation
     assert "600 MiB" in row() and row().split()[-2] == "-"  # hibernated, no phase
