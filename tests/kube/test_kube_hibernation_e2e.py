@@ -306,6 +306,40 @@ async def test_a_kernel_pod_ended_right_after_its_resume_is_checkpointed_again_b
         await km.shutdown_kernel(now=True)
 
 
+async def test_a_hint_has_the_real_agent_restore_a_kernel_pod_before_its_cell_runs(
+        cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
+    """Its user opens the notebook: the hint's resume is admitted into the room the agent reads free, the real
+    agent restores the pod's process, and the cell that follows finds it running, with its variables."""
+    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    ext = await extension(jp_serverapp)
+    try:
+        await node.start()
+        kid, name, pid = await start_on_gpu(jp_fetch, kube, node)
+        ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+        await Cell(ws, "x = 41").run()
+        await jp_fetch(*API, "kernels", kid, "release", method="POST", body="{}")
+        await wait_until(lambda: _phase(kube, name, HIBERNATED), timeout=40, what="the real agent to hibernate it")
+        assert node.driver.procs[pid].state == S.CHECKPOINTED
+
+        r = await jp_fetch(*API, "kernels", kid, "hint", method="POST", body="{}")
+        assert r.code == 202 and body(r)["woken"] is True, body(r)
+        await wait_until(lambda: _phase(kube, name, RUNNING), timeout=30, what="the agent to restore it before a cell")
+        assert node.driver.procs[pid].state == S.RUNNING and node.driver.procs[pid].restored_on == (GPU0,)
+        me = body(await jp_fetch(*API, "me"))
+        assert [k["woken_on_hint"] for k in me["kernels"]] == [True]
+
+        restores = [c for c in node.driver.calls if c == ("cuCheckpointProcessRestore", pid)]
+        cell = Cell(ws, "print(x + 1)")
+        await asyncio.wait_for(cell.run(), 30)
+        assert "42\n" in cell.texts()  # its variables were kept
+        assert [c for c in node.driver.calls if c == ("cuCheckpointProcessRestore", pid)] == restores  # no 2nd
+        me = body(await jp_fetch(*API, "me"))
+        assert [k["woken_on_hint"] for k in me["kernels"]] == [False]  # used: no longer a guess
+        ws.close()
+    finally:
+        await ext.stop_extension()
+
+
 async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return phase_of(await kernel(kube, name)) == phase
 
