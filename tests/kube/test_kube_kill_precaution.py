@@ -130,6 +130,34 @@ async def test_a_resumed_kernel_killed_at_once_is_checkpointed_again_while_its_p
 
 
 
+async def test_a_resumed_kernel_whose_server_died_is_checkpointed_again_before_its_pod_is_deleted(
+        cluster, operator_factory, server_config, kube_sessions, kube, node):
+    """Nobody asks for this stop: the kernel's server is gone (its heartbeat stops, as a killed server's
+    would), and the operator deletes the kernel (ServerGone).  It asks the agent first, so the process the
+    agent restored is locked and checkpointed while it still runs, and only then is the pod deleted."""
+    await operator_factory(cluster, **HAMI)  # heartbeat_timeout 4 s (the tests' operator)
+    await node.start()
+    km, name, pid = await _start(kube, node)
+    try:
+        pod = await _hibernate_and_resume(kube, name, node, pid)
+        witnessed_at = len(node.driver.witnessed)
+        km.provisioner.session.stop_heartbeat()  # the server dies; nothing of it asks for anything again
+
+        async def gone():
+            return await _pod(kube, pod) is None and not [k for k in await kube.kernels()
+                                                          if k["metadata"]["name"] == name]
+
+        await wait_until(gone, timeout=40, what="the orphaned kernel and its pod to be deleted")
+        assert node.driver.witnessed[witnessed_at:] == [("lock", pid, True), ("checkpoint", pid, True)]
+        assert node.driver.procs[pid].state == cp.ProcessState.CHECKPOINTED
+        await wait_until(lambda: not _alive(pid), timeout=15, what="the pod's process to be killed")
+        events = (await kube.core.list_namespaced_event(cluster.namespace)).items
+        assert [e.reason for e in events if e.reason == "ServerGone"] == ["ServerGone"]
+    finally:
+        if km.has_kernel:
+            await km.shutdown_kernel(now=True)
+
+
 async def test_a_never_resumed_kernels_stop_does_not_wait_for_the_agent(
         cluster, operator_factory, server_config, kube_sessions, kube, node):
     """No agent runs on the node at all, and the timeout is long: a kernel never resumed is stopped with
