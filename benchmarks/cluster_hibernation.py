@@ -142,8 +142,8 @@ async def main(rounds: int, device_bytes: int, as_json: bool) -> None:
         fake_proc(Path(root) / "proc", {proc.pid: pod["metadata"]["uid"]})
         backend = KubernetesBackend(None)
         backend.session = await KernelSession.get(backend.kube)
-        hook = ClusterHibernation(SimpleNamespace(backend=backend, recorder=Unrecorded(),
-                                                  serverapp=SimpleNamespace(kernel_manager=manager)))
+        hook = ClusterHibernation(SimpleNamespace(backend=backend, recorder=Unrecorded(), hint_sleep_after=60.0,
+                                                  serverapp=SimpleNamespace(kernel_manager=manager)))  # no hints here
 
         async def settled_usage() -> None:  # the agent's first reading of the pod, as before any idle hibernation
             for _ in range(200):

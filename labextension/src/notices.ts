@@ -510,10 +510,13 @@ export class NoticeBook {
     dismiss.push(...this._staleRefusals(me));
     // Explanations of what happened since this page was opened.
     // A kernel woken on a hint: the ledger's entry of its resume comes before the server's own (which
-    // says it was a hint), and it is no news either way.
+    // says it was a hint), and it is no news either way.  Nor is the wake of a kernel asleep between cells.
     const waking = new Set(me.kernels.filter(k => k.woken_on_hint).map(k => k.kernel_id));
     for (const entry of [...me.recent].sort((a, b) => a.at - b.at)) {
-      if (entry.kind === 'resumed' && waking.has(entry.kernel_id)) {
+      if (
+        entry.kind === 'resumed' &&
+        (waking.has(entry.kernel_id) || this._betweenCells(entry.kernel_id))
+      ) {
         continue;
       }
       const notice = this._fromRecent(entry);
@@ -529,6 +532,9 @@ export class NoticeBook {
   fromEvent(event: IKernelActionEvent, now: number): INoticeChanges {
     const kind = event.action;
     if (!EXPLAINED.has(kind) || event.dry_run || QUIET_REASONS.has(event.reason ?? '')) {
+      return { show: [], dismiss: [] };
+    }
+    if (kind === 'resumed' && this._betweenCells(event.kernel_id)) {
       return { show: [], dismiss: [] };
     }
     if (this._recentlyShown(kind, event.kernel_id, now)) {
@@ -552,6 +558,14 @@ export class NoticeBook {
       show: [notice],
       dismiss: [...this._dropWarning(event.kernel_id, kind), ...this._supersede(notice)]
     };
+  }
+
+  /**
+   * Whether the kernel sleeps between cells by its rule (`sleeps_after_cell`): it wakes for nearly every
+   * cell, which the cell's own output says ("Resuming…"), so its wake is no news worth a toast.
+   */
+  private _betweenCells(kernelId: string): boolean {
+    return (this._me?.kernels ?? []).some(k => k.kernel_id === kernelId && !!k.sleeps_after_cell);
   }
 
   private _fromRecent(entry: IRecent): INotice | null {

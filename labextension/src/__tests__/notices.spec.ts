@@ -10,6 +10,7 @@ import {
   warningMessage
 } from '../notices';
 import { kernel, me, NOW, profiles } from './fixtures';
+import { IRecent } from '../types';
 
 const warning = {
   action: 'shutdown' as const,
@@ -300,6 +301,30 @@ describe('explanations afterwards', () => {
       NOW + 31
     );
     assert.deepEqual(other.dismiss, []); // another kernel's toast stays
+  });
+
+  it('never toasts the wake of a kernel asleep between cells (its cell says it), pushed or polled', () => {
+    const book = new NoticeBook(NOW - 1);
+    const between = kernel({ kernel_id: 'k', sleeps_after_cell: 30 });
+    const resumed: IRecent = {
+      kind: 'resumed',
+      kernel_id: 'k',
+      reason: 'cell',
+      message: 'Resumed.',
+      at: NOW
+    };
+    const state = book.fromState(me({ kernels: [between], recent: [resumed] }));
+    assert.deepEqual(state.show, []);
+    assert.deepEqual(
+      book.fromEvent({ action: 'resumed', kernel_id: 'k', reason: 'cell' }, NOW + 5).show,
+      []
+    );
+    // another kernel's wake on a cell is news as before
+    assert.equal(
+      book.fromEvent({ action: 'resumed', kernel_id: 'other', reason: 'cell' }, NOW + 6).show
+        .length,
+      1
+    );
   });
 
   it('ignores dry runs, the user’s own releases and non-explained actions', () => {
