@@ -55,6 +55,12 @@ async def start_answering(manager, kernel_name: str, timeout: float = 60) -> tup
     restarter starts it again on new ports, with a new pid.  Reading the pid at launch would name the
     dead process."""
     kid = await manager.start_kernel(kernel_name=kernel_name)
+    return kid, await answering(manager, kid, timeout)
+
+
+async def answering(manager, kid: str, timeout: float = 60) -> int:
+    """Wait until the kernel ``kid`` of ``manager`` (a multi-kernel manager: jupyter_server's too) answers
+    ``kernel_info``, through a restart after a lost port race (:func:`start_answering`); the pid that answered."""
     deadline = time.monotonic() + timeout
     while True:
         km = manager.get_kernel(kid)
@@ -62,7 +68,7 @@ async def start_answering(manager, kernel_name: str, timeout: float = 60) -> tup
         kc.start_channels()
         try:
             await kc.wait_for_ready(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
-            return kid, km.provisioner.pid
+            return km.provisioner.pid
         except (RuntimeError, TimeoutError):
             if time.monotonic() > deadline:
                 raise

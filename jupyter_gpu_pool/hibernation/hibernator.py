@@ -78,6 +78,9 @@ log = logging.getLogger(__name__)
 
 RAM_MARGIN = 2 * 2**30  # keep this much RAM free beyond a checkpoint, for everything else on the machine
 ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
+# Seconds for a kernel to run its first cell's environment code (silent, no GPU work: nothing to wait for but
+# the kernel itself, which may still be starting on a loaded machine; its cell waits meanwhile either way).
+ENVIRONMENT_TIMEOUT = 60.0
 ASLEEP = (HIBERNATING, HIBERNATED, RESUMING, QUEUED, NO_GPU_YET)  # a cell sent now waits for a resume (or a first slice)
 USABLE = 0.97  # of a GPU's memory a process can ever find free (the driver keeps the rest)
 
@@ -681,8 +684,7 @@ class Hibernator:
         try:
             new, waited = await self._take_slice(lease, False, 0, refusal="")
             code = await self.kernels.environment_code(kernel_id, new)
-            ran = await self.kernels.run_silently(kernel_id, code, self.settings.lock_timeout + ANSWER_GRACE) \
-                if code else "ran"
+            ran = await self.kernels.run_silently(kernel_id, code, ENVIRONMENT_TIMEOUT) if code else "ran"
         except BaseException:  # refused, cancelled (the kernel shut down), or the pool unreachable
             await self._give_first_slice_back(kernel_id)
             raise

@@ -10,7 +10,7 @@ import uuid
 
 from jupyter_client.session import Session
 from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1
-from kernel_helpers import wait_until
+from kernel_helpers import answering, wait_until
 
 from jupyter_gpu_pool.server_extension.events import SCHEMA_ID
 
@@ -46,14 +46,9 @@ class Server:
     async def gpu_kernel(self, gpu_bytes: int = 400 * MiB, profile: str = "small") -> tuple[str, int]:
         r = await self.fetch("api", "kernels", method="POST", body=json.dumps({"name": f"gpu-pool-{profile}"}))
         kid = body(r)["id"]
-        km = self.ext.serverapp.kernel_manager.get_kernel(kid)
-        kc = km.client()  # a running kernel, as a user's notebook has: it has answered kernel_info
-        kc.start_channels()
-        try:
-            await kc.wait_for_ready(timeout=60)
-        finally:
-            kc.stop_channels()
-        pid = km.provisioner.pid
+        # a running kernel, as a user's notebook has: it has answered kernel_info (after a restart, if it lost
+        # a race for a port at launch, its new process)
+        pid = await answering(self.ext.serverapp.kernel_manager, kid)
         if self.standin is not None:
             self.standin.add(pid, gpu_bytes, gpus=self.lease(kid).gpus)
         return kid, pid
