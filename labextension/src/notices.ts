@@ -537,6 +537,12 @@ export class NoticeBook {
     if (kind === 'resumed' && this._betweenCells(event.kernel_id)) {
       return { show: [], dismiss: [] };
     }
+    // A refusal's advice (what would start now) is read from GET me: one older than the refusal would give
+    // advice the next GET me withdraws at once. The refresh this event triggers brings the refusal in
+    // `recent`, explained then, from a picture taken after it.
+    if (kind === 'refused' && this._me !== null && this._me.now < now) {
+      return { show: [], dismiss: [] };
+    }
     if (this._recentlyShown(kind, event.kernel_id, now)) {
       return { show: [], dismiss: [] };
     }

@@ -65,10 +65,14 @@ async def run(ch, code: str) -> list:
 
 
 async def asleep(server: Server, kid: str, timeout: float = 20.0) -> float:
-    """Wait until the kernel is hibernated and settled; the monotonic time it was seen so."""
+    """Wait until the kernel is hibernated and settled, and that is on record (the journal's entry is written
+    just after the lease's state); the monotonic time it was first seen hibernated."""
     await wait_until(lambda: server.lease(kid).state == HIBERNATED and not server.lease(kid).phase, timeout=timeout,
                      interval=0.05, what="hibernated")
-    return time.monotonic()
+    seen = time.monotonic()
+    await wait_until(lambda: policy_entries(server, kid)[-1:] and policy_entries(server, kid)[-1][0] == "hibernated",
+                     timeout=10, interval=0.05, what="its hibernation on record")
+    return seen
 
 
 def awake(server: Server, kid: str) -> bool:

@@ -262,6 +262,38 @@ describe('explanations afterwards', () => {
     assert.doesNotMatch(out.show[0].message, /smaller/);
   });
 
+  it('explains a refusal pushed after the last GET me from the next one, never with stale advice', () => {
+    const book = new NoticeBook(NOW - 1);
+    book.fromState(me({ profiles: profiles({ 'gpu-20g': true, 'gpu-10g': true }) })); // before the pool filled
+    const event = {
+      action: 'refused',
+      kernel_id: '',
+      reason: 'pool_exhausted',
+      profile: 'gpu-20g',
+      message: '…'
+    };
+    assert.deepEqual(book.fromEvent(event, NOW + 2).show, []); // its advice would be stale: wait for GET me
+    const refused: IRecent = {
+      kind: 'refused',
+      kernel_id: '',
+      reason: 'pool_exhausted',
+      profile: 'gpu-20g',
+      message: '…',
+      at: NOW + 2
+    };
+    const later = book.fromState(
+      me({ now: NOW + 3, profiles: profiles({ 'gpu-10g': true }), recent: [refused] })
+    );
+    assert.equal(later.show.length, 1);
+    assert.match(later.show[0].message, /‘Python 3 · GPU 10 GiB’ would start now/);
+    assert.deepEqual(
+      book.fromState(
+        me({ now: NOW + 8, profiles: profiles({ 'gpu-10g': true }), recent: [refused] })
+      ).dismiss,
+      []
+    );
+  });
+
   it('fits refusal advice to the limit hit: what would start now, or what to do', () => {
     const withRoom = me({ profiles: profiles({ 'gpu-10g': true }) });
     assert.equal(

@@ -54,19 +54,37 @@ describe('one toast per happening, in a long session', () => {
   it('withdraws "‘X’ would start now" once X no longer starts, and never shows it again', () => {
     const book = new NoticeBook(NOW - 1);
     book.fromState(me({ profiles: profiles({ 'gpu-10g': true }) }));
-    const refused = book.fromEvent(
-      { action: 'refused', kernel_id: 'k9', reason: 'pool_exhausted', profile: 'gpu-20g' },
-      NOW + 5
+    const event = {
+      action: 'refused',
+      kernel_id: 'k9',
+      reason: 'pool_exhausted',
+      profile: 'gpu-20g'
+    };
+    assert.deepEqual(book.fromEvent(event, NOW + 5).show, []); // explained from the GET me it triggers
+    const entry: IRecent = {
+      kind: 'refused',
+      kernel_id: 'k9',
+      reason: 'pool_exhausted',
+      profile: 'gpu-20g',
+      message: '',
+      at: NOW + 5
+    };
+    const refused = book.fromState(
+      me({ now: NOW + 6, profiles: profiles({ 'gpu-10g': true }), recent: [entry] })
     ).show[0];
     assert.match(refused.message, /‘Python 3 · GPU 10 GiB’ would start now\./);
     // The same answer from a poll: nothing withdrawn, nothing new.
-    const same = book.fromState(me({ now: NOW + 8, profiles: profiles({ 'gpu-10g': true }) }));
+    const same = book.fromState(
+      me({ now: NOW + 8, profiles: profiles({ 'gpu-10g': true }), recent: [entry] })
+    );
     assert.deepEqual(same, { show: [], dismiss: [] });
     // The pool filled up: the advice is false now.
-    const full = book.fromState(me({ now: NOW + 20, profiles: profiles({}) }));
+    const full = book.fromState(me({ now: NOW + 20, profiles: profiles({}), recent: [entry] }));
     assert.deepEqual(full.dismiss, [refused.key]);
     assert.deepEqual(
-      book.fromState(me({ now: NOW + 30, profiles: profiles({ 'gpu-10g': true }) })),
+      book.fromState(
+        me({ now: NOW + 30, profiles: profiles({ 'gpu-10g': true }), recent: [entry] })
+      ),
       {
         show: [],
         dismiss: []
