@@ -63,6 +63,14 @@ def resume_hint(kernel: dict) -> bool:
     return desired(kernel) == DESIRED_RUNNING and bool(spec(kernel).get("resumeHint"))
 
 
+def hint_declined(kernel: dict) -> bool:
+    """Whether the operator declined the kernel's current hint (its answer, ResumeDeclined, is written for
+    this generation of the spec: an answer to an earlier ask does not count)."""
+    st = status(kernel)
+    return resume_hint(kernel) and st.get("reason") == RESUME_DECLINED and \
+        int(st.get("observedGeneration") or 0) >= int(meta(kernel).get("generation") or 0)
+
+
 def hibernation(kernel: dict) -> dict:
     return status(kernel).get("hibernation") or {}
 
@@ -121,7 +129,7 @@ def _lease_phase(kernel: dict) -> str:
     if phase == RESUMING:
         return phases.RESUMING
     if phase == HIBERNATED_PHASE and desired(kernel) == DESIRED_RUNNING:  # asked back: admitted soon, or waiting
-        if resume_hint(kernel) and status(kernel).get("reason") == RESUME_DECLINED:
+        if hint_declined(kernel):
             return ""  # a guess the operator declined: it sleeps on (its server withdraws the ask)
         waiting = hibernation(kernel).get("queuePosition") is not None or status(kernel).get("reason") in (
             WAITING_FOR_ROOM, QUOTA_EXCEEDED)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..cluster.kernels import desired, gpu_devices, hibernation, meta, resume_hint, status
-from ..cluster.resources import DESIRED_RUNNING, HIBERNATED, HIBERNATING, RESUME_DECLINED, RESUMING, RUNNING
+from ..cluster.kernels import desired, gpu_devices, hibernation, hint_declined, meta, resume_hint, status
+from ..cluster.resources import DESIRED_RUNNING, HIBERNATED, HIBERNATING, RESUMING, RUNNING
 from ..pool import QuotaExceeded, format_size
 from ..cluster import hibernation as words
 from ..cluster.hibernation import Support
@@ -135,14 +135,7 @@ def hinted_resumes(kernels: list[dict], node: str) -> list[dict]:
     """The node's resumes asked on a hint (spec.resumeHint) that the operator has not answered yet: each is
     admitted only behind every real waiter, where room is left now, and otherwise declined."""
     return sorted((k for k in kernels if status(k).get("node") == node and status(k).get("phase") == HIBERNATED
-                   and resume_hint(k) and not hint_answered(k)), key=lambda k: meta(k).get("name", ""))
-
-
-def hint_answered(kernel: dict) -> bool:
-    """Whether the operator declined the kernel's current hint already (its generation's answer is written)."""
-    st = status(kernel)
-    return st.get("reason") == RESUME_DECLINED and int(st.get("observedGeneration") or 0) >= int(
-        meta(kernel).get("generation") or 0)
+                   and resume_hint(k) and not hint_declined(k)), key=lambda k: meta(k).get("name", ""))
 
 
 def quota_wait(refusal) -> str:

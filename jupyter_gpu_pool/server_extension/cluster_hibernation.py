@@ -24,7 +24,7 @@ import time
 
 from ..cluster import resources as R
 from ..cluster.hibernation import HOST_MEMORY, LASTING, NODE_CAP, never_hands_back
-from ..cluster.kernels import as_lease, desired, hibernation, meta, resume_hint, status
+from ..cluster.kernels import as_lease, desired, hibernation, hint_declined, meta, resume_hint, status
 from ..hibernation import HibernationFailed, HibernationRefused, Kernels, Outcome
 from ..pool import ACTIVE, Lease, format_size
 from ..pool.phases import display_state
@@ -197,7 +197,7 @@ class ClusterHibernation(HibernationHook):
     async def settle(self, kernel_id: str, timeout: float) -> None:
         def placed(o: dict) -> bool:
             return status(o).get("phase") in (R.RESUMING, R.RUNNING) or hibernation(o).get("queuePosition") is not None \
-                or (resume_hint(o) and status(o).get("reason") == R.RESUME_DECLINED)
+                or hint_declined(o)
 
         deadline = time.monotonic() + timeout
         try:
@@ -358,9 +358,6 @@ class ClusterHibernation(HibernationHook):
         """Ask a resume as a hint; wait for the operator's answer (within ``ADMISSION_TIMEOUT``) and, once
         admitted, for the node agent's restore.  Declined (no room now, others waiting, the owner's quota):
         the ask is withdrawn and the refusal says why, in the local pool's words."""
-        obj = self._obj(kernel_id)
-        if obj is None:
-            raise HibernationRefused("no_lease", "This kernel is gone, so there is nothing to wake.", status=404)
 
         def sleeping(o: dict) -> bool:
             return status(o).get("phase") == R.HIBERNATED and desired(o) == R.DESIRED_HIBERNATED
@@ -374,10 +371,8 @@ class ClusterHibernation(HibernationHook):
                                                     "there is nothing to wake in advance.")
 
         def answered(o: dict) -> bool:
-            st = status(o)
-            return st.get("phase") in (R.RESUMING, R.RUNNING, R.FAILED, R.STOPPED) or (
-                still_a_hint(o) and st.get("reason") == R.RESUME_DECLINED
-                and int(st.get("observedGeneration") or 0) >= int(meta(o).get("generation") or 0))
+            return status(o).get("phase") in (R.RESUMING, R.RUNNING, R.FAILED, R.STOPPED) or (
+                status(o).get("phase") == R.HIBERNATED and hint_declined(o))
 
         while True:
             try:
