@@ -106,8 +106,8 @@ async def main(rounds: int, device_bytes: int, as_json: bool) -> None:
         from jupyter_gpu_pool.kernel_provisioner import kernelspecs
         from jupyter_gpu_pool.operator.agent import Agent
         from jupyter_gpu_pool.pools import pool_for
-        from jupyter_gpu_pool.server_extension.cluster_hibernation import ClusterHibernation
-        from jupyter_gpu_pool.server_extension.kubernetes_backend import KubernetesBackend
+        from jupyter_gpu_pool.server_extension.sleep.cluster import ClusterHibernation
+        from jupyter_gpu_pool.server_extension.backends.kubernetes import KubernetesBackend
         from kernel_helpers import start_answering
 
         local_pool.discover = standin_discovery  # the stand-in machine's GPUs, as the hibernation tests have them

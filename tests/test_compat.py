@@ -51,7 +51,7 @@ def test_a_verbatim_error_keeps_its_message_where_jupyter_server_and_tornado_rea
 
 
 async def test_a_running_kernel_can_be_registered_tracked_and_reached_on_its_control_channel(tmp_path):
-    """What re-adoption (server_extension/adoption.py) does with a kernel another server started: its
+    """What re-adoption (server_extension/backends/adoption.py) does with a kernel another server started: its
     manager joins jupyter_server's map, its connections are counted, its control channel answers, and a
     kernel that dies is taken out of the map as jupyter_server does for its own."""
     from jupyter_client.manager import AsyncKernelManager

@@ -91,6 +91,61 @@ def test_each_part_imports_only_what_its_layer_allows(part):
     assert not wrong, "imports against docs/architecture.md's layers:\n" + "\n".join(wrong)
 
 
+# -- the server extension's rooms ---------------------------------------------------------------------
+
+# What each room of server_extension/ may import of the others (its subpackages, and its top-level modules by
+# name).  The backends and the sleep hooks are the bottom: neither knows the culler, the REST layer or each
+# other; the REST layer reads through the context and is imported by nothing but the app.
+EXTENSION = "server_extension"
+EXTENSION_ROOMS: dict[str, set[str]] = {
+    "backends": set(),
+    "sleep": set(),
+    "notebooks": set(),
+    "events": set(),
+    "metrics": set(),
+    "messages": set(),
+    "starting": set(),
+    "recorder": {"events", "metrics", "notebooks", "sleep"},
+    "context": {"backends", "sleep", "notebooks"},
+    "admin_requests": {"backends"},
+    "activity": {"backends", "context"},
+    "culler": {"admin_requests", "messages", "metrics", "activity", "backends", "context", "sleep", "notebooks",
+               "recorder"},
+    "rest": {"backends", "context", "notebooks", "admin_requests"},
+    "app": {"backends", "sleep", "rest", "notebooks", "events", "metrics", "messages", "starting", "recorder",
+            "context", "admin_requests", "activity", "culler"},
+    "__init__": set(),
+}
+
+
+def _room(module: str) -> str | None:
+    """``jupyter_gpu_pool.server_extension.rest.views`` → ``rest``; None outside the extension."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] != EXTENSION:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def test_every_room_of_the_server_extension_is_in_its_table():
+    root = PACKAGE / EXTENSION
+    rooms = {p.stem if p.is_file() else p.name for p in root.iterdir()
+             if (p.is_file() and p.suffix == ".py") or (p / "__init__.py").exists()}
+    assert rooms == set(EXTENSION_ROOMS), "a new room of server_extension/: give it a row in EXTENSION_ROOMS"
+
+
+def test_each_room_of_the_server_extension_imports_only_what_its_row_allows():
+    wrong = []
+    for source, targets in module_imports().items():
+        room = _room(source)
+        if room is None:
+            continue
+        for target in targets:
+            other = _room(target)
+            if other is not None and other != room and other != "__init__" and other not in EXTENSION_ROOMS[room]:
+                wrong.append(f"{source} imports {target}")
+    assert not wrong, "imports against the server extension's rooms (docs/architecture.md):\n" + "\n".join(wrong)
+
+
 # -- no import circle inside a package ----------------------------------------------------------------
 
 
@@ -188,7 +243,7 @@ def test_the_circle_finder_sees_type_only_and_function_level_imports():
     assert found == [["a", "b", "c"]]
     imports = module_imports()
     assert "jupyter_gpu_pool.service.client" in imports["jupyter_gpu_pool.pools"]  # inside a function
-    assert "jupyter_gpu_pool.server_extension.backend" in imports["jupyter_gpu_pool.server_extension.views"]
+    assert "jupyter_gpu_pool.server_extension.backends.base" in imports["jupyter_gpu_pool.server_extension.rest.views"]
 
 
 @pytest.mark.parametrize("package", sorted(_module_of(p) for p in PACKAGE.rglob("__init__.py")))

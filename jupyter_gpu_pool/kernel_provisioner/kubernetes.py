@@ -31,7 +31,7 @@ Lifecycle (jupyter_client calls these):
 - While the server lives it renews a heartbeat on its kernels; the operator
   deletes kernels whose server stopped (invariant 2).  A restarted server
   re-adopts its kernels (``load_provisioner_info``; see
-  ``jupyter_gpu_pool.server_extension.adoption``).
+  ``jupyter_gpu_pool.server_extension.backends.adoption``).
 """
 
 from __future__ import annotations

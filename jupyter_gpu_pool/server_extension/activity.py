@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..pool import HIBERNATED, SOFT, JournalEntry, Lease, Snapshot
 from ..pool.trace import REQUESTED, RESUME, START, TraceEvent, clipped
 from ..pool.units import unix_time
-from .backend import PoolBackend
+from .backends.base import PoolBackend
 from .context import ServerContext
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ record; nothing else is shared.
 from __future__ import annotations
 
 from ..pool import Lease
-from .backend import PoolBackend
+from .backends.base import PoolBackend
 
 KIND = "requested"
 ACTIONS = ("release", "hibernate", "shutdown")

@@ -22,14 +22,15 @@ from ..traits import Count, Names, Seconds
 from . import events
 from .context import ServerContext
 from .activity import ActivityRecorder
-from .backend import LocalBackend, NoPool, PoolBackend
+from .backends.base import NoPool, PoolBackend
+from .backends.local import LocalBackend
 from .culler import SERVER_CULLER_EXEMPT, Culler
-from .handlers import handlers
-from .hibernation_handlers import resume_handlers
-from .hibernation_hook import HibernationHook
-from .hibernation_websocket import install_transparent_resume
-from .hints import HintLimiter
-from .identity import is_personal_server
+from .rest.handlers import handlers
+from .rest.resume import resume_handlers
+from .sleep.hook import HibernationHook
+from .sleep.websocket import install_transparent_resume
+from .rest.hints import HintLimiter
+from .rest.identity import is_personal_server
 from .notebooks import Notebooks
 from .recorder import Recorder
 from .starting import StartingKernels
@@ -95,7 +96,7 @@ class GPUPoolExtension(ExtensionApp):
 
     hibernator_class = Type(
         allow_none=True, klass=HibernationHook,
-        help="""The hibernation hook: a subclass of jupyter_gpu_pool.server_extension.hibernation_hook.HibernationHook,
+        help="""The hibernation hook: a subclass of jupyter_gpu_pool.server_extension.sleep.hook.HibernationHook,
         built as ``hibernator_class(parent=extension)``.  The default moves idle kernels' GPU memory to host RAM:
         on this machine (PoolHibernation, docs/hibernation.md), or, with pool_backend 'kubernetes', through the
         kernels' GPUKernels, the cluster's operator and node agent (ClusterHibernation, docs/kubernetes.md).
@@ -105,8 +106,8 @@ class GPUPoolExtension(ExtensionApp):
     @default("hibernator_class")
     def _default_hibernator_class(self):
         if self.pool_backend == "kubernetes":
-            return "jupyter_gpu_pool.server_extension.cluster_hibernation.ClusterHibernation"
-        return "jupyter_gpu_pool.server_extension.hibernation_hook.PoolHibernation"
+            return "jupyter_gpu_pool.server_extension.sleep.cluster.ClusterHibernation"
+        return "jupyter_gpu_pool.server_extension.sleep.hook.PoolHibernation"
 
     cull_concurrency = Count(
         10, minimum=1,
@@ -208,7 +209,7 @@ class GPUPoolExtension(ExtensionApp):
             if self._config_error is not None:
                 raise self._config_error
             if self.pool_backend == "kubernetes":
-                from .kubernetes_backend import KubernetesBackend
+                from .backends.kubernetes import KubernetesBackend
 
                 return KubernetesBackend(self.serverapp.config)
             return LocalBackend(pool_for(self.serverapp.config))

@@ -20,8 +20,8 @@ from ..pool import Lease
 from ..pool import policy as P
 from ..pool.rules import Policy
 from ..pool.profiles import MPS
-from .backend import PoolBackend
-from .hibernation_hook import HibernationHook
+from .backends.base import PoolBackend
+from .sleep.hook import HibernationHook
 from .notebooks import Notebooks
 
 

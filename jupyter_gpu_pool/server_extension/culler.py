@@ -42,9 +42,9 @@ from ..pool.rules import Policy
 from ..pool.units import format_clock, unix_time
 from . import admin_requests, messages, metrics
 from .activity import ActivityRecorder
-from .backend import PoolBackend
+from .backends.base import PoolBackend
 from .context import Acting, Seen, ServerContext
-from .hibernation_hook import HibernationHook
+from .sleep.hook import HibernationHook
 from .notebooks import Notebooks
 from .recorder import Recorder
 

@@ -14,7 +14,7 @@ import logging
 from ..pool import Lease
 from . import events, metrics
 from .notebooks import Notebooks
-from .sleep_timers import AFTER_CELL, HINT_UNUSED
+from .sleep.timers import AFTER_CELL, HINT_UNUSED
 
 log = logging.getLogger(__name__)
 

@@ -379,7 +379,7 @@ async def test_a_resume_racing_a_new_kernel_for_the_same_gpu_ends_consistent(ker
 def jp_server_config(gpu_pool):
     from traitlets.config import Config
 
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
+    from jupyter_gpu_pool.server_extension.sleep.hook import PoolHibernation
 
     return Config({"ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
                    "GPUPoolExtension": {"cull_interval": 0.5, "hibernator_class": PoolHibernation}})

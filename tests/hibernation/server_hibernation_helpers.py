@@ -28,7 +28,7 @@ def extension_config():
     every 0.3 s and telemetry every 0.5 s (pytest-jupyter's ``jp_server_config``)."""
     from traitlets.config import Config
 
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
+    from jupyter_gpu_pool.server_extension.sleep.hook import PoolHibernation
 
     return Config({
         "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},

@@ -34,7 +34,7 @@ def jp_server_config(standin_machine, request):
     the extension's settings from the ``extension`` marker."""
     from traitlets.config import Config
 
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
+    from jupyter_gpu_pool.server_extension.sleep.hook import PoolHibernation
 
     settings = {"policy": [BETWEEN_CELLS], "unix_groups": False}
     marker = request.node.get_closest_marker("pool_settings")
@@ -223,7 +223,7 @@ async def test_a_kernel_that_cannot_hibernate_here_is_left_alone_and_said_so_onc
     kid, _ = await server.gpu_kernel()
     assert (await server.me_kernel(kid))["sleeps_after_cell"] is None  # the card does not promise it
     ch = await channels(kid)
-    caplog.set_level(logging.INFO, logger="jupyter_gpu_pool.server_extension.sleep_timers")
+    caplog.set_level(logging.INFO, logger="jupyter_gpu_pool.server_extension.sleep.timers")
 
     await run(ch, "x = 1")
     await run(ch, "y = 2")

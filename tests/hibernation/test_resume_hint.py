@@ -47,7 +47,7 @@ def jp_server_config(pool_home, request):
     """alice's server on the declared pool; rules hibernate; the extension's settings from the marker."""
     from traitlets.config import Config
 
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
+    from jupyter_gpu_pool.server_extension.sleep.hook import PoolHibernation
 
     settings = {"owner": OWNER, "policy": [HIBERNATE], "unix_groups": False}
     marker = request.node.get_closest_marker("pool_settings")

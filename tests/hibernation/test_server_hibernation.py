@@ -208,8 +208,8 @@ async def test_a_refusal_for_now_leaves_the_kernel_running_and_the_user_is_told_
 
 async def test_the_hook_is_the_extensions_default_and_installs_transparent_resume(jp_serverapp):
     from jupyter_gpu_pool.server_extension.app import GPUPoolExtension
-    from jupyter_gpu_pool.server_extension.hibernation_hook import PoolHibernation
-    from jupyter_gpu_pool.server_extension.hibernation_websocket import TransparentResume
+    from jupyter_gpu_pool.server_extension.sleep.hook import PoolHibernation
+    from jupyter_gpu_pool.server_extension.sleep.websocket import TransparentResume
 
     assert GPUPoolExtension().hibernator_class is PoolHibernation
     assert issubclass(jp_serverapp.web_app.settings["kernel_websocket_connection_class"], TransparentResume)

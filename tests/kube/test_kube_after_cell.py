@@ -178,7 +178,7 @@ async def test_a_kernel_pod_that_cannot_hibernate_is_left_alone_between_cells_an
     the log, once); the kernel keeps running, is neither warned nor shut down, and is asked no more."""
     await operator_factory(cluster)
     ext = await extension(jp_serverapp)
-    caplog.set_level(logging.INFO, logger="jupyter_gpu_pool.server_extension.sleep_timers")
+    caplog.set_level(logging.INFO, logger="jupyter_gpu_pool.server_extension.sleep.timers")
     try:
         await set_policy(kube, ext, [BETWEEN_CELLS])
         await node.start()

@@ -411,7 +411,7 @@ async def test_a_restarted_server_adopts_its_hibernated_kernel_and_keeps_it(clus
     from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 
     from jupyter_gpu_pool.cluster.session import KernelSession
-    from jupyter_gpu_pool.server_extension.adoption import adopt_kernels
+    from jupyter_gpu_pool.server_extension.backends.adoption import adopt_kernels
 
     await operator_factory(cluster, **HIBERNATING_HAMI)
     first = jp_serverapp.kernel_manager

@@ -14,15 +14,15 @@ def test_the_server_side_loads_no_operator_module_and_no_kopf():
         "import json, sys\n"
         "import jupyter_gpu_pool.kernel_provisioner.kubernetes\n"
         "import jupyter_gpu_pool.server_extension\n"
-        "import jupyter_gpu_pool.server_extension.kubernetes_backend\n"
-        "import jupyter_gpu_pool.server_extension.adoption\n"
+        "import jupyter_gpu_pool.server_extension.backends.kubernetes\n"
+        "import jupyter_gpu_pool.server_extension.backends.adoption\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('jupyter_gpu_pool.') or m == 'kopf'"
         " or m.startswith('kopf.'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     loaded = json.loads(out.stdout)
-    assert "jupyter_gpu_pool.server_extension.kubernetes_backend" in loaded  # the import really happened
+    assert "jupyter_gpu_pool.server_extension.backends.kubernetes" in loaded  # the import really happened
     assert [m for m in loaded if m.startswith("jupyter_gpu_pool.operator") or m.split(".")[0] == "kopf"] == []
 
 
@@ -37,7 +37,8 @@ def test_periodic_jobs_run_on_the_one_loop():
 
     root = Path(jupyter_gpu_pool.__file__).parent
     files = [*sorted((root / "cluster").glob("*.py")), *sorted((root / "operator").glob("*.py")),
-             root / "server_extension" / "kubernetes_backend.py", root / "server_extension" / "adoption.py",
+             *(root / "server_extension" / name for name in ("backends/kubernetes.py", "backends/adoption.py",
+                                                           "sleep/cluster.py")),
              root / "kernel_provisioner" / "kubernetes.py"]
     allowed = {("watch.py", "list_and_watch")}
     found = []

@@ -17,7 +17,7 @@ from kube_helpers import Kube, pod_processes, wait_until
 
 from jupyter_gpu_pool.kernel_provisioner import KernelStartRefused
 from jupyter_gpu_pool.cluster.session import KernelSession
-from jupyter_gpu_pool.server_extension.adoption import adopt_kernels
+from jupyter_gpu_pool.server_extension.backends.adoption import adopt_kernels
 from jupyter_gpu_pool.cluster.resources import LABEL_KERNEL, kernel_name, secret_name
 
 REAL_CLUSTER_TOO = True  # also run, marked k8s, on the cluster KUBECONFIG names

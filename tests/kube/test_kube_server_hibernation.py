@@ -18,7 +18,7 @@ from kube_helpers import GiB, Kube, wait_until
 from traitlets.config import Config
 
 from jupyter_gpu_pool.cluster.resources import HIBERNATED, RUNNING, kernel_name
-from jupyter_gpu_pool.server_extension.cluster_hibernation import ClusterHibernation
+from jupyter_gpu_pool.server_extension.sleep.cluster import ClusterHibernation
 
 NODE, GPU_A = "gpu-node-1", "GPU-aaaa"
 API = ("gpu-pool", "api", "v1")

@@ -84,7 +84,7 @@ def test_of_many_processes_racing_to_move_one_kernel_exactly_one_wins(tmp_path):
 
 
 async def test_the_servers_claim_to_shut_a_kernel_down_fails_while_another_move_holds_it(pool_home):
-    from jupyter_gpu_pool.server_extension.backend import LocalBackend
+    from jupyter_gpu_pool.server_extension.backends.local import LocalBackend
 
     pool = pool_home.pool()
     backend = LocalBackend(pool)

@@ -13,7 +13,7 @@ from kernel_helpers import wait_until  # noqa: F401  (re-exported for the tests)
 
 from jupyter_gpu_pool.devices.telemetry import ProcessReading
 from jupyter_gpu_pool.hibernation import Outcome
-from jupyter_gpu_pool.server_extension.hibernation_hook import HibernationHook
+from jupyter_gpu_pool.server_extension.sleep.hook import HibernationHook
 
 
 class ScriptedReadings:

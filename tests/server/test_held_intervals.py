@@ -4,7 +4,7 @@ plots draw (dashboard.held_intervals), so that they agree with the table of what
 from __future__ import annotations
 
 from jupyter_gpu_pool.pool import JournalEntry
-from jupyter_gpu_pool.server_extension.dashboard import held_intervals
+from jupyter_gpu_pool.server_extension.rest.dashboard import held_intervals
 
 START = 1000.0
 

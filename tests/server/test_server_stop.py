@@ -18,7 +18,7 @@ from jupyter_gpu_pool.pool.liveness import (
     ended_with_server,
 )
 from jupyter_gpu_pool.pool.profiles import parse_profile
-from jupyter_gpu_pool.server_extension.views import journal_item
+from jupyter_gpu_pool.server_extension.rest.views import journal_item
 from jupyter_gpu_pool.server_extension import messages
 
 ME = ("gpu-pool", "api", "v1", "me")

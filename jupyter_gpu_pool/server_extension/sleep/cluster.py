@@ -22,14 +22,14 @@ import dataclasses
 import logging
 import time
 
-from ..cluster import resources as R
-from ..cluster.hibernation import HOST_MEMORY, LASTING, NODE_CAP, never_hands_back
-from ..cluster.kernels import as_lease, desired, hibernation, hint_declined, meta, resume_hint, status
-from ..hibernation import HibernationFailed, HibernationRefused, Kernels, Outcome
-from ..pool import ACTIVE, Lease, format_size
-from ..pool.phases import display_state
-from .hibernation_hook import HibernationHook
-from .sleep_timers import SleepTimers
+from ...cluster import resources as R
+from ...cluster.hibernation import HOST_MEMORY, LASTING, NODE_CAP, never_hands_back
+from ...cluster.kernels import as_lease, desired, hibernation, hint_declined, meta, resume_hint, status
+from ...hibernation import HibernationFailed, HibernationRefused, Kernels, Outcome
+from ...pool import ACTIVE, Lease, format_size
+from ...pool.phases import display_state
+from .hook import HibernationHook
+from .timers import SleepTimers
 
 log = logging.getLogger(__name__)
 

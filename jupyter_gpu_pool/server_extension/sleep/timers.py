@@ -27,9 +27,9 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ..hibernation import HibernationError, HibernationFailed, HibernationRefused
-from ..pool import ACTIVE, HIBERNATED, Lease
-from ..pool import policy as P
+from ...hibernation import HibernationError, HibernationFailed, HibernationRefused
+from ...pool import ACTIVE, HIBERNATED, Lease
+from ...pool import policy as P
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ import logging
 import weakref
 from abc import ABC
 
-from ..devices.checkpoint import DECLARED_NOTE
-from ..hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
-from ..periodic import every
-from ..pool import ACTIVE, Lease
-from .sleep_timers import SleepTimers
+from ...devices.checkpoint import DECLARED_NOTE
+from ...hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
+from ...periodic import every
+from ...pool import ACTIVE, Lease
+from .timers import SleepTimers
 
 log = logging.getLogger(__name__)
 

@@ -12,17 +12,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ..pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
-from ..pool import policy as P
-from ..pool.leases import ACTIVE
-from ..pool.liveness import ended_with_server
-from ..pool.phases import HIBERNATING, IN_FLIGHT, STOPPING, display_state
-from ..pool.rules import Policy
-from ..pool.units import unix_time
+from ...pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
+from ...pool import policy as P
+from ...pool.leases import ACTIVE
+from ...pool.liveness import ended_with_server
+from ...pool.phases import HIBERNATING, IN_FLIGHT, STOPPING, display_state
+from ...pool.rules import Policy
+from ...pool.units import unix_time
 from . import dashboard
-from .backend import PoolBackend
-from .context import ServerContext
-from .notebooks import name_of
+from ..backends.base import PoolBackend
+from ..context import ServerContext
+from ..notebooks import name_of
 
 # Journal kinds a user's "recent" list explains; ours carry detail.source == "policy".
 RECENT_KINDS = ("warned", "snoozed", "culled", "hibernated", "released", "resumed", "refused", "reclaimed",

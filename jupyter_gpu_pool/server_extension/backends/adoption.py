@@ -10,10 +10,10 @@ kernel manager's bookkeeping is filled in through ``jupyter_gpu_pool.compat``.
 
 from __future__ import annotations
 
-from ..cluster.resources import HIBERNATED, HIBERNATING, LABEL_SERVER, RESUMING, RUNNING, label_value
-from ..cluster.session import KernelSession
-from ..cluster.settings import GPUPoolKubernetes, kubernetes_settings
-from .. import compat
+from ...cluster.resources import HIBERNATED, HIBERNATING, LABEL_SERVER, RESUMING, RUNNING, label_value
+from ...cluster.session import KernelSession
+from ...cluster.settings import GPUPoolKubernetes, kubernetes_settings
+from ... import compat
 
 
 ALIVE = (RUNNING, HIBERNATING, HIBERNATED, RESUMING)  # a hibernated kernel's process lives on: adopted too

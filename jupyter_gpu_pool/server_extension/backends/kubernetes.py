@@ -25,18 +25,18 @@ import dataclasses
 import logging
 import time
 
-from ..config import load_settings
-from ..devices.telemetry import Reading, Sampler
-from ..periodic import every
-from ..cluster.kernels import as_lease, holds_quota, spec, status
-from ..cluster.quotas import read_quotas
-from ..cluster.resources import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
-from ..cluster.session import KernelSession
-from ..cluster.settings import kubernetes_settings
-from ..pool import ACTIVE, DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
-from ..pool.rules import Policy, PolicyError, parse_policy
+from ...config import load_settings
+from ...devices.telemetry import Reading, Sampler
+from ...periodic import every
+from ...cluster.kernels import as_lease, holds_quota, spec, status
+from ...cluster.quotas import read_quotas
+from ...cluster.resources import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
+from ...cluster.session import KernelSession
+from ...cluster.settings import kubernetes_settings
+from ...pool import ACTIVE, DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
+from ...pool.rules import Policy, PolicyError, parse_policy
 from .adoption import adopt_kernels
-from .backend import PoolBackend
+from .base import PoolBackend
 
 log = logging.getLogger(__name__)
 

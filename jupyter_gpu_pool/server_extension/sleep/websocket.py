@@ -33,8 +33,8 @@ import uuid
 from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1, serialize_msg_to_ws_v1
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 
-from ..hibernation import HibernationError
-from ..pool.phases import QUEUED
+from ...hibernation import HibernationError
+from ...pool.phases import QUEUED
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,12 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
-from ..compat import VerbatimHTTPError
-from ..pool import HIBERNATED, Lease
-from ..pool import policy as P
-from . import admin_requests, dashboard, views
+from ...compat import VerbatimHTTPError
+from ...pool import HIBERNATED, Lease
+from ...pool import policy as P
+from .. import admin_requests
+from . import dashboard
+from . import views
 from .identity import Caller, caller_of
 
 AUTH_RESOURCE = "kernels"

@@ -15,9 +15,9 @@ import time
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..hibernation import HibernationError
-from ..pool.phases import IN_FLIGHT, PhaseConflict, display_state
-from ..pool import HIBERNATED, PoolError
+from ...hibernation import HibernationError
+from ...pool.phases import IN_FLIGHT, PhaseConflict, display_state
+from ...pool import HIBERNATED, PoolError
 from . import views
 from .handlers import API, KERNEL_ID, PoolAPIHandler, api_error
 from .hints import retry_after

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from ..pool import ACTIVE, JournalEntry, Snapshot
-from .backend import PoolBackend
-from .context import ServerContext
-from .notebooks import name_of
+from ...pool import ACTIVE, JournalEntry, Snapshot
+from ..backends.base import PoolBackend
+from ..context import ServerContext
+from ..notebooks import name_of
 
 WINDOW_MAX = 24 * 3600.0  # seconds of readings one request may ask for
 JOURNAL_LIMIT = 10_000  # journal entries one request reads for the window's holds
