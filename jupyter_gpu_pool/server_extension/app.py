@@ -14,7 +14,7 @@ import sys
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Instance, TraitError, Type, default
 
-from ..compat import quiet_refusals, start_handlers
+from ..compat import forget_failed_starts, quiet_refusals, start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
 from ..pools import pool_for
@@ -253,7 +253,13 @@ class GPUPoolExtension(ExtensionApp):
                        loop.create_task(self.culler.run(self.cull_interval, self._stop))]
 
     async def stop_extension(self) -> None:
-        """Let the loops finish what they are doing (threads cannot be cancelled), then stop."""
+        """Let the loops finish what they are doing (threads cannot be cancelled), then stop.  jupyter_server
+        shuts the kernels down next: first drop the starts that failed without a kernel, on which its
+        shutdown would fail and leave the server running after SIGTERM (``compat.forget_failed_starts``)."""
+        failed = forget_failed_starts(self.serverapp.kernel_manager)
+        if failed:
+            self.log.info("GPU pool: %d kernel start(s) that failed left no kernel to shut down: %s", len(failed),
+                          ", ".join(failed))
         if self._stop is not None:
             self._stop.set()
         if self._tasks:
