@@ -9,6 +9,7 @@ Its settings live with the pool's: ``c.GPUPoolExtension.*`` may be written in
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 
 from jupyter_server.extension.application import ExtensionApp
@@ -34,6 +35,29 @@ from .rest.identity import is_personal_server
 from .notebooks import Notebooks
 from .recorder import Recorder
 from .starting import StartingKernels
+
+
+# The package's logger: every module of the pool logs under it (``logging.getLogger(__name__)``), the
+# hibernator and the provisioners included when they run in this server.
+PACKAGE_LOG = "jupyter_gpu_pool"
+
+
+def join_server_log(extension_log: logging.Logger, level: int | str) -> None:
+    """Send the pool's module loggers' lines where jupyter_server writes this extension's own (its
+    ``self.log``'s handlers: the server's stream and format, or an admin's ``logging_config``), at its
+    level: without a handler of their own they went to Python's last-resort handler, warnings bare (no
+    time, level or name) and INFO lines dropped.  A later server in the same process (tests) replaces the
+    handlers an earlier one lent; records still propagate, so a host that logs the root logger sees them."""
+    package = logging.getLogger(PACKAGE_LOG)
+    for handler in [h for h in package.handlers if getattr(h, "_lent_by_gpu_pool", False)]:
+        package.removeHandler(handler)
+    for handler in extension_log.handlers:
+        if handler not in package.handlers:
+            handler._lent_by_gpu_pool = True  # type: ignore[attr-defined]
+            package.addHandler(handler)
+    wanted = logging.getLevelName(level) if isinstance(level, str) else level
+    if isinstance(wanted, int) and package.getEffectiveLevel() > wanted:
+        package.setLevel(wanted)  # never quieter than it was made (a test may have asked for DEBUG)
 
 
 class GPUPoolExtension(ExtensionApp):
@@ -151,6 +175,7 @@ class GPUPoolExtension(ExtensionApp):
     # -- setup ------------------------------------------------------------------------------
 
     def initialize_settings(self) -> None:
+        join_server_log(self.log, self.log_level)
         quiet_refusals(self.settings, self.serverapp.log)  # a refused start is an expected answer: one warning line
         self.backend = self._make_backend()
         self.hint_limiter = HintLimiter(self.hint_rate_limit)

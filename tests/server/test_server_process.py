@@ -69,3 +69,46 @@ def test_the_first_sigterm_stops_the_server_after_refused_and_failed_starts(tmp_
     with sqlite3.connect(lab.ledger) as db:
         leases = db.execute("SELECT kernel_id, state, reason FROM leases").fetchall()
     assert leases == [(running["id"], "released", "server_stopped")], leases  # the refused start took nothing
+
+
+def _wait_for_line(lab: LabServer, pattern: str, timeout: float = 60) -> str:
+    """The first line of the server's log that matches ``pattern`` (it is written when its move is done)."""
+    import re
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in lab.log_path.read_text(errors="replace").splitlines():
+            if re.search(pattern, line):
+                return line
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no line matching {pattern!r} in the server's log:\n{lab.log_tail(40)}")
+        time.sleep(0.2)
+
+
+def test_the_pools_lines_are_in_the_servers_log_with_time_level_and_name(tmp_path):
+    """What docs/hibernation.md promises the admin reads in the server's log (a hibernation, a resume, the
+    hibernator's own account of each) is there, formatted as jupyter_server's own lines: time, level and the
+    extension's logger name; INFO lines are not dropped, warnings are not printed bare."""
+    lab = LabServer(tmp_path, pool={}, extension={})
+    lab.start()
+    try:
+        status, kernel = lab.api("POST", "api/kernels", {"name": "gpu-pool-gpu-10g"})
+        assert status == 201, kernel
+        kid = kernel["id"]
+        api = f"gpu-pool/api/v1/kernels/{kid}"
+        status, done = lab.api("POST", f"{api}/release")
+        assert status in (200, 202), done
+        stamp = r"^\[(?P<level>[DIWEC]) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (?P<name>jupyter_gpu_pool[\w.]*)\] "
+        hibernated = _wait_for_line(lab, stamp + r"GPU pool hibernated ")
+        status, done = lab.api("POST", f"{api}/resume")
+        assert status in (200, 202), done
+        resumed = _wait_for_line(lab, stamp + r"GPU pool resumed ")
+        moved = _wait_for_line(lab, stamp + rf"kernel {kid} resumed ")  # the hibernator's own line
+    finally:
+        lab.stop()
+    assert hibernated.startswith("[W ") and "jupyter_gpu_pool.server_extension.recorder]" in hibernated, hibernated
+    assert resumed.startswith("[I ") and "jupyter_gpu_pool.server_extension.recorder]" in resumed, resumed
+    assert moved.startswith("[I ") and "jupyter_gpu_pool.hibernation.hibernator]" in moved, moved
+    bare = [line for line in lab.log_path.read_text(errors="replace").splitlines() if line.startswith("GPU pool ")]
+    assert bare == [], bare  # nothing through Python's last-resort handler
