@@ -202,6 +202,7 @@ class GPUPoolExtension(ExtensionApp):
                              web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
                              exempt_server_culler=self.exempt_from_server_culler, activity=activity,
                              concurrency=self.cull_concurrency, notebooks=notebooks)
+        self.hibernator.when_user_resumes(self.culler.user_resumed)  # a resume asked for restarts the idle clock
         self.server_context = self.culler.context
         self.starting = StartingKernels(km)
         self._tasks: list[asyncio.Task] = []
