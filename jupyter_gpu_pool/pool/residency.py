@@ -394,18 +394,21 @@ _ALIASES = {(ACTIVE, QUEUED): RESTORING}
 _BY_VIEW = {ledger_view(s): s.stage for s in _SETTLED if s == Residency(s.stage) and s.stage != NO_GPU_YET}
 
 
-def residency_of(lease: Lease | None, *, first: bool = False, hint: bool = False) -> Residency:
+def residency_of(lease: Lease | None, *, first: bool = False, hint: bool = False, was: str = "") -> Residency:
     """The residency of a kernel from its lease (None: gone).  What the ledger does not keep is the
-    mover's to say: ``first`` (the slice it is restoring into is its first) and ``hint`` (its resume is a
-    hint's, or it was woken on one and no cell came since).  A stopping lease reads as stopped where it
-    was settled (a move under way then is its own mover's to know).  A (state, phase) no residency shows
-    as raises :class:`PhaseError`."""
+    mover's to say: ``first`` (the slice it is restoring into is its first), ``hint`` (its resume is a
+    hint's, or it was woken on one and no cell came since) and, for a lease found stopping, ``was``: the
+    stage of the move it has under way (where that agrees with what the lease holds; else, and by default,
+    it reads as stopped where it was settled).  A (state, phase) no residency shows as raises
+    :class:`PhaseError`."""
     if lease is None or lease.state == RELEASED:
         return _r(GONE)
-    if lease.phase == STOPPING:
-        was = ACTIVE if lease.state == ACTIVE else NO_GPU_YET if lease.awaits_first_cell else HIBERNATED
-        return _r(STOPPING, was=was)
     first = first or lease.awaits_first_cell
+    if lease.phase == STOPPING:
+        held = lease.state == ACTIVE
+        if was in _MOVING and (was in _HOLDING) == held:
+            return _r(STOPPING, was=was, first=first and was in (RESUMING, QUEUED, RESTORING))
+        return _r(STOPPING, was=ACTIVE if held else NO_GPU_YET if lease.awaits_first_cell else HIBERNATED)
     pair = (lease.state, lease.phase)
     stage = _ALIASES.get(pair) or _BY_VIEW.get(pair)
     if stage is None:
