@@ -30,12 +30,12 @@ from ...devices.checkpoint import DECLARED_NOTE
 from ...hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ...periodic import every
 from ...pool import ACTIVE, Lease
+from ...pool import residency as M
 from .timers import SleepTimers
 
 log = logging.getLogger(__name__)
 
-# Why a kernel was resumed, by the resume's reason: a cell the user ran, their Resume button.  These are the
-# resumes its user asked for: each restarts the kernel's idle clock (``HibernationHook.user_resumed``).
+# Why a kernel was resumed, by the resume's reason: a cell the user ran, their Resume button.
 RESUMED_FOR = {"cell": "for the cell you ran", "user": "at your request"}
 
 
@@ -61,14 +61,13 @@ class HibernationHook(ABC):
         slice (the culler, whose memory keeps each kernel's idle clock, restarts it then)."""
         self._on_user_resume.append(listener)
 
-    def user_resumed(self, kernel_id: str, reason: str) -> None:
-        """A resume ended with the kernel on its slice, for ``reason``: where its user asked for it (their
-        Resume, a cell; a hint's resume a cell came for meanwhile is the cell's), the listeners are told,
-        so that the kernel is judged idle from now, not from its last cell before it slept.  A hint's
-        resume no cell has come for is not: it goes back to sleep unwarned if none comes (and a cell that
-        comes later restarts the clock by itself, as any cell does).  Each hook calls this where it puts
-        a resume on record."""
-        if reason in RESUMED_FOR:
+    def user_resumed(self, kernel_id: str, effects: tuple[str, ...]) -> None:
+        """Carry out the residency model's ``restart_idle_clock`` among a move's ``effects``: its user asked
+        for the kernel awake (their Resume, a cell, a hint's resume a cell came for), so the listeners are
+        told and the kernel is judged idle from now, not from its last cell before it slept.  A hint's resume
+        no cell has come for has no such effect: it goes back to sleep unwarned if none comes.  Each hook
+        calls this where a resume ends and where a hint's cell comes (``used``)."""
+        if M.RESTART_IDLE_CLOCK in effects:
             for listener in self._on_user_resume:
                 listener(kernel_id)
 
@@ -215,7 +214,7 @@ class PoolHibernation(HibernationHook):
         return self.hibernator.hinted(kernel_id)
 
     def used(self, kernel_id: str) -> None:
-        self.hibernator.used(kernel_id)
+        self.user_resumed(kernel_id, self.hibernator.used(kernel_id))
 
     def cell_started(self, kernel_id: str) -> None:
         self.timers.cell_started(kernel_id)
@@ -276,8 +275,7 @@ class PoolHibernation(HibernationHook):
         hinted = self.hibernator.hinted(kernel_id)
         if reason == "hint" and not hinted:
             reason = "cell"  # a cell came while the hinted resume was under way: it was for the cell
-        if outcome.action == "resumed":
-            self.user_resumed(kernel_id, reason)
+        self.user_resumed(kernel_id, outcome.effects)
         if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
             why = RESUMED_FOR.get(reason)  # the user's own doing, not the pool's policy
             message = outcome.message.replace("Resumed", f"Resumed {why}", 1) if why else outcome.message
@@ -285,7 +283,7 @@ class PoolHibernation(HibernationHook):
                                        action="resume", rule=None, duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared,
                                        extra={"hold": self.hint_sleep_after} if reason == "hint" else None)
-        if hinted:
+        if hinted and M.HOLD_FOR_CELL in outcome.effects:  # woken on a hint: back to sleep unless a cell comes
             self.timers.after_hint(kernel_id, self.hint_sleep_after)
 
     async def others_waiting(self, kernel_id: str) -> bool:
