@@ -14,13 +14,11 @@ import {
   formatHours,
   formatPercent,
   gpuShortName,
-  kindWord,
   plainNote,
-  reasonPhrase,
-  sliceWords,
-  stateWord
+  sliceWords
 } from './format';
 import { __ } from './i18n';
+import { kindWord, reasonPhrase, stateWord } from './words';
 import type {
   AdminAction,
   IBudget,
@@ -119,6 +117,10 @@ function leaseSlice(l: IPoolLease): string {
 function leaseState(l: IPoolLease): string {
   if (l.phase) {
     return stateWord(l.phase);
+  }
+  if (l.state === 'hibernated' && l.reason === 'first_cell') {
+    // Started without a slice (slice_at: first-cell): it never held one, nothing was put to sleep.
+    return stateWord('no_gpu_yet');
   }
   return stateWord(l.state === 'active' && l.execution_state === 'busy' ? 'running' : l.state);
 }

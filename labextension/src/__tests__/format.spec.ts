@@ -15,13 +15,26 @@ import {
   formatUsedOf,
   gpuShortName,
   kernelsText,
-  reasonPhrase,
   sparklinePoints,
-  trimNumber
+  trimNumber,
+  formatDeadline
 } from '../format';
+import { reasonPhrase } from '../words';
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
+
+describe('formatDeadline', () => {
+  it('says a deadline to the minute, with its seconds when under two minutes away', () => {
+    const at = Date.UTC(2024, 10, 22, 21, 10, 55) / 1000;
+    assert.equal(formatDeadline(at, at - 30), '21:10:55'); // "at 21:10" would read as past
+    assert.equal(formatDeadline(at, at - 119), '21:10:55');
+    assert.equal(formatDeadline(at, at - 120), '21:10');
+    assert.equal(formatDeadline(at, at - 3600), '21:10');
+    assert.equal(formatDeadline(at, at + 5), '21:10'); // past: as any time
+    assert.match(formatDeadline(at, at - 3 * 86400), /^\S+ \d+ 21:10$/);
+  });
+});
 
 describe('formatBytes', () => {
   it('writes GiB with at most one decimal and no trailing zero', () => {
