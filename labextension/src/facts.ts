@@ -149,8 +149,13 @@ function superseded(h: IHappening, world: IWorld): boolean {
   );
 }
 
+/** A refused start: its advice (what would start now) is read from GET me. */
+function startRefusal(h: IHappening): boolean {
+  return h.kind === 'refused' && !h.action && h.reason !== 'hibernation_failed';
+}
+
 /** A refused start's toast as it would read with `me`'s advice (what would start now). */
-function startRefusal(h: IHappening, me: IMe | null): string {
+function startRefusalText(h: IHappening, me: IMe | null): string {
   return explanation('refused', h.name, h.reason, '', { me, profile: h.profile });
 }
 
@@ -179,9 +184,9 @@ function holds(h: IHappening, nature: FactNature, world: IWorld): boolean {
       if (h.kind === 'kernel_error') {
         return true;
       }
-      if (h.kind === 'refused' && !h.action && h.reason !== 'hibernation_failed') {
+      if (startRefusal(h)) {
         // Its advice read from the GET me after it, while a fresh GET me would advise the same.
-        return h.seen !== null && startRefusal(h, h.seen) === startRefusal(h, me);
+        return startRefusalText(h, h.seen) === startRefusalText(h, me);
       }
       if (superseded(h, world) || (fresh && !!h.kernelId && !k && h.kind !== 'action_failed')) {
         return false;
@@ -318,8 +323,8 @@ export function factsNow(world: IWorld): IFact[] {
   const facts = warningFacts(world).filter(f => !world.closed.has(f.key));
   const lost = new Set<string>();
   for (const h of [...world.happenings].sort((a, b) => a.at - b.at)) {
-    if (world.closed.has(h.key)) {
-      continue;
+    if (world.closed.has(h.key) || (startRefusal(h) && h.seen === null)) {
+      continue; // closed; or a refused start whose advice waits for the GET me after it
     }
     let nature = natureOf(h, world.me);
     if (nature === 'loss' && lost.has(h.kernelId)) {

@@ -410,7 +410,7 @@ describe('the book of happenings', () => {
       { action: 'refused', kernel_id: 'k9', reason: 'pool_exhausted', profile: 'gpu-20g' },
       NOW + 2
     );
-    assert.deepEqual(screen.toasts(), []); // its advice would be stale: wait for GET me
+    assert.deepEqual(screen.look().all, []); // its advice would be stale: it waits for GET me
     const refused: IRecent = {
       kind: 'refused',
       kernel_id: 'k9',
