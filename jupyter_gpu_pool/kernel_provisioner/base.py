@@ -60,7 +60,11 @@ class PoolKernelProvisioner:
     kernel_id: str
 
     def __init__(self, **kwargs: Any):
-        check_config(self.provisioner_name, self.config_keys, kwargs)  # before anything is taken
+        try:
+            check_config(self.provisioner_name, self.config_keys, kwargs)  # before anything is taken
+        except KernelStartRefused:  # a refusal as the provisioner is made is a start that failed, too
+            forget_pending_start(kwargs.get("parent"), kwargs.get("kernel_id", ""))
+            raise
         super().__init__(**kwargs)
 
     def release(self, reason: str) -> None:

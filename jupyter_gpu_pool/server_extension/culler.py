@@ -70,6 +70,7 @@ class Culler:
         self.activity = activity  # the planner's activity trace, where the pool keeps one
         self.states: dict[str, P.KernelState] = {}  # the policy's memory: warnings given, snoozes used
         self.busy_since: dict[str, float] = {}
+        self.resumed: dict[str, float] = {}  # when a resume its user asked for last put each kernel on its slice
         self.acting: dict[str, Acting] = {}  # this server's actions under way, by kernel
         self.timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}  # warned kernels: (deadline, its call)
         self._deciding = asyncio.Lock()  # a pass and a deadline's check decide one at a time
@@ -121,7 +122,14 @@ class Culler:
             lease, execution_state=execution_state, last_activity=last_activity, busy_since=since,
             gpu_active=self.sampler.last_gpu_activity(kernel_id, rule.gpu_idle_threshold),
             gpu_idle_since=self.sampler.gpu_idle_since(kernel_id, rule.gpu_idle_threshold),
-            memory_used=reading.memory_used if reading else None, can_hibernate=can, why=why, budget=budget)
+            memory_used=reading.memory_used if reading else None, can_hibernate=can, why=why, budget=budget,
+            resumed=self.resumed.get(kernel_id))
+
+    def user_resumed(self, kernel_id: str) -> None:
+        """A resume the kernel's user asked for put it back on its slice (the hook says so: its Resume, a
+        cell): its idle clock restarts now.  The policy's memory keeps its warnings and snoozes; its next
+        judgement, with the clock restarted, withdraws a warning no longer due."""
+        self.resumed[kernel_id] = self.clock()
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -140,10 +148,11 @@ class Culler:
             reclaimed = self.reclaim(snapshot, kernels, judged, now)
             for kid, lease, rule, facts in judged:
                 await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
-            for gone in set(self.states) - set(kernels):
+            for gone in (set(self.states) | set(self.resumed)) - set(kernels):
                 self.states.pop(gone, None)
                 self.seen.pop(gone, None)
                 self.busy_since.pop(gone, None)
+                self.resumed.pop(gone, None)
                 self._unschedule(gone)
         if gpu_active:
             self.report_gpu_activity()

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import weakref
 from abc import ABC
+from collections.abc import Callable
 
 from ...devices.checkpoint import DECLARED_NOTE
 from ...hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
@@ -33,7 +34,8 @@ from .timers import SleepTimers
 
 log = logging.getLogger(__name__)
 
-# Why a kernel was resumed, by the resume's reason: a cell the user ran, their Resume button.
+# Why a kernel was resumed, by the resume's reason: a cell the user ran, their Resume button.  These are the
+# resumes its user asked for: each restarts the kernel's idle clock (``HibernationHook.user_resumed``).
 RESUMED_FOR = {"cell": "for the cell you ran", "user": "at your request"}
 
 
@@ -52,6 +54,23 @@ class HibernationHook(ABC):
 
     def __init__(self, parent=None, **kwargs):
         self.extension = parent
+        self._on_user_resume: list[Callable[[str], None]] = []
+
+    def when_user_resumes(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(kernel_id)`` whenever a resume the kernel's user asked for has put it back on a
+        slice (the culler, whose memory keeps each kernel's idle clock, restarts it then)."""
+        self._on_user_resume.append(listener)
+
+    def user_resumed(self, kernel_id: str, reason: str) -> None:
+        """A resume ended with the kernel on its slice, for ``reason``: where its user asked for it (their
+        Resume, a cell; a hint's resume a cell came for meanwhile is the cell's), the listeners are told,
+        so that the kernel is judged idle from now, not from its last cell before it slept.  A hint's
+        resume no cell has come for is not: it goes back to sleep unwarned if none comes (and a cell that
+        comes later restarts the clock by itself, as any cell does).  Each hook calls this where it puts
+        a resume on record."""
+        if reason in RESUMED_FOR:
+            for listener in self._on_user_resume:
+                listener(kernel_id)
 
     def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether the lease's kernel can hibernate now, and why not (no I/O: the culler asks on every pass)."""
@@ -257,6 +276,8 @@ class PoolHibernation(HibernationHook):
         hinted = self.hibernator.hinted(kernel_id)
         if reason == "hint" and not hinted:
             reason = "cell"  # a cell came while the hinted resume was under way: it was for the cell
+        if outcome.action == "resumed":
+            self.user_resumed(kernel_id, reason)
         if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
             why = RESUMED_FOR.get(reason)  # the user's own doing, not the pool's policy
             message = outcome.message.replace("Resumed", f"Resumed {why}", 1) if why else outcome.message
