@@ -232,6 +232,43 @@ function LeaseRow(props: {
   );
 }
 
+/** Who waits for a slice, first first. */
+function QueueTable(props: { view: IDashboardView }): JSX.Element {
+  return (
+    <>
+      <h2 className="jp-GpuPool-sectionTitle">{__('Queue (%1)', props.view.queue.length)}</h2>
+      {props.view.queue.length === 0 ? (
+        <p className="jp-GpuPool-empty">{__('Nobody waits for a slice.')}</p>
+      ) : (
+        <table className="jp-GpuPool-table jp-GpuPool-queueTable">
+          <thead>
+            <tr>
+              <th scope="col">#</th>
+              <th scope="col">{__('User')}</th>
+              <th scope="col">{__('Notebook')}</th>
+              <th scope="col">{__('For')}</th>
+              <th scope="col">{__('Profile')}</th>
+              <th scope="col">{__('Waiting')}</th>
+            </tr>
+          </thead>
+          <tbody>
+            {props.view.queue.map(q => (
+              <tr key={q.position}>
+                <td>{q.position}</td>
+                <td>{q.owner}</td>
+                <td title={q.notebook}>{q.notebook}</td>
+                <td>{q.what}</td>
+                <td>{q.profile}</td>
+                <td>{q.waiting}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}
+
 function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): JSX.Element {
   const [busy, setBusy] = React.useState<string | null>(null);
   const act = async (row: ILeaseRow, action: AdminAction, opener: HTMLElement) => {
@@ -273,35 +310,7 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
           </table>
         </div>
       )}
-      <h2 className="jp-GpuPool-sectionTitle">{__('Queue (%1)', props.view.queue.length)}</h2>
-      {props.view.queue.length === 0 ? (
-        <p className="jp-GpuPool-empty">{__('Nobody waits for a slice.')}</p>
-      ) : (
-        <table className="jp-GpuPool-table jp-GpuPool-queueTable">
-          <thead>
-            <tr>
-              <th scope="col">#</th>
-              <th scope="col">{__('User')}</th>
-              <th scope="col">{__('Notebook')}</th>
-              <th scope="col">{__('For')}</th>
-              <th scope="col">{__('Profile')}</th>
-              <th scope="col">{__('Waiting')}</th>
-            </tr>
-          </thead>
-          <tbody>
-            {props.view.queue.map(q => (
-              <tr key={q.position}>
-                <td>{q.position}</td>
-                <td>{q.owner}</td>
-                <td title={q.notebook}>{q.notebook}</td>
-                <td>{q.what}</td>
-                <td>{q.profile}</td>
-                <td>{q.waiting}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <QueueTable view={props.view} />
     </section>
   );
 }

@@ -29,7 +29,6 @@ from browser_helpers import (
     shoot,
     toast,
     wait_for,
-    wait_in_page,
 )
 from lab_server import DEMO_PROFILES, LabServer
 

@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 
-import { factsNow, IFact, IHappening, MAX_ON_SCREEN, NoticeBook, placeToasts } from '../facts';
+import { IFact, IHappening, MAX_ON_SCREEN, NoticeBook, placeToasts } from '../facts';
 import type { IKernel, IKernelActionEvent, IMe, IRecent } from '../types';
 import { kernel, me, NOW, profiles, Screen, warning } from './fixtures';
 
@@ -360,14 +360,7 @@ describe('the book of happenings', () => {
     assert.equal(book.happenings.length, 1);
     assert.equal(h.action, 'resume'); // a refused resume, not a refused start
     assert.equal(h.at, NOW + 2);
-    const facts = factsNow({
-      me: book.me,
-      happenings: book.happenings,
-      replaced: new Set(),
-      ran: new Set(),
-      closed: new Set(),
-      ended: new Set()
-    });
+    const facts = new Screen(book).look().all;
     assert.match(facts[0].message, /could not resume: no GPU has room for it/);
   });
 

@@ -9,36 +9,24 @@
 import assert from 'node:assert/strict';
 
 import { decisionRow } from '../admin';
-import { factsNow, NoticeBook } from '../facts';
+import { NoticeBook } from '../facts';
 import { explanation, recordLine, refusalAdvice, TOAST_LIMIT, warningMessage } from '../notices';
 import { IAdminRequest, requestText } from '../requests';
 import type { IKernel, IRecent } from '../types';
 import {
   actionViews,
   cardView,
+  HISTORY_KINDS,
   historyLine,
   stateView,
   statusView,
   warningConsequence
 } from '../view';
 import { KNOWN_REASONS, kindWord, reasonWords, stateWord } from '../words';
-import { kernel, me, NOW, profiles, warning } from './fixtures';
+import { kernel, me, NOW, profiles, Screen, warning } from './fixtures';
 
 const REASONS: Array<string | undefined> = [...KNOWN_REASONS, undefined, 'novel_reason'];
-const KINDS = [
-  'culled',
-  'hibernated',
-  'resumed',
-  'released',
-  'refused',
-  'hibernation_failed',
-  'reclaimed',
-  'over_memory',
-  'queued',
-  'warned',
-  'snoozed',
-  'novel_kind'
-];
+const KINDS = [...HISTORY_KINDS, 'warned', 'snoozed', 'novel_kind'];
 const ACTIONS: Array<string | undefined> = [
   undefined,
   'resume',
@@ -377,14 +365,7 @@ describe('the catalogue of words', () => {
         )
       })
     );
-    const facts = factsNow({
-      me: book.me,
-      happenings: book.happenings,
-      replaced: new Set(),
-      ran: new Set(),
-      closed: new Set(),
-      ended: new Set()
-    });
+    const facts = new Screen(book).look().all;
     for (const f of facts) {
       r.sentence(`fact ${f.key}`, f.nature === 'record' ? f.record! : f.message, true);
     }
