@@ -14,6 +14,7 @@ import {
   formatHours,
   formatPercent,
   gpuShortName,
+  kernelName,
   plainNote,
   sliceWords
 } from './format';
@@ -193,13 +194,9 @@ export function decisionRow(
     time: formatClockSeconds(d.at),
     user: d.owner ?? '',
     // A refused start has no notebook yet on the server's side: "a new kernel", not its id.
-    notebook: d.name
-      ? baseName(d.name)
-      : d.kind === 'refused'
-        ? __('a new kernel')
-        : d.kernel_id
-          ? d.kernel_id.slice(0, 8)
-          : '',
+    notebook:
+      baseName(d.name ?? '') ||
+      (d.kind === 'refused' ? __('a new kernel') : d.kernel_id ? d.kernel_id.slice(0, 8) : ''),
     profile: d.profile ? name(d.profile) : '',
     profileId: d.profile ?? '',
     action: d.action ?? '',
@@ -239,7 +236,7 @@ export function dashboardView(
       id: l.id,
       kernelId: l.kernel_id,
       owner: l.owner,
-      notebook: l.label ? baseName(String(l.label)) : __('kernel %1', l.kernel_id.slice(0, 8)),
+      notebook: kernelName(String(l.label ?? ''), l.kernel_id),
       path: String(l.label ?? ''),
       profile: name(l.profile),
       profileId: l.profile,

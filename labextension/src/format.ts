@@ -160,10 +160,19 @@ export function formatAgo(now: number, then: number): string {
   return __('%1 ago', formatDuration(s));
 }
 
-/** The notebook's file name without its folders: "analysis/Untitled.ipynb" -> "Untitled.ipynb". */
+/**
+ * The notebook's file name without its folders: "analysis/Untitled.ipynb" -> "Untitled.ipynb"; ""
+ * where the path names no file (a kernel started over the REST API, without a notebook, is ".").
+ */
 export function baseName(path: string): string {
   const parts = path.split('/').filter(Boolean);
-  return parts.length ? parts[parts.length - 1] : path;
+  const last = parts.length ? parts[parts.length - 1] : path;
+  return /[\p{L}\p{N}]/u.test(last) ? last : '';
+}
+
+/** A kernel as the UI names it: its notebook, else "kernel 0b6f5f0e" (its id, short). */
+export function kernelName(path: string | null | undefined, kernelId: string): string {
+  return baseName(path ?? '') || __('kernel %1', kernelId.slice(0, 8));
 }
 
 /** The short name of a GPU from its label: "GPU 0 · Demo GPU · 40 GiB (declared)" -> "GPU 0". */

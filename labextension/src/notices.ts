@@ -20,7 +20,7 @@ export const TOAST_LIMIT = 140;
 /** A notebook's name short enough for a toast ("." or "/" names nothing: a kernel without a notebook). */
 export function shortName(name: string | undefined | null, fallback?: string): string {
   const base = name ? baseName(name) : '';
-  if (!/[\p{L}\p{N}]/u.test(base)) {
+  if (!base) {
     return fallback ?? __('A GPU kernel');
   }
   return base.length > 28 ? `${base.slice(0, 27)}…` : base;

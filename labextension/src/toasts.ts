@@ -114,7 +114,7 @@ export class Toasts implements INotes {
 
   /** Make JupyterLab's notifications what the facts say now. */
   private _sync(): void {
-    if (this.muted || !this._notices) {
+    if (!this._notices) {
       return;
     }
     const facts = factsNow({
@@ -125,6 +125,12 @@ export class Toasts implements INotes {
       closed: this._closed,
       ended: this._recorded
     });
+    this._markGone(facts);
+    if (this.muted) {
+      // Nothing shown, and not later either: what holds while muted is over for the page.
+      facts.forEach(fact => fact.members.forEach(key => this._closed.add(key)));
+      return;
+    }
     const placed = placeToasts(facts, this._placed, this._demoted);
     placed.demoted.forEach(key => this._demoted.add(key));
     this._placed = placed.onScreen;
@@ -137,7 +143,6 @@ export class Toasts implements INotes {
       }
       this._follow(shown, byKey.get(shown.key), placed.onScreen.includes(shown.key));
     }
-    this._markGone(facts);
     let room = MAX_ON_SCREEN - this._onPage();
     for (const fact of facts) {
       if (this._shown.has(fact.key) || this._recorded.has(fact.key)) {

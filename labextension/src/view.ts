@@ -20,6 +20,7 @@ import {
   formatPercent,
   formatUsedOf,
   gpuShortName,
+  kernelName,
   kernelsText,
   plainNote,
   sparklinePoints,
@@ -226,15 +227,17 @@ export function statusView(
     lines.push(__('GPU utilization of your kernels: %1.', formatPercent(util)));
   }
   for (const k of starting) {
-    lines.push(__('%1 is starting: %2.', baseName(k.name), k.progress!));
+    lines.push(__('%1 is starting: %2.', kernelName(k.name, k.kernel_id), k.progress!));
   }
   const warned = me.kernels.filter(k => pendingWarning(k));
   for (const k of warned) {
-    lines.push(__('%1: %2.', baseName(k.name), countdownText(k, now)));
+    lines.push(__('%1: %2.', kernelName(k.name, k.kernel_id), countdownText(k, now)));
   }
   const queued = me.kernels.filter(k => k.state === 'queued');
   for (const k of queued) {
-    lines.push(__('%1: queued at position %2.', baseName(k.name), k.queue_position ?? '?'));
+    lines.push(
+      __('%1: queued at position %2.', kernelName(k.name, k.kernel_id), k.queue_position ?? '?')
+    );
   }
   lines.push(__('Pool: %1', plainNote(me.pool.note)));
   lines.push(__('Click to open the GPU panel.'));
@@ -756,7 +759,7 @@ export function cardView(given: IKernel, now: number, waiting = false): ICardVie
     .map(([, p]) => p as number);
   return {
     kernelId: kernel.kernel_id,
-    title: baseName(kernel.name) || __('kernel %1', kernel.kernel_id.slice(0, 8)),
+    title: kernelName(kernel.name, kernel.kernel_id),
     path: kernel.name,
     profile: kernel.profile_display_name || kernel.profile,
     sliceLabel,

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 
 import {
   baseName,
+  kernelName,
   formatAgo,
   formatBytes,
   formatClock,
@@ -119,6 +120,11 @@ describe('small words', () => {
   });
   it('baseName keeps the notebook’s file name', () => {
     assert.equal(baseName('analysis/Untitled.ipynb'), 'Untitled.ipynb');
+    // A kernel started over the REST API has no notebook: its "name" "." names nothing.
+    assert.equal(baseName('.'), '');
+    assert.equal(baseName('/'), '');
+    assert.equal(kernelName('.', '0b6f5f0e-1111'), 'kernel 0b6f5f0e');
+    assert.equal(kernelName('a/b.ipynb', '0b6f5f0e-1111'), 'b.ipynb');
     assert.equal(baseName('a.ipynb'), 'a.ipynb');
   });
   it('trimNumber', () => {
