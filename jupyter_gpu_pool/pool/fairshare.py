@@ -58,12 +58,16 @@ def parse_weights(value) -> dict[str, float]:
     """``{"ml101": 2, "research": 1}``: a positive weight per group."""
     if not isinstance(value, dict):
         raise ValueError(f"must be a dict of group name to weight such as {{'ml101': 2, 'research': 1}}, not {value!r}")
-    for group, weight in value.items():
+    for group in value:
         if not isinstance(group, str) or not group.strip():
             raise ValueError(f"group names must be non-empty text, not {group!r}")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < 1e9:
-            raise ValueError(f"[{group!r}] must be a weight above 0, such as 1 or 2.5, not {weight!r}")
-    return {g: float(w) for g, w in value.items()}
+    return {g: parse_weight(w, f"[{g!r}] ") for g, w in value.items()}
+
+
+def parse_weight(weight, where: str = "") -> float:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < 1e9:
+        raise ValueError(f"{where}must be a weight above 0, such as 1 or 2.5, not {weight!r}")
+    return float(weight)
 
 
 def parse_half_life(value) -> float:
