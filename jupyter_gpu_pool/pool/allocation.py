@@ -204,11 +204,21 @@ def starts_now(holdings: Holdings, ask: Ask, quotas: QuotaBook, profiles, *, now
                  waiter_id=waiter_id, sharing=sharing), Grant))
 
 
-def line_of(holdings: Holdings, sharing: Sharing | None, now: float) -> Line | None:
-    """The queue as ``sharing`` orders it at ``now`` (None: first come, first served, nothing reserved)."""
+ASKING = "(asking)"  # the place a new ask (one with no place in the queue) would take in a shared queue
+
+
+def line_of(holdings: Holdings, sharing: Sharing | None, now: float, ask: Ask | None = None) -> Line | None:
+    """The queue as ``sharing`` orders it at ``now`` (None: first come, first served, nothing reserved).
+    With ``ask`` (one with no place yet), the queue as it would be with the ask in it, at :data:`ASKING`:
+    a new ask is judged where it would stand (behind every waiter in a plain queue, as ever)."""
     if sharing is None or sharing.plain or holdings.gpus is None:
         return None
-    return sharing.line(holdings.waiters, now=now, gpus=holdings.gpus, use=holdings.group_use,
+    waiters = holdings.waiters
+    if ask is not None:
+        waiters = (*waiters, Waiter(id=ASKING, owner=ask.owner, kernel_id=ask.kernel_id, lease_id=None,
+                                    profile=ask.profile.name, slice=ask.profile.slice, label="", enqueued=now,
+                                    heartbeat=now, groups=ask.groups))
+    return sharing.line(waiters, now=now, gpus=holdings.gpus, use=holdings.group_use,
                         everyone=holdings.everyone if holdings.everyone is not None else holdings.leases)
 
 
@@ -286,7 +296,9 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
     spec = ask.profile.slice
     placed = _Placed()
     if holdings.gpus is not None:
-        placed = _place(holdings, ask, placement, waiter_id, line_of(holdings, sharing, now), now)
+        line = line_of(holdings, sharing, now, ask if waiter_id is None else None)
+        placed = _place(holdings, ask, placement, ASKING if line is not None and waiter_id is None else waiter_id,
+                        line, now)
     chosen, usage = placed.chosen, placed.usage
     if holdings.budget is not None and holdings.budget.exhausted:
         mine = [lease for lease in holdings.leases if lease.owner == ask.owner and lease.state in HELD]

@@ -31,7 +31,7 @@ from .gpus import GPU
 from .leases import ACTIVE, Lease
 from .placement import BINPACK, GPUUsage, choose
 from .queue import Waiter
-from .reservations import OPEN, Slot, Unused
+from .reservations import Slot, Unused
 from .rules import SHUTDOWN, Rule
 from .sharing import Line
 
@@ -188,12 +188,13 @@ def choose_for_reservations(gpus: list[GPU], leases: list[Lease], line: Line, ca
                             placement: str = BINPACK) -> list[Choice]:
     """The kernels of non-members to reclaim now for the reservations keeping room (``line.unused``).
 
-    From a reservation's lead time to its window, the room its members leave unused is made free: the
-    least set of candidates on its GPUs whose slices make it (this module's order: hibernation first,
-    fewest, warned already, least memory, longest idle); where not even the weighed ones make all of it,
-    all that do make some, in that order (members come one by one).  During the window, borrowed room is
-    taken back only for members waiting in the queue: ``choose_reclaim`` for those waiters, among the
-    non-members' kernels on its GPUs.  Each choice names its reservation (``Choice.slot``)."""
+    From a reservation's lead time to as long after its window opens, the room its members leave unused
+    is made free: the least set of candidates on its GPUs whose slices make it (this module's order:
+    hibernation first, fewest, warned already, least memory, longest idle); where not even the weighed
+    ones make all of it, all that do make some, in that order (members come one by one).  Later in the
+    window, borrowed room is taken back only for members waiting in the queue: ``choose_reclaim`` for
+    those waiters, among the non-members' kernels on its GPUs.  Each choice names its reservation
+    (``Choice.slot``)."""
     gone = set(freeing)
     warned = set(warned)
     chosen: list[Choice] = []
@@ -202,7 +203,7 @@ def choose_for_reservations(gpus: list[GPU], leases: list[Lease], line: Line, ca
         on = set(need.eligible)
         theirs = [c for c in candidates if c.kernel_id not in gone and not r.member(c.lease.owner, c.lease.groups)
                   and on & set(c.lease.gpus)]
-        if need.slot.phase == OPEN:
+        if need.slot.borrowing:
             members = [Need(w, tuple(on)) for w in line.waiters if r.member(w.owner, w.groups)]
             picks = choose_reclaim(gpus, leases, members, theirs, freeing=gone, warned=warned, placement=placement)
         else:

@@ -8,8 +8,9 @@ in a named time zone), how much (``memory`` in all, and/or ``gpus`` whole GPUs) 
 - ``before``: more than ``lead`` seconds before the window: it changes nothing;
 - ``making_room``: within ``lead`` of the window: non-members are no longer admitted into the room it
   keeps, and what non-members hold there is reclaimed (``pool.reclaim.choose_for_reservations``);
-- ``open``: the window: members are admitted into the room first; a non-member may *borrow* what members
-  leave unused while no member waits (the grant says it is borrowed), and is reclaimed when one does;
+- ``open``: the window: members are admitted into the room first; from ``lead`` after it opens (the
+  members' time to come in), a non-member may *borrow* what members leave unused while no member waits
+  (the grant says it is borrowed), and is reclaimed when one does;
 - ``after``: a one-off window that is over (a weekly one is ``before`` its next day again).
 
 The room a reservation keeps from a non-member is what its members do not use now (:func:`unused`):
@@ -131,7 +132,7 @@ class Reservation:
             return Slot(self, AFTER, self.window.once[0], self.window.once[1])  # type: ignore[index]
         start, end = found
         phase = OPEN if now >= start else MAKING_ROOM if now >= start - self.lead else BEFORE
-        return Slot(self, phase, start, end)
+        return Slot(self, phase, start, end, borrowing=phase == OPEN and now >= start + self.lead)
 
     @property
     def amount(self) -> str:
@@ -157,6 +158,7 @@ class Slot:
     phase: str
     start: float
     end: float
+    borrowing: bool = False  # open for ``lead`` already: non-members may borrow what members leave unused
 
     @property
     def active(self) -> bool:
@@ -179,7 +181,8 @@ class Slot:
         """Why a non-member's kernel gives its room back: "reserved for ML 101 lab from 10:00"."""
         w = self.reservation.window
         if self.phase == OPEN:
-            return f"reserved for {self.reservation.name} until {w.clock(self.end, now)}, and a member needs it"
+            needs = ", and a member needs it" if self.borrowing else ""
+            return f"reserved for {self.reservation.name} until {w.clock(self.end, now)}{needs}"
         return f"reserved for {self.reservation.name} from {w.clock(self.start, now)}"
 
     def to_dict(self, now: float, member: bool) -> dict:

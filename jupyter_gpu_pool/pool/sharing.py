@@ -8,7 +8,8 @@ share's settings); :meth:`Sharing.line` reads the queue as it stands at one mome
   window while its room is not used up (they are admitted into their room first);
 - the room each such reservation keeps from non-members (:class:`~.reservations.Unused`), and
   :meth:`Line.room`: what of it a given non-member may not take (all of it from the lead time on;
-  during the window, what members leave unused may be *borrowed* while no member waits).
+  from the lead time after the window opens, what members leave unused may be *borrowed* while no
+  member waits).
 
 ``pool.allocation.allocate`` asks it; so do the stores for the places they show (the ledger's queue).
 With no reservation and ``fifo`` (the default) nothing here runs: the queue is the arrival order.
@@ -23,7 +24,7 @@ from .fairshare import FAIR, FIFO, FairShare, key, ordinal, ratios, why
 from .leases import Lease
 from .placement import GPUUsage
 from .queue import Waiter
-from .reservations import OPEN, Reservation, Slot, Unused, hold_back, unused
+from .reservations import Reservation, Slot, Unused, hold_back, unused
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class Line:
                              sum(s.gpu_count for s in theirs if s.whole))
             if not need.memory and not need.gpus:
                 continue
-            if need.slot.phase == OPEN and not self.member_waits(r, waiter_id):
+            if need.slot.borrowing and not self.member_waits(r, waiter_id):
                 borrow.append(need)
             else:
                 strict.append(need)
