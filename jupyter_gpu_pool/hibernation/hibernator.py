@@ -721,7 +721,8 @@ class Hibernator:
         """Take a slice for the lease, waiting in the queue (phase ``queued``) while the pool is full or,
         for ``need`` bytes to restore, while its GPU lacks that much free memory plus the margin.  A quota's
         or budget's refusal is raised with the pool's words after ``refusal``."""
-        place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label)
+        place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label,
+                      groups=lease.groups)
         wait: dict = {"position": None, "reason": None, "only_last": same_gpu}
 
         def attempt(waiter_id: str | None) -> Lease:

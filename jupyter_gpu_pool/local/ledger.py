@@ -51,6 +51,8 @@ from ..pool import (
 from ..pool.allocation import Ask, Grant, Holdings, allocate, check_quota, resume_candidates
 from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, share_of
 from ..pool.errors import MPSUserBusy
+from ..pool.fairshare import FAIR, decayed
+from ..pool.sharing import Sharing
 from ..pool.leases import FIRST_CELL
 from ..pool.liveness import Graces, IsAlive, dead_reason
 from ..pool.phases import STOPPING, PhaseConflict, check_move
@@ -80,6 +82,7 @@ class Ledger(LeaseStore):
         history_seconds: float = 7 * 86400,
         reconcile_on_refusal: float = 1.0,
         mode: int | None = None,
+        sharing: Sharing | None = None,
     ):
         self.db = Database(path, busy_timeout=busy_timeout, mode=mode)
         self.path = self.db.path
@@ -89,6 +92,9 @@ class Ledger(LeaseStore):
         self.history_seconds = history_seconds
         self.reconcile_on_refusal = reconcile_on_refusal  # seconds between two refusal-driven reconciles
         self._reconciled_at = float("-inf")  # time.monotonic() of this process's last reconcile
+        # the admin's reservations and queue order (pool.sharing): the allocation decision and the queue's
+        # places follow them; the default is first come, first served
+        self.sharing = sharing or Sharing()
 
     @property
     def where(self) -> str:
@@ -188,7 +194,7 @@ class Ledger(LeaseStore):
         now = self.clock()
         with self.db.read() as db:
             return Snapshot(at=now, gpus=self._usage(db), leases=self._leases(db, None, HELD),
-                            waiters=queue.live(db, now, self.waiter_ttl))
+                            waiters=self._queue(db, now))
 
     def usage_of(self, owner: str) -> Usage:
         from ..pool.quotas import usage_of
@@ -199,11 +205,48 @@ class Ledger(LeaseStore):
 
     def _holdings(self, db: sqlite3.Connection, ask: Ask, quotas: QuotaBook, budgets: BudgetBook, now: float,
                   gpu_usage: list[GPUUsage] | None = None) -> Holdings:
+        waiters = queue.live(db, now, self.waiter_ttl)
         return Holdings(leases=self._quota_leases(db, ask.owner, quotas.limited_groups(ask.groups)),
                         gpus=tuple(gpu_usage if gpu_usage is not None else self._usage(db)),
-                        waiters=tuple(queue.live(db, now, self.waiter_ttl)),
+                        waiters=tuple(waiters),
                         mps_users=self._mps_users(db) if ask.profile.isolation == MPS else {},
-                        budget=self._standing(db, budgets, ask.owner, ask.groups, now))
+                        budget=self._standing(db, budgets, ask.owner, ask.groups, now), **self._shared(db, now, waiters))
+
+    # -- sharing (pool.sharing): what its decisions read of the ledger --------------------------------
+
+    def _shared(self, db: sqlite3.Connection, now: float, waiters: list[Waiter]) -> dict:
+        """Every held lease while a reservation keeps room (members' use of it), and each share group's
+        decayed use in a fair queue with waiters; nothing where the queue is first come, first served."""
+        found: dict = {}
+        if self.sharing.plain:
+            return found
+        if self.sharing.needs_everyone(now):
+            found["everyone"] = tuple(self._leases(db, None, HELD))
+        if self.sharing.order == FAIR and waiters:
+            found["group_use"] = self._group_use(db, now)
+        return found
+
+    def _group_use(self, db: sqlite3.Connection, now: float) -> dict[str, float]:
+        """Each share group's GPU memory held over time, decayed by the half-life (``fairshare.decayed``),
+        from the GPU-time intervals of the leases still on record (a week: 2^-7 of a day's half-life)."""
+        fair = self.sharing.fair
+        intervals: dict[str, list] = {}
+        for memory, start, stop, groups in db.execute(
+                "SELECT l.memory * l.gpu_count, u.start, u.stop, l.groups FROM usage u JOIN leases l ON l.id = u.lease_id "
+                "WHERE COALESCE(u.stop, ?) > ?", (now, now - 20 * fair.half_life)):
+            group = fair.group_of(g for g in groups.split("\n") if g)
+            intervals.setdefault(group, []).append((memory, start, stop))
+        return {group: decayed(found, now, fair.half_life) for group, found in intervals.items()}
+
+    def _queue(self, db: sqlite3.Connection, now: float) -> list[Waiter]:
+        """The live queue with each waiter's place as it is served (sharing's order, and why), else arrival."""
+        waiters = queue.live(db, now, self.waiter_ttl)
+        if self.sharing.plain or not waiters:
+            return waiters
+        shared = self._shared(db, now, waiters)
+        line = self.sharing.line(waiters, now=now, gpus=self._usage(db), use=shared.get("group_use", {}),
+                                 everyone=shared.get("everyone", ()))
+        return list(line.told())
 
     @staticmethod
     def _mps_users(db: sqlite3.Connection) -> dict[str, frozenset[str]]:
@@ -272,7 +315,7 @@ class Ledger(LeaseStore):
         now = self.clock()
         with self.db.write() as db:
             result = allocate(self._holdings(db, request, quotas, budgets, now), request, quotas, now=now,
-                              placement=placement, waiter_id=waiter_id)
+                              placement=placement, waiter_id=waiter_id, sharing=self.sharing)
             if isinstance(result, PoolError):
                 raise result
             spec = request.profile.slice
@@ -281,13 +324,13 @@ class Ledger(LeaseStore):
             db.execute(
                 """INSERT INTO leases(id, owner, kernel_id, profile, isolation, memory, sm_percent, whole,
                      gpu_count, state, last_gpus, groups, label, created, updated, state_since, host,
-                     manager_pid, manager_start)
-                   VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                     manager_pid, manager_start, borrowed)
+                   VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (lease_id, request.owner, request.kernel_id, request.profile.name, request.profile.isolation,
                  result.memory, spec.sm_percent, int(spec.whole), spec.gpu_count, ACTIVE,
                  " ".join(g.uuid for g in result.gpus), "\n".join(request.groups), request.label, now, now, now,
                  host or (manager.host if manager else ""), manager.pid if manager else None,
-                 manager.start if manager else None),
+                 manager.start if manager else None, "\n".join(result.borrowed)),
             )
             self._insert_allocations(db, lease_id, spec, result)
             db.executemany("INSERT INTO lease_groups(lease_id, grp) VALUES(?,?)",
@@ -377,15 +420,15 @@ class Ledger(LeaseStore):
             ask = dataclasses.replace(ask, only=resume_candidates(gpu_usage, lease.last_gpus, same_gpu=same_gpu,
                                                                   same_model=same_model))
             result = allocate(self._holdings(db, ask, quotas, budgets, now, gpu_usage), ask, quotas, now=now,
-                              placement=placement, waiter_id=waiter_id)
+                              placement=placement, waiter_id=waiter_id, sharing=self.sharing)
             if isinstance(result, PoolError):
                 raise result
             self._insert_allocations(db, lease_id, lease.slice, result)
             db.execute(
-                "UPDATE leases SET state=?, updated=?, state_since=?, last_gpus=?, host_bytes=0, memory=?, reason=? "
-                "WHERE id=?",  # memory: a whole GPU's size is known once it is placed (a first cell's slice)
+                "UPDATE leases SET state=?, updated=?, state_since=?, last_gpus=?, host_bytes=0, memory=?, reason=?, "
+                "borrowed=? WHERE id=?",  # memory: a whole GPU's size is known once it is placed (a first cell's)
                 (ACTIVE, now, now, " ".join(g.uuid for g in result.gpus), result.memory,
-                 "" if lease.awaits_first_cell else lease.reason, lease_id),
+                 "" if lease.awaits_first_cell else lease.reason, "\n".join(result.borrowed), lease_id),
             )
             if waiter_id:
                 queue.remove(db, waiter_id)
@@ -578,19 +621,19 @@ class Ledger(LeaseStore):
     # -- queue ---------------------------------------------------------------------------------
 
     def enqueue(self, owner: str, kernel_id: str, profile: str, spec: SliceSpec, *,
-                lease_id: str | None = None, label: str = "") -> Waiter:
+                lease_id: str | None = None, label: str = "", groups: tuple[str, ...] = ()) -> Waiter:
         now = self.clock()
         waiter_id = uuid.uuid4().hex
         with self.db.write() as db:
-            queue.add(db, waiter_id, owner, kernel_id, profile, spec, lease_id, label, now)
-            return next(w for w in queue.live(db, now, self.waiter_ttl) if w.id == waiter_id)
+            queue.add(db, waiter_id, owner, kernel_id, profile, spec, lease_id, label, now, groups)
+            return next(w for w in self._queue(db, now) if w.id == waiter_id)
 
     def heartbeat(self, waiter_id: str) -> Waiter | None:
         """Keep a waiter alive and return it with its current position (None if gone)."""
         now = self.clock()
         with self.db.write() as db:
             queue.touch(db, waiter_id, now)
-            return next((w for w in queue.live(db, now, self.waiter_ttl) if w.id == waiter_id), None)
+            return next((w for w in self._queue(db, now) if w.id == waiter_id), None)
 
     def dequeue(self, waiter_id: str) -> None:
         with self.db.write() as db:
@@ -605,7 +648,7 @@ class Ledger(LeaseStore):
     def waiters(self) -> list[Waiter]:
         now = self.clock()
         with self.db.read() as db:
-            return queue.live(db, now, self.waiter_ttl)
+            return self._queue(db, now)
 
     # -- journal -------------------------------------------------------------------------------
 

@@ -120,7 +120,8 @@ class LocalPool(Pool):
         self.settings = settings
         self.inventory = inventory or build_inventory(settings)
         check_profiles_fit(settings, self.inventory.gpus)
-        self.ledger = Ledger(settings.ledger_path, holder_grace=settings.holder_grace, mode=ledger_mode)
+        self.ledger = Ledger(settings.ledger_path, holder_grace=settings.holder_grace, mode=ledger_mode,
+                             sharing=settings.sharing)
         self.ledger.sync_gpus(self.inventory.gpus)
         self.host = processes.hostname()
 

@@ -332,7 +332,7 @@ class Operations:
         if len(mine) >= MAX_WAITERS:
             raise Busy(f"you hold {len(mine)} places in the GPU queue already (at most {MAX_WAITERS})")
         return await self.turns.write(caller.uid, self.ledger.enqueue, caller.user, kernel_id, profile, spec,
-                                 lease_id=lease_id, label=args.text("label", default=""))
+                                      lease_id=lease_id, label=args.text("label", default=""), groups=caller.groups)
 
     async def op_heartbeat(self, caller: Caller, peer: Peer, args: Args):
         waiter_id = await self._own_waiter(caller, args.text("waiter_id"))
