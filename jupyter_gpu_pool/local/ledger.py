@@ -339,7 +339,7 @@ class Ledger(LeaseStore):
                 queue.remove(db, waiter_id)
             journal.write(db, now, "allocated", lease_id, request.kernel_id, request.owner, "",
                           {"profile": request.profile.name, "gpus": [g.uuid for g in result.gpus],
-                           "label": request.label})
+                           "label": request.label, **({"borrowed": list(result.borrowed)} if result.borrowed else {})})
             lease = self._get(db, lease_id)
             usage.open_interval(db, lease_id, request.owner, share_of(lease, result.gpus[0].memory), now)
             return lease  # type: ignore[return-value]

@@ -1,6 +1,6 @@
 """Reservations in a replay: when their room changes hands, and which kernels each culling pass takes
-back for them, chosen as the live culler chooses them (``pool.reclaim.choose_for_reservations`` on the
-virtual pool's leases and queue, the candidates from ``pool.reclaim.reservation_candidate``)."""
+back for them, chosen as the live culler chooses them (``pool.reclaim.reserved_for`` on the virtual
+pool's leases and queue, the candidates from ``pool.reclaim.reservation_candidate``)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ class Reserving:
         self.sharing, self.pool, self.placement = sharing, pool, placement
 
     def boundaries(self, start: float, end: float) -> list[float]:
-        """The times within [start, end] at which a reservation starts keeping its room, opens or ends."""
+        """The times within [start, end] at which a reservation starts keeping its room, opens, lets others
+        borrow, or ends."""
         found = set()
         for r in self.sharing.reservations:
             for begin, finish in r.window.occurrences(start, end + r.lead):
-                found.update(t for t in (begin - r.lead, begin, finish) if start <= t <= end)
+                found.update(t for t in (begin - r.lead, begin, begin + r.lead, finish) if start <= t <= end)
         return sorted(found)
 
     def active(self, now: float) -> bool:
@@ -31,13 +32,8 @@ class Reserving:
         """Of ``found`` (a kernel and its candidate), those to give back reserved room now, each with the
         reason in words ("reserved for ML 101 lab from 10:00")."""
         found = list(found)
-        if not found:
-            return {}
         pool = self.pool
-        usage = tuple(pool.usage.values())
-        everyone = pool.active()
-        line = self.sharing.line(pool.queue, now=now, gpus=usage, everyone=everyone, use={})
-        chosen = R.choose_for_reservations([u.gpu for u in usage], list(everyone), line, [c for _, c in found],
-                                           freeing=freeing, warned=warned, placement=self.placement)
+        chosen = R.reserved_for(self.sharing, list(pool.usage.values()), list(pool.active()), list(pool.queue),
+                                [c for _, c in found], now, freeing=freeing, warned=warned, placement=self.placement)
         kernels = {c.kernel_id: k for k, c in found}
-        return {kernels[c.kernel_id]: c.slot.reason(now) for c in chosen}
+        return {kernels[kid]: words for kid, words in chosen.items()}

@@ -33,7 +33,7 @@ from .placement import BINPACK, GPUUsage, choose
 from .queue import Waiter
 from .reservations import Slot, Unused
 from .rules import SHUTDOWN, Rule
-from .sharing import Line
+from .sharing import Line, Sharing
 
 MAX_CANDIDATES = 12  # the longest-idle ones are weighed; more would only cost time
 
@@ -212,6 +212,20 @@ def choose_for_reservations(gpus: list[GPU], leases: list[Lease], line: Line, ca
             gone.add(pick.kernel_id)
             chosen.append(replace(pick, slot=need.slot))
     return chosen
+
+
+def reserved_for(sharing: Sharing, usage: list[GPUUsage], leases: list[Lease], waiters: list[Waiter],
+                 candidates: list[Candidate], now: float, *, freeing: Iterable[str] = (), warned: Iterable[str] = (),
+                 placement: str = BINPACK) -> dict[str, str]:
+    """What a culler (live or replayed) asks: of ``candidates`` (its idle kernels, from
+    :func:`reservation_candidate`), those to give back room the reservations keep now, each with the
+    reason in words ("reserved for ML 101 lab from 10:00"); ``usage``, ``leases`` and ``waiters``: the pool."""
+    if not candidates or not sharing.needs_everyone(now):
+        return {}
+    line = sharing.line(waiters, now=now, gpus=usage, everyone=leases, use={})
+    chosen = choose_for_reservations([u.gpu for u in usage], leases, line, candidates, freeing=freeing,
+                                     warned=warned, placement=placement)
+    return {c.kernel_id: c.slot.reason(now) for c in chosen}
 
 
 def _make_room(gpus: list[GPU], leases: list[Lease], need: Unused, candidates: list[Candidate], gone: set[str],

@@ -44,8 +44,8 @@ _DAY_NAMES = {**{d: i for i, d in enumerate(DAYS)},
 _KEYS = {"name", "groups", "users", "days", "start", "end", "timezone", "memory", "gpus", "models", "lead"}
 _EXAMPLE = ("{'name': 'ML 101 lab', 'groups': ['ml101'], 'days': ['tue', 'thu'], 'start': '10:00', 'end': '12:00', "
             "'timezone': 'Europe/Paris', 'memory': '160GiB'}")
-_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
-_MOMENT = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})[ T](\d{1,2}):(\d{2})\s*$")
+_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})(?::(\d{2}))?\s*$")  # 10:00, or 10:00:30
+_MOMENT = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})[ T](\d{1,2}):(\d{2})(?::(\d{2}))?\s*$")
 HORIZON = 371 * 86400.0  # how far ahead overlaps are looked for: a year of weekly windows, and a week more
 
 
@@ -184,6 +184,12 @@ class Slot:
             needs = ", and a member needs it" if self.borrowing else ""
             return f"reserved for {self.reservation.name} until {w.clock(self.end, now)}{needs}"
         return f"reserved for {self.reservation.name} from {w.clock(self.start, now)}"
+
+    def borrowed(self, now: float) -> str:
+        """What a non-member's kernel that borrowed this room reads while the window is open."""
+        return (f"Borrowed from the room reserved for {self.reservation.name} until "
+                f"{self.reservation.window.clock(self.end, now)}: it may be hibernated (its variables kept), with a "
+                "warning, when a member needs the room.")
 
     def to_dict(self, now: float, member: bool) -> dict:
         r = self.reservation
@@ -349,10 +355,10 @@ def _window(where: str, entry: dict) -> Window:
 
 def _clock(where: str, key: str, text: str) -> dt.time:
     m = _CLOCK.match(text)
-    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
         raise ReservationError(f"{where}.{key}: {text!r} is not a time of day such as '10:00' (with 'days'; "
                                "without them, a date and time such as '2025-03-04 10:00')")
-    return dt.time(int(m.group(1)), int(m.group(2)))
+    return dt.time(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
 
 
 def _moment(where: str, key: str, text: str, zone: ZoneInfo) -> float:
@@ -361,7 +367,8 @@ def _moment(where: str, key: str, text: str, zone: ZoneInfo) -> float:
         if not m:
             raise ValueError
         day = dt.date.fromisoformat(m.group(1))
-        return dt.datetime.combine(day, dt.time(int(m.group(2)), int(m.group(3))), zone).timestamp()
+        return dt.datetime.combine(day, dt.time(int(m.group(2)), int(m.group(3)), int(m.group(4) or 0)),
+                                   zone).timestamp()
     except ValueError:
         raise ReservationError(f"{where}.{key}: {text!r} is not a date and time such as '2025-03-04 10:00' (or "
                                "give 'days' for a weekly window, with times such as '10:00')") from None

@@ -24,7 +24,7 @@ from .fairshare import FAIR, FIFO, FairShare, key, ordinal, ratios, why
 from .leases import Lease
 from .placement import GPUUsage
 from .queue import Waiter
-from .reservations import Reservation, Slot, Unused, hold_back, unused
+from .reservations import AFTER, OPEN, Reservation, Slot, Unused, hold_back, unused
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,17 @@ class Sharing:
     def needs_everyone(self, now: float) -> bool:
         """Whether a decision at ``now`` needs every held lease (members' use of reserved room)."""
         return any(s.active for s in self.slots(now))
+
+    def shown(self, now: float, user: str, groups: Iterable[str]) -> list[dict]:
+        """The reservations as ``user`` (in ``groups``) reads them at ``now``: each one not over, with its phase,
+        times and words (members: "ML 101 lab: 160 GiB reserved until 12:00"; others what and when)."""
+        groups = tuple(groups)
+        return [s.to_dict(now, s.reservation.member(user, groups)) for s in self.slots(now) if s.phase != AFTER]
+
+    def borrowed(self, lease: Lease, now: float) -> str:
+        """The words of a lease that borrowed reserved room, while that room's window is open ("" otherwise)."""
+        slots = {s.reservation.name: s for s in self.slots(now)} if lease.borrowed else {}
+        return next((slots[n].borrowed(now) for n in lease.borrowed if n in slots and slots[n].phase == OPEN), "")
 
     def share_group(self, groups: Iterable[str]) -> str:
         return self.fair.group_of(groups)

@@ -138,8 +138,9 @@ class Culler:
                                 if isinstance(k.provisioner, PoolKernelProvisioner)})
             judged, gpu_active = await self._judge(kernels, now)
             reclaimed = self.reclaim(snapshot, kernels, judged, now)
+            reserved = self.reserve(snapshot, kernels, judged, now)
             for kid, lease, rule, facts in judged:
-                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed, reserved=reserved.get(kid, ""))
             for gone in set(self.states) - set(kernels):
                 self.states.pop(gone, None)
                 self.seen.pop(gone, None)
@@ -192,11 +193,11 @@ class Culler:
         return judged, gpu_active
 
     async def _decide(self, kid: str, lease: Lease, rule: P.Rule, facts: P.Facts, now: float, *,
-                      reclaim: bool) -> None:
+                      reclaim: bool, reserved: str = "") -> None:
         """Ask the policy about one kernel, keep its answer, carry it out, and keep the kernel's deadline
         timer in step with its warning."""
         decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=reclaim,
-                            dry_run=self.policy.dry_run)
+                            dry_run=self.policy.dry_run, reserved=reserved)
         self.states[kid] = decision.state
         self.seen[kid] = Seen(rule, facts, decision)
         if decision.verb != P.NONE:
@@ -252,8 +253,10 @@ class Culler:
                 if not mine:
                     return
                 reclaimed = self.reclaim(snapshot, kernels, judged, now)
+                reserved = self.reserve(snapshot, kernels, judged, now)
                 _kid, lease, rule, facts = mine[0]
-                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed,
+                                   reserved=reserved.get(kid, ""))
         except Exception:
             log.exception("GPU pool: kernel %s: acting at its deadline failed", kid)
 
@@ -282,6 +285,21 @@ class Culler:
         chosen = R.choose_reclaim([u.gpu for u in usage], list(snapshot.leases), needs, candidates, freeing=freeing,
                                   warned=warned)
         return {c.kernel_id for c in chosen}
+
+    def reserve(self, snapshot: Snapshot, kernels: dict, judged: list, now: float) -> dict[str, str]:
+        """The kernels of this server to give back room a reservation keeps now, each with why in words
+        (``pool.reclaim.reserved_for``: non-members' idle kernels, hibernation first, fewest)."""
+        sharing = self.backend.sharing
+        if not sharing.reservations:
+            return {}
+        candidates = [c for kid, lease, rule, facts in judged if (c := R.reservation_candidate(
+            lease, rule, P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0],
+            idle_since=facts.last_activity, busy=facts.execution_state == "busy")) is not None]
+        freeing = {kid for kid, (_k, lease) in kernels.items() if self.context.busy(kid) or lease.phase in (
+            HIBERNATING, STOPPING)}
+        warned = {kid for kid, state in self.states.items() if state.warning and state.warning.reason == P.RESERVED}
+        return R.reserved_for(sharing, list(snapshot.gpus), list(snapshot.leases), list(snapshot.waiters),
+                              candidates, now, freeing=freeing, warned=warned)
 
     def report_gpu_activity(self) -> None:
         """Count GPU use as server activity (``/api/status``, JupyterHub's idle culler): jupyter_server

@@ -11,6 +11,7 @@ from ...pool.allocation import Ask, Grant, Holdings, allocate
 from ...pool.budgets import Standing
 from ...pool.phases import PhaseConflict
 from ...pool.rules import Policy
+from ...pool.sharing import Sharing
 from ...pool.trace import TraceEvent
 from .base import PoolBackend
 
@@ -37,6 +38,10 @@ class LocalBackend(PoolBackend):
     @property
     def policy(self) -> Policy:
         return self.pool.settings.idle_policy
+
+    @property
+    def sharing(self) -> Sharing:
+        return self.pool.settings.sharing
 
     @property
     def owner(self) -> str:
@@ -85,7 +90,8 @@ class LocalBackend(PoolBackend):
         budget = await self.budget(user, groups)
         holdings = Holdings.of(self.pool.gpus, snapshot.leases, snapshot.waiters, budget)
         return {name: isinstance(allocate(holdings, Ask(user, "", profile, groups=groups), settings.quotas,
-                                          now=snapshot.at, placement=settings.placement), Grant)
+                                          now=snapshot.at, placement=settings.placement, sharing=settings.sharing),
+                                 Grant)
                 for name, profile in settings.profiles.items()}
 
     async def claim_stop(self, lease: Lease) -> bool:
