@@ -138,7 +138,7 @@ class Culler:
                                 if isinstance(k.provisioner, PoolKernelProvisioner)})
             judged, gpu_active = await self._judge(kernels, now)
             reclaimed = self.reclaim(snapshot, kernels, judged, now)
-            reserved = self.reserve(snapshot, kernels, judged, now)
+            reserved = await self.reserve(kernels, judged)
             for kid, lease, rule, facts in judged:
                 await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed, reserved=reserved.get(kid, ""))
             for gone in set(self.states) - set(kernels):
@@ -253,7 +253,7 @@ class Culler:
                 if not mine:
                     return
                 reclaimed = self.reclaim(snapshot, kernels, judged, now)
-                reserved = self.reserve(snapshot, kernels, judged, now)
+                reserved = await self.reserve(kernels, judged)
                 _kid, lease, rule, facts = mine[0]
                 await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed,
                                    reserved=reserved.get(kid, ""))
@@ -286,20 +286,20 @@ class Culler:
                                   warned=warned)
         return {c.kernel_id for c in chosen}
 
-    def reserve(self, snapshot: Snapshot, kernels: dict, judged: list, now: float) -> dict[str, str]:
+    async def reserve(self, kernels: dict, judged: list) -> dict[str, str]:
         """The kernels of this server to give back room a reservation keeps now, each with why in words
-        (``pool.reclaim.reserved_for``: non-members' idle kernels, hibernation first, fewest)."""
-        sharing = self.backend.sharing
-        if not sharing.reservations:
+        (``pool.reclaim.reserved_for`` on the whole pool, through the backend: non-members' idle kernels,
+        hibernation first, fewest)."""
+        if not self.backend.sharing.reservations:
             return {}
         candidates = [c for kid, lease, rule, facts in judged if (c := R.reservation_candidate(
             lease, rule, P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0],
             idle_since=facts.last_activity, busy=facts.execution_state == "busy")) is not None]
-        freeing = {kid for kid, (_k, lease) in kernels.items() if self.context.busy(kid) or lease.phase in (
-            HIBERNATING, STOPPING)}
-        warned = {kid for kid, state in self.states.items() if state.warning and state.warning.reason == P.RESERVED}
-        return R.reserved_for(sharing, list(snapshot.gpus), list(snapshot.leases), list(snapshot.waiters),
-                              candidates, now, freeing=freeing, warned=warned)
+        freeing = tuple(kid for kid, (_k, lease) in kernels.items() if self.context.busy(kid) or lease.phase in (
+            HIBERNATING, STOPPING))
+        warned = tuple(kid for kid, state in self.states.items()
+                       if state.warning and state.warning.reason == P.RESERVED)
+        return await self.backend.reserved(candidates, freeing, warned)
 
     def report_gpu_activity(self) -> None:
         """Count GPU use as server activity (``/api/status``, JupyterHub's idle culler): jupyter_server

@@ -295,3 +295,9 @@ class ServicePool(Pool):
 
     def mps_env(self, lease: Lease) -> dict[str, str]:
         return self.client.call("mps_env", lease_id=lease.id)
+
+    def reserved(self, candidates, freeing: tuple[str, ...] = (), warned: tuple[str, ...] = ()) -> dict[str, str]:
+        if not candidates or not self.settings.sharing.reservations:
+            return {}
+        return self.client.call("reserved", candidates=[[c.lease.id, c.action, c.idle_since] for c in candidates],
+                                freeing=list(freeing), warned=list(warned))

@@ -85,6 +85,12 @@ class PoolBackend(ABC):
         """The admin's reservations and queue order, where this pool follows them (else first come, first served)."""
         return Sharing()
 
+    async def reserved(self, candidates: list, freeing: tuple[str, ...] = (),
+                       warned: tuple[str, ...] = ()) -> dict[str, str]:
+        """Of this server's ``candidates`` (``pool.reclaim.Candidate``), those to give back room a reservation
+        keeps now, each with why in words (judged on the whole pool, which this server may not read)."""
+        return {}
+
     async def budget(self, user: str, groups: tuple[str, ...]) -> Standing | None:
         """Where ``user`` stands against their tightest GPU-hour budget (None: no budget applies)."""
         return None

@@ -71,6 +71,12 @@ class LocalBackend(PoolBackend):
     async def reconcile(self) -> list[Lease]:
         return await self.pool.areconcile()
 
+    async def reserved(self, candidates: list, freeing: tuple[str, ...] = (),
+                       warned: tuple[str, ...] = ()) -> dict[str, str]:
+        if not candidates or not self.sharing.reservations:
+            return {}
+        return await asyncio.to_thread(self.pool.reserved, candidates, freeing, warned)
+
     async def budget(self, user: str, groups: tuple[str, ...]) -> Standing | None:
         book = self.pool.settings.budget_book
         if not book.scopes(user, groups):
