@@ -53,7 +53,13 @@ def test_a_reservation_through_the_service_makes_room_for_the_class_and_takes_bo
     assert shown[0]["member"] is False and shown[0]["words"].startswith("80 GiB reserved for ML 101 lab from")
     assert bob.me()["reservations"][0]["words"].startswith("ML 101 lab: 80 GiB reserved from")
 
-    # from the lead time, alice's server warns her idle kernels with the reason and hibernates them
+    # from the lead time, alice's server warns her idle kernels with the reason and hibernates them; the
+    # service says which to alice's server, and nothing of hers to bob offering her leases as his
+    wait_for(lambda: time.time() >= start - 15, timeout=60, what="the lead time")
+    offered = [[lease(lab, "alice", kid)["id"], "hibernate", 0.0] for kid in held]
+    [theirs] = raw(lab, "bob", [request("reserved", candidates=offered)])
+    [hers] = raw(lab, "alice", [request("reserved", candidates=offered)])
+    assert theirs["result"] == {} and set(hers["result"]) <= set(held)
     for kid in held:
         wait_for(lambda kid=kid: (x := lease(lab, "alice", kid)) and x["state"] == "hibernated", timeout=90,
                  what=f"alice's kernel {kid} hibernated")
