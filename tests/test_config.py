@@ -11,6 +11,10 @@ from jupyter_gpu_pool.devices.nvml import Discovery
 from jupyter_gpu_pool.pool import GPU
 
 
+LAB = {"name": "ML 101 lab", "groups": ["ml101"], "days": ["tue", "thu"], "start": "10:00", "end": "12:00",
+       "timezone": "Europe/Paris", "memory": "60GiB"}
+
+
 def test_settings_come_from_the_pool_config_file(pool_home):
     settings = load_settings()
     assert list(settings.profiles) == ["small", "half", "whole"]
@@ -44,6 +48,16 @@ def test_the_servers_own_config_wins_over_the_pool_file(pool_home):
         ("group_members", {"students": "alice"}, "must be a list of user names"),
         ("placement", "random", "GPUPool"),
         ("start_queue_timeout", -1.0, "GPUPool.start_queue_timeout must be a number of seconds, 0 or more"),
+        ("reservations", [{**LAB, "timezone": "Europe/Atlantis"}],
+         "GPUPool.reservations[0] ('ML 101 lab').timezone: 'Europe/Atlantis' is not a time zone"),
+        ("reservations", [{**LAB, "end": "09:00"}],
+         "GPUPool.reservations[0] ('ML 101 lab').end: the window ends at 09:00, before it starts at 10:00"),
+        ("reservations", [LAB, {**LAB, "groups": "research"}],
+         "GPUPool.reservations[1] ('ML 101 lab').name: 'ML 101 lab' is used by reservation 0 too"),
+        ("queue_order", "random", "GPUPool"),
+        ("fair_share_weights", {"ml101": 0}, "GPUPool.fair_share_weights['ml101'] must be a weight above 0"),
+        ("fair_share_others_weight", "heavy", "GPUPool.fair_share_others_weight: must be a weight above 0"),
+        ("fair_share_half_life", 0, "GPUPool.fair_share_half_life must be a number of seconds above 0"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_the_setting_and_value(pool_home, setting, value, words):
@@ -80,29 +94,6 @@ def test_nvml_mode_with_no_gpu_says_the_pool_is_empty(pool_home):
     pool_home.configure(gpu_discovery="nvml")
     inv = build_inventory(load_settings(), Discovery(error="NVML unavailable"))
     assert inv.gpus == [] and "the pool is empty" in inv.note
-
-
-LAB = {"name": "ML 101 lab", "groups": ["ml101"], "days": ["tue", "thu"], "start": "10:00", "end": "12:00",
-       "timezone": "Europe/Paris", "memory": "60GiB"}
-
-
-@pytest.mark.parametrize("setting, value, words", [
-    ("reservations", [{**LAB, "timezone": "Europe/Atlantis"}],
-     "GPUPool.reservations[0] ('ML 101 lab').timezone: 'Europe/Atlantis' is not a time zone"),
-    ("reservations", [{**LAB, "end": "09:00"}],
-     "GPUPool.reservations[0] ('ML 101 lab').end: the window ends at 09:00, before it starts at 10:00"),
-    ("reservations", [LAB, {**LAB, "groups": "research"}],
-     "GPUPool.reservations[1] ('ML 101 lab').name: 'ML 101 lab' is used by reservation 0 too"),
-    ("queue_order", "random", "GPUPool"),
-    ("fair_share_weights", {"ml101": 0}, "GPUPool.fair_share_weights['ml101'] must be a weight above 0"),
-    ("fair_share_others_weight", "heavy", "GPUPool.fair_share_others_weight: must be a weight above 0"),
-    ("fair_share_half_life", 0, "GPUPool.fair_share_half_life must be a number of seconds above 0"),
-])
-def test_a_bad_sharing_setting_is_refused_naming_the_reservation_and_field(pool_home, setting, value, words):
-    pool_home.configure(**{setting: value})
-    with pytest.raises(ConfigError) as err:
-        load_settings()
-    assert words in str(err.value)
 
 
 def test_reservations_and_fair_share_are_read_into_the_pools_sharing(pool_home):
