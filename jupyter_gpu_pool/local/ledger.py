@@ -51,13 +51,13 @@ from ..pool import (
 from ..pool.allocation import Ask, Grant, Holdings, allocate, check_quota, resume_candidates
 from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, share_of
 from ..pool.errors import MPSUserBusy
-from ..pool.fairshare import FAIR, decayed
 from ..pool.sharing import Sharing
 from ..pool.leases import FIRST_CELL
 from ..pool.liveness import Graces, IsAlive, dead_reason
 from ..pool.phases import STOPPING, PhaseConflict, check_move
 from ..pool.trace import TraceEvent
 from . import journal, queue, rows, trace, usage
+from . import sharing as sharing_reads
 from .database import Database
 from .rows import LEASE_SELECT
 from .store import LeaseStore
@@ -212,41 +212,15 @@ class Ledger(LeaseStore):
                         mps_users=self._mps_users(db) if ask.profile.isolation == MPS else {},
                         budget=self._standing(db, budgets, ask.owner, ask.groups, now), **self._shared(db, now, waiters))
 
-    # -- sharing (pool.sharing): what its decisions read of the ledger --------------------------------
-
     def _shared(self, db: sqlite3.Connection, now: float, waiters: list[Waiter]) -> dict:
-        """Every held lease while a reservation keeps room (members' use of it), and each share group's
-        decayed use in a fair queue with waiters; nothing where the queue is first come, first served."""
-        found: dict = {}
-        if self.sharing.plain:
-            return found
-        if self.sharing.needs_everyone(now):
-            found["everyone"] = tuple(self._leases(db, None, HELD))
-        if self.sharing.order == FAIR and waiters:
-            found["group_use"] = self._group_use(db, now)
-        return found
-
-    def _group_use(self, db: sqlite3.Connection, now: float) -> dict[str, float]:
-        """Each share group's GPU memory held over time, decayed by the half-life (``fairshare.decayed``),
-        from the GPU-time intervals of the leases still on record (a week: 2^-7 of a day's half-life)."""
-        fair = self.sharing.fair
-        intervals: dict[str, list] = {}
-        for memory, start, stop, groups in db.execute(
-                "SELECT l.memory * l.gpu_count, u.start, u.stop, l.groups FROM usage u JOIN leases l ON l.id = u.lease_id "
-                "WHERE COALESCE(u.stop, ?) > ?", (now, now - 20 * fair.half_life)):
-            group = fair.group_of(g for g in groups.split("\n") if g)
-            intervals.setdefault(group, []).append((memory, start, stop))
-        return {group: decayed(found, now, fair.half_life) for group, found in intervals.items()}
+        return sharing_reads.shared(db, self.sharing, now, waiters, lambda: self._leases(db, None, HELD))
 
     def _queue(self, db: sqlite3.Connection, now: float) -> list[Waiter]:
         """The live queue with each waiter's place as it is served (sharing's order, and why), else arrival."""
         waiters = queue.live(db, now, self.waiter_ttl)
         if self.sharing.plain or not waiters:
             return waiters
-        shared = self._shared(db, now, waiters)
-        line = self.sharing.line(waiters, now=now, gpus=self._usage(db), use=shared.get("group_use", {}),
-                                 everyone=shared.get("everyone", ()))
-        return list(line.told())
+        return sharing_reads.told(self.sharing, now, waiters, self._usage(db), self._shared(db, now, waiters))
 
     @staticmethod
     def _mps_users(db: sqlite3.Connection) -> dict[str, frozenset[str]]:

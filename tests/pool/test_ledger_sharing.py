@@ -12,6 +12,7 @@ import pytest
 from ledger_helpers import NO_QUOTA, GiB, gpus, request
 
 from jupyter_gpu_pool.local import Ledger
+from jupyter_gpu_pool.local.sharing import group_use
 from jupyter_gpu_pool.pool import PoolExhausted, SliceSpec
 from jupyter_gpu_pool.pool.fairshare import FAIR, FairShare, decayed
 from jupyter_gpu_pool.pool.reservations import parse_reservations
@@ -81,7 +82,7 @@ def test_fair_places_come_from_the_ledgers_gpu_time(shared, clock):
     clock.advance(1)
     second = ledger.enqueue("ann", "k2", "p", SliceSpec.parse("10GiB"), groups=("ml101",))
     with ledger.db.read() as db:
-        use = ledger._group_use(db, clock.now)
+        use = group_use(db, fair, clock.now)
     assert use["research"] == pytest.approx(decayed([(40 * GiB, 1_000_000.0, 1_001_800.0),
                                                      (40 * GiB, 1_001_800.0, None)], clock.now, 3600.0))
     assert use["ml101"] == pytest.approx(decayed([(40 * GiB, 1_001_800.0, None)], clock.now, 3600.0))
