@@ -54,7 +54,8 @@ from ..pool.errors import MPSUserBusy
 from ..pool.sharing import Sharing
 from ..pool.leases import FIRST_CELL
 from ..pool.liveness import Graces, IsAlive, dead_reason
-from ..pool.phases import STOPPING, PhaseConflict, check_move
+from ..pool.phases import STOPPING, PhaseConflict
+from ..pool.residency import check_move
 from ..pool.trace import TraceEvent
 from . import journal, queue, rows, trace, usage
 from . import sharing as sharing_reads
