@@ -48,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..pool import ACTIVE as LEASE_ACTIVE, HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
+from ..pool.words import MPS_CANNOT_HIBERNATE
 from ..pool import culling as C
 from ..pool import policy as P
 from ..pool import reclaim as R
@@ -171,7 +172,7 @@ class Replay:
                                 "configuration that has it (--config)")
             if s.can_hibernate is None:
                 can = profile.hibernation_possible
-                why = None if can else "an MPS client cannot be checkpointed (CUDA error 801)"
+                why = None if can else MPS_CANNOT_HIBERNATE
             else:
                 can, why = s.can_hibernate, s.why
             phase, interval = s.grid or (workload.start, workload.interval)

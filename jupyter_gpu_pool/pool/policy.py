@@ -23,19 +23,12 @@ from .leases import HIBERNATED
 from .profiles import SOFT
 from .rules import HIBERNATE, SHUTDOWN, Rule
 from .units import format_duration, format_size
+from .words import (ACTIONS, BUDGET, GPU_IDLE, IDLE, MAX_AGE, MAX_BUSY, MAX_HIBERNATED, OVER_MEMORY, PRESSURE,
+                    RESERVED, REASONS as CATALOGUE, seconds_text, snooze_limit)
 
-# Reasons, as recorded and sent to the UI.
-IDLE = "idle"
-GPU_IDLE = "gpu_idle"
-MAX_BUSY = "max_busy"
-MAX_AGE = "max_age"
-MAX_HIBERNATED = "max_hibernated"
-OVER_MEMORY = "over_memory"
-BUDGET = "budget"  # the owner's GPU-hour budget: warned at 90%, acted on at 100%
-PRESSURE = "pressure"  # chosen (pool.reclaim) to give its slice back to someone waiting in the queue
-# chosen (pool.reclaim.choose_for_reservations) to give back room reserved for others: before their window,
-# or borrowed during it when a member asks; not snoozable, and using the kernel does not keep it
-RESERVED = "reserved"
+# The policy's reasons, as recorded and sent to the UI: their words are the catalogue's (``words``).
+# RESERVED: chosen (pool.reclaim.choose_for_reservations) to give back room reserved for others, before their
+# window or borrowed during it when a member asks; not snoozable, and using the kernel does not keep it.
 REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY, BUDGET, PRESSURE, RESERVED)
 
 # Decision verbs.
@@ -291,6 +284,14 @@ class SnoozeRefused(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
+def bad_snooze(rule: Rule, asked: str) -> SnoozeRefused:
+    """A Keep alive of a length the rule does not allow (``asked``: what was asked, as said back), in the
+    same words wherever it is refused (the REST API's check of its body, :func:`snooze`)."""
+    return SnoozeRefused(400, "bad_snooze", f"A Keep alive must be a number of seconds, more than 0 and "
+                                            f"{snooze_limit(rule.snooze)} under the pool's {rule.described}, not "
+                                            f"{asked}.")
+
+
 def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = None,
            over_memory: bool = False) -> KernelState:
     """Postpone the pending or next action by ``seconds`` (default and at most the rule's snooze)."""
@@ -313,32 +314,14 @@ def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = N
                             "them. Run a cell to show the kernel is in use, or save your work.")
     if seconds is None:
         seconds = rule.snooze
-    if seconds <= 0 or seconds > rule.snooze:
-        raise SnoozeRefused(400, "bad_snooze",
-                            f"A snooze must last more than 0 and at most {rule.snooze:g} seconds "
-                            f"({format_duration(rule.snooze)}), not {seconds:g}.")
+    if not seconds > 0 or seconds > rule.snooze:
+        raise bad_snooze(rule, seconds_text(seconds))
     return KernelState(warning=None, snoozes_used=state.snoozes_used + 1,
                        snoozed_until=max(state.snoozed_until, now + seconds), reported=None)
 
 
-_WHAT = {
-    IDLE: "Idle for {idle}",
-    GPU_IDLE: "Holding GPU memory with under {threshold:g}% GPU use for {gpu_idle}",
-    MAX_BUSY: "Busy for {busy}, longer than the {max_busy} the pool allows",
-    MAX_AGE: "Running for {age}, longer than the {max_age} the pool allows",
-    MAX_HIBERNATED: "Hibernated for {hibernated}, longer than the {max_hibernated} the pool allows",
-    OVER_MEMORY: "Using {used} of GPU memory, more than its slice's {limit}",
-    BUDGET: "GPU time this {period}: {spent} of {budget} h used",
-    PRESSURE: "Someone is waiting for a GPU slice and this kernel has been idle for {idle}",
-    RESERVED: "The GPU room this kernel holds is {reserved}",
-}
-_DOING = {HIBERNATE: "hibernated (its variables are kept; the GPU slice is given back)",
-          SHUTDOWN: "shut down to give its GPU slice back"}
-_DONE = {HIBERNATE: "Hibernated", SHUTDOWN: "Shut down"}
-
-
 def _what(reason: str, facts: Facts, rule: Rule, now: float, reserved: str = "") -> str:
-    return _WHAT[reason].format(
+    return CATALOGUE[reason].says(
         reserved=reserved,
         idle=format_duration(now - facts.last_activity),
         gpu_idle=format_duration(now - (facts.gpu_idle_since or now)),
@@ -359,14 +342,11 @@ def _what(reason: str, facts: Facts, rule: Rule, now: float, reserved: str = "")
 
 def _warning_message(reason: str, action: str, facts: Facts, rule: Rule, now: float, deadline: float,
                      reserved: str = "") -> str:
-    tail = {OVER_MEMORY: ", unless it frees GPU memory first.",
-            BUDGET: " when the GPU time runs out; save your work.",
-            RESERVED: " (no snooze: the room is reserved)."}.get(reason, ", unless it is used again or snoozed.")
-    return f"{_what(reason, facts, rule, now, reserved)}: this kernel will be {_DOING[action]} in " \
-           f"{format_duration(max(deadline - now, 0))}{tail}"
+    return f"{_what(reason, facts, rule, now, reserved)}: this kernel will be {ACTIONS[action].will_be} in " \
+           f"{format_duration(max(deadline - now, 0))}{CATALOGUE[reason].unless}"
 
 
 def _action_message(reason: str, action: str, facts: Facts, rule: Rule, now: float, reserved: str = "") -> str:
-    if reason == RESERVED:
-        return f"{_DONE[action]} for a reservation: {_what(reason, facts, rule, now, reserved)}."
-    return f"{_DONE[action]} by the pool's {rule.described}. {_what(reason, facts, rule, now)}."
+    if reason == RESERVED:  # the admin's reservation acts, not the kernel's rule
+        return f"{ACTIONS[action].done} for a reservation: {_what(reason, facts, rule, now, reserved)}."
+    return f"{ACTIONS[action].done} by the pool's {rule.described}. {_what(reason, facts, rule, now)}."

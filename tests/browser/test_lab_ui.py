@@ -242,7 +242,7 @@ def test_refusals_say_what_fits_the_limit_hit(lab, page, artifacts):
         assert_accessible(page, "the refusal's dialog and notification",
                           include=[".jp-GpuPool-refusalDialog", ".Toastify__toast"])
         expect(dialog).to_contain_text(
-            "GPU quota exceeded: you hold 2 of your 2 GPU kernels, so 'Python 3 · GPU 10 GiB' cannot start.")
+            "GPU quota exceeded: you hold 2 GPU kernels, as many as your quota allows, so 'Python 3 · GPU 10 GiB' cannot start.")
         expect(dialog).to_contain_text("holder-0.ipynb (20 GiB, slice held for")
         box = dialog.locator(".jp-Dialog-body pre").first.bounding_box()
         assert box and box["width"] < 1000  # the message wraps inside the dialog instead of running off it

@@ -16,9 +16,10 @@ from ...pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ...pool import policy as P
 from ...pool.leases import ACTIVE
 from ...pool.liveness import ended_with_server
-from ...pool.phases import HIBERNATING, IN_FLIGHT, STOPPING, display_state
+from ...pool.phases import HIBERNATING, IN_FLIGHT, NO_GPU_YET, STOPPING, display_state
 from ...pool.rules import Policy
 from ...pool.units import unix_time
+from ...pool.words import notebook_label
 from . import dashboard
 from ..backends.base import PoolBackend
 from ..context import ServerContext
@@ -156,7 +157,7 @@ def journal_item(e: JournalEntry, policy: Policy | None = None) -> dict:
     message = d.get("message") or (f"Lease released: {e.reason}" if e.kind == "reclaimed" else "")
     # The server's own entries name the notebook as it was called then; the ledger's, as at its start.
     return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner,
-            "name": d.get("name") or d.get("label", ""),
+            "name": notebook_label(d.get("name") or d.get("label", "")),
             "profile": d.get("profile"), "reason": e.reason, "message": message,
             "dry_run": bool(d.get("dry_run", False)), "rule": rule,
             "rule_label": found.label if found is not None else rule, "action": d.get("action"),
@@ -258,7 +259,9 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         kernel = context.kernel(lease.kernel_id)
         here = kernel is not None
         execution_state = kernel.execution_state if here else None
-        item.update({"label": name_of(lease, notebooks), "here": here, "execution_state": execution_state,
+        # a kernel that has held no slice yet is not "hibernated": nothing was put to sleep
+        item.update({"label": name_of(lease, notebooks), "state": NO_GPU_YET if lease.awaits_first_cell else lease.state,
+                     "here": here, "execution_state": execution_state,
                      "idle_since": (unix_time(kernel.last_activity)
                                     if here and execution_state != "busy" else None),
                      "actions": admin_actions(lease, context),
