@@ -147,7 +147,7 @@ class Culler:
                                 if isinstance(k.provisioner, PoolKernelProvisioner)})
             judged, gpu_active = await self._judge(kernels, now)
             reclaimed = self.reclaim(snapshot, kernels, judged, now)
-            reserved = await self.reserve(kernels, judged)
+            reserved = await reserved_kernels(self.backend, self.context, self.states, kernels, judged)
             for kid, lease, rule, facts in judged:
                 await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed, reserved=reserved.get(kid, ""))
             for gone in (set(self.states) | set(self.resumed)) - set(kernels):
@@ -263,7 +263,7 @@ class Culler:
                 if not mine:
                     return
                 reclaimed = self.reclaim(snapshot, kernels, judged, now)
-                reserved = await self.reserve(kernels, judged)
+                reserved = await reserved_kernels(self.backend, self.context, self.states, kernels, judged)
                 _kid, lease, rule, facts = mine[0]
                 await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed,
                                    reserved=reserved.get(kid, ""))
@@ -295,21 +295,6 @@ class Culler:
         chosen = R.choose_reclaim([u.gpu for u in usage], list(snapshot.leases), needs, candidates, freeing=freeing,
                                   warned=warned)
         return {c.kernel_id for c in chosen}
-
-    async def reserve(self, kernels: dict, judged: list) -> dict[str, str]:
-        """The kernels of this server to give back room a reservation keeps now, each with why in words
-        (``pool.reclaim.reserved_for`` on the whole pool, through the backend: non-members' idle kernels,
-        hibernation first, fewest)."""
-        if not self.backend.sharing.reservations:
-            return {}
-        candidates = [c for kid, lease, rule, facts in judged if (c := R.reservation_candidate(
-            lease, rule, P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0],
-            idle_since=facts.last_activity, busy=facts.execution_state == "busy")) is not None]
-        freeing = tuple(kid for kid, (_k, lease) in kernels.items() if self.context.busy(kid) or lease.phase in (
-            HIBERNATING, STOPPING))
-        warned = tuple(kid for kid, state in self.states.items()
-                       if state.warning and state.warning.reason == P.RESERVED)
-        return await self.backend.reserved(candidates, freeing, warned)
 
     def report_gpu_activity(self) -> None:
         """Count GPU use as server activity (``/api/status``, JupyterHub's idle culler): jupyter_server
@@ -520,3 +505,18 @@ class Culler:
             except Exception:
                 task.cancel()
 
+
+async def reserved_kernels(backend: PoolBackend, context: ServerContext, states, kernels: dict,
+                           judged: list) -> dict[str, str]:
+    """The kernels of this server to give back room a reservation keeps now, each with why in words
+    (``pool.reclaim.reserved_for`` on the whole pool, through the backend: non-members' idle kernels,
+    hibernation first, fewest).  ``states``: the policy's memory of each kernel (who was warned already)."""
+    if not backend.sharing.reservations:
+        return {}
+    candidates = [c for kid, lease, rule, facts in judged if (c := R.reservation_candidate(
+        lease, rule, P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0],
+        idle_since=facts.last_activity, busy=facts.execution_state == "busy")) is not None]
+    freeing = tuple(kid for kid, (_k, lease) in kernels.items() if context.busy(kid) or lease.phase in (
+        HIBERNATING, STOPPING))
+    warned = tuple(kid for kid, state in states.items() if state.warning and state.warning.reason == P.RESERVED)
+    return await backend.reserved(candidates, freeing, warned)
