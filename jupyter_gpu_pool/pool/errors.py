@@ -142,12 +142,14 @@ class PoolExhausted(PoolError):
     start now, and never "try again" where the pool has no GPUs at all."""
 
     reason = "pool_exhausted"
+    reserved = ""  # the reservations keeping the room it would fit in (a refusal rebuilt from a reply may lack it)
 
     def __init__(self, *, profile: str, slice_text: str, gpu_count: int, largest: str | None,
                  holdings: list[Lease], queued: int, now: float, launcher_name: str = "",
-                 starts_now: tuple[str, ...] = ()):
+                 starts_now: tuple[str, ...] = (), reserved: str = ""):
         self.profile, self.slice_text, self.largest, self.holdings, self.queued = (
             profile, slice_text, largest, holdings, queued)
+        self.reserved = reserved  # the reservations that keep the room it would fit in, in words
         self.launcher_name = launcher_name or profile
         self.starts_now = tuple(starts_now)
         what = f"'{self.launcher_name}' ({slice_text})"
@@ -157,7 +159,10 @@ class PoolExhausted(PoolError):
             return
         waiting = (f" {count(queued, 'other request')} {'is' if queued == 1 else 'are'} waiting in the queue."
                    if queued else "")
-        if largest:
+        if reserved:
+            headline = (f"{what} cannot start now: the room it would fit in is reserved ({reserved}), and only the "
+                        f"reservation's members may use it.{waiting}")
+        elif largest:
             headline = f"The GPU pool is full for {what}: the most free on one GPU is {largest}.{waiting}"
         else:
             headline = f"The GPU pool is full: every GPU slice is taken, so {what} cannot start now.{waiting}"
@@ -173,7 +178,8 @@ class PoolExhausted(PoolError):
     def to_dict(self) -> dict:
         return {**super().to_dict(), "profile": self.profile, "slice": self.slice_text, "largest_free": self.largest,
                 "queued": self.queued, "holdings": [h.id for h in self.holdings],
-                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now)}
+                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now),
+                **({"reserved": self.reserved} if self.reserved else {})}
 
 
 class MPSUserBusy(PoolError):

@@ -50,6 +50,7 @@ MAX_HIBERNATED = "max_hibernated"
 OVER_MEMORY = "over_memory"
 BUDGET = "budget"  # the owner's GPU-hour budget: warned at 90%, acted on at 100%
 PRESSURE = "pressure"  # chosen (pool.reclaim) to give its slice back to someone waiting in the queue
+RESERVED = "reserved"  # chosen (pool.reclaim) to give back room a reservation keeps for others (pool.reservations)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ reason(BUDGET, "GPU time this {period}: {spent} of {budget} h used", "GPU time u
        unless=" when the GPU time runs out; save your work.")
 reason(PRESSURE, "Someone is waiting for a GPU slice and this kernel has been idle for {idle}",
        "someone waits for a GPU slice")
+# {reserved}: the reservation's reason in words (pool.reservations.Slot.reason): "reserved for ML 101 lab from 10:00"
+reason(RESERVED, "The GPU room this kernel holds is {reserved}", "its GPU room is reserved for others",
+       unless=" (no snooze: the room is reserved).")
 
 # -- the pieces of a sentence -------------------------------------------------------------------------
 

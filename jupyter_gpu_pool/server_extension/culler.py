@@ -147,8 +147,9 @@ class Culler:
                                 if isinstance(k.provisioner, PoolKernelProvisioner)})
             judged, gpu_active = await self._judge(kernels, now)
             reclaimed = self.reclaim(snapshot, kernels, judged, now)
+            reserved = await reserved_kernels(self.backend, self.context, self.states, kernels, judged)
             for kid, lease, rule, facts in judged:
-                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed, reserved=reserved.get(kid, ""))
             for gone in (set(self.states) | set(self.resumed)) - set(kernels):
                 self.states.pop(gone, None)
                 self.seen.pop(gone, None)
@@ -202,11 +203,11 @@ class Culler:
         return judged, gpu_active
 
     async def _decide(self, kid: str, lease: Lease, rule: P.Rule, facts: P.Facts, now: float, *,
-                      reclaim: bool) -> None:
+                      reclaim: bool, reserved: str = "") -> None:
         """Ask the policy about one kernel, keep its answer, carry it out, and keep the kernel's deadline
         timer in step with its warning."""
         decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=reclaim,
-                            dry_run=self.policy.dry_run)
+                            dry_run=self.policy.dry_run, reserved=reserved)
         self.states[kid] = decision.state
         self.seen[kid] = Seen(rule, facts, decision)
         if decision.verb != P.NONE:
@@ -262,8 +263,10 @@ class Culler:
                 if not mine:
                     return
                 reclaimed = self.reclaim(snapshot, kernels, judged, now)
+                reserved = await reserved_kernels(self.backend, self.context, self.states, kernels, judged)
                 _kid, lease, rule, facts = mine[0]
-                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed,
+                                   reserved=reserved.get(kid, ""))
         except Exception:
             log.exception("GPU pool: kernel %s: acting at its deadline failed", kid)
 
@@ -502,3 +505,18 @@ class Culler:
             except Exception:
                 task.cancel()
 
+
+async def reserved_kernels(backend: PoolBackend, context: ServerContext, states, kernels: dict,
+                           judged: list) -> dict[str, str]:
+    """The kernels of this server to give back room a reservation keeps now, each with why in words
+    (``pool.reclaim.reserved_for`` on the whole pool, through the backend: non-members' idle kernels,
+    hibernation first, fewest).  ``states``: the policy's memory of each kernel (who was warned already)."""
+    if not backend.sharing.reservations:
+        return {}
+    candidates = [c for kid, lease, rule, facts in judged if (c := R.reservation_candidate(
+        lease, rule, P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0],
+        idle_since=facts.last_activity, busy=facts.execution_state == "busy")) is not None]
+    freeing = tuple(kid for kid, (_k, lease) in kernels.items() if context.busy(kid) or lease.phase in (
+        HIBERNATING, STOPPING))
+    warned = tuple(kid for kid, state in states.items() if state.warning and state.warning.reason == P.RESERVED)
+    return await backend.reserved(candidates, freeing, warned)

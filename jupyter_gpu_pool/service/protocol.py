@@ -76,6 +76,7 @@ OPERATIONS = {op.name: op for op in (
     Operation("budget_standing", ("owner",), reads=True),
     Operation("spenders", ("since",), reads=True),
     Operation("host_bytes_on", ("host",), who=POOL, reads=True),
+    Operation("reserved", ("candidates", "freeing", "warned"), reads=True),
     Operation("enqueue", ("kernel_id", "profile", "lease_id", "label")),
     Operation("heartbeat", ("waiter_id",)),
     Operation("dequeue", ("waiter_id",)),

@@ -190,6 +190,38 @@ FACTS = P.Facts(kernel_id="k", state="active", execution_state="idle", last_acti
                 gpu_idle_since=NOW - 1800, budget_used=9.1, budget_limit=10.0, budget_period="week")
 
 
+def _reservation_reasons() -> dict[str, str]:
+    """A reservation's reason in each phase a kernel is reclaimed in (before the window, open, borrowed)."""
+    from jupyter_gpu_pool.pool.reservations import parse_reservations
+
+    [r] = parse_reservations([{"name": "ML 101 lab", "groups": ["ml101"], "start": "2025-06-15 10:00",
+                               "end": "2025-06-15 12:00", "timezone": "UTC", "memory": "160GiB"}])
+    start = r.window.once[0]
+    return {phase: r.slot(at).reason(at) for phase, at in (("making room", start - 300), ("open", start + 60),
+                                                           ("borrowing", start + 1200))}
+
+
+RESERVED_REASONS = _reservation_reasons()
+
+
+def test_what_a_reservation_says_reads_right_to_members_and_others():
+    from jupyter_gpu_pool.pool.reservations import parse_reservations
+
+    said = {}
+    for memory, gpus in (("160GiB", None), (None, 1), (None, 2), ("40GiB", 2)):
+        [r] = parse_reservations([{"name": "ML 101 lab", "groups": ["ml101"], "days": ["tue"], "start": "10:00",
+                                   "end": "12:00", "timezone": "UTC", "memory": memory, "gpus": gpus}])
+        start = next(r.window.occurrences(NOW, NOW + 8 * 86400))[0]
+        for at in (start - 86400, start - 300, start + 60, start + 1200):
+            slot = r.slot(at)
+            for member in (True, False):
+                said[f"{memory} {gpus} {at - start} {member}"] = slot.words(at, member) + "."
+            said[f"borrowed {memory} {gpus} {at - start}"] = slot.borrowed(at)
+    check(said)
+    assert set(RESERVED_REASONS.values()) == {"reserved for ML 101 lab from 10:00", "reserved for ML 101 lab until 12:00",
+                                              "reserved for ML 101 lab until 12:00, and a member needs it"}
+
+
 @pytest.mark.parametrize("rule_name", ["students", "rule 3"])
 def test_every_reason_with_every_action_reads_right_warned_and_done(rule_name):
     limits = {"idle_timeout": "30m", "max_busy": "1h", "max_age": "8h", "max_hibernated": "1d",
@@ -197,12 +229,16 @@ def test_every_reason_with_every_action_reads_right_warned_and_done(rule_name):
     entry = {"name": rule_name, **limits} if rule_name != "rule 3" else {"match": {"group": "students"}, **limits}
     rule = parse_rule(2, entry)
     said = {}
-    for (key, _reason), action, lead in itertools.product(REASONS.items(), ACTIONS, (1.5, 42, 90, 3600)):
-        said[f"warned {key} {action} in {lead}"] = P._warning_message(key, action, FACTS, rule, NOW, NOW + lead)
-        said[f"done {key} {action}"] = P._action_message(key, action, FACTS, rule, NOW)
+    reserved = {reason: RESERVED_REASONS[reason] for reason in RESERVED_REASONS}  # a reservation's, each phase
+    for (key, _reason), action, lead, why in itertools.product(REASONS.items(), ACTIONS, (1.5, 42, 90, 3600),
+                                                               reserved.values()):
+        said[f"warned {key} {action} in {lead} {why}"] = P._warning_message(key, action, FACTS, rule, NOW,
+                                                                            NOW + lead, why)
+        said[f"done {key} {action} {why}"] = P._action_message(key, action, FACTS, rule, NOW, why)
     check(said)
-    assert all(ACTIONS[a].will_be in said[f"warned idle {a} in 90"] for a in ACTIONS)
-    assert "variables will be lost" in said["warned idle shutdown in 90"]  # a shutdown says what it costs
+    first = next(iter(reserved.values()))
+    assert all(ACTIONS[a].will_be in said[f"warned idle {a} in 90 {first}"] for a in ACTIONS)
+    assert "variables will be lost" in said[f"warned idle shutdown in 90 {first}"]  # a shutdown says what it costs
 
 
 def test_every_action_on_request_a_keep_alive_a_queue_place_and_a_failed_hibernation_read_right():

@@ -131,6 +131,8 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
         "here": here,
         "actions": actions,
         "progress": lease.extra.get("progress"),  # a cluster kernel's start, in words, while it starts
+        # it borrowed room reserved for others, in words, while their window is open (else null)
+        "borrowed": backend.sharing.borrowed(lease, now) or None,
     }
 
 
@@ -210,7 +212,8 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
         name = notebooks.get(w.kernel_id, w.label)  # the notebook as it is called now
         queue.append({"position": w.position, "kernel_id": w.kernel_id, "name": name, "profile": w.profile,
                       "profile_display_name": profile.display_name if profile else w.profile,
-                      "for": "resume" if w.lease_id else "start", "enqueued": w.enqueued})
+                      "for": "resume" if w.lease_id else "start", "enqueued": w.enqueued,
+                      "why": w.why or None})  # where sharing orders the queue: why it is there
         if w.kernel_id not in leased:  # a start waiting for its first slice
             kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": name, "profile": w.profile,
                             "profile_display_name": profile.display_name if profile else w.profile,
@@ -233,6 +236,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
         "queue": queue,
         "recent": recent,
         "profiles": profiles,
+        "reservations": backend.sharing.shown(now, user, backend.groups_of(user)),
     }
 
 
@@ -280,6 +284,9 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         "queue": [{**w.to_dict(), "label": notebooks.get(w.kernel_id, w.label)} for w in snapshot.waiters],
         "decisions": decisions,
         "policy": context.policy.to_dict(),
+        "reservations": [{**s.to_dict(now, member=False), "groups": list(s.reservation.groups),
+                          "users": list(s.reservation.users), "window": s.reservation.window.words()}
+                         for s in backend.sharing.slots(now)],
         "pressure": bool(snapshot.waiters),
         "passes": context.passes(),
     }
