@@ -261,8 +261,11 @@ function leaseRows(pool: IPool, now: number, name: (id: string) => string): ILea
     slice: leaseSlice(l),
     gpu: l.gpus.length ? l.gpus.map(u => gpuName.get(u) ?? u.slice(0, 12)).join('+') : '–',
     state: leaseState(l),
-    // It holds room a reservation keeps for others: taken back when a member needs it.
-    borrowed: l.borrowed?.length ? __('borrowed from %1', l.borrowed.join(', ')) : '',
+    // It holds room a reservation keeps for others (while active): taken back when a member needs it.
+    borrowed:
+      l.borrowed?.length && l.state === 'active'
+        ? __('borrowed from %1', l.borrowed.join(', '))
+        : '',
     age: formatDuration(now - l.created),
     idle:
       l.execution_state === 'busy'

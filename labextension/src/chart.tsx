@@ -17,6 +17,23 @@ function themeColour(name: string, fallback: string): string {
   return value || fallback;
 }
 
+/** Diagonal lines in `colour`: the lead time, when a reservation's room is being made. */
+function hatch(ctx: CanvasRenderingContext2D, colour: string): CanvasPattern | string {
+  const tile = document.createElement('canvas');
+  tile.width = tile.height = 8;
+  const pen = tile.getContext('2d');
+  if (!pen) {
+    return colour + '33';
+  }
+  pen.strokeStyle = colour + '99';
+  pen.lineWidth = 1.5;
+  pen.beginPath();
+  pen.moveTo(-1, 9);
+  pen.lineTo(9, -1);
+  pen.stroke();
+  return ctx.createPattern(tile, 'repeat') ?? colour + '33';
+}
+
 /**
  * The reservations' room behind the kernels' bands: hatched from its lead time (its room being made),
  * shaded while open, within the plot's window. Drawn first, under the series.
@@ -26,11 +43,12 @@ function drawReservations(u: uPlot, bands: () => ReadonlyArray<IReservationBand>
   const { left, top, width, height } = u.bbox;
   const x = (t: number) => Math.min(left + width, Math.max(left, u.valToPos(t, 'x', true)));
   const colour = themeColour('--jp-warn-color2', '#ffb74d');
+  const making = hatch(ctx, colour);
   ctx.save();
   for (const b of bands()) {
     const [from, open, to] = [x(b.from), x(b.open), x(b.to)];
     if (open > from) {
-      ctx.fillStyle = colour + '33';
+      ctx.fillStyle = making;
       ctx.fillRect(from, top, open - from, height);
     }
     if (to > open) {

@@ -366,7 +366,7 @@ function reservedMessage(
   if (kernel.warning!.action === 'hibernate') {
     return fitting(
       __('%1 hibernates at %2: its GPU room is %3. Its variables are kept.', who, at, why),
-      __('%1 hibernates at %2, variables kept: its GPU room is %3.', who, at, why),
+      __('%1 hibernates at %2, variables kept: its room is %3.', who, at, why),
       ...(name
         ? [__('%1 hibernates at %2, variables kept: its room is reserved for %3.', who, at, name)]
         : []),
@@ -384,7 +384,7 @@ function reservedMessage(
       at,
       why
     ),
-    __('%1 shuts down at %2, variables lost: its GPU room is %3.', who, at, why),
+    __('%1 shuts down at %2, variables lost: its room is %3.', who, at, why),
     ...(name
       ? [__('%1 shuts down at %2, variables lost: its room is reserved for %3.', who, at, name)]
       : []),

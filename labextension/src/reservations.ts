@@ -52,6 +52,14 @@ export function warnedFor(
   return w && w.reason === 'reserved' ? reservationNamed(w.message, reservations) : null;
 }
 
+/**
+ * Whether a kernel runs on room borrowed from a reservation now: it holds its slice (a hibernated
+ * kernel gave the room back, whatever its lease remembers) and the server says it borrowed.
+ */
+export function onBorrowedRoom(kernel: IKernel): boolean {
+  return !!kernel.borrowed && kernel.state === 'active';
+}
+
 /** The reservation whose room a kernel borrowed (while its window is open), or null. */
 export function borrowedFrom(
   kernel: IKernel,

@@ -27,7 +27,13 @@ import {
   trimNumber
 } from './format';
 import { __ } from './i18n';
-import { borrowedFrom, keptForMe, shownReservations, warnedFor } from './reservations';
+import {
+  borrowedFrom,
+  keptForMe,
+  onBorrowedRoom,
+  shownReservations,
+  warnedFor
+} from './reservations';
 import {
   actionWords,
   borrowedLine,
@@ -150,9 +156,11 @@ export function statusView(
   const budget = me.budget ? budgetText(me.budget) : '';
   const progress = progressText(me);
   const reserved = keptForMe(me).map(r => reservationWords(r, now));
-  const parts = [held, util === null ? '' : formatPercent(util), budget, progress, ...reserved];
-  // A narrow window: the budget, what is near its limit, a start's progress.
-  const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : parts;
+  const base = [held, util === null ? '' : formatPercent(util), budget, progress];
+  const parts = [...base, ...reserved];
+  // A narrow window: the budget, what is near its limit, a start's progress (a reservation's words
+  // would push JupyterLab's own items off: the tooltip has them).
+  const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : base;
   const join = (texts: string[]) => texts.filter(Boolean).join(' · ');
   return {
     text: join(parts),
@@ -285,7 +293,7 @@ function kernelLines(me: IMe, now: number): string[] {
   for (const k of me.kernels.filter(k => pendingWarning(k))) {
     lines.push(__('%1: %2.', name(k), countdownText(k, now)));
   }
-  for (const k of me.kernels.filter(k => k.borrowed)) {
+  for (const k of me.kernels.filter(onBorrowedRoom)) {
     lines.push(borrowedLine(name(k), borrowedFrom(k, me.reservations), now));
   }
   for (const k of me.kernels.filter(k => k.state === 'queued')) {
@@ -834,7 +842,9 @@ export function cardView(
           level: 'warning'
         }
       : null,
-    borrowed: kernel.borrowed ? borrowedWords(borrowedFrom(kernel, me?.reservations), now) : '',
+    borrowed: onBorrowedRoom(kernel)
+      ? borrowedWords(borrowedFrom(kernel, me?.reservations), now)
+      : '',
     queueWhy: why ? sentence(why) : '',
     actions: actionViews(kernel)
   };
@@ -1025,7 +1035,7 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
   lines.push(__('State: %1.', stateView(k, me.now).label));
   const why = k.state === 'queued' ? queueWhy(me, k.kernel_id) : null;
   lines.push(why ? sentence(why) : '');
-  lines.push(k.borrowed ? borrowedWords(borrowedFrom(k, me.reservations), me.now) : '');
+  lines.push(onBorrowedRoom(k) ? borrowedWords(borrowedFrom(k, me.reservations), me.now) : '');
   lines.push(__('Click to open the GPU panel.'));
   return { visible: true, text, title: lines.filter(Boolean).join('\n'), kind: k.state };
 }

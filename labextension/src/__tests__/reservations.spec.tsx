@@ -96,6 +96,8 @@ describe('the status bar', () => {
   it('says a member’s reservation while it keeps their room, as the issue writes it', () => {
     const v = statusView(me({ reservations: [reservation()] }), null, NOW);
     assert.equal(v.text, 'GPU mem: 10 / 40 GiB · 37% · ML 101 lab: 160 GiB reserved until 12:00');
+    // a window under 1200 px: JupyterLab's own items keep their room, the tooltip says it
+    assert.equal(v.short, 'GPU mem: 10 / 40 GiB · 37%');
     assert.match(
       v.title,
       /^ML 101 lab: 160 GiB reserved for you and your group until 12:00; you go first\.$/m
@@ -150,6 +152,10 @@ describe('a kernel’s card and toolbar', () => {
       'Borrowed from the room reserved for Research block until 16:00: it may be hibernated, its variables kept, with a warning when a member needs the room.'
     );
     assert.equal(cardView(kernel(), NOW, false, state).borrowed, '');
+    // hibernated, it gave the room back, whatever its lease remembers
+    const asleep = kernel({ borrowed: BORROWED, state: 'hibernated', gpus: [] });
+    assert.equal(cardView(asleep, NOW, false, state).borrowed, '');
+    assert.doesNotMatch(statusView({ ...state, kernels: [asleep] }, null, NOW).title, /borrowed/);
     assert.match(
       indicatorView({ ...state, kernels: [kernel({ borrowed: BORROWED })] }, kernel().kernel_id)
         .title,
@@ -383,7 +389,11 @@ describe('the dashboard', () => {
   it('says which leases borrowed reserved room and why each waiter is where it is', () => {
     const base = pool();
     const p = pool({
-      leases: [{ ...base.leases[0], borrowed: ['Research block'] }, base.leases[1]],
+      leases: [
+        { ...base.leases[0], borrowed: ['Research block'] },
+        base.leases[1],
+        { ...base.leases[2], borrowed: ['Research block'] } // hibernated: the room is given back
+      ],
       queue: [
         {
           ...base.queue[1],
@@ -393,8 +403,12 @@ describe('the dashboard', () => {
     });
     const view = dashboardView(p, NOW);
     assert.deepEqual(
-      view.leases.map(l => l.borrowed),
-      ['', 'borrowed from Research block']
+      view.leases.map(l => [l.owner, l.state, l.borrowed]),
+      [
+        ['alice', 'active', ''],
+        ['bob', 'hibernated', ''], // the older first
+        ['bob', 'active', 'borrowed from Research block']
+      ]
     );
     assert.equal(
       view.queue[0].why,

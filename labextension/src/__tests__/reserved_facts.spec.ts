@@ -67,7 +67,7 @@ describe('a borrowed kernel’s reclaim warning', () => {
     assert.equal(toast.nature, 'warning');
     assert.equal(
       toast.message,
-      'train.ipynb’s kernel hibernates at 10:07:40, variables kept: its GPU room is reserved for Research block until 16:00, and a member needs it.'
+      'train.ipynb’s kernel hibernates at 10:07:40, variables kept: its room is reserved for Research block until 16:00, and a member needs it.'
     );
     assert.ok(toast.message.length <= 140);
     assert.equal(toast.keepAlive, false);
