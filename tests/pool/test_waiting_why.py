@@ -28,6 +28,20 @@ async def until(predicate, what: str) -> None:
     raise AssertionError(f"no {what}")
 
 
+def carl_waits(ledger: Ledger, slice_text: str) -> tuple[list[str], asyncio.Future]:
+    """carl's wait for a slice, under way; what it hears of why its place is where it is."""
+    heard: list[str] = []
+
+    async def why(text: str) -> None:
+        heard.append(text)
+
+    ask = request("carl", slice_text, kernel="kc")
+    wait = asyncio.ensure_future(wait_for_slice(
+        ledger, lambda waiter: ledger.allocate(ask, NO_QUOTA, waiter_id=waiter),
+        Place("carl", "kc", ask.profile.name, ask.profile.slice), poll=0.01, on_why=why))
+    return heard, wait
+
+
 async def test_a_wait_hears_why_it_is_where_it_is_and_each_change(tmp_path, clock):
     clock.now = dt.datetime(2025, 3, 4, 10, 30, tzinfo=ZoneInfo("Europe/Paris")).timestamp()  # the lab is open
     ledger = Ledger(tmp_path / "why.sqlite", clock=clock, waiter_ttl=3600, sharing=Sharing(parse_reservations([LAB])))
@@ -35,16 +49,7 @@ async def test_a_wait_hears_why_it_is_where_it_is_and_each_change(tmp_path, cloc
     bob = ledger.allocate(request("bob", "40GiB"), NO_QUOTA)
     ledger.allocate(request("eve", "30GiB", groups=("ml101",)), NO_QUOTA)
     ann = ledger.enqueue("ann", "ka", "p", SliceSpec.parse("10GiB"), groups=("ml101",))  # a member, first
-
-    heard: list[str] = []
-
-    async def why(text: str) -> None:
-        heard.append(text)
-
-    ask = request("carl", "20GiB", kernel="kc")
-    wait = asyncio.ensure_future(wait_for_slice(
-        ledger, lambda waiter: ledger.allocate(ask, NO_QUOTA, waiter_id=waiter),
-        Place("carl", "kc", ask.profile.name, ask.profile.slice), poll=0.01, on_why=why))
+    heard, wait = carl_waits(ledger, "20GiB")
     await until(lambda: heard, "why")
     assert heard == ["2nd in the queue: 1 ahead is going first into room reserved for them"]
     ledger.dequeue(ann.id)  # the member leaves: carl is first, first come first served, and still waits
@@ -60,16 +65,8 @@ async def test_a_first_come_first_served_queue_says_nothing_of_why(tmp_path, clo
     ledger = Ledger(tmp_path / "fifo.sqlite", clock=clock, waiter_ttl=3600)
     ledger.sync_gpus(gpus(40))
     held = ledger.allocate(request("bob", "40GiB"), NO_QUOTA)
-    heard: list[str] = []
-
-    async def why(text: str) -> None:
-        heard.append(text)
-
-    ask = request("carl", "10GiB", kernel="kc")
-    wait = asyncio.ensure_future(wait_for_slice(
-        ledger, lambda waiter: ledger.allocate(ask, NO_QUOTA, waiter_id=waiter),
-        Place("carl", "kc", ask.profile.name, ask.profile.slice), poll=0.01, on_why=why))
-    await asyncio.sleep(0.2)
+    heard, wait = carl_waits(ledger, "10GiB")
+    await until(lambda: [w.why for w in ledger.waiters()] == [""], "carl's place, with no why")
     ledger.release(held.id)
     await asyncio.wait_for(wait, 10)
     assert heard == []
