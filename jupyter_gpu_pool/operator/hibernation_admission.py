@@ -11,10 +11,12 @@ node at a time (a resume's room and the node's cap are questions about every ker
   node agent's fresh NVML reading of its GPU (read only where some resume passed its quota); the resumes
   asked on a hint go behind every real waiter, and are admitted only into the room left, else declined.
 
-Seam: the kernel's GPU residency (running, hibernating, hibernated, resuming) is stepped through here in
-the cluster's phases; the shared residency model (``pool/residency.py``, being written) is where these
-transitions are to come from once it lands, so that the local hibernator, the server's hook, the node
-agent and this admission follow one table.
+Each answer is a step of the shared residency model (:mod:`jupyter_gpu_pool.pool.residency`, the lifecycle the
+local hibernator, the server's hook and the node agent step through too): a hibernation request takes an
+active kernel to hibernating (the backend, host-memory and cap checks are its host-RAM claim); a resume is
+:func:`~jupyter_gpu_pool.pool.residency.admit` with the quota's and the room's answers, whose resulting
+stage says what is written: restoring (phase Resuming), queued (a place in the node's queue), or asleep
+again (waiting for the quota, with a warning; or, for a hint, declined quietly).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from collections.abc import Mapping
 
 from ..cluster import resources
 from ..cluster.hibernation import HOST_MEMORY, NODE_CAP, UNSUPPORTED
-from ..cluster.kernels import desired, gpu_devices, hibernation, meta, spec, status
+from ..cluster.kernels import desired, gpu_devices, hibernation, meta, resume_hint, spec, status
 from ..cluster.quotas import Quotas
 from ..cluster.resources import DESIRED_HIBERNATED, HIBERNATING, RESUMING, RUNNING
 from ..pool import Lease, PoolError
+from ..pool import residency as life
 from . import admission
 from . import hibernation as rules
 from .plan import Announce, Count, Steps, hibernation_changes
@@ -35,6 +38,21 @@ from .sharing import quantity_value
 
 # One kernel's part of a node's plan: the kernel (as read), its actions, when to look at it again.
 Part = tuple[dict, tuple, float | None]
+# The cluster's phase of a residency stage the operator admits a kernel into (the node agent moves it on).
+PHASE_OF = {life.HIBERNATING: HIBERNATING, life.RESTORING: RESUMING}
+
+
+def sleep_request(kernel: dict) -> str:
+    """The residency event a server's hibernation request is (spec.hibernateReason)."""
+    return {"user": life.RELEASE, "admin": life.RELEASE, "after_cell": life.AFTER_CELL}.get(
+        spec(kernel).get("hibernateReason") or "idle", life.IDLE)
+
+
+def resume_answer(kernel: dict, *, quota: bool, room: bool) -> life.Step:
+    """Where a hibernated kernel's asked resume (a cell's, or a hint's) goes with the quota's and the room's
+    answers: restoring, queued, or asleep (warned where it was a real resume)."""
+    request = life.HINT if resume_hint(kernel) else life.CELL
+    return life.admit(life.Residency(life.HIBERNATED), request, quota=quota, room=room)
 
 
 def node_memory(node: dict | None) -> int | None:
@@ -74,7 +92,8 @@ def plan_hibernation(kernel: dict, pod: dict, node_kernels: list[dict], node: di
                       Announce("Normal", resources.HIBERNATION_REFUSED, refusal))
         return tuple(steps.actions)
     why = spec(kernel).get("hibernateReason") or "idle"
-    steps.write({"phase": HIBERNATING, "reason": "", "observedGeneration": generation,
+    asked = life.step(life.Residency(life.ACTIVE), sleep_request(kernel))  # its host-RAM claim passed just above
+    steps.write({"phase": PHASE_OF[asked.state.stage], "reason": "", "observedGeneration": generation,
                  "message": f"Hibernating ({why}): its GPU memory moves to host memory on node {where}.",
                  "hibernation": {"requestedAt": now, "reason": why, "message": "", "queuePosition": None,
                                  "devices": list(gpu_devices(kernel)) or None}}, compare=True)
@@ -96,59 +115,57 @@ def asked_now(node_kernels: list[dict], node: str, now: float) -> dict[str, floa
 def quota_pass(node_kernels: list[dict], node: str, quotas: Quotas, holding: Mapping[str, tuple[Lease, ...]],
                settings: OperatorSettings, now: float) -> tuple[list[dict], list[dict], list[Part]]:
     """The node's asked resumes against their owners' quotas: those that pass (real ones in queue order,
-    then the hinted ones), and the parts of those that do not (a real one waits for its quota, a hint is
-    declined).  ``holding``: each asker's counted leases, by uid."""
+    then the hinted ones), and the parts of those that do not: asleep again, a real one warned (it waits for
+    its quota without holding up the node's queue), a hint quietly (declined).  ``holding``: each asker's
+    counted leases, by uid."""
     asked = asked_now(node_kernels, node, now)
-    fit, hinted, parts = [], [], []
-    for k in sorted(rules.resume_order(node_kernels, node), key=lambda k: (
-            asked.get(meta(k)["uid"], float(hibernation(k).get("requestedAt") or 0)), meta(k)["name"])):
+    real = sorted(rules.resume_order(node_kernels, node), key=lambda k: (
+        asked.get(meta(k)["uid"], float(hibernation(k).get("requestedAt") or 0)), meta(k)["name"]))
+    hints = rules.hinted_resumes(node_kernels, node)
+    passed: dict[str, list[dict]] = {"real": [], "hint": []}
+    parts: list[Part] = []
+    for k in [*real, *hints]:
         try:
             admission.admit_resume(k, quotas, holding[meta(k)["uid"]], now)
-        except PoolError as e:  # the owner's own quota: they wait without holding up the node's queue
-            why = rules.quota_wait(e)
-            parts.append(_wait(k, asked, None, resources.QUOTA_EXCEEDED, f"This kernel's resume is {why}.", why,
-                               settings))
+        except PoolError as refusal:
+            if life.WARN in resume_answer(k, quota=False, room=False).effects:
+                why = rules.quota_wait(refusal)
+                parts.append(_wait(k, asked, None, resources.QUOTA_EXCEEDED, f"This kernel's resume is {why}.",
+                                   why, settings))
+            else:
+                parts.append(_decline(k, "not_now", f"This kernel was not woken in advance: {refusal}"))
             continue
-        fit.append(k)
-    for k in rules.hinted_resumes(node_kernels, node):
-        try:
-            admission.admit_resume(k, quotas, holding[meta(k)["uid"]], now)
-        except PoolError as e:  # a cell would wait for the quota: a guess does not
-            parts.append(_decline(k, "not_now", f"This kernel was not woken in advance: {e}"))
-            continue
-        hinted.append(k)
-    return fit, hinted, parts
+        passed["hint" if resume_hint(k) else "real"].append(k)
+    return passed["real"], passed["hint"], parts
 
 
 def room_pass(fit: list[dict], hinted: list[dict], node_kernels: list[dict], node: str, reading: rules.FreeReading | None,
               settings: OperatorSettings, now: float) -> list[Part]:
     """The resumes that passed their quotas, against the room on their GPUs (safe wake), first come, first
-    served: admitted (phase Resuming), or left waiting with their place; a hint only into the room left
-    behind every real waiter, else declined."""
+    served, the hints behind every real waiter: restoring (phase Resuming), queued (with its place), or, a
+    hint without room, asleep (declined, saying whether others wait)."""
     asked = asked_now(node_kernels, node, now)
     admitted, waiting = rules.plan_resumes(fit + hinted, node_kernels, reading, now, settings.gpu_free_max_age,
                                            settings.resume_margin)
+    others = any(meta(k)["uid"] in waiting for k in fit)
     parts: list[Part] = []
-    for k in admitted:
-        steps = Steps(k)
-        steps.write({"phase": RESUMING, "reason": "", "observedGeneration": meta(k).get("generation"),
-                     "message": f"Resuming on node {node}: its GPU memory comes back from host memory.",
-                     "hibernation": {"queuePosition": None, "requestedAt": asked.get(meta(k)["uid"]), "message": "",
-                                     "declined": None}}, compare=True)
-        steps.add(Count("admissions", "resume"))
-        parts.append((k, tuple(steps.actions), None))
-    for k in fit:
+    for k in fit + hinted:
         place = waiting.get(meta(k)["uid"])
-        if place is not None:
+        answer = resume_answer(k, quota=True, room=place is None)
+        if answer.state.stage == life.RESTORING:
+            steps = Steps(k)
+            steps.write({"phase": PHASE_OF[life.RESTORING], "reason": "",
+                         "observedGeneration": meta(k).get("generation"),
+                         "message": f"Resuming on node {node}: its GPU memory comes back from host memory.",
+                         "hibernation": {"queuePosition": None, "requestedAt": asked.get(meta(k)["uid"]),
+                                         "message": "", "declined": None}}, compare=True)
+            steps.add(Count("admissions", "resume"))
+            parts.append((k, tuple(steps.actions), None))
+        elif answer.state.stage == life.QUEUED:
             parts.append(_wait(k, asked, place.position, resources.WAITING_FOR_ROOM,
                                f"Waiting to resume: position {place.position} in the queue of node {node}, "
                                f"{place.message}.", place.message, settings))
-    others = any(meta(k)["uid"] in waiting for k in fit)
-    for k in hinted:
-        place = waiting.get(meta(k)["uid"])
-        if place is None:
-            continue
-        if others:
+        elif others:
             parts.append(_decline(k, "others_waiting", f"Others are waiting to resume on node {node}, so this kernel "
                                   "was not woken in advance: it resumes when a cell runs, in its turn."))
         else:

@@ -15,7 +15,7 @@ from jupyter_gpu_pool.cluster.resources import LABEL_LAUNCH
 from jupyter_gpu_pool.config import GPUPool
 from jupyter_gpu_pool.operator.admission import held_leases
 from jupyter_gpu_pool.operator.plan import (Announce, Count, DeleteKernel, DeletePod, Ensure, Facts, Hibernation,
-                                            Refusal, Write, plan, pod_refused)
+                                            Plan, Refusal, Write, plan, pod_refused)
 from jupyter_gpu_pool.operator.settings import GPUPoolOperator, operator_settings
 from jupyter_gpu_pool.pool.units import format_rfc3339
 
@@ -278,3 +278,68 @@ def test_a_refused_pod_backs_off_doubling_to_the_sweep_and_says_so_once():
     refusal, second = pod_refused(again, said)
     assert refusal.wait == 30.0  # doubled, up to the sweep's interval
     assert shown(second, again.kernel) == [("count", "launch_failures", "PodRefused"), ("look again", 30.0)]  # the same words
+
+
+# -- the hibernation admission (operator/hibernation_admission.py): the node's moves, through the residency model
+
+def test_a_hibernation_is_admitted_where_memory_is_handed_back_and_refused_in_words_where_not():
+    from jupyter_gpu_pool.operator.hibernation_admission import plan_hibernation
+
+    asked = kernel(running(usage={"memoryUsed": 6 * GiB, "devices": ["GPU-a"]}), desiredState="Hibernated",
+                   hibernateReason="user")
+    hami_scaled = operator_settings(GPUPoolOperator(hami_memory_scaling=2.0), GPUPool(profiles=PROFILES).check())
+    admitted = plan_hibernation(asked, pod(), [asked], None, hami_scaled, NOW)
+    assert shown(Plan(admitted), asked) == [("write", "Hibernating", "", True), ("count", "admissions", "hibernation")]
+    assert admitted[0].changes["hibernation"]["reason"] == "user"
+    refused = plan_hibernation(asked, pod(), [asked], None, SETTINGS, NOW)  # HAMi without memory scaling
+    assert shown(Plan(refused), asked) == [("write", "Running", "HibernationRefused", True),
+                                           ("count", "admissions", "hibernation_refused"),
+                                           ("event", "HibernationRefused")]
+    answered = kernel(running(**{**refused[0].changes, "hibernation": {"reason": "HibernationRefused"}}),
+                      desiredState="Hibernated")  # the agent's answer, for this generation
+    assert plan_hibernation(answered, pod(), [answered], None, hami_scaled, NOW) == ()  # answered: not asked again
+
+
+def _asleep(name: str, moved: int, asked_at: float, hint: bool = False, owner: str = "alice") -> dict:
+    k = kernel({**running(), "phase": "Hibernated", "hibernation": {"bytes": moved, "devices": ["GPU-a"],
+                                                                    "requestedAt": asked_at, "hibernatedAt": 1.0}},
+               desiredState="Running", **({"resumeHint": True} if hint else {}))
+    k["metadata"] = {**k["metadata"], "name": name, "uid": f"uid-{name}"}
+    k["spec"]["owner"] = owner
+    return k
+
+
+def test_a_nodes_resumes_are_served_in_order_into_the_room_its_agent_reads():
+    from jupyter_gpu_pool.operator.hibernation import FreeReading
+    from jupyter_gpu_pool.operator.hibernation_admission import quota_pass, room_pass
+
+    first, second, guess = _asleep("first", 6 * GiB, 10), _asleep("second", 2 * GiB, 20), _asleep("guess", GiB, 0, True)
+    node = [first, second, guess]
+    fit, hinted, parts = quota_pass(node, "gpu-node-1", read_quotas([]), {k["metadata"]["uid"]: () for k in node},
+                                    SETTINGS, NOW)
+    assert ([k["metadata"]["name"] for k in fit], [k["metadata"]["name"] for k in hinted], parts) == (
+        ["first", "second"], ["guess"], [])
+    reading = FreeReading({"GPU-a": 8 * GiB}, NOW - 1)  # 8 GiB less a 1 GiB margin: the first only
+    served = {k["metadata"]["name"]: shown(Plan(actions, again), k)
+              for k, actions, again in room_pass(fit, hinted, node, "gpu-node-1", reading, SETTINGS, NOW)}
+    assert served == {"first": [("write", "Resuming", "", True), ("count", "admissions", "resume")],
+                      "second": [("write", "Hibernated", "WaitingForRoom", True), ("look again", 5.0)],
+                      "guess": [("write", "Hibernated", "ResumeDeclined", True),
+                                ("count", "admissions", "hint_declined")]}
+
+
+def test_a_resume_over_its_owners_quota_waits_warned_and_a_hint_is_declined_quietly():
+    from jupyter_gpu_pool.operator.hibernation_admission import quota_pass
+
+    real, guess = _asleep("real", 6 * GiB, 10), _asleep("guess", GiB, 0, True)
+    full = read_quotas([{"metadata": {"name": "alice"}, "spec": {"scope": "user", "name": "alice",
+                                                                  "memory": "10GiB"}}])
+    holding = held_leases([kernel(running())])  # 10 GiB held by another kernel of alice's
+    fit, hinted, parts = quota_pass([real, guess], "gpu-node-1", full, {"uid-real": holding, "uid-guess": holding},
+                                    SETTINGS, NOW)
+    assert fit == [] and hinted == []
+    said = {k["metadata"]["name"]: (shown(Plan(a, again), k), a[0].changes["message"]) for k, a, again in parts}
+    assert said["real"][0] == [("write", "Hibernated", "QuotaExceeded", True), ("look again", 5.0)]
+    assert "resume is waiting for your GPU quota" in said["real"][1]
+    assert said["guess"][0] == [("write", "Hibernated", "ResumeDeclined", True),
+                                ("count", "admissions", "hint_declined")]
