@@ -11,7 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from kube_helpers import GiB, PROFILES, REPO, kustomize
-from testcluster.store import Kind, prune, validate_custom
+from testcluster.kinds import Kind
+from testcluster.schemas import prune, validate_custom
 
 from jupyter_gpu_pool.config import ConfigError, GPUPool
 from jupyter_gpu_pool.operator.app import OperatorApp
