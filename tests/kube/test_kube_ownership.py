@@ -133,3 +133,28 @@ async def test_a_start_costs_a_few_writes_and_a_quota_one_status_write(cluster, 
     assert len(made) == 3 and len(made) + len(status) <= 6, made + status
     quota_writes = [c for c in calls if c["resource"] == "gpuquotas/status"]
     assert len(quota_writes) == len(names), quota_writes
+
+
+async def test_the_sweep_deletes_a_kernel_pod_whose_gpukernel_is_gone(cluster_factory, operator_factory):
+    """The garbage collector is far behind (60 s here; after an API server restart it may never come): the
+    operator's sweep deletes the pod of a GPUKernel that is gone, which would hold its GPU with no kernel to
+    show for it."""
+    from kube_helpers import install
+
+    cluster = cluster_factory(gc_delay=60)
+    await install(cluster)
+    await operator_factory(cluster)
+    kube = Kube(await cluster.api(), cluster.namespace)
+    try:
+        await _make(kube, "k-left")
+        await wait_until(lambda: _phase(kube, "k-left", "Running"), timeout=30, what="the kernel to run")
+        pod = (await _get(kube, "k-left"))["status"]["pod"]
+        await kube.custom.delete_namespaced_custom_object(GROUP, VERSION, kube.namespace, KERNELS, "k-left")
+
+        async def deleted() -> bool:
+            return not [p for p in await kube.pods() if p["metadata"]["name"] == pod
+                        and not p["metadata"].get("deletionTimestamp")]
+
+        await wait_until(deleted, timeout=15, what="the sweep to delete the pod of the gone kernel")
+    finally:
+        await kube.close()
