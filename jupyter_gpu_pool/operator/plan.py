@@ -349,10 +349,11 @@ def _follow(f: Facts, steps: Steps, pod: dict, profile: str, rendering, waits: l
             steps.add(DeletePod(meta(pod)["name"], 0))
             return steps.plan()
         return _moves(f, steps, pod, waits)
+    grace = verdict.changes_at - now if verdict.changes_at is not None else None
     if verdict.phase == STARTING and _young(steps.kernel, now, settings.progress_interval):
         # Nothing to tell yet: most starts run within the interval, and their pod's events bring them back.
         began = float(status(steps.kernel).get("startedAt") or now)
-        return steps.plan(_soonest(began + settings.progress_interval - now, *waits), admitted)
+        return steps.plan(_soonest(began + settings.progress_interval - now, grace, *waits), admitted)
     _report(f, steps, pod, verdict)
     if verdict.phase == RUNNING:
         return _moves(f, steps, pod, waits)
@@ -361,7 +362,6 @@ def _follow(f: Facts, steps: Steps, pod: dict, profile: str, rendering, waits: l
                   DeletePod(meta(pod)["name"], 0))
         return steps.plan(_soonest(*waits))
     story = settings.progress_interval if tells_story(steps.kernel, pod, now, 0) else None
-    grace = verdict.changes_at - now if verdict.changes_at is not None else None
     return steps.plan(_soonest(story, grace, *waits), admitted)
 
 

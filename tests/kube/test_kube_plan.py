@@ -191,6 +191,11 @@ TABLE = {
         facts(kernel(started(ago=2)), pod("Pending", node=None, conditions=[unschedulable(1)])),
         [("write", "Failed", "Unschedulable", False), ("count", "launch_failures", "Unschedulable"),
          ("event", "Unschedulable"), ("delete pod", POD1, 0)]),
+    "a young start's grace that ends before progress_interval is looked at when it ends": (
+        facts(kernel(started(ago=1)), pod("Pending", node=None, conditions=[unschedulable(1)]),
+              settings=operator_settings(GPUPoolOperator(kernel_image="quay.io/jupyter/k:1", unschedulable_grace=2.0),
+                                         GPUPool(profiles=PROFILES).check())),
+        [("look again", 1.0)]),
     "within its grace an unschedulable pod waits, looked at again when the grace ends": (
         facts(kernel(started(ago=20)), pod("Pending", node=None, conditions=[unschedulable(15)]), settings=GRACE),
         [("write", "Starting", "Unschedulable", False), ("look again", 45.0)]),
