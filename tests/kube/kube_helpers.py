@@ -360,12 +360,14 @@ class Kube:
             response.release()
 
 
-def pod_processes(pod: str) -> list[psutil.Process]:
-    """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name)."""
+def pod_processes(pod: str, anywhere: bool = False) -> list[psutil.Process]:
+    """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name); ``anywhere``: any container's
+    on this machine (a container runtime sets HOSTNAME to the pod's name too: seen from the node's host)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("HOSTNAME") == pod and proc.environ().get("TESTCLUSTER_POD_IP"):
+            env = proc.environ()
+            if env.get("HOSTNAME") == pod and (anywhere or env.get("TESTCLUSTER_POD_IP")):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

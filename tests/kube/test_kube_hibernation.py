@@ -349,16 +349,8 @@ async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_i
     await start(kms, kube)  # its memory and its kernel count are free: a new kernel fits the 1-kernel quota
 
 
-async def drain(kube: Kube, node: str, pod: str) -> None:
-    """What ``kubectl drain`` does to a node with one kernel pod on it: cordon, then evict the pod (deleted
-    with its grace period)."""
-    await kube.core.patch_node(node, {"spec": {"unschedulable": True}})
-    await kube.core.create_namespaced_pod_eviction(pod, kube.namespace, {
-        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": kube.namespace}})
-
-
 async def test_a_hibernated_kernels_node_drained_ends_the_kernel_with_its_slice_freed(cluster, operator_factory, kms,
-                                                                                      kube, agent):
+                                                                                      kube, agent, drain):
     """The node of a hibernated kernel is drained (cordoned, its pod evicted): the process that held the
     kernel's memory is gone, so the kernel fails with words, nothing starts a new, empty pod for it, and
     its memory and kernel count are free (a new kernel fits a quota of one once the node is back)."""
@@ -367,7 +359,7 @@ async def test_a_hibernated_kernels_node_drained_ends_the_kernel_with_its_slice_
     _, name = await start(kms, kube)
     await hibernate(kube, name)
     pod = (await kernel(kube, name))["status"]["pod"]
-    await drain(kube, NODE, pod)
+    await drain(NODE, pod)
     assert (await kube.core.read_node(NODE)).spec.unschedulable is True
     await wait_until(lambda: phase_is(kube, name, FAILED, PREEMPTED), timeout=30, what="the kernel to end")
     message = (await kernel(kube, name))["status"]["message"]

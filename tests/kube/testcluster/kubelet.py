@@ -229,7 +229,7 @@ class PodRunner:
         fields["conditions"] = list(self.conditions.values())
         try:
             self.pod = self.store.patch(self.kubelet.pods_kind, meta["namespace"], meta["name"],
-                                        "application/merge-patch+json", {"status": fields}, "status")
+                                        "application/merge-patch+json", {"status": fields}, "status", validate=False)
         except ApiError:
             self.gone = True
 

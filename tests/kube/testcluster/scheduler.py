@@ -168,10 +168,11 @@ class Scheduler:
     def _bind(self, pod: dict, node: dict) -> dict:
         meta, node_name = pod["metadata"], node["metadata"]["name"]
         self.store.patch(self.pods, meta["namespace"], meta["name"], "application/merge-patch+json",
-                         {"spec": {"nodeName": node_name}})
+                         {"spec": {"nodeName": node_name}}, validate=False)
         bound = self.store.patch(self.pods, meta["namespace"], meta["name"], "application/merge-patch+json",
                                  {"status": {"conditions": [{"type": "PodScheduled", "status": "True",
-                                                             "lastTransitionTime": now_rfc3339()}]}}, "status")
+                                                             "lastTransitionTime": now_rfc3339()}]}}, "status",
+                                 validate=False)
         self._reported.pop(meta["uid"], None)
         record_event(self.store, pod, "Normal", "Scheduled",
                      f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name}", "default-scheduler")
@@ -188,7 +189,7 @@ class Scheduler:
         self.store.patch(self.pods, meta["namespace"], meta["name"], "application/merge-patch+json",
                          {"status": {"phase": "Pending", "conditions": [{
                              "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                             "message": message, "lastTransitionTime": now_rfc3339()}]}}, "status")
+                             "message": message, "lastTransitionTime": now_rfc3339()}]}}, "status", validate=False)
         record_event(self.store, pod, "Warning", "FailedScheduling", message, "default-scheduler")
 
     async def run(self) -> None:

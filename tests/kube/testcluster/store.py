@@ -216,13 +216,19 @@ class Store:
                     del self.dependents[ref["uid"]]
         self.terminating.discard(key)
 
-    def _check(self, kind: Kind, obj: dict) -> dict:
+    def _check(self, kind: Kind, obj: dict, validate: bool = True) -> dict:
+        """What is stored of an object: a custom one pruned and validated; a built-in one validated and
+        encoded as a real server stores it.  ``validate`` off: a write of the cluster's own components (the
+        scheduler, the kubelets, the Events they post), which no client's bug can be in, and which adds no
+        quantity or empty list to what is stored encoded already: stored as it is."""
         if kind.custom:
             return validate_custom(kind, obj)
+        if not validate:
+            return obj
         validate_builtin(obj)
         return drop_empty_lists(drop_disabled_fields(self.quantities.canonicalize(obj), self.gates))
 
-    def create(self, kind: Kind, namespace: str | None, body: dict) -> dict:
+    def create(self, kind: Kind, namespace: str | None, body: dict, validate: bool = True) -> dict:
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the body of a create must be an object")
         obj = clone(body)
@@ -260,7 +266,7 @@ class Store:
             default_pod(obj)
         if kind.kind == "Namespace":
             obj["status"] = {"phase": "Active"}
-        obj = self._check(kind, obj)
+        obj = self._check(kind, obj, validate)
         if kind.kind == "ResourceQuota":  # its status as the quota controller would write it at once
             check_quota(obj)
             obj["status"] = status_of(obj, self._namespace_pods(meta["namespace"]))
@@ -338,7 +344,7 @@ class Store:
                            "the object has been modified; please apply your changes to the latest version "
                            "and try again")
 
-    def _write(self, kind: Kind, current: dict, new: dict, subresource: str | None) -> dict:
+    def _write(self, kind: Kind, current: dict, new: dict, subresource: str | None, validate: bool = True) -> dict:
         """Apply an update or patch result, honouring the status subresource."""
         meta = current["metadata"]
         if subresource == "status":
@@ -352,7 +358,7 @@ class Store:
             obj = main_resource_write(kind, current, new)
         if kind.kind == "Secret":
             fold_string_data(obj)
-        obj = self._check(kind, obj)
+        obj = self._check(kind, obj, validate)
         if kind.kind == "ResourceQuota" and subresource != "status":  # a new spec.hard: its status follows
             check_quota(obj)
             obj["status"] = status_of(obj, self._namespace_pods(meta["namespace"]))
@@ -373,8 +379,11 @@ class Store:
         return self._write(kind, current, body, subresource)
 
     def patch(self, kind: Kind, namespace: str | None, name: str, content_type: str, patch,
-              subresource: str | None = None) -> dict:
-        current = self.get(kind, namespace, name)
+              subresource: str | None = None, validate: bool = True) -> dict:
+        """A patch (``validate`` off: the cluster's own components' writes, see ``_check``)."""
+        current = self.objects.get((kind.key, namespace or "", name))  # read-only: the patch makes a copy
+        if current is None:
+            self.get(kind, namespace, name)  # 404
         content_type = (content_type or "").split(";")[0].strip()
         if content_type == "application/merge-patch+json":
             if not isinstance(patch, dict):
@@ -395,7 +404,7 @@ class Store:
         else:
             raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
                            f"{content_type!r} is not supported by this test server")
-        return self._write(kind, current, new, subresource)
+        return self._write(kind, current, new, subresource, validate)
 
     # -- deletion --
 
