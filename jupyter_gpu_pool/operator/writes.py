@@ -23,6 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..cluster.kernels import controller_uid, key, meta, spec
 from ..cluster.resources import GROUP, KERNELS, VERSION
+from ..cluster.watch import answer
 from .cache import Cache
 from .manifests import new_curve_keys, new_key, render_network_policy, render_pod, render_secret
 from .plan import POD, POLICY, SECRET, Write
@@ -136,15 +137,15 @@ class Writer:
     async def _create(self, kernel: dict, what: str, create, read, delete, body: dict) -> dict | None:
         """Create ``body``; on AlreadyExists, compare the owner of what is there (see the module's docstring).
         What was made (or found made by this kernel), as JSON."""
-        ns, name, serialize = meta(kernel)["namespace"], body["metadata"]["name"], self.core.api_client.sanitize_for_serialization
+        ns, name = meta(kernel)["namespace"], body["metadata"]["name"]
         for _ in range(2):
             try:
-                return serialize(await create(ns, body))
+                return await answer(create, ns, body)
             except ApiException as e:
                 if e.status != 409:
                     raise
             try:
-                there = serialize(await read(name, ns))
+                there = await answer(read, name, ns)
             except ApiException as e:
                 if e.status == 404:
                     continue  # gone meanwhile: make it
