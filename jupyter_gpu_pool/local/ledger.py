@@ -53,7 +53,8 @@ from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, sha
 from ..pool.errors import MPSUserBusy
 from ..pool.leases import FIRST_CELL
 from ..pool.liveness import Graces, IsAlive, dead_reason
-from ..pool.phases import STOPPING, PhaseConflict, check_move
+from ..pool.phases import STOPPING, PhaseConflict
+from ..pool.residency import check_move
 from ..pool.trace import TraceEvent
 from . import journal, queue, rows, trace, usage
 from .database import Database

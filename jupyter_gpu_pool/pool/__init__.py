@@ -1,5 +1,6 @@
 """The domain core: slices, GPUs, profiles, quotas, leases, placement, the allocation decision,
-the queue's rules, phases, liveness and the idle policy.
+the queue's rules, phases, a kernel's GPU residency (its lifecycle, one transition function: ``residency``),
+liveness and the idle policy.
 
 Pure Python: nothing here does I/O or imports Jupyter, Kubernetes, NVML, SQLite or psutil (a test
 imports every module with those blocked).  The adapters (``local`` for one machine's SQLite

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpu_pool.hibernation import HibernationSettings, display_state, parse_host_memory
-from jupyter_gpu_pool.pool.phases import MOVES, PhaseError, check_move
+from jupyter_gpu_pool.pool.phases import PhaseError
+from jupyter_gpu_pool.pool.residency import MOVES, check_move
 from jupyter_gpu_pool.pool import ACTIVE, HIBERNATED, Lease
 
 GiB = 2**30

@@ -224,7 +224,7 @@ async def test_shutting_down_a_hibernated_kernel_releases_its_lease_and_its_host
     await jp_fetch("api", "kernels", kid, method="DELETE")
     released = pool.ledger.get(lease_id)
     assert released.state == "released" and pool.ledger.host_bytes_on(pool.host) == 0
-    await wait_until(lambda: kid not in server.ext.hibernator.hibernator._kernels, what="forgotten at the next upkeep")
+    await wait_until(lambda: kid not in server.ext.hibernator.hibernator.handles, what="forgotten at the next upkeep")
     assert not server.ext.hibernator.asleep(kid)
 
 

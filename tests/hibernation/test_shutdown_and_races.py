@@ -162,3 +162,21 @@ async def test_a_resume_racing_a_new_kernel_for_the_same_gpu_ends_consistent(rig
         await asyncio.wait_for(resume, 60)
     assert r.lease(kid).state == ACTIVE and r.standin.procs[pid].state == RUNNING
     assert "42" in await run_code(r.manager.get_kernel(kid), "print(x)")
+
+
+async def test_a_shutdown_that_begins_during_a_checkpoint_keeps_the_kernel_stopping_once_it_is_done(rig):
+    """The shutdown wins over the move under way, but the move's end still counts: the slice goes back once
+    the memory is in host RAM, and the lease stays ``stopping`` (its provisioner's until released), never
+    settled hibernated for the culler or a resume to pick up."""
+    r = rig()
+    kid, pid = await r.gpu_kernel(gpu_bytes=600 * MiB)
+    lease = r.lease(kid)
+    r.standin.lock_delay = 1.0
+    move = asyncio.ensure_future(r.hibernator.hibernate(kid))
+    await wait_until(lambda: r.lease(kid).phase == "hibernating", 30, what="the hibernation under way")
+    r.pool.ledger.stop(lease.id)  # what the provisioner does when a shutdown begins
+    outcome = await asyncio.wait_for(move, 60)
+    after = r.lease(kid)
+    assert (after.state, after.phase, after.host_bytes, after.gpus) == (HIBERNATED, "stopping", 600 * MiB, ())
+    assert outcome.lease is not None and outcome.lease.phase == "stopping"
+    assert r.standin.procs[pid].state == CHECKPOINTED

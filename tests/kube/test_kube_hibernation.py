@@ -20,9 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from jupyter_gpu_pool.cluster.kernels import as_lease
 from jupyter_gpu_pool.cluster.resources import (API_VERSION, DESIRED_HIBERNATED, DESIRED_RUNNING, FAILED, GROUP,
-                                                HIBERNATED, HIBERNATION_REFUSED, KERNEL_KIND, KERNELS, PREEMPTED,
-                                                RUNNING, VERSION, WAITING_FOR_ROOM, kernel_name)
+                                                HIBERNATED, HIBERNATION_REFUSED, KERNEL_KIND, KERNELS, LABEL_LAUNCH,
+                                                PREEMPTED, RUNNING, VERSION, WAITING_FOR_ROOM, kernel_name)
 from jupyter_gpu_pool.operator import hibernation as sleep
+from jupyter_gpu_pool.operator.plan import Write
 from jupyter_gpu_pool.operator.sharing import Sharing
 from jupyter_gpu_pool.pool import HIBERNATED as LEASE_HIBERNATED
 
@@ -526,18 +527,38 @@ async def test_an_operator_write_on_a_stale_read_is_refused_read_again_and_the_a
     api = await cluster.api()
     controller = Controller(settings, api)
     try:
-        controller._remember(read)  # its watch has not delivered the newer versions yet
+        controller.cache.remember(read)  # its watch has not delivered the newer versions yet
         before = await _status_writes(cluster, name)
-        await controller._hibernation(read, pod_with("1Gi", "16Gi"), time.time())
+        decided = _decide_on(read, settings)
+        assert any(isinstance(a, Write) and a.compare for a in decided.actions)  # it would write, on that version
+        await controller.carry_out(read, decided)
         after = await kernel(kube, name)
         assert after["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]  # nothing written
         assert after["status"] == now["status"]
         assert after["status"]["reason"] == "" and after["status"]["message"] == world[-1]["message"]
-        assert controller.kernels[(ns, name)]["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]
+        kept = controller.cache.kernels[(ns, name)]
+        assert kept["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]
         assert await _status_writes(cluster, name) - before == 2  # the write refused (409), and the read again
     finally:
         await controller.stop()
         await api.close()
+
+
+def _decide_on(read: dict, settings):
+    """The operator's decision on a kernel as it read it: a running one asked to hibernate goes to the
+    hibernation admission (its pod's memory limit, 16 GiB, cannot hold 20 GiB); a hibernated one asked to stay
+    so, with a place in the queue, to the plan (its pod runs)."""
+    from jupyter_gpu_pool.operator import hibernation_admission
+    from jupyter_gpu_pool.operator.plan import Facts, Plan, plan
+
+    if read["status"]["phase"] == RUNNING:
+        return Plan(hibernation_admission.plan_hibernation(read, pod_with("1Gi", "16Gi"), [read], None, settings,
+                                                           time.time()))
+    pod = {**pod_with("1Gi", "16Gi"), "metadata": {"name": "k-stale-1", "namespace": read["metadata"]["namespace"],
+                                                   "uid": "uid-of-its-pod", "labels": {LABEL_LAUNCH: "1"}}}
+    pod["spec"]["nodeName"] = NODE
+    pod["status"] = {"phase": "Running", "containerStatuses": [{"name": "kernel", "state": {"running": {}}}]}
+    return plan(Facts(kernel=read, settings=settings, now=time.time(), pods={"k-stale-1": pod}))
 
 
 async def test_the_same_operator_write_on_a_current_read_is_made(cluster, kube):
@@ -561,8 +582,8 @@ async def test_the_same_operator_write_on_a_current_read_is_made(cluster, kube):
     api = await cluster.api()
     controller = Controller(settings, api)
     try:
-        controller._remember(read)
-        await controller._hibernation(read, pod_with("1Gi", "16Gi"), time.time())
+        controller.cache.remember(read)
+        await controller.carry_out(read, _decide_on(read, settings))
         after = await kernel(kube, name)
         assert after["status"]["phase"] == RUNNING and after["status"]["reason"] == HIBERNATION_REFUSED
         assert "cannot hold it" in after["status"]["message"]

@@ -45,7 +45,8 @@ def test_a_resume_and_its_queue_move_only_from_where_they_were(ledger):
     ledger.set_phase(lease.id, HIBERNATING, expect="")
     ledger.hibernate(lease.id, host_bytes=2**30)
     assert ledger.get(lease.id).state == HIBERNATED
-    ledger.set_phase(lease.id, QUEUED, expect="")
+    ledger.set_phase(lease.id, RESUMING, expect="")  # a resume claims the kernel, then waits in the queue
+    ledger.set_phase(lease.id, QUEUED, expect=RESUMING)
     with pytest.raises(PhaseConflict):
         ledger.set_phase(lease.id, RESUMING, expect="")  # a second resume thought it was still settled
     assert ledger.set_phase(lease.id, RESUMING, expect=QUEUED).phase == RESUMING
