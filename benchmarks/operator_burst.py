@@ -126,8 +126,10 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
 def requests_summary(entries: list[dict], kernels: int) -> dict:
     by = Counter(f"{e['verb']} {e['resource']}" for e in entries)
     writes = sum(n for what, n in by.items() if what.split()[0] in WRITES)
+    started = by.get("create pods", 0)  # kernels whose pod the operator made (all of them, in a run that ends)
     return {"total": len(entries), "per_kernel": round(len(entries) / kernels, 2),
             "writes_per_kernel": round(writes / kernels, 2),
+            "writes_per_started_kernel": round(writes / started, 2) if started else None,
             "status_patches_per_kernel": round(by.get("patch gpukernels/status", 0) / kernels, 2),
             "by_verb_and_resource": dict(by.most_common())}
 
