@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from ..pool import ACTIVE, HIBERNATED
-from ..pool.phases import HIBERNATING, NO_GPU_YET, QUEUED, RESUMING
+from ..pool import ACTIVE
+from ..pool import residency as M
+from ..pool.phases import NO_GPU_YET, QUEUED
 
-# What is shown while a cell sent now waits for a resume (or a first slice).
-ASLEEP = (HIBERNATING, HIBERNATED, RESUMING, QUEUED, NO_GPU_YET)
+# What is shown while a cell sent now waits for a resume (or a first slice): the UI's words of the
+# residencies that are asleep.
+ASLEEP = tuple(s.stage for s in M.STATES if s.asleep and s == M.Residency(s.stage))
 
 
 @dataclass

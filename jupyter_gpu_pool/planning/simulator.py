@@ -33,6 +33,10 @@ in the replay too, on the same terms, with the live server's hold.  A rule's
 ``hibernate_after_cell`` hibernates a kernel that long after each cell (or other use) ends when no cell
 has started since, without a warning, as the live server's ``after_cell``: the checkpoint holds the
 slice, and the next cell resumes it (or the hint, ahead of it).  Nothing here reads a file or a clock.
+
+A kernel's moves (hibernate, resume, a hint's wake, a restore done) step its GPU residency through the
+lifecycle's model, ``pool.residency``, as the live hibernator does, and carry out the step's effects on
+the virtual pool (the slice given back once checkpointed, a restore only on a slice granted).
 """
 
 from __future__ import annotations
@@ -43,10 +47,11 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from ..pool import HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
+from ..pool import ACTIVE as LEASE_ACTIVE, HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
 from ..pool import culling as C
 from ..pool import policy as P
 from ..pool import reclaim as R
+from ..pool import residency as M
 from ..pool.allocation import Ask, Grant
 from ..pool.gpu_use import GPUUse
 from ..pool.placement import choose
@@ -58,9 +63,15 @@ from .virtual_pool import VirtualPool
 from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Session, Workload
 from .workload import HINT as HINT_EV
 
-# Where a session's kernel is.
-# (UNSLICED: slice_at first-cell, before its first cell)
-ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE, UNSLICED = range(8)
+# Where a session's kernel is: its GPU residency's stage (pool.residency; WAKING is a resume under way,
+# resuming, queued or restoring, as the kernel's waiter and lease tell), or around it the replay's own words:
+# asking for a start (no lease yet), its session ended.  (UNSLICED: slice_at first-cell, before its first cell.)
+RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, UNSLICED = M.ACTIVE, M.HIBERNATING, M.HIBERNATED, M.RESUMING, M.GONE, \
+    M.NO_GPU_YET
+ASKING, DONE = "asking", "done"
+_RESIDENCY = {(s.stage, s.hint): s for s in M.STATES if not s.first and not s.was}  # (stage, woken on a hint)
+_WAKING = (M.RESUMING, M.QUEUED, M.RESTORING)
+_HINTABLE = (M.ACTIVE, M.RESUMING, M.RESTORING)
 _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
 _USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE = range(11)
@@ -273,7 +284,8 @@ class Replay:
             # A cell (or other use) of a hibernated kernel resumes it first; of a kernel the replay shut
             # down, starts another one (its state is lost).
             if k.state == ASLEEP:
-                k.pending, k.state, k.asking, k.ask_at = event, WAKING, "resume", now
+                _move(k, M.CELL)  # it asks for a slice (its _ASK, below)
+                k.pending, k.asking, k.ask_at = event, "resume", now
                 k.cell_at = k.cell_at if k.cell_at is not None else now  # (it came during the checkpoint)
                 k.hinted = False
                 self._asleep -= 1
@@ -333,7 +345,7 @@ class Replay:
         self.tally.decision(now, k.s.id, "act", AFTER_CELL, P.HIBERNATE, dry_run)
         if not dry_run:
             self.tally.after_cell += 1
-            self._act(k, now, P.HIBERNATE)
+            self._act(k, now, P.HIBERNATE, M.AFTER_CELL)
 
     def _requested(self, k: _Kernel, now: float) -> None:
         """Its user (or an admin) asked for its hibernation: a shutdown where it cannot hibernate, as the
@@ -342,7 +354,7 @@ class Replay:
             self.tally.hibernations_refused += 1
             return
         self.tally.requested += 1
-        self._act(k, now, P.HIBERNATE if k.can else P.SHUTDOWN)
+        self._act(k, now, P.HIBERNATE if k.can else P.SHUTDOWN, M.RELEASE)
 
     def _stop_busy(self, k: _Kernel, now: float) -> None:
         self.tally.busy(k.busy_share * (now - k.busy_at))
@@ -484,6 +496,7 @@ class Replay:
         ask = self.pool.resume_ask(k.lease, k.profile, same_gpu=k.s.declared)
         result = self.pool.ask(ask, now, waiter_id)
         if isinstance(result, PoolExhausted):
+            _move(k, M.NO_ROOM)  # it waits in the queue
             if k.waiter is None:
                 self._enqueue(k, now, k.lease.kernel_id, k.lease.id)
             return
@@ -493,17 +506,19 @@ class Replay:
             self._wake(k, ask, result, now)
             return
         self.tally.refused(k.s.id, now, result.reason, "resume")
-        k.state, k.pending, k.cell_at = ASLEEP, None, None  # the cell fails; the kernel sleeps on
+        _move(k, M.QUOTA_REFUSED)
+        k.pending, k.cell_at = None, None  # the cell fails; the kernel sleeps on
         self._asleep += 1
         self._advance(k, now)
 
     def _wake(self, k: _Kernel, ask: Ask, grant: Grant, now: float) -> None:
-        """The resume has its slice: the restore starts."""
+        """The resume has its slice: the restore starts (the model's RESTORE, only ever on a slice granted)."""
+        restore = M.RESTORE in _move(k, M.SLICE_GRANTED)
         k.lease = self.pool.take(ask, grant, now, k.lease)
         self.tally.served(k.s.id, now - k.ask_at, "resume")
         self.tally.resumed += 1
-        restore = 0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))
-        self._push(now + restore, _RESTORED, k)
+        if restore:
+            self._push(now + (0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))), _RESTORED, k)
 
     def _hint(self, now: float, k: _Kernel, hold: float | None = None) -> None:
         """Its user opened the notebook or started typing: the resume starts now if the pool has room for
@@ -519,7 +534,9 @@ class Replay:
         if not isinstance(result, Grant):
             self.tally.hints_skipped += 1
             return
-        k.state, k.asking, k.ask_at, k.hinted, k.cell_at = WAKING, "resume", now, True, None
+        k.hinted = True
+        _move(k, M.HINT)  # the model's one try, granted: declined, it would have slept on quietly (above)
+        k.asking, k.ask_at, k.cell_at = "resume", now, None
         self._asleep -= 1
         self.tally.hints += 1
         k.hint_token += 1
@@ -537,16 +554,16 @@ class Replay:
         if k.state == WAKING:  # (a restore longer than the hold) it is judged once it is there
             self._push(now + hold, _HINT_END, item)
             return
-        k.hinted = False
         if k.state == RUNNING:
             self.tally.hints_unused += 1
             self.tally.decision(now, k.s.id, "act", HINT_UNUSED, P.HIBERNATE, False)
-            self._act(k, now, P.HIBERNATE)
+            self._act(k, now, P.HIBERNATE, M.HINT_UNUSED)
+        k.hinted = False
 
     def _restored(self, now: float, k: _Kernel) -> None:
         if k.state != WAKING:
             return
-        k.state = RUNNING
+        _move(k, M.RESTORE_DONE)
         self._touch(k)
         k.last_activity = now
         k.use = None
@@ -741,14 +758,16 @@ class Replay:
         ids = {c.kernel_id for c in chosen}
         return {k for k in members if k.lease is not None and k.lease.kernel_id in ids}
 
-    def _act(self, k: _Kernel, now: float, action: str) -> None:
+    def _act(self, k: _Kernel, now: float, action: str, event: str = M.IDLE) -> None:
+        """Carry out the policy's ``action`` (or, by ``event``, its user's Release, an after-cell or an unused
+        hint's hibernation)."""
         if action == P.HIBERNATE and k.state == RUNNING:
             if k.busy:  # the hibernator refuses a kernel running a cell, and it runs on
                 self.tally.hibernations_refused += 1
                 return
-            k.state = HIBERNATING  # its slice is held until the checkpoint is done
-            cost = 0.0 if k.s.declared else self.costs.hibernate.seconds(self._moved(k))
-            self._push(now + cost, _HIBERNATED, k)
+            if M.CHECKPOINT in _move(k, event):  # its slice is held until the checkpoint is done
+                cost = 0.0 if k.s.declared else self.costs.hibernate.seconds(self._moved(k))
+                self._push(now + cost, _HIBERNATED, k)
             return
         if k.busy:
             self._stop_busy(k, now)
@@ -756,8 +775,8 @@ class Replay:
             self._asleep -= 1
         k.hinted = False
         self.tally.shut_down += 1
+        _move(k, M.KERNEL_GONE)  # (LOST: a use of it starts another kernel)
         self._drop(k, now)
-        k.state = LOST
         self._serve(now)
 
     def _moved(self, k: _Kernel) -> int:
@@ -772,8 +791,8 @@ class Replay:
         if k.state != HIBERNATING:
             return
         self.tally.host_bytes(self._moved(k))
-        k.lease = self.pool.hibernate(k.lease, now)
-        k.state = ASLEEP
+        if M.GIVE_BACK in _move(k, M.CHECKPOINT_DONE):  # its memory in host RAM: the slice goes back
+            k.lease = self.pool.hibernate(k.lease, now)
         self._touch(k)
         self._asleep += 1
         k.kstate = P.FRESH  # as the culler: the policy's memory of a hibernated kernel starts afresh
@@ -787,6 +806,18 @@ class Replay:
     def _sample(self, now: float, _item) -> None:
         self.tally.sample(now, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
         self._push(now + self._step, _SAMPLE, None)
+
+
+def _move(k: _Kernel, event: str) -> tuple[str, ...]:
+    """Step the kernel's GPU residency through the lifecycle's model by ``event``; return the step's effects for
+    the caller to carry out.  Its stage now is the replay's (a resume under way is queued while it has a place
+    in the queue, restoring once its lease holds a slice again, else resuming)."""
+    stage = k.state
+    if stage == WAKING:
+        stage = M.RESTORING if k.lease.state == LEASE_ACTIVE else M.QUEUED if k.waiter is not None else M.RESUMING
+    done = M.step(_RESIDENCY[(stage, k.hinted and stage in _HINTABLE)], event)
+    k.state = WAKING if done.state.stage in _WAKING else done.state.stage
+    return done.effects
 
 
 def _plain_start(k: _Kernel, w: Waiter) -> bool:

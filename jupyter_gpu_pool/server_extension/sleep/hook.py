@@ -29,6 +29,7 @@ from ...devices.checkpoint import DECLARED_NOTE
 from ...hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ...periodic import every
 from ...pool import ACTIVE, Lease
+from ...pool import residency as M
 from .timers import SleepTimers
 
 log = logging.getLogger(__name__)
@@ -264,7 +265,7 @@ class PoolHibernation(HibernationHook):
                                        action="resume", rule=None, duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared,
                                        extra={"hold": self.hint_sleep_after} if reason == "hint" else None)
-        if hinted:
+        if hinted and M.HOLD_FOR_CELL in outcome.effects:  # woken on a hint: back to sleep unless a cell comes
             self.timers.after_hint(kernel_id, self.hint_sleep_after)
 
     async def others_waiting(self, kernel_id: str) -> bool:
