@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -259,7 +260,8 @@ class PoolLabApp(PoolCommand):
     name = "jupyter-gpu-pool-lab"
     description = """Set up the pool on this machine and start JupyterLab: writes a config if there is
     none (a declared demo inventory where no GPU is found), installs a kernelspec per profile into this
-    environment, then runs `jupyter lab` with every other argument (e.g. --port=8899 --no-browser)."""
+    environment, then runs `jupyter lab` with every other argument (e.g. --port=8899 --no-browser), its
+    terminals with this environment's bin first on PATH."""
 
     config_dir = Unicode("", help="Where to write the pool's config (default: this environment's etc/jupyter).")
     user_kernelspecs = Bool(False, help="Install the kernelspecs for the user instead of into this environment.")
@@ -321,7 +323,21 @@ class PoolLabApp(PoolCommand):
         rule = "=" * min(max(len(line) for line in banner), 100)
         print("\n".join([rule, *banner, rule]), flush=True)
         jupyter = shutil.which("jupyter", path=os.path.dirname(sys.executable)) or "jupyter"
-        os.execv(jupyter, [jupyter, "lab", *self.extra_args])
+        os.execv(jupyter, [jupyter, "lab", *self.extra_args, *self.terminals_in_this_environment()])
+
+    def terminals_in_this_environment(self) -> list[str]:
+        """Let the lab's terminals find this environment's commands first (`jupyter gpu-pool status`): its
+        bin goes first on PATH (scripts/lab runs .venv/bin/jupyter without activating the environment), and
+        the terminals are interactive shells, not login shells, whose profile would set PATH afresh (what
+        jupyter_server_terminals starts where the server's output is not a terminal).  An admin's own
+        ``terminado_settings`` on the command line wins."""
+        bin_dir = os.path.dirname(sys.executable)
+        rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *rest])
+        if any("terminado_settings" in arg for arg in self.extra_args):
+            return []
+        shell = os.environ.get("SHELL") or shutil.which("sh") or "/bin/sh"
+        return [f"--ServerApp.terminado_settings=shell_command={shlex.quote(shell)}"]
 
 
 class ReconcileApp(PoolCommand):

@@ -70,7 +70,8 @@ class Room:
             if wait["position"] is not None:
                 await self.handles.show(lease.kernel_id, QUEUED, wait["position"], wait["reason"])
 
-        place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label)
+        place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label,
+                      groups=lease.groups)
         try:
             new, waited = await wait_for_slice(self.ledger, attempt, place, poll=self.settings.queue_poll,
                                                on_position=queued, on_refusal=refused)

@@ -28,6 +28,7 @@ class Place:
     slice: SliceSpec
     lease_id: str | None = None  # a resume: the hibernated lease that waits
     label: str = ""
+    groups: tuple[str, ...] = ()  # its owner's (reservations' members, fair share's groups)
 
 
 class QueueTimeout(Exception):
@@ -83,4 +84,4 @@ async def wait_for_slice(ledger: LeaseStore, attempt: Callable[[str | None], Lea
 
 def _enqueue(ledger: LeaseStore, place: Place) -> Waiter:
     return ledger.enqueue(place.owner, place.kernel_id, place.profile, place.slice, lease_id=place.lease_id,
-                          label=place.label)
+                          label=place.label, groups=place.groups)

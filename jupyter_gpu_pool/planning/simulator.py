@@ -48,6 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..pool import ACTIVE as LEASE_ACTIVE, HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
+from ..pool.words import MPS_CANNOT_HIBERNATE
 from ..pool import culling as C
 from ..pool import policy as P
 from ..pool import reclaim as R
@@ -59,6 +60,7 @@ from ..pool.rules import FIRST_CELL
 from .configuration import Configuration, Hint, PlanError
 from .costs import COSTS, Costs
 from .metrics import Tally
+from .reserving import Reserving
 from .virtual_pool import VirtualPool
 from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Session, Workload
 from .workload import HINT as HINT_EV
@@ -74,7 +76,7 @@ _WAKING = (M.RESUMING, M.QUEUED, M.RESTORING)
 _HINTABLE = (M.ACTIVE, M.RESUMING, M.RESTORING)
 _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
-_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE = range(11)
+_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE, _PHASE = range(12)
 FIRST = "first-cell"  # the ask of a kernel's first cell (slice_at first-cell)
 AFTER_CELL = "after_cell"  # the reason of a hibernation by the rule's hibernate_after_cell (the journal's)
 HINT_UNUSED = "hint_unused"  # the reason of a hibernation of a kernel a hint woke and no cell used (the journal's)
@@ -137,7 +139,8 @@ class Replay:
         self.pool = VirtualPool(config, list(gpus))
         self.policy = config.policy
         self.thresholds = self.policy.thresholds
-        self.tally = Tally(len(gpus), workload.start, workload.end, keep_decisions)
+        self.tally = Tally(len(gpus), workload.start, workload.end, keep_decisions,
+                           reservations=config.sharing.reservations, classes=workload.classes)
         self.progress = progress
         self._heap: list = []
         self._seq = itertools.count()
@@ -156,6 +159,9 @@ class Replay:
         self._reclaimed: dict[tuple[float, float], frozenset[_Kernel] | set[_Kernel]] = {}
         self._due: dict[tuple[float, float], list] = {}  # per grid: (wake, seq, kernel), the earliest first
         self._judge_all = every_pass or bool(config.budgets.budgets)
+        # reservations: their room, and per grid the kernels chosen to give it back at its last pass (and why)
+        self.reserving = Reserving(config.sharing, self.pool, config.placement) if config.sharing.reservations else None
+        self._reserved: dict[tuple[float, float], dict[_Kernel, str]] = {}
         self._step = max((workload.end - workload.start) / timeline_points, 1.0)
         for s in workload.sessions:
             profile = config.profiles.get(s.profile or config.default_profile)
@@ -166,7 +172,7 @@ class Replay:
                                 "configuration that has it (--config)")
             if s.can_hibernate is None:
                 can = profile.hibernation_possible
-                why = None if can else "an MPS client cannot be checkpointed (CUDA error 801)"
+                why = None if can else MPS_CANNOT_HIBERNATE
             else:
                 can, why = s.can_hibernate, s.why
             phase, interval = s.grid or (workload.start, workload.interval)
@@ -187,11 +193,13 @@ class Replay:
             self._due[(phase, interval)] = []
             self._push(w.start + (phase - w.start) % interval, _PASS, (phase, interval))
         self._push(w.start, _SAMPLE, None)
+        for at in self.reserving.boundaries(w.start, w.end) if self.reserving else ():
+            self._push(at, _PHASE, None)  # a reservation's room changes hands: the queue is served again
         handlers = {_USER: self._user, _ASK: self._ask, _TIMEOUT: self._timeout, _HIBERNATED: self._hibernated,
                     _RESTORED: self._restored, _HINT: self._hint, _HINT_END: self._hint_end,
                     _AFTER_CELL: self._after_cell, _PASS: self._pass,
                     _SAMPLE: self._sample,
-                    _DEADLINE: self._deadline}
+                    _DEADLINE: self._deadline, _PHASE: lambda now, _item: self._serve(now)}
         heap, end, progress = self._heap, w.end, self.progress
         count = 0
         while heap:
@@ -206,7 +214,7 @@ class Replay:
             if k.busy:
                 self._stop_busy(k, end)
             if k.state in (ASKING, WAKING) and (k.waiter is not None or k.state == ASKING):
-                self.tally.unserved(k.s.id, end - k.ask_at, k.asking)
+                self.tally.unserved(k.s.id, end - k.ask_at, k.asking, k.s, k.ask_at)
         self.tally.user_seconds = math.fsum(max(k.seen - k.s.arrival, 0.0) for k in self._kernels)
         self.tally.sample(end, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
         self.tally.close(self.pool.held_until(end), self.pool.peak_share)
@@ -443,13 +451,13 @@ class Replay:
         if k.s.retry is not None:
             self._push(now + k.s.retry, _ASK, k)  # a synthetic user tries again
             return
-        self.tally.unserved(k.s.id, now - k.ask_at, k.asking)  # a recorded one went on without it
+        self.tally.unserved(k.s.id, now - k.ask_at, k.asking, k.s, k.ask_at)  # a recorded one went on without it
         k.state, k.pending = DONE, None
 
     def _enqueue(self, k: _Kernel, now: float, kernel_id: str, lease_id: str | None) -> None:
         spec = k.lease.slice if k.lease is not None else k.profile.slice
         k.waiter = Waiter(id=f"w{next(self._waiter_ids)}", owner=k.s.user, kernel_id=kernel_id, lease_id=lease_id,
-                          profile=k.profile.name, slice=spec, label="", enqueued=now, heartbeat=now)
+                          profile=k.profile.name, slice=spec, label="", enqueued=now, heartbeat=now, groups=k.s.groups)
         self._waiting[k.waiter.id] = k
         self.pool.enqueue(k.waiter)
         if _plain_start(k, k.waiter):
@@ -484,7 +492,7 @@ class Replay:
         self._idle_rules = self._idle_rules or self._rule(k).idle_timeout is not None
         k.wake = 0.0
         heapq.heappush(self._due[k.grid], (0.0, next(self._seq), k))
-        self.tally.served(k.s.id, now - k.ask_at, k.asking)
+        self.tally.served(k.s.id, now - k.ask_at, k.asking, k.s, k.ask_at)
         if k.s.once:  # refused when recorded: its user went on without it
             self._drop(k, now)
             k.state = DONE
@@ -515,7 +523,7 @@ class Replay:
         """The resume has its slice: the restore starts (the model's RESTORE, only ever on a slice granted)."""
         restore = M.RESTORE in _move(k, M.SLICE_GRANTED)
         k.lease = self.pool.take(ask, grant, now, k.lease)
-        self.tally.served(k.s.id, now - k.ask_at, "resume")
+        self.tally.served(k.s.id, now - k.ask_at, "resume", k.s, k.ask_at)
         self.tally.resumed += 1
         if restore:
             self._push(now + (0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))), _RESTORED, k)
@@ -588,9 +596,9 @@ class Replay:
         room, full = None, set()  # what is left after the waiters before this one; the slices that fit nowhere in it
         left, others = Counter(self._queued_starts), self._queued_others  # who is after this one
         placement = self.config.placement
-        for w in list(self.pool.queue):
+        for w in self.pool.line(now):  # (in arrival order, unless sharing orders it otherwise)
             k = self._waiting.get(w.id)
-            if k is None or k.waiter is not w:
+            if k is None or k.waiter is None or k.waiter.id != w.id:  # (sharing's line holds copies)
                 continue
             if _plain_start(k, w):
                 left[w.slice] -= 1
@@ -652,6 +660,10 @@ class Replay:
         if reclaimed != before:
             judged.extend(k for k in reclaimed ^ before if k in members and k not in judged)
         self._reclaimed[grid] = reclaimed
+        reserved = self._reserve(members, now, facts, budgets)
+        held = self._reserved.get(grid, {})
+        judged.extend(k for k in set(reserved) ^ set(held) if k in members and k not in judged)
+        self._reserved[grid] = reserved
         judged.sort(key=_started_first)  # as the culler goes through its kernels: the oldest first
         for k in judged:
             if k.state not in (RUNNING, ASLEEP):
@@ -659,15 +671,16 @@ class Replay:
                 heapq.heappush(due, (0.0, next(self._seq), k))
                 continue  # a move is under way (its lease has a phase): the culler leaves it alone
             rule, f = facts.get(k) or self._facts(k, now, budgets)
-            self._decide(k, now, rule, f, k in reclaimed)
+            self._decide(k, now, rule, f, k in reclaimed, reserved.get(k, ""))
 
-    def _decide(self, k: _Kernel, now: float, rule: P.Rule, f: P.Facts, chosen: bool) -> None:
+    def _decide(self, k: _Kernel, now: float, rule: P.Rule, f: P.Facts, chosen: bool, reserved: str = "") -> None:
         """Ask the policy about one kernel and carry its answer out, as the culler's ``_decide``; a warned
         kernel is judged again at its warning's deadline (``_deadline``), as the culler's timer does."""
         dry_run = self.policy.dry_run
-        decision = P.decide(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run)
+        decision = P.decide(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run, reserved=reserved)
         k.kstate = decision.state
-        k.wake = max(P.quiet_until(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run), now + 1e-6)
+        k.wake = max(P.quiet_until(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run, reserved=reserved),
+                     now + 1e-6)
         if k.wake != math.inf:
             heapq.heappush(self._due[k.grid], (k.wake, next(self._seq), k))
         if decision.verb == P.WARN:
@@ -695,8 +708,9 @@ class Replay:
         facts: dict[_Kernel, tuple[P.Rule, P.Facts]] = {}
         members = self._grids[k.grid]
         reclaimed = self._reclaim(members, now, facts, budgets) if self.pool.queue and self._idle_rules else _NOBODY
+        reserved = self._reserve(members, now, facts, budgets)
         rule, f = facts.get(k) or self._facts(k, now, budgets)
-        self._decide(k, now, rule, f, k in reclaimed)
+        self._decide(k, now, rule, f, k in reclaimed, reserved.get(k, ""))
 
     def _facts(self, k: _Kernel, now: float, budgets: dict) -> tuple[P.Rule, P.Facts]:
         """The kernel's rule and facts at this pass, as the culler reads them (the sampler's latest reading
@@ -757,6 +771,26 @@ class Replay:
         chosen = R.choose_reclaim([u.gpu for u in usage], leases, needs, candidates, freeing=freeing, warned=warned)
         ids = {c.kernel_id for c in chosen}
         return {k for k in members if k.lease is not None and k.lease.kernel_id in ids}
+
+    def _reserve(self, members, now: float, facts: dict, budgets: dict) -> dict[_Kernel, str]:
+        """The kernels of this culler's server to give back room a reservation keeps, and why (as the
+        culler's: candidates from ``pool.reclaim.reservation_candidate``, chosen by ``Reserving``)."""
+        if self.reserving is None or not self.reserving.active(now):
+            return {}
+        found, freeing, warned = [], set(), set()
+        for k in members:
+            if k.state == HIBERNATING:
+                freeing.add(k.lease.kernel_id)
+            if k.state != RUNNING or k.busy:
+                continue
+            rule, f = facts[k] = facts.get(k) or self._facts(k, now, budgets)
+            if k.kstate.warning is not None and k.kstate.warning.reason == P.RESERVED:
+                warned.add(k.lease.kernel_id)
+            action = P.release_action(rule, f.can_hibernate, f.hibernate_unavailable)[0]
+            c = R.reservation_candidate(k.lease, rule, action, idle_since=f.last_activity, busy=False)
+            if c is not None:
+                found.append((k, c))
+        return self.reserving.choose(found, now, freeing=freeing, warned=warned)
 
     def _act(self, k: _Kernel, now: float, action: str, event: str = M.IDLE) -> None:
         """Carry out the policy's ``action`` (or, by ``event``, its user's Release, an after-cell or an unused

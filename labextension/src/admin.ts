@@ -14,13 +14,12 @@ import {
   formatHours,
   formatPercent,
   gpuShortName,
-  kindWord,
+  kernelName,
   plainNote,
-  reasonPhrase,
-  sliceWords,
-  stateWord
+  sliceWords
 } from './format';
 import { __ } from './i18n';
+import { kindWord, reasonPhrase, stateWord } from './words';
 import type {
   AdminAction,
   IBudget,
@@ -120,6 +119,10 @@ function leaseState(l: IPoolLease): string {
   if (l.phase) {
     return stateWord(l.phase);
   }
+  if (l.state === 'hibernated' && l.reason === 'first_cell') {
+    // Started without a slice (slice_at: first-cell): it never held one, nothing was put to sleep.
+    return stateWord('no_gpu_yet');
+  }
   return stateWord(l.state === 'active' && l.execution_state === 'busy' ? 'running' : l.state);
 }
 
@@ -191,13 +194,9 @@ export function decisionRow(
     time: formatClockSeconds(d.at),
     user: d.owner ?? '',
     // A refused start has no notebook yet on the server's side: "a new kernel", not its id.
-    notebook: d.name
-      ? baseName(d.name)
-      : d.kind === 'refused'
-        ? __('a new kernel')
-        : d.kernel_id
-          ? d.kernel_id.slice(0, 8)
-          : '',
+    notebook:
+      baseName(d.name ?? '') ||
+      (d.kind === 'refused' ? __('a new kernel') : d.kernel_id ? d.kernel_id.slice(0, 8) : ''),
     profile: d.profile ? name(d.profile) : '',
     profileId: d.profile ?? '',
     action: d.action ?? '',
@@ -237,7 +236,7 @@ export function dashboardView(
       id: l.id,
       kernelId: l.kernel_id,
       owner: l.owner,
-      notebook: l.label ? baseName(String(l.label)) : __('kernel %1', l.kernel_id.slice(0, 8)),
+      notebook: kernelName(String(l.label ?? ''), l.kernel_id),
       path: String(l.label ?? ''),
       profile: name(l.profile),
       profileId: l.profile,

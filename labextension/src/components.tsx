@@ -6,7 +6,7 @@
 
 import * as React from 'react';
 
-import { formatAgo, plainNote } from './format';
+import { baseName, formatAgo, plainNote } from './format';
 import { __ } from './i18n';
 import type { IMe, KernelAction } from './types';
 import {
@@ -249,8 +249,8 @@ function History(props: { me: IMe; now: number }): JSX.Element | null {
   const item = (r: (typeof recent)[number], i: number) => (
     <li key={`${r.at}-${r.kernel_id}-${i}`} title={r.message}>
       <span className="jp-GpuPool-when">{formatAgo(now, r.at)}</span>{' '}
-      {r.name ? (
-        <strong className="jp-GpuPool-historyName">{r.name.split('/').pop()}</strong>
+      {baseName(r.name ?? '') ? (
+        <strong className="jp-GpuPool-historyName">{baseName(r.name ?? '')}</strong>
       ) : null}{' '}
       {historyLine(r)}
     </li>

@@ -18,14 +18,17 @@ import {
 } from './admin';
 import { StackedChart } from './chart';
 import { MeterTrack } from './components';
-import { kindWord, plainNote } from './format';
+import { plainNote } from './format';
 import { __ } from './i18n';
 import type { AdminAction, IPool, IProfile, ITelemetry } from './types';
+import { kindWord } from './words';
 
 export interface IAdminActions {
   /** Ask, carry out and report an admin's action; `opener` gets focus back after the dialog. */
   act(row: ILeaseRow, action: AdminAction, opener: HTMLElement | null): Promise<void>;
   open(path: string): void;
+  /** What was asked of a lease and not carried out yet (or refused), or null (requests.ts). */
+  request(kernelId: string): { text: string; pending: boolean } | null;
 }
 
 type TabId = 'gpus' | 'decisions' | 'budgets';
@@ -168,75 +171,71 @@ function GpuSection(props: {
   );
 }
 
-function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): JSX.Element {
-  const [busy, setBusy] = React.useState<string | null>(null);
-  const act = async (row: ILeaseRow, action: AdminAction, opener: HTMLElement) => {
-    setBusy(`${row.kernelId}:${action}`);
-    try {
-      await props.actions.act(row, action, opener);
-    } finally {
-      setBusy(null);
-    }
-  };
-  const { leases } = props.view;
+/**
+ * A lease's row: the profile over at most two lines with its slice under it, the state with what an
+ * admin asked of it until it is carried out or refused (its buttons inert meanwhile), the actions
+ * side by side (they wrap, never cut, in a narrow main area).
+ */
+function LeaseRow(props: {
+  row: ILeaseRow;
+  busy: string | null;
+  act: (row: ILeaseRow, action: AdminAction, opener: HTMLElement) => Promise<void>;
+  actions: IAdminActions;
+}): JSX.Element {
+  const l = props.row;
+  const asked = props.actions.request(l.kernelId);
   return (
-    <section aria-labelledby="jp-GpuPool-dash-leases">
-      <h2 id="jp-GpuPool-dash-leases" className="jp-GpuPool-sectionTitle">
-        {__('Kernels holding the pool (%1)', leases.length)}
-      </h2>
-      {leases.length === 0 ? (
-        <p className="jp-GpuPool-empty">{__('No kernel holds a slice.')}</p>
-      ) : (
-        <table className="jp-GpuPool-table jp-GpuPool-leaseTable">
-          <thead>
-            <tr>
-              <th scope="col">{__('User')}</th>
-              <th scope="col">{__('Notebook')}</th>
-              <th scope="col">{__('Profile')}</th>
-              <th scope="col">{__('GPU')}</th>
-              <th scope="col">{__('State')}</th>
-              <th scope="col">{__('Age')}</th>
-              <th scope="col">{__('Idle')}</th>
-              <th scope="col">{__('Actions')}</th>
-            </tr>
-          </thead>
-          <tbody>
-            {leases.map(l => (
-              <tr key={l.id} data-kernel-id={l.kernelId}>
-                <td>{l.owner}</td>
-                <td className="jp-GpuPool-nameCell" title={l.path}>
-                  {l.notebook}
-                </td>
-                <td className="jp-GpuPool-profileCell" title={l.profileId}>
-                  {l.profile} <span className="jp-GpuPool-muted">({l.slice})</span>
-                </td>
-                <td>{l.gpu}</td>
-                <td>{l.state}</td>
-                <td>{l.age}</td>
-                <td>{l.idle}</td>
-                <td className="jp-GpuPool-rowActions">
-                  {l.actions.map(a => (
-                    <button
-                      key={a.action}
-                      className={`jp-Button jp-GpuPool-action jp-mod-${a.action}`}
-                      title={a.title}
-                      aria-label={__('%1: %2 of %3', a.label, l.notebook, l.owner)}
-                      aria-busy={busy === `${l.kernelId}:${a.action}`}
-                      onClick={event => {
-                        if (busy === null) {
-                          void act(l, a.action, event.currentTarget);
-                        }
-                      }}
-                    >
-                      {a.label}
-                    </button>
-                  ))}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+    <tr data-kernel-id={l.kernelId}>
+      <td>{l.owner}</td>
+      <td className="jp-GpuPool-nameCell" title={l.path}>
+        {l.notebook}
+      </td>
+      <td className="jp-GpuPool-profileCell" title={l.profileId}>
+        {l.profile} <span className="jp-GpuPool-muted jp-GpuPool-sliceText">({l.slice})</span>
+      </td>
+      <td>{l.gpu}</td>
+      <td className="jp-GpuPool-stateCell">
+        {l.state}
+        {asked ? (
+          <span
+            className={`jp-GpuPool-asked${asked.pending ? ' jp-mod-pending' : ' jp-mod-refused'}`}
+            role="status"
+          >
+            {asked.text}
+          </span>
+        ) : null}
+      </td>
+      <td>{l.age}</td>
+      <td>{l.idle}</td>
+      <td>
+        <div className="jp-GpuPool-rowActions">
+          {l.actions.map(a => (
+            <button
+              key={a.action}
+              className={`jp-Button jp-GpuPool-action jp-mod-${a.action}`}
+              title={a.title}
+              aria-label={__('%1: %2 of %3', a.label, l.notebook, l.owner)}
+              aria-busy={props.busy === `${l.kernelId}:${a.action}`}
+              aria-disabled={asked?.pending || undefined}
+              onClick={event => {
+                if (props.busy === null && !asked?.pending) {
+                  void props.act(l, a.action, event.currentTarget);
+                }
+              }}
+            >
+              {a.label}
+            </button>
+          ))}
+        </div>
+      </td>
+    </tr>
+  );
+}
+
+/** Who waits for a slice, first first. */
+function QueueTable(props: { view: IDashboardView }): JSX.Element {
+  return (
+    <>
       <h2 className="jp-GpuPool-sectionTitle">{__('Queue (%1)', props.view.queue.length)}</h2>
       {props.view.queue.length === 0 ? (
         <p className="jp-GpuPool-empty">{__('Nobody waits for a slice.')}</p>
@@ -266,6 +265,52 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
           </tbody>
         </table>
       )}
+    </>
+  );
+}
+
+function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): JSX.Element {
+  const [busy, setBusy] = React.useState<string | null>(null);
+  const act = async (row: ILeaseRow, action: AdminAction, opener: HTMLElement) => {
+    setBusy(`${row.kernelId}:${action}`);
+    try {
+      await props.actions.act(row, action, opener);
+    } finally {
+      setBusy(null);
+    }
+  };
+  const { leases } = props.view;
+  return (
+    <section aria-labelledby="jp-GpuPool-dash-leases">
+      <h2 id="jp-GpuPool-dash-leases" className="jp-GpuPool-sectionTitle">
+        {__('Kernels holding the pool (%1)', leases.length)}
+      </h2>
+      {leases.length === 0 ? (
+        <p className="jp-GpuPool-empty">{__('No kernel holds a slice.')}</p>
+      ) : (
+        <div className="jp-GpuPool-tableScroll">
+          <table className="jp-GpuPool-table jp-GpuPool-leaseTable">
+            <thead>
+              <tr>
+                <th scope="col">{__('User')}</th>
+                <th scope="col">{__('Notebook')}</th>
+                <th scope="col">{__('Profile')}</th>
+                <th scope="col">{__('GPU')}</th>
+                <th scope="col">{__('State')}</th>
+                <th scope="col">{__('Age')}</th>
+                <th scope="col">{__('Idle')}</th>
+                <th scope="col">{__('Actions')}</th>
+              </tr>
+            </thead>
+            <tbody>
+              {leases.map(l => (
+                <LeaseRow key={l.id} row={l} busy={busy} act={act} actions={props.actions} />
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      <QueueTable view={props.view} />
     </section>
   );
 }

@@ -222,6 +222,8 @@ export interface IPoolLease {
   profile: string;
   state: string;
   phase?: string;
+  /** Why it is in its state ("first_cell": hibernated because it never held a slice: no GPU yet). */
+  reason?: string;
   gpus: string[];
   memory: number | null;
   sm_percent: number | null;

@@ -141,7 +141,7 @@ async def test_gpu_work_that_ends_within_the_timeout_is_waited_for(rig):
 
 
 @pytest.mark.parametrize("profile,reason,words", [
-    ("half", "mps", "801"),
+    ("half", "mps", "cannot checkpoint an MPS kernel"),
 ])
 async def test_an_mps_kernel_cannot_hibernate_and_says_why_before_touching_it(rig, profile, reason, words):
     r = rig()

@@ -490,6 +490,7 @@ class ClusterHibernation(HibernationHook):
         hinted = reason == "hint" and kernel_id in self._hinted
         if reason == "hint" and not hinted:
             reason = "cell"  # a cell came while the hint's resume was under way: it was for the cell
+        self.user_resumed(kernel_id, outcome.effects)
         if outcome.lease is not None:
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
                                        action="resume", rule="hibernation", duration=round(outcome.duration, 3),

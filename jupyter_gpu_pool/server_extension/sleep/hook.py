@@ -24,6 +24,7 @@ import asyncio
 import logging
 import weakref
 from abc import ABC
+from collections.abc import Callable
 
 from ...devices.checkpoint import DECLARED_NOTE
 from ...hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
@@ -53,6 +54,22 @@ class HibernationHook(ABC):
 
     def __init__(self, parent=None, **kwargs):
         self.extension = parent
+        self._on_user_resume: list[Callable[[str], None]] = []
+
+    def when_user_resumes(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(kernel_id)`` whenever a resume the kernel's user asked for has put it back on a
+        slice (the culler, whose memory keeps each kernel's idle clock, restarts it then)."""
+        self._on_user_resume.append(listener)
+
+    def user_resumed(self, kernel_id: str, effects: tuple[str, ...]) -> None:
+        """Carry out the residency model's ``restart_idle_clock`` among a move's ``effects``: its user asked
+        for the kernel awake (their Resume, a cell, a hint's resume a cell came for), so the listeners are
+        told and the kernel is judged idle from now, not from its last cell before it slept.  A hint's resume
+        no cell has come for has no such effect: it goes back to sleep unwarned if none comes.  Each hook
+        calls this where a resume ends and where a hint's cell comes (``used``)."""
+        if M.RESTART_IDLE_CLOCK in effects:
+            for listener in self._on_user_resume:
+                listener(kernel_id)
 
     def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether the lease's kernel can hibernate now, and why not (no I/O: the culler asks on every pass)."""
@@ -197,7 +214,7 @@ class PoolHibernation(HibernationHook):
         return self.hibernator.hinted(kernel_id)
 
     def used(self, kernel_id: str) -> None:
-        self.hibernator.used(kernel_id)
+        self.user_resumed(kernel_id, self.hibernator.used(kernel_id))
 
     def cell_started(self, kernel_id: str) -> None:
         self.timers.cell_started(kernel_id)
@@ -258,6 +275,7 @@ class PoolHibernation(HibernationHook):
         hinted = self.hibernator.hinted(kernel_id)
         if reason == "hint" and not hinted:
             reason = "cell"  # a cell came while the hinted resume was under way: it was for the cell
+        self.user_resumed(kernel_id, outcome.effects)
         if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
             why = RESUMED_FOR.get(reason)  # the user's own doing, not the pool's policy
             message = outcome.message.replace("Resumed", f"Resumed {why}", 1) if why else outcome.message
