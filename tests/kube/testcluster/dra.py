@@ -269,7 +269,7 @@ class ClaimController:
         self._reported: set[tuple[str, str]] = set()
 
     def sync_once(self) -> None:
-        for pod in self.store.list(self.pods, None)[0]:
+        for pod in self.store.scan(self.pods):  # read-only
             refs = [r for r in pod["spec"].get("resourceClaims") or [] if r.get("resourceClaimTemplateName")]
             if not refs:
                 continue
