@@ -208,9 +208,10 @@ class ClusterHibernation(HibernationHook):
         position, why = self.queue_position(kernel_id), self.queue_reason(kernel_id)
         if position is not None:
             why = why or "waiting for room on its GPU"
-            return (f"Waiting to resume this kernel: position {position} in its node's queue ({why}). The cell "
-                    "runs as soon as the kernel has resumed.")
-        if st.get("reason") == R.QUOTA_EXCEEDED and why:
+            shared = hibernation(obj).get("why")  # where the admin's sharing orders the queue: why it is there
+            return (f"Waiting to resume this kernel: position {position} in its node's queue"
+                    f"{f', {shared}' if shared else ''} ({why}). The cell runs as soon as the kernel has resumed.")
+        if st.get("reason") in (R.QUOTA_EXCEEDED, R.WAITING_FOR_ROOM) and why:  # its quota, or reserved room
             return f"This kernel's resume is {why}. The cell runs as soon as the kernel has resumed."
         return ("Resuming this kernel: its GPU memory is coming back from host memory on its node. The cell runs "
                 "next.")
