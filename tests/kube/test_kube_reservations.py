@@ -17,10 +17,9 @@ import time
 import uuid
 
 import pytest
-from agent_standin import SettlingAgent, kernel, phase_of, report_free
+from agent_standin import kernel, phase_of, report_free
 from kube_helpers import HAMI_NODE, PROFILES, GiB, install, pod_processes, wait_until
-from test_kube_server_hibernation import API, Cell, body, extension
-from traitlets.config import Config
+from test_kube_server_hibernation import API, Cell, agent, body, extension, jp_server_config  # noqa: F401 (fixtures)
 
 from jupyter_gpu_pool.cluster.resources import (API_VERSION, GROUP, HIBERNATED, KERNEL_KIND, KERNELS, POLICIES,
                                                 RUNNING, VERSION, kernel_name)
@@ -39,22 +38,6 @@ async def cluster(cluster_factory):
     c = cluster_factory(nodes=[CLASS_NODE])
     await install(c)
     yield c
-
-
-@pytest.fixture
-def jp_server_config(server_config):
-    return Config({
-        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pool": True}},
-        "GPUPoolExtension": {"pool_backend": "kubernetes", "cull_interval": 0.3, "telemetry_interval": 0.2},
-        "GPUPoolKubernetes": {"refresh_interval": 0.3},
-    })
-
-
-@pytest.fixture
-async def agent(kube):
-    a = SettlingAgent(kube).start()
-    yield a
-    await a.stop()
 
 
 def clock(t: float) -> str:
@@ -104,25 +87,8 @@ async def test_a_reservation_through_the_operator_makes_its_room_before_the_wind
         a, b = await start(jp_fetch), await start(jp_fetch)
         ws = await jp_ws_fetch("api", "kernels", a, "channels")
         await Cell(ws, "x = 42").run()
-        pods = {kid: (await kernel(kube, kernel_name(kid)))["status"]["pod"] for kid in (a, b)}
         start_at, end = await reserve(kube, opens_in=12, lead=8, lasts=600)
-
-        # before the window: both idle kernels are warned with the reason, then hibernated (the least that makes
-        # the 80 GiB: both 10 GiB slices), their pods' processes and variables kept
-        for kid in (a, b):
-            await wait_until(lambda kid=kid: _phase(kube, kernel_name(kid), HIBERNATED), timeout=60,
-                             what=f"{kid} hibernated for the reservation")
-            done = await wait_until(lambda kid=kid: _done(jp_fetch, kid), timeout=20, what="the hibernation on record")
-            warned, hibernated = done
-            assert warned["reason"] == "reserved" and hibernated["reason"] == "reserved"
-            assert warned["message"].startswith(f"The GPU room this kernel holds is reserved for ML 101 lab from "
-                                                f"{clock(start_at)}: this kernel will be hibernated")
-            assert hibernated["at"] - warned["at"] >= 2 and hibernated["at"] < start_at  # warned its time, in time
-            assert (await kernel(kube, kernel_name(kid)))["spec"]["hibernateReason"] == "reserved"
-            assert pod_processes(pods[kid])  # its process lives on: a hibernation, not a shutdown
-        me = body(await jp_fetch(*API, "me"))
-        [shown] = me["reservations"]
-        assert shown["member"] is False and shown["words"].startswith("80 GiB reserved for ML 101 lab from")
+        await room_made_before_the_window(jp_fetch, kube, (a, b), start_at)
 
         # at the window: the member's kernel is admitted at once, into her room
         await wait_until(lambda: time.time() >= start_at, timeout=30, what="the window")
@@ -131,25 +97,8 @@ async def test_a_reservation_through_the_operator_makes_its_room_before_the_wind
         st = (await kernel(kube, first))["status"]
         assert "borrowed" not in st and "waiting" not in st
 
-        # a lead time into the window, a non-member's new kernel borrows what the member leaves, and is told so
         await wait_until(lambda: time.time() >= start_at + 8, timeout=30, what="borrowing")
-        c = await start(jp_fetch)
-        assert (await kernel(kube, kernel_name(c)))["status"]["borrowed"] == ["ML 101 lab"]
-        told = next(k for k in body(await jp_fetch(*API, "me"))["kernels"] if k["kernel_id"] == c)["borrowed"]
-        assert told.startswith("Borrowed from the room reserved for ML 101 lab until") and "member needs" in told
-
-        # the member asks for 40 GiB more: only 30 GiB is free, so she waits, told her place; the borrowing kernel
-        # is warned and hibernated for her, and then her kernel runs
-        second = await member_starts(kube)
-        waiting = await wait_until(lambda: _waiting(kube, second), timeout=20, what="the member's start to wait")
-        assert waiting["reason"] == "WaitingForRoom" and waiting["waiting"]["position"] == 1
-        assert waiting["message"].startswith("Waiting for GPU room: ML 101 lab: 80 GiB reserved until")
-        await wait_until(lambda: _phase(kube, kernel_name(c), HIBERNATED), timeout=60, what="the borrower hibernated")
-        await wait_until(lambda: _phase(kube, second, RUNNING), timeout=30, what="the member's second kernel to run")
-        warned, hibernated = await wait_until(lambda: _done(jp_fetch, c), timeout=20, what="the borrower's record")
-        assert warned["reason"] == "reserved" and "and a member needs it" in warned["message"]
-        assert hibernated["at"] - warned["at"] >= 2
-        assert "borrowed" not in (await kernel(kube, second))["status"]
+        second = await borrowed_room_taken_back(jp_fetch, kube)
 
         # the member leaves; a cell on the first kernel resumes it into the free room (borrowed again): its
         # variables are there
@@ -163,6 +112,47 @@ async def test_a_reservation_through_the_operator_makes_its_room_before_the_wind
         ws.close()
     finally:
         await ext.stop_extension()
+
+
+async def room_made_before_the_window(jp_fetch, kube, kernels: tuple[str, ...], start_at: float) -> None:
+    """Before the window: the idle kernels are warned with the reason, then hibernated (the least that makes the
+    80 GiB: both 10 GiB slices), their pods' processes and variables kept; others read what is reserved."""
+    pods = {kid: (await kernel(kube, kernel_name(kid)))["status"]["pod"] for kid in kernels}
+    for kid in kernels:
+        await wait_until(lambda kid=kid: _phase(kube, kernel_name(kid), HIBERNATED), timeout=60,
+                         what=f"{kid} hibernated for the reservation")
+        warned, hibernated = await wait_until(lambda kid=kid: _done(jp_fetch, kid), timeout=20,
+                                              what="the hibernation on record")
+        assert warned["reason"] == "reserved" and hibernated["reason"] == "reserved"
+        assert warned["message"].startswith(f"The GPU room this kernel holds is reserved for ML 101 lab from "
+                                            f"{clock(start_at)}: this kernel will be hibernated")
+        assert hibernated["at"] - warned["at"] >= 2 and hibernated["at"] < start_at  # warned its time, in time
+        assert (await kernel(kube, kernel_name(kid)))["spec"]["hibernateReason"] == "reserved"
+        assert pod_processes(pods[kid])  # its process lives on: a hibernation, not a shutdown
+    [shown] = body(await jp_fetch(*API, "me"))["reservations"]
+    assert shown["member"] is False and shown["words"].startswith("80 GiB reserved for ML 101 lab from")
+
+
+async def borrowed_room_taken_back(jp_fetch, kube) -> str:
+    """A lead time into the window: a non-member's new kernel borrows what the member leaves, and is told so; the
+    member asks for 40 GiB more, where 30 GiB is free: she waits, told her place, the borrowing kernel is warned
+    and hibernated for her, and her kernel runs.  Her second kernel's name."""
+    c = await start(jp_fetch)
+    assert (await kernel(kube, kernel_name(c)))["status"]["borrowed"] == ["ML 101 lab"]
+    told = next(k for k in body(await jp_fetch(*API, "me"))["kernels"] if k["kernel_id"] == c)["borrowed"]
+    assert told.startswith("Borrowed from the room reserved for ML 101 lab until") and "member needs" in told
+
+    second = await member_starts(kube)
+    waiting = await wait_until(lambda: _waiting(kube, second), timeout=20, what="the member's start to wait")
+    assert waiting["reason"] == "WaitingForRoom" and waiting["waiting"]["position"] == 1
+    assert waiting["message"].startswith("Waiting for GPU room: ML 101 lab: 80 GiB reserved until")
+    await wait_until(lambda: _phase(kube, kernel_name(c), HIBERNATED), timeout=60, what="the borrower hibernated")
+    await wait_until(lambda: _phase(kube, second, RUNNING), timeout=30, what="the member's second kernel to run")
+    warned, hibernated = await wait_until(lambda: _done(jp_fetch, c), timeout=20, what="the borrower's record")
+    assert warned["reason"] == "reserved" and "and a member needs it" in warned["message"]
+    assert hibernated["at"] - warned["at"] >= 2
+    assert "borrowed" not in (await kernel(kube, second))["status"]
+    return second
 
 
 async def _phase(kube, name: str, phase: str) -> bool:
