@@ -7,20 +7,28 @@ held by this notebook's kernel (a plain Python kernel that takes no slice of its
 ``let_go()`` gives them back, and so does shutting that kernel down (the pool takes back slices
 whose holder is gone). It writes the pool's ledger directly, as the project's tests do: do not do
 this on a real pool.
+
+Like another user's server, it answers what an admin asks of its kernels from the pool dashboard
+(Release, Hibernate, Shut down: ``answer_requests``, once a second while it holds slices): a slice
+is hibernated (given back, as a declared GPU's kernel is) or let go, and put on record as done at
+an admin's request, so that the admin's dashboard sees the request carried out.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from jupyter_gpu_pool.config import load_settings
 from jupyter_gpu_pool.local import Ledger
 from jupyter_gpu_pool.local.processes import identify
 from jupyter_gpu_pool.pool import LeaseRequest, PoolError, build_quota_book
+from jupyter_gpu_pool.pool.leases import ACTIVE
 from jupyter_gpu_pool.pool.units import format_size
 
 OWNER = "another-student"
+REQUESTED = "requested"  # the journal's kind of an admin's request (server_extension/admin_requests.py)
 
 
 def _ledger() -> tuple:
@@ -47,6 +55,7 @@ def take_the_pool() -> str:
             except PoolError:
                 break
             ledger.set_holder(lease.id, holder)
+    _keep_answering()
     held = ledger.leases(owner=OWNER)
     return (f"{OWNER} holds {len(held)} slice(s), {format_size(sum(x.memory or 0 for x in held))}; "
             f"free in the pool now: {format_size(_free(ledger))}.")
@@ -60,3 +69,55 @@ def let_go(count: int | None = None) -> str:
         ledger.release(lease.id, "the demo's stand-in let it go")
     return (f"{OWNER} gave back {len(held[:count])} slice(s); "
             f"free in the pool now: {format_size(_free(ledger))}.")
+
+
+_answered = {"seq": None}  # the last journal entry looked at: requests from before are not ours to answer
+_answering: list[threading.Thread] = []
+
+
+def answer_requests(ledger: Ledger | None = None) -> int:
+    """Carry out the admins' requests for the stand-in's slices made since the last call (the first call
+    only notes where the journal is); return how many were carried out."""
+    ledger = ledger or _ledger()[1]
+    entries = sorted(ledger.journal(kinds=(REQUESTED,), owner=OWNER, limit=50), key=lambda e: e.seq)
+    if _answered["seq"] is None:
+        _answered["seq"] = max((e.seq for e in entries), default=0)
+        return 0
+    done = 0
+    for e in entries:
+        if e.seq <= _answered["seq"]:
+            continue
+        _answered["seq"] = e.seq
+        lease = ledger.get(e.lease_id) if e.lease_id else ledger.by_kernel(e.kernel_id or "")
+        if lease is None or lease.owner != OWNER or lease.state != ACTIVE or lease.phase:
+            continue
+        action, by = str(e.detail.get("action")), str(e.detail.get("by") or "an admin")
+        if action == "shutdown":
+            ledger.release(lease.id, "shut down at an admin's request")
+            kind, message = "released", f"Shut down by an admin ({by}): the GPU slice is back in the pool."
+        else:  # release or hibernate: a declared GPU's kernel hibernates, keeping its variables
+            ledger.hibernate(lease.id, 0, "admin")
+            kind, message = "hibernated", (f"Hibernated by an admin ({by}): the GPU slice is back in the pool, "
+                                           "your variables are kept.")
+            action = "hibernate"
+        ledger.record(kind, lease_id=lease.id, kernel_id=lease.kernel_id, owner=OWNER, reason="admin",
+                      detail={"source": "policy", "message": message, "action": action, "profile": lease.profile,
+                              "name": lease.label, "rule": None, "dry_run": False})
+        done += 1
+    return done
+
+
+def _keep_answering() -> None:
+    """Answer requests once a second, in this kernel, while the stand-in holds any slice."""
+    if _answering and _answering[0].is_alive():
+        return
+    ledger = _ledger()[1]
+    answer_requests(ledger)  # from now on
+
+    def loop() -> None:
+        while ledger.leases(owner=OWNER):
+            time.sleep(1.0)
+            answer_requests(ledger)
+
+    _answering[:] = [threading.Thread(target=loop, name="another-student answers", daemon=True)]
+    _answering[0].start()

@@ -58,6 +58,22 @@ def forget_pending_start(kernel_manager: Any, kernel_id: str) -> None:
         multi._pending_kernels.pop(kernel_id, None)
 
 
+def forget_failed_starts(multi_kernel_manager: Any) -> list[str]:
+    """Drop from ``MultiKernelManager._pending_kernels`` every start that ended without a kernel (its task
+    done, its id not among ``_kernels``); the ids dropped.
+
+    jupyter_client 8.10.0 leaves a failed start there wherever nobody removes it (a provisioner refusing
+    as it is made, another kernelspec's program missing), and jupyter_server's ``shutdown_all`` then fails
+    on it with "Kernel does not exist: <id>": ``ServerApp._stop`` stops before the event loop does, and the
+    server runs on after SIGTERM."""
+    pending = multi_kernel_manager._pending_kernels
+    gone = [kid for kid, task in list(pending.items())
+            if task.done() and kid not in multi_kernel_manager._kernels]
+    for kid in gone:
+        pending.pop(kid, None)
+    return gone
+
+
 def control_socket(kernel_manager: Any) -> Any:
     """The kernel manager's control channel socket, connected if it was not
     (``KernelManager._connect_control_socket`` / ``_control_socket``, jupyter_client 8.10.0)."""

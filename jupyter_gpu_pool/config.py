@@ -25,6 +25,7 @@ import functools
 import getpass
 import grp
 import os
+import time
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -53,8 +54,11 @@ from .pool.hibernation import (
     parse_margin,
     parse_restore_cost,
 )
+from .pool.fairshare import FIFO, QUEUE_ORDERS, FairShare, parse_weight, parse_weights
+from .pool.reservations import Reservation, ReservationError, check_fit, parse_reservations
 from .pool.rules import Policy, PolicyError, Rule, check_profile_names, parse_policy
 from .pool.quotas import parse_members, parse_quota, parse_quotas
+from .pool.sharing import Sharing
 from .traits import Parsed, Seconds
 
 CONFIG_FILE = "jupyter_gpu_pool_config"
@@ -383,6 +387,55 @@ class GPUPool(Configurable):
         this machine's local time.""",
     ).tag(config=True)
 
+    reservations = Parsed(
+        parse_reservations, [], is_parsed=lambda v: isinstance(v, tuple) and all(isinstance(r, Reservation) for r in v),
+        help="""Room of the pool kept for a group (or some users) in a window of time, such as a class's lab:
+        a list of dicts, each {"name": "ML 101 lab", "groups": ["ml101"], "users": ["teacher"],
+        "days": ["tue", "thu"], "start": "10:00", "end": "12:00", "timezone": "Europe/Paris",
+        "memory": "160GiB", "gpus": 2, "models": ["*H100*"], "lead": "10m"}.  Weekly with 'days' (mon ...
+        sun) and times of day, or once without 'days' and with dates ("2025-03-04 10:00"), in the named
+        time zone.  'memory' (in all) and/or 'gpus' (whole GPUs) on the GPUs whose name matches 'models'
+        (glob patterns; any GPU if left out).  From 'lead' before the window (default 10 minutes) non-members
+        are no longer admitted into that room and their kernels there are hibernated, warned with the
+        reason; during the window members are admitted first, and non-members may borrow what members leave
+        unused until a member needs it.  A reservation that cannot fit the pool, alone or with another at
+        the same time, stops the pool with a message naming it.  See docs/admin.md.""",
+    ).tag(config=True)
+
+    queue_order = Enum(
+        list(QUEUE_ORDERS), default_value=FIFO,
+        help="""The order of the queue when more wait than fit: 'fifo', first come, first served; 'fair',
+        by fair share: the group that used less of the pool lately than its weight's share goes first
+        (fair_share_weights, fair_share_half_life), arrival order within a group, and waiting raises a
+        waiter (fair_share_aging), so no one waits forever.  Quotas and budgets bound everyone either way.""",
+    ).tag(config=True)
+
+    fair_share_weights = Parsed(
+        parse_weights, {}, is_parsed=lambda v: _all_of(v, float, empty=True),
+        help="""Each group's weight in a fair queue: {"ml101": 2, "research": 1}.  A user counts in the first
+        of their groups given here (in this order); users in none count together, with
+        fair_share_others_weight.""",
+    ).tag(config=True)
+
+    fair_share_others_weight = Parsed(
+        parse_weight, 1.0,
+        is_parsed=lambda v: isinstance(v, float) and 0 < v < 1e9,
+        help="The weight in a fair queue of the users in no group of fair_share_weights, all together.",
+    ).tag(config=True)
+
+    fair_share_half_life = Seconds(
+        86400.0,
+        help="""How fast a group's use is forgotten in a fair queue: GPU memory held an hour ago counts half
+        as much as now when this is 1h.  Seconds or text such as 12h or 7d (default 1d).""",
+    ).tag(config=True)
+
+    fair_share_aging = Seconds(
+        1800.0,
+        help="""How fast waiting raises a waiter in a fair queue: each this long in the queue counts as much
+        as a whole share of use less (default 30m).  A waiter goes ahead of everyone who comes more than this
+        times (all the weights over the least weight) after it, so no one waits forever.""",
+    ).tag(config=True)
+
     trace_recording = Bool(
         True,
         help="""Record what each GPU kernel does, for the capacity planner (``jupyter gpu-pool simulate``): its
@@ -449,6 +502,13 @@ class GPUPool(Configurable):
     def idle_policy(self) -> Policy:
         """The rules with the dry-run switch: what the culler follows."""
         return Policy(rules=self.policy, dry_run=self.policy_dry_run)
+
+    @functools.cached_property
+    def sharing(self) -> Sharing:
+        """The reservations and the queue's order, as the allocation decision takes them."""
+        return Sharing(reservations=self.reservations, order=self.queue_order,
+                       fair=FairShare(weights=self.fair_share_weights, half_life=self.fair_share_half_life,
+                                      aging=self.fair_share_aging, others_weight=self.fair_share_others_weight))
 
     @property
     def hibernation(self) -> HibernationSettings:
@@ -560,3 +620,12 @@ def check_profiles_fit(settings: GPUPool, gpus: list[GPU]) -> None:
                 f"GPUPool.profiles[{profile.name!r}]: slice {spec} is larger than the largest GPU "
                 f"of the pool ({biggest.label})"
             )
+    check_reservations_fit(settings, gpus)
+
+
+def check_reservations_fit(settings: GPUPool, gpus: list[GPU], now: float | None = None) -> None:
+    """Every reservation fits the pool's GPUs of its models, alone and with those it overlaps; say which does not."""
+    try:
+        check_fit(settings.reservations, gpus, time.time() if now is None else now)
+    except ReservationError as e:
+        raise ConfigError(f"GPUPool.reservations{e}") from None

@@ -184,6 +184,71 @@ def test_lab_sets_up_a_demo_pool_and_starts_jupyterlab(jp_environ, jp_config_dir
     assert body["GPUPool"]["inventory"][0]["count"] == 2
 
 
+def _terminal_says(port: int, token: str, command: str, end: str, timeout: float = 60) -> str:
+    """Open a JupyterLab terminal (jupyter_server's terminals API and its websocket, as the Terminal tab
+    does), type ``command`` and read what it prints until ``end``."""
+    import asyncio
+
+    from tornado.websocket import websocket_connect
+
+    made = urllib.request.Request(f"http://127.0.0.1:{port}/api/terminals", data=b"{}", method="POST",
+                                  headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(made, timeout=30) as reply:
+        name = json.load(reply)["name"]
+
+    async def talk() -> str:
+        ws = await websocket_connect(f"ws://127.0.0.1:{port}/terminals/websocket/{name}?token={token}")
+        await ws.write_message(json.dumps(["stdin", command + "\r"]))
+        seen = ""
+        while end not in seen:
+            message = await asyncio.wait_for(ws.read_message(), timeout)
+            assert message is not None, f"the terminal closed: {seen[-2000:]}"
+            kind, *rest = json.loads(message)
+            if kind == "stdout":
+                seen += rest[0]
+        ws.close()
+        return seen
+
+    return asyncio.run(talk())
+
+
+def test_the_labs_terminals_find_the_environments_jupyter_first(jp_environ, jp_config_dir, tmp_path):
+    """The README: `jupyter gpu-pool status` in a terminal of ./scripts/lab's JupyterLab.  scripts/lab runs
+    .venv/bin/jupyter without activating the environment, and a server whose output is not a terminal gives
+    its terminals login shells, whose profile sets PATH afresh: neither may lose the environment's bin."""
+    port = free_port()
+    venv_bin = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                                 if os.path.realpath(p) != os.path.realpath(venv_bin)),
+           "SHELL": "/bin/bash"}
+    proc = subprocess.Popen(
+        [os.path.join(venv_bin, "jupyter"), "gpu-pool", "lab", f"--pool-config-dir={jp_config_dir}",
+         "--user-kernelspecs", "--no-browser", f"--port={port}", "--ServerApp.token=t0k",
+         f"--ServerApp.root_dir={tmp_path}", *(["--allow-root"] if os.geteuid() == 0 else [])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # output not a terminal
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token=t0k", timeout=5):
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "JupyterLab did not answer"
+                time.sleep(0.5)
+        said = _terminal_says(port, "t0k", "command -v jupyter; jupyter gpu-pool status; echo END$((40+2))",
+                              "END42")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+    assert "command not found" not in said, said
+    assert os.path.join(venv_bin, "jupyter") in said, said  # the environment's own, first on PATH
+    assert "declared" in said, said  # `jupyter gpu-pool status` showed this lab's pool
+
+
 @pytest.mark.parametrize("args", [[], ["kernelspec"]])
 def test_usage_is_printed_for_a_missing_subcommand(args):
     out = cli(*args, check=False)

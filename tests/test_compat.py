@@ -28,6 +28,27 @@ async def test_a_failed_start_is_forgotten_by_the_multi_kernel_manager(pool_home
     await manager.shutdown_all(now=True)
 
 
+async def test_a_start_that_failed_outside_the_pools_steps_is_forgotten_before_shutdown(tmp_path):
+    """A kernelspec whose program is missing: jupyter_client keeps the failed start pending; compat drops it
+    (and only it), and shutdown_all goes through."""
+    import json
+
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    folder = tmp_path / "kernels" / "missing"
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps({"argv": ["/nonexistent/python", "{connection_file}"],
+                                                    "display_name": "missing", "language": "python"}))
+    specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
+    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path), kernel_spec_manager=specs)
+    with pytest.raises(FileNotFoundError):
+        await manager.start_kernel(kernel_name="missing")
+    [left] = manager._pending_kernels  # noqa: SLF001 - what jupyter_client leaves behind
+    assert compat.forget_failed_starts(manager) == [left]
+    assert manager._pending_kernels == {}  # noqa: SLF001
+    await manager.shutdown_all(now=True)
+
+
 def test_the_sessions_route_is_jupyter_servers_own():
     routes = dict(compat.start_handlers())
     from jupyter_server.services.sessions.handlers import SessionRootHandler, default_handlers

@@ -109,11 +109,12 @@ EXTENSION_ROOMS: dict[str, set[str]] = {
     "context": {"backends", "sleep", "notebooks"},
     "admin_requests": {"backends"},
     "activity": {"backends", "context"},
-    "culler": {"admin_requests", "messages", "metrics", "activity", "backends", "context", "sleep", "notebooks",
-               "recorder"},
+    "journal_watch": {"admin_requests", "messages", "backends", "context", "recorder"},
+    "culler": {"messages", "metrics", "activity", "backends", "context", "sleep", "notebooks", "recorder",
+               "journal_watch"},
     "rest": {"backends", "context", "notebooks", "admin_requests"},
     "app": {"backends", "sleep", "rest", "notebooks", "events", "metrics", "messages", "starting", "recorder",
-            "context", "admin_requests", "activity", "culler"},
+            "context", "admin_requests", "activity", "culler", "journal_watch"},
     "__init__": set(),
 }
 

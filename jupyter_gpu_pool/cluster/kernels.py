@@ -12,9 +12,10 @@ import time
 
 from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, Usage
 from ..pool import phases
+from ..pool import residency as M
 from ..pool.units import format_rfc3339
 from .resources import (DESIRED_RUNNING, FAILED, HIBERNATED as HIBERNATED_PHASE, HIBERNATING, PENDING,
-                        QUOTA_EXCEEDED, RESUME_DECLINED, RESUMING, STARTING, STOPPED, WAITING_FOR_ROOM)
+                        QUOTA_EXCEEDED, RESUME_DECLINED, RESUMING, RUNNING, STARTING, STOPPED, WAITING_FOR_ROOM)
 
 
 def spec(kernel: dict) -> dict:
@@ -161,3 +162,25 @@ def _lease_phase(kernel: dict) -> str:
             WAITING_FOR_ROOM, QUOTA_EXCEEDED)
         return phases.QUEUED if waiting else phases.RESUMING
     return ""
+
+
+# The status.phase a kernel's residency is written as (the operator admits into, the node agent settles).
+PHASE_OF = {M.ACTIVE: RUNNING, M.HIBERNATING: HIBERNATING, M.HIBERNATED: HIBERNATED_PHASE, M.RESTORING: RESUMING,
+            M.FAILED: FAILED}
+# And back: the residency of a kernel in a phase of its GPU memory (phases.RESUMING is the pool core's word
+# for a resume asked, which on a cluster is a Hibernated kernel whose spec asks Running).
+RESIDENCY_OF_PHASE = {phase: M.Residency(stage) for stage, phase in PHASE_OF.items()}
+
+
+def residency_of_kernel(kernel: dict | None, *, hint: bool = False) -> M.Residency:
+    """The kernel's GPU residency (``pool.residency``), from its object as the watch has it (None: gone):
+    its lease's (:func:`as_lease`), ``hint`` where its server woke it on a hint and no cell came since."""
+    if kernel is None:
+        return M.Residency(M.GONE)
+    return M.residency_of(as_lease(kernel), hint=hint)
+
+
+def settled_phase(phase: str, event: str) -> str:
+    """The status.phase a move's report (``event``: a checkpoint or restore done, undone or stuck) settles a
+    kernel in ``phase`` (Hibernating or Resuming) to, as the residency model steps it."""
+    return PHASE_OF[M.step(RESIDENCY_OF_PHASE[phase], event).state.stage]

@@ -448,9 +448,10 @@ def capability(isolation: str, gpus: list[GPU], info: DriverInfo, driver_version
     GPUs can, whatever the driver: their kernels hold no GPU memory (MPS profiles still cannot, as
     on real GPUs)."""
     if isolation == MPS:
-        return Capability(False, "mps", "This kernel runs as an NVIDIA MPS client (its profile enforces an SM share), "
-                          "and the CUDA driver cannot checkpoint MPS clients (error 801): it can only be shut down "
-                          "to free its slice. Pick a 'soft' or whole-GPU profile to be able to hibernate.")
+        return Capability(False, "mps", "This kernel runs under NVIDIA MPS (its profile guarantees a share of the GPU's "
+                          "compute), and the CUDA driver cannot checkpoint an MPS kernel's GPU memory: it can only be "
+                          "shut down to free its slice, and its variables are then lost. Pick a 'soft' or whole-GPU "
+                          "profile to be able to hibernate.")
     if not gpus:
         return Capability(False, "no_gpu", "This kernel holds no GPU right now, so there is nothing to hibernate.")
     if all(g.declared for g in gpus):  # no driver needed: nothing to move

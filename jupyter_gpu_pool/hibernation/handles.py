@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from ..pool import ACTIVE, HIBERNATED
-from ..pool.phases import HIBERNATING, NO_GPU_YET, QUEUED, RESUMING
+from ..pool import ACTIVE
+from ..pool import residency as M
+from ..pool.phases import NO_GPU_YET, QUEUED
 
-# What is shown while a cell sent now waits for a resume (or a first slice).
-ASLEEP = (HIBERNATING, HIBERNATED, RESUMING, QUEUED, NO_GPU_YET)
+# What is shown while a cell sent now waits for a resume (or a first slice): the UI's words of the
+# residencies that are asleep.
+ASLEEP = tuple(s.stage for s in M.STATES if s.asleep and s == M.Residency(s.stage))
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Handle:
     seen: str = ACTIVE  # display_state of the lease as last read or written by this server
     position: int | None = None  # its place in the queue while queued
     wait_reason: str | None = None  # why it waits there, where the pool is not simply full
+    queue_why: str | None = None  # why it is where it is in the queue, where sharing orders it
     resume_task: asyncio.Task | None = None
     placed: asyncio.Event = field(default_factory=asyncio.Event)  # the resume under way has a slice or a queue place
     resume_wanted: bool = False  # a cell arrived while hibernating: give up the hibernation if not too late
@@ -55,12 +58,13 @@ class Handles:
     def ids(self) -> list[str]:
         return list(self._all)
 
-    async def show(self, kernel_id: str, seen: str, position: int | None = None, reason: str | None = None) -> None:
+    async def show(self, kernel_id: str, seen: str, position: int | None = None, reason: str | None = None,
+                   why: str | None = None) -> None:
         """Cache what the UI shows of the kernel, and wake whoever waits for a change of it."""
         k = self[kernel_id]
-        if (k.seen, k.position, k.wait_reason) == (seen, position, reason):
+        if (k.seen, k.position, k.wait_reason, k.queue_why) == (seen, position, reason, why):
             return
-        k.seen, k.position, k.wait_reason = seen, position, reason
+        k.seen, k.position, k.wait_reason, k.queue_why = seen, position, reason, why
         async with k.changed:
             k.changed.notify_all()
 
@@ -85,6 +89,10 @@ class Handles:
     def queue_reason(self, kernel_id: str) -> str | None:
         k = self._all.get(kernel_id)
         return k.wait_reason if k and k.seen == QUEUED else None
+
+    def queue_why(self, kernel_id: str) -> str | None:
+        k = self._all.get(kernel_id)
+        return k.queue_why if k and k.seen == QUEUED else None
 
     def first_slice(self, kernel_id: str) -> bool:
         k = self._all.get(kernel_id)

@@ -6,7 +6,6 @@ blocking driver calls run in threads."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
 from ..devices import checkpoint as cp
@@ -14,8 +13,6 @@ from ..devices import moves
 from ..pool import Lease
 from ..pool.hibernation import HibernationSettings
 from .errors import HibernationFailed, HibernationRefused
-
-log = logging.getLogger(__name__)
 
 
 class Stuck(Exception):

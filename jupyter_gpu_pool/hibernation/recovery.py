@@ -6,7 +6,6 @@ and where that fails too it is marked failed, saying where each process was left
 
 from __future__ import annotations
 
-import logging
 
 from ..devices import checkpoint as cp
 from ..devices import moves
@@ -16,8 +15,6 @@ from .kernels import Kernels
 from .outcomes import Notice
 from .processes import Processes
 from .steps import Steps
-
-log = logging.getLogger(__name__)
 
 
 class Recovery:

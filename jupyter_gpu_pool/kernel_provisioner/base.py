@@ -13,6 +13,7 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 
 from ..compat import VerbatimHTTPError, forget_pending_start
+from ..pool.words import notebook_label
 
 # What jupyter_client passes a provisioner besides the kernelspec's provisioner config.
 _UPSTREAM_KEYS = {"kernel_id", "kernel_spec", "parent", "config", "log"}
@@ -60,7 +61,11 @@ class PoolKernelProvisioner:
     kernel_id: str
 
     def __init__(self, **kwargs: Any):
-        check_config(self.provisioner_name, self.config_keys, kwargs)  # before anything is taken
+        try:
+            check_config(self.provisioner_name, self.config_keys, kwargs)  # before anything is taken
+        except KernelStartRefused:  # a refusal as the provisioner is made is a start that failed, too
+            forget_pending_start(kwargs.get("parent"), kwargs.get("kernel_id", ""))
+            raise
         super().__init__(**kwargs)
 
     def release(self, reason: str) -> None:
@@ -80,16 +85,17 @@ class PoolKernelProvisioner:
 
     def notebook(self, session_name: str) -> str:
         """The notebook's path as its user knows it, the label of its slice: relative to the server's root
-        directory (jupyter_server passes the absolute path in JPY_SESSION_NAME)."""
+        directory (jupyter_server passes the absolute path in JPY_SESSION_NAME); "" where the session names
+        no file (a session of a REST client on the root folder: "." is no name, the kernel's id is)."""
         root = getattr(getattr(self.parent, "parent", None), "root_dir", None)  # a bare KernelManager has none
         if session_name and root and os.path.isabs(session_name):
             try:
                 relative = os.path.relpath(session_name, root)
             except ValueError:
-                return session_name
+                return notebook_label(session_name)
             if not relative.startswith(".."):
-                return relative
-        return session_name
+                return notebook_label(relative)
+        return notebook_label(session_name)
 
     @asynccontextmanager
     async def start_step(self, undo: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[None]:

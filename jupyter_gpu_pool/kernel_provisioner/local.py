@@ -156,7 +156,7 @@ class GPUPoolProvisioner(PoolKernelProvisioner, LocalProvisioner):
     async def _wait_in_queue(self, pool: Pool, request) -> Lease:
         timeout = pool.settings.start_queue_timeout
         place = Place(request.owner, request.kernel_id, request.profile.name, request.profile.slice,
-                      label=request.label)
+                      label=request.label, groups=request.groups)
 
         async def moved(position: int) -> None:
             self.log.info("GPU pool full: kernel %s waits for a %s slice at queue position %d (up to %.0fs)",

@@ -78,6 +78,12 @@ SCHEMA = [
     """
     CREATE INDEX journal_owner ON journal(owner, seq);
     """,
+    # version 6: sharing (pool.sharing): a waiter's groups (reservations' members, fair share's groups), and
+    # the reservations whose unused room a lease borrows
+    """
+    ALTER TABLE waiters ADD COLUMN groups TEXT NOT NULL DEFAULT '';
+    ALTER TABLE leases ADD COLUMN borrowed TEXT NOT NULL DEFAULT '';
+    """,
 ]
 
 

@@ -51,12 +51,14 @@ from ..pool import (
 from ..pool.allocation import Ask, Grant, Holdings, allocate, check_quota, resume_candidates
 from ..pool.budgets import NO_BUDGETS, BudgetBook, BudgetExceeded, Standing, share_of
 from ..pool.errors import MPSUserBusy
+from ..pool.sharing import Sharing
 from ..pool.leases import FIRST_CELL
 from ..pool.liveness import Graces, IsAlive, dead_reason
 from ..pool.phases import STOPPING, PhaseConflict
 from ..pool.residency import check_move
 from ..pool.trace import TraceEvent
 from . import journal, queue, rows, trace, usage
+from . import sharing as sharing_reads
 from .database import Database
 from .rows import LEASE_SELECT
 from .store import LeaseStore
@@ -81,6 +83,7 @@ class Ledger(LeaseStore):
         history_seconds: float = 7 * 86400,
         reconcile_on_refusal: float = 1.0,
         mode: int | None = None,
+        sharing: Sharing | None = None,
     ):
         self.db = Database(path, busy_timeout=busy_timeout, mode=mode)
         self.path = self.db.path
@@ -90,6 +93,9 @@ class Ledger(LeaseStore):
         self.history_seconds = history_seconds
         self.reconcile_on_refusal = reconcile_on_refusal  # seconds between two refusal-driven reconciles
         self._reconciled_at = float("-inf")  # time.monotonic() of this process's last reconcile
+        # the admin's reservations and queue order (pool.sharing): the allocation decision and the queue's
+        # places follow them; the default is first come, first served
+        self.sharing = sharing or Sharing()
 
     @property
     def where(self) -> str:
@@ -189,7 +195,7 @@ class Ledger(LeaseStore):
         now = self.clock()
         with self.db.read() as db:
             return Snapshot(at=now, gpus=self._usage(db), leases=self._leases(db, None, HELD),
-                            waiters=queue.live(db, now, self.waiter_ttl))
+                            waiters=self._queue(db, now))
 
     def usage_of(self, owner: str) -> Usage:
         from ..pool.quotas import usage_of
@@ -200,11 +206,22 @@ class Ledger(LeaseStore):
 
     def _holdings(self, db: sqlite3.Connection, ask: Ask, quotas: QuotaBook, budgets: BudgetBook, now: float,
                   gpu_usage: list[GPUUsage] | None = None) -> Holdings:
+        waiters = queue.live(db, now, self.waiter_ttl)
         return Holdings(leases=self._quota_leases(db, ask.owner, quotas.limited_groups(ask.groups)),
                         gpus=tuple(gpu_usage if gpu_usage is not None else self._usage(db)),
-                        waiters=tuple(queue.live(db, now, self.waiter_ttl)),
+                        waiters=tuple(waiters),
                         mps_users=self._mps_users(db) if ask.profile.isolation == MPS else {},
-                        budget=self._standing(db, budgets, ask.owner, ask.groups, now))
+                        budget=self._standing(db, budgets, ask.owner, ask.groups, now), **self._shared(db, now, waiters))
+
+    def _shared(self, db: sqlite3.Connection, now: float, waiters: list[Waiter]) -> dict:
+        return sharing_reads.shared(db, self.sharing, now, waiters, lambda: self._leases(db, None, HELD))
+
+    def _queue(self, db: sqlite3.Connection, now: float) -> list[Waiter]:
+        """The live queue with each waiter's place as it is served (sharing's order, and why), else arrival."""
+        waiters = queue.live(db, now, self.waiter_ttl)
+        if self.sharing.plain or not waiters:
+            return waiters
+        return sharing_reads.told(self.sharing, now, waiters, self._usage(db), self._shared(db, now, waiters))
 
     @staticmethod
     def _mps_users(db: sqlite3.Connection) -> dict[str, frozenset[str]]:
@@ -273,7 +290,7 @@ class Ledger(LeaseStore):
         now = self.clock()
         with self.db.write() as db:
             result = allocate(self._holdings(db, request, quotas, budgets, now), request, quotas, now=now,
-                              placement=placement, waiter_id=waiter_id)
+                              placement=placement, waiter_id=waiter_id, sharing=self.sharing)
             if isinstance(result, PoolError):
                 raise result
             spec = request.profile.slice
@@ -282,13 +299,13 @@ class Ledger(LeaseStore):
             db.execute(
                 """INSERT INTO leases(id, owner, kernel_id, profile, isolation, memory, sm_percent, whole,
                      gpu_count, state, last_gpus, groups, label, created, updated, state_since, host,
-                     manager_pid, manager_start)
-                   VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                     manager_pid, manager_start, borrowed)
+                   VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (lease_id, request.owner, request.kernel_id, request.profile.name, request.profile.isolation,
                  result.memory, spec.sm_percent, int(spec.whole), spec.gpu_count, ACTIVE,
                  " ".join(g.uuid for g in result.gpus), "\n".join(request.groups), request.label, now, now, now,
                  host or (manager.host if manager else ""), manager.pid if manager else None,
-                 manager.start if manager else None),
+                 manager.start if manager else None, "\n".join(result.borrowed)),
             )
             self._insert_allocations(db, lease_id, spec, result)
             db.executemany("INSERT INTO lease_groups(lease_id, grp) VALUES(?,?)",
@@ -297,7 +314,7 @@ class Ledger(LeaseStore):
                 queue.remove(db, waiter_id)
             journal.write(db, now, "allocated", lease_id, request.kernel_id, request.owner, "",
                           {"profile": request.profile.name, "gpus": [g.uuid for g in result.gpus],
-                           "label": request.label})
+                           "label": request.label, **({"borrowed": list(result.borrowed)} if result.borrowed else {})})
             lease = self._get(db, lease_id)
             usage.open_interval(db, lease_id, request.owner, share_of(lease, result.gpus[0].memory), now)
             return lease  # type: ignore[return-value]
@@ -378,15 +395,15 @@ class Ledger(LeaseStore):
             ask = dataclasses.replace(ask, only=resume_candidates(gpu_usage, lease.last_gpus, same_gpu=same_gpu,
                                                                   same_model=same_model))
             result = allocate(self._holdings(db, ask, quotas, budgets, now, gpu_usage), ask, quotas, now=now,
-                              placement=placement, waiter_id=waiter_id)
+                              placement=placement, waiter_id=waiter_id, sharing=self.sharing)
             if isinstance(result, PoolError):
                 raise result
             self._insert_allocations(db, lease_id, lease.slice, result)
             db.execute(
-                "UPDATE leases SET state=?, updated=?, state_since=?, last_gpus=?, host_bytes=0, memory=?, reason=? "
-                "WHERE id=?",  # memory: a whole GPU's size is known once it is placed (a first cell's slice)
+                "UPDATE leases SET state=?, updated=?, state_since=?, last_gpus=?, host_bytes=0, memory=?, reason=?, "
+                "borrowed=? WHERE id=?",  # memory: a whole GPU's size is known once it is placed (a first cell's)
                 (ACTIVE, now, now, " ".join(g.uuid for g in result.gpus), result.memory,
-                 "" if lease.awaits_first_cell else lease.reason, lease_id),
+                 "" if lease.awaits_first_cell else lease.reason, "\n".join(result.borrowed), lease_id),
             )
             if waiter_id:
                 queue.remove(db, waiter_id)
@@ -579,19 +596,19 @@ class Ledger(LeaseStore):
     # -- queue ---------------------------------------------------------------------------------
 
     def enqueue(self, owner: str, kernel_id: str, profile: str, spec: SliceSpec, *,
-                lease_id: str | None = None, label: str = "") -> Waiter:
+                lease_id: str | None = None, label: str = "", groups: tuple[str, ...] = ()) -> Waiter:
         now = self.clock()
         waiter_id = uuid.uuid4().hex
         with self.db.write() as db:
-            queue.add(db, waiter_id, owner, kernel_id, profile, spec, lease_id, label, now)
-            return next(w for w in queue.live(db, now, self.waiter_ttl) if w.id == waiter_id)
+            queue.add(db, waiter_id, owner, kernel_id, profile, spec, lease_id, label, now, groups)
+            return next(w for w in self._queue(db, now) if w.id == waiter_id)
 
     def heartbeat(self, waiter_id: str) -> Waiter | None:
         """Keep a waiter alive and return it with its current position (None if gone)."""
         now = self.clock()
         with self.db.write() as db:
             queue.touch(db, waiter_id, now)
-            return next((w for w in queue.live(db, now, self.waiter_ttl) if w.id == waiter_id), None)
+            return next((w for w in self._queue(db, now) if w.id == waiter_id), None)
 
     def dequeue(self, waiter_id: str) -> None:
         with self.db.write() as db:
@@ -606,7 +623,7 @@ class Ledger(LeaseStore):
     def waiters(self) -> list[Waiter]:
         now = self.clock()
         with self.db.read() as db:
-            return queue.live(db, now, self.waiter_ttl)
+            return self._queue(db, now)
 
     # -- journal -------------------------------------------------------------------------------
 

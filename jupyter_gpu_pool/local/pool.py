@@ -17,6 +17,7 @@ from ..config import GPUPool, check_profiles_fit
 from ..devices.mps import MPSDaemon
 from ..devices.nvml import Discovery, discover
 from ..pool import GPU, Holder, Lease, LeaseRequest, Profile
+from ..pool.reclaim import Candidate, reserved_for
 from . import processes
 from .ledger import Ledger
 from .store import LeaseStore
@@ -103,6 +104,13 @@ class Pool(ABC):
     def mps_env(self, lease: Lease) -> dict[str, str]:
         """The MPS environment of a kernel on ``lease`` (its GPU's control daemon started if it is real)."""
 
+    @abstractmethod
+    def reserved(self, candidates: list[Candidate], freeing: tuple[str, ...] = (),
+                 warned: tuple[str, ...] = ()) -> dict[str, str]:
+        """Of the caller's ``candidates`` (its idle kernels), those to give back room the admin's reservations
+        keep now, each with why in words (``pool.reclaim.reserved_for``, on the whole pool: members' use,
+        the queue); ``freeing``: its kernels on their way out, ``warned``: those it warned for a reservation."""
+
     async def aallocate(self, request: LeaseRequest, waiter_id: str | None = None) -> Lease:
         return await asyncio.to_thread(self.allocate, request, waiter_id)
 
@@ -120,7 +128,8 @@ class LocalPool(Pool):
         self.settings = settings
         self.inventory = inventory or build_inventory(settings)
         check_profiles_fit(settings, self.inventory.gpus)
-        self.ledger = Ledger(settings.ledger_path, holder_grace=settings.holder_grace, mode=ledger_mode)
+        self.ledger = Ledger(settings.ledger_path, holder_grace=settings.holder_grace, mode=ledger_mode,
+                             sharing=settings.sharing)
         self.ledger.sync_gpus(self.inventory.gpus)
         self.host = processes.hostname()
 
@@ -141,6 +150,15 @@ class LocalPool(Pool):
 
     def reconcile(self) -> list[Lease]:
         return self.ledger.reconcile(processes.is_alive, host=self.host)
+
+    def reserved(self, candidates: list[Candidate], freeing: tuple[str, ...] = (),
+                 warned: tuple[str, ...] = ()) -> dict[str, str]:
+        sharing = self.settings.sharing
+        if not candidates or not sharing.needs_everyone(self.ledger.clock()):
+            return {}
+        snap = self.ledger.snapshot()
+        return reserved_for(sharing, snap.gpus, snap.leases, snap.waiters, candidates, snap.at, freeing=freeing,
+                            warned=warned, placement=self.settings.placement)
 
     def mps_daemon(self, gpu_uuid: str) -> MPSDaemon:
         """The MPS control daemon of one GPU (one per GPU: an MPS server serves one user at a time)."""

@@ -13,11 +13,11 @@ from . import rows
 
 
 def add(db: sqlite3.Connection, waiter_id: str, owner: str, kernel_id: str, profile: str, spec: SliceSpec,
-        lease_id: str | None, label: str, now: float) -> None:
+        lease_id: str | None, label: str, now: float, groups: tuple[str, ...] = ()) -> None:
     db.execute(
-        """INSERT INTO waiters(id, owner, kernel_id, lease_id, profile, slice, label, enqueued, heartbeat)
-           VALUES(?,?,?,?,?,?,?,?,?)""",
-        (waiter_id, owner, kernel_id, lease_id, profile, spec.to_text(), label, now, now),
+        """INSERT INTO waiters(id, owner, kernel_id, lease_id, profile, slice, label, enqueued, heartbeat, groups)
+           VALUES(?,?,?,?,?,?,?,?,?,?)""",
+        (waiter_id, owner, kernel_id, lease_id, profile, spec.to_text(), label, now, now, "\n".join(groups)),
     )
 
 

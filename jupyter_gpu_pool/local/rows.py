@@ -45,8 +45,12 @@ def _lease(row: sqlite3.Row) -> Lease:
         manager_pid=row["manager_pid"], manager_start=row["manager_start"],
         holder_pid=row["holder_pid"], holder_start=row["holder_start"],
         host_bytes=row["host_bytes"], reason=row["reason"],
-        phase=row["phase"], phase_deadline=row["phase_deadline"],
+        phase=row["phase"], phase_deadline=row["phase_deadline"], borrowed=_lines(row["borrowed"]),
     )
+
+
+def _lines(text: str | None) -> tuple[str, ...]:
+    return tuple(t for t in (text or "").split("\n") if t)
 
 
 def gpu(row: sqlite3.Row) -> GPU:
@@ -57,7 +61,8 @@ def gpu(row: sqlite3.Row) -> GPU:
 def waiter(row: sqlite3.Row, position: int) -> Waiter:
     return Waiter(id=row["id"], owner=row["owner"], kernel_id=row["kernel_id"], lease_id=row["lease_id"],
                   profile=row["profile"], slice=SliceSpec.parse(row["slice"]), label=row["label"],
-                  enqueued=row["enqueued"], heartbeat=row["heartbeat"], position=position)
+                  enqueued=row["enqueued"], heartbeat=row["heartbeat"], position=position,
+                  groups=_lines(row["groups"]))
 
 
 def journal_entry(row: sqlite3.Row) -> JournalEntry:

@@ -97,7 +97,9 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def enqueue(self, owner: str, kernel_id: str, profile: str, spec: SliceSpec, *,
-                lease_id: str | None = None, label: str = "") -> Waiter: ...
+                lease_id: str | None = None, label: str = "", groups: tuple[str, ...] = ()) -> Waiter:
+        """A place in the queue; ``groups``: the owner's (reservations' members, fair share's groups; the pool
+        service knows its callers' and takes none from them)."""
 
     @abstractmethod
     def heartbeat(self, waiter_id: str) -> Waiter | None:

@@ -52,6 +52,7 @@ from .writes import Foreign, Writer, api_message
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
 
+YIELD_EVERY = 200  # kernels kept from a listing between two turns given to the other tasks
 KERNEL_POD_SELECTOR = (f"{resources.LABEL_COMPONENT}={resources.KERNEL_COMPONENT},"
                        f"{resources.LABEL_PART_OF}={resources.PART_OF}")
 
@@ -158,7 +159,7 @@ class Controller:
             log.exception("listing the kernels and quotas failed")
         self._prune()
         self.validity.quotas_changed()
-        for k in list(self.cache.kernels):
+        for k in list(self.cache.kernels):  # (marks only: the passes come one by one, after every event's)
             self.queue.add(k, sweep=True)
 
     async def relist(self) -> None:
@@ -182,10 +183,12 @@ class Controller:
             if rv is not None and k not in listed and int(meta(kept).get("resourceVersion", 0)) <= rv:
                 log.info("kernel %s/%s is gone (deleted while a watch was down); forgetting it", *k)
                 self.cache.forget(k, meta(kept).get("uid"), gone=True)
-        for item in kernels:
+        for i, item in enumerate(kernels):
             self.ensure_pod_watch(meta(item)["namespace"])
             if self.cache.remember(item) is Intake.CHANGED:
                 self.queue.add(key(item))
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # thousands of kernels: let the watches and the liveness probe in
         names = {meta(q)["name"] for q in quotas}
         for name, kept in list(self.cache.quotas.items()):
             if name not in names and int(meta(kept).get("resourceVersion", 0)) <= int(quotas_rv):

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 
 from ..cluster import resources
 from ..cluster.hibernation import HOST_MEMORY, NODE_CAP, UNSUPPORTED
-from ..cluster.kernels import desired, gpu_devices, hibernation, meta, resume_hint, spec, status
+from ..cluster.kernels import PHASE_OF, desired, gpu_devices, hibernation, meta, resume_hint, spec, status
 from ..cluster.quotas import Quotas
-from ..cluster.resources import DESIRED_HIBERNATED, HIBERNATING, RESUMING, RUNNING
+from ..cluster.resources import DESIRED_HIBERNATED, RUNNING
 from ..pool import Lease, PoolError
 from ..pool import residency as life
 from . import admission
@@ -38,8 +38,6 @@ from .sharing import quantity_value
 
 # One kernel's part of a node's plan: the kernel (as read), its actions, when to look at it again.
 Part = tuple[dict, tuple, float | None]
-# The cluster's phase of a residency stage the operator admits a kernel into (the node agent moves it on).
-PHASE_OF = {life.HIBERNATING: HIBERNATING, life.RESTORING: RESUMING}
 
 
 def sleep_request(kernel: dict) -> str:

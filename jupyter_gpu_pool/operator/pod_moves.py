@@ -3,7 +3,9 @@
 The operator admits a move by setting a GPUKernel's ``status.phase`` (Running → Hibernating,
 Hibernated → Resuming); the agent of the kernel's node carries it out and settles the phase
 (Hibernating → Hibernated, Resuming → Running) with a status write that carries the
-``resourceVersion`` it read: compare-and-set.  A conflict is re-read; where the phase is still the
+``resourceVersion`` it read: compare-and-set.  Where each outcome of a move (done, undone, stuck)
+leaves the kernel is the lifecycle's model's (``pool.residency``, through ``cluster.kernels.settled_phase``),
+the same as on one machine.  A conflict is re-read; where the phase is still the
 one the move started from, the write is made on the new version, and a phase someone else moved is
 never overwritten (the processes are then brought to what that phase says: a kernel counted running
 runs, one counted hibernated holds no GPU memory).
@@ -43,21 +45,31 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..cluster.kernels import meta, status
-from ..cluster.resources import (FAILED, GROUP, HIBERNATED, HIBERNATING, HIBERNATION_FAILED, HIBERNATION_REFUSED,
+from ..cluster.kernels import RESIDENCY_OF_PHASE, meta, settled_phase, status
+from ..cluster.resources import (GROUP, HIBERNATED, HIBERNATING, HIBERNATION_FAILED, HIBERNATION_REFUSED,
                                  KERNEL_COMPONENT, KERNEL_KIND, KERNELS, LABEL_COMPONENT, LABEL_KERNEL, RESUMING,
                                  RUNNING, VERSION)
 from ..devices import checkpoint as cp
 from ..devices import moves
 from ..pool import format_size
+from ..pool import residency as M
 
 log = logging.getLogger("jupyter_gpu_pool.agent")
 
 MERGE = "application/merge-patch+json"
 SETTLE_ATTEMPTS = 10  # conflicts in a row (other writers' heartbeats, usage reports) before a move gives up
-MOVES = (HIBERNATING, RESUMING)
-UNDONE = {HIBERNATING: RUNNING, RESUMING: HIBERNATED}  # where a move that did not happen leaves its kernel
-DONE = {HIBERNATING: HIBERNATED, RESUMING: RUNNING}
+# A move's outcomes, as the model's events: its checkpoint (Hibernating) or its restore (Resuming) done, undone
+# (everything put back as it was), or stuck (neither).
+_OUTCOMES = {"done": (M.CHECKPOINT_DONE, M.RESTORE_DONE), "undone": (M.CHECKPOINT_UNDONE, M.RESTORE_UNDONE),
+             "stuck": (M.CHECKPOINT_STUCK, M.RESTORE_STUCK)}
+# The phases whose move this agent carries out: those a checkpoint's or a restore's outcome settles.
+MOVES = tuple(phase for phase, state in RESIDENCY_OF_PHASE.items() if M.allowed(state, M.CHECKPOINT_DONE)
+              or M.allowed(state, M.RESTORE_DONE))
+
+
+def report(phase: str, outcome: str) -> str:
+    """The model's event for the ``outcome`` (done, undone, stuck) of the move a kernel in ``phase`` is in."""
+    return next(e for e in _OUTCOMES[outcome] if M.allowed(RESIDENCY_OF_PHASE[phase], e))
 
 
 class NotItsPod(Exception):
@@ -139,7 +151,7 @@ class PodMover:
             pod = kernel_pod(kernel, pods, self.node)
         except NotItsPod as e:
             log.warning("kernel %s/%s: %s", meta(kernel).get("namespace"), meta(kernel).get("name"), e)
-            await self._settle(kernel, None, phase, UNDONE[phase], HIBERNATION_REFUSED,
+            await self._settle(kernel, None, phase, report(phase, "undone"), HIBERNATION_REFUSED,
                                f"The node agent refused to {'hibernate' if phase == HIBERNATING else 'resume'} "
                                f"this kernel: {e}")
             return
@@ -152,7 +164,7 @@ class PodMover:
         try:
             states = await asyncio.to_thread(cp.cuda_processes, self.driver, pids)
         except cp.CheckpointUnavailable as e:
-            await self._settle(kernel, pod, phase, UNDONE[phase], HIBERNATION_REFUSED if phase == HIBERNATING
+            await self._settle(kernel, pod, phase, report(phase, "undone"), HIBERNATION_REFUSED if phase == HIBERNATING
                                else HIBERNATION_FAILED,
                                f"The CUDA checkpoint API is unavailable on node {self.node} ({e.reason}); "
                                + ("the kernel runs on its GPU, untouched." if phase == HIBERNATING
@@ -194,7 +206,7 @@ class PodMover:
                        "multi-process NCCL); it was left running, untouched.")
             else:
                 why = f"its GPU work could not be paused ({e}); it was left running, untouched."
-            await self._settle(kernel, pod, HIBERNATING, RUNNING, HIBERNATION_REFUSED,
+            await self._settle(kernel, pod, HIBERNATING, M.CHECKPOINT_UNDONE, HIBERNATION_REFUSED,
                                f"This kernel did not hibernate: {why}")
             return
         try:
@@ -211,15 +223,15 @@ class PodMover:
         seconds = round(time.monotonic() - started, 3)
         sentence = (f"{format_size(held)} of GPU memory moved to host RAM in {seconds:.1f} s" if pids
                     else "this kernel holds no GPU memory, so nothing had to move")
-        if await self._settle(kernel, pod, HIBERNATING, HIBERNATED, "", f"Hibernated: {sentence}; every variable is "
-                              "kept.", hibernatedAt=self.clock(), bytes=held, checkpointSeconds=seconds,
+        if await self._settle(kernel, pod, HIBERNATING, M.CHECKPOINT_DONE, "", f"Hibernated: {sentence}; every "
+                              "variable is kept.", hibernatedAt=self.clock(), bytes=held, checkpointSeconds=seconds,
                               devices=devices) is not None:
             self.measured.pop(uid, None)
 
     async def _undo_hibernation(self, kernel: dict, pod: dict, pids: list[int], error: Exception) -> None:
         back = await asyncio.to_thread(moves.put_back_running, self.driver, pids)
         if moves.all_in(back, cp.ProcessState.RUNNING):
-            await self._settle(kernel, pod, HIBERNATING, RUNNING, HIBERNATION_FAILED,
+            await self._settle(kernel, pod, HIBERNATING, M.CHECKPOINT_UNDONE, HIBERNATION_FAILED,
                                f"The checkpoint of this kernel failed ({error}); everything was put back as it was "
                                "and the kernel runs on its GPU.")
             return
@@ -246,13 +258,14 @@ class PodMover:
         moved = int(was.get("bytes") or 0)
         sentence = (f"{format_size(moved)} back on the GPU in {seconds:.1f} s" if restored
                     else "nothing had to move back")
-        await self._settle(kernel, pod, RESUMING, RUNNING, "", f"Resumed: {sentence}; every variable is as it was.",
-                           resumedAt=self.clock(), pod=meta(pod)["name"], restoreSeconds=seconds, devices=devices or was.get("devices") or [])
+        await self._settle(kernel, pod, RESUMING, M.RESTORE_DONE, "", f"Resumed: {sentence}; every variable is as it "
+                           "was.", resumedAt=self.clock(), pod=meta(pod)["name"], restoreSeconds=seconds,
+                           devices=devices or was.get("devices") or [])
 
     async def _undo_resume(self, kernel: dict, pod: dict, pids: list[int], error: Exception) -> None:
         back = await asyncio.to_thread(moves.put_back_checkpointed, self.driver, pids, self.lock_timeout)
         if moves.all_in(back, cp.ProcessState.CHECKPOINTED):
-            await self._settle(kernel, pod, RESUMING, HIBERNATED, HIBERNATION_FAILED,
+            await self._settle(kernel, pod, RESUMING, M.RESTORE_UNDONE, HIBERNATION_FAILED,
                                f"Restoring this kernel's GPU memory failed ({error}); it is hibernated as before. "
                                "Try again, or restart it.")
             return
@@ -271,7 +284,8 @@ class PodMover:
         await self.before_kill(meta(pod)["uid"], pids)
         log.error("kernel %s/%s: %s; CUDA states %s", meta(kernel).get("namespace"), meta(kernel).get("name"), what,
                   states)
-        await self._settle(kernel, pod, status(kernel).get("phase"), FAILED, HIBERNATION_FAILED,
+        phase = status(kernel).get("phase")
+        await self._settle(kernel, pod, phase, report(phase, "stuck"), HIBERNATION_FAILED,
                            f"{what}: its processes were left {_census(states)}. Its GPU state cannot be trusted, so "
                            "the kernel is stopped and its GPU slice freed; start it again (unsaved variables are "
                            "lost).")
@@ -362,18 +376,20 @@ class PodMover:
 
     # -- the status write: compare-and-set ----------------------------------------------------
 
-    async def _settle(self, kernel: dict, pod: dict | None, expect: str | None, phase: str, reason: str,
+    async def _settle(self, kernel: dict, pod: dict | None, expect: str, event: str, reason: str,
                       message: str, /, **hibernation) -> dict | None:
-        """Move the kernel's phase from ``expect`` to ``phase`` with a write that carries the
+        """Move the kernel's phase from ``expect`` (its move) to where the move's outcome ``event`` leaves it
+        (:func:`~jupyter_gpu_pool.cluster.kernels.settled_phase`) with a write that carries the
         resourceVersion read (the kernel's, then each re-read's); returns the kernel as written, or None
         where the kernel is gone or someone else moved its phase (then the processes are brought to what
         that phase says, and nothing is overwritten)."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         namespace, name = meta(kernel)["namespace"], meta(kernel)["name"]
+        phase = settled_phase(expect, event)
         update = {"phase": phase, "reason": reason, "message": message,
                   "hibernation": {**hibernation, "reason": reason, "message": message}}
-        if (expect, phase) == (RESUMING, RUNNING):  # restored anew: an earlier answer before a kill holds no more
+        if event == M.RESTORE_DONE:  # restored anew: an earlier answer before a kill holds no more
             update["killPrecaution"] = None
         current = kernel
         for _ in range(SETTLE_ATTEMPTS):

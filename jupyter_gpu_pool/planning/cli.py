@@ -30,7 +30,7 @@ from .comparison import parse_policies, rows, variant
 from .configuration import DEFAULT_GPU, Configuration, Hint, PlanError
 from .costs import HIBERNATE, RESUME, GiB, Costs, parse_cost
 from .plan import run, summary
-from .synthetic import Hub, Lab
+from .synthetic import Hub, Lab, Week
 
 PAGE = 2000  # trace events read per request
 
@@ -127,11 +127,20 @@ class SimulateApp(PoolCommand):
     fewest GPUs meeting --slo-wait.  docs/planning.md"""
 
     trace = Unicode("", help="A trace written by jupyter gpu-pool trace export.").tag(config=True)
-    synthetic = Unicode("", help="A synthetic workload instead of a trace: 'lab' or 'hub'.").tag(config=True)
+    synthetic = Unicode("", help="A synthetic workload instead of a trace: 'lab', 'hub' or 'week' (a class twice a "
+                                 "week and a research group in between).").tag(config=True)
     students = Int(40, help="Synthetic lab: students.").tag(config=True)
     hours = Unicode("3", help="Synthetic lab: its length in hours.").tag(config=True)
     users = Int(500, help="Synthetic hub: users.").tag(config=True)
-    days = Unicode("7", help="Synthetic hub: days.").tag(config=True)
+    days = Unicode("7", help="Synthetic hub and week: days.").tag(config=True)
+    researchers = Int(12, help="Synthetic week: the research group's members.").tag(config=True)
+    research_profile = Unicode("", help="Synthetic week: the profile the researchers' kernels ask for (default: the "
+                                        "configuration's default profile).").tag(config=True)
+    research_memory = Unicode("", help="Synthetic week: GPU memory a researcher's kernel holds, a range such as "
+                                       "12-18GiB (the default).").tag(config=True)
+    class_days = Unicode("tue,thu", help="Synthetic week: the class's days.").tag(config=True)
+    class_time = Unicode("10:00-12:00", help="Synthetic week: the class's hours (UTC, as synthetic time is).").tag(
+        config=True)
     seed = Int(0, help="Synthetic workloads: the random seed (the same seed, the same workload).").tag(config=True)
     arrive_within = Unicode("", help="Synthetic lab: students arrive within this much of its start (default 10m).").tag(
         config=True)
@@ -180,6 +189,9 @@ class SimulateApp(PoolCommand):
     aliases = {name.replace("_", "-"): f"SimulateApp.{trait}" for name, trait in (
         ("trace", "trace"), ("synthetic", "synthetic"), ("students", "students"), ("hours", "hours"),
         ("users", "users"), ("days", "days"), ("seed", "seed"), ("profile", "profile"), ("gpus", "gpus"),
+        ("researchers", "researchers"), ("research_profile", "research_profile"), ("class_days", "class_days"),
+        ("research_memory", "research_memory"),
+        ("class_time", "class_time"),
         ("arrive_within", "arrive_within"), ("think", "think"), ("cell", "cell"), ("memory", "memory"),
         ("retry", "retry"),
         ("config", "configs"), ("compare_policy", "compare_policy"), ("slo_wait", "slo_wait"),
@@ -209,12 +221,12 @@ class SimulateApp(PoolCommand):
         costs = Costs(_cost(self.hibernate_cost, "hibernate"), _cost(self.resume_cost, "resume"))
         base = self.settings()
         configs = self._configurations(base)
-        if self.synthetic and self.profile:
-            for config in configs:
+        for option, name in (("--profile", self.profile), ("--research-profile", self.research_profile)):
+            for config in configs if self.synthetic and name else ():
                 try:
-                    config.profile(self.profile)
+                    config.profile(name)
                 except PlanError as e:
-                    raise PlanError(f"--profile: {e}") from None
+                    raise PlanError(f"{option}: {e}") from None
         workload = self._workload()
         counts = parse_counts(self.gpus) if self.gpus else [None]
         for config in configs if counts == [None] else ():
@@ -324,10 +336,36 @@ class SimulateApp(PoolCommand):
             if self.users < 1:
                 raise PlanError(f"--users must be 1 or more, not {self.users}")
             spec = Hub(users=self.users, days=_number(self.days, "--days"), profile=profile, seed=self.seed)
+        elif kind == "week":
+            spec = self._week(profile)
         else:
-            raise PlanError(f"--synthetic {kind!r}: the synthetic workloads are 'lab' and 'hub'")
+            raise PlanError(f"--synthetic {kind!r}: the synthetic workloads are 'lab', 'hub' and 'week'")
         return _replace(spec, behaviour=self._behaviour(spec.behaviour),
                         retry=_seconds(self.retry, "--retry") if self.retry else spec.retry).workload()
+
+    def _week(self, profile: str | None) -> Week:
+        if self.students < 1 or self.researchers < 0:
+            raise PlanError(f"--students must be 1 or more and --researchers 0 or more, not {self.students} and "
+                            f"{self.researchers}")
+        names = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+        days = [d.strip().lower()[:3] for d in self.class_days.split(",") if d.strip()]
+        if not days or any(d not in names for d in days):
+            raise PlanError(f"--class-days {self.class_days!r}: write days such as tue,thu")
+        begin, _, finish = self.class_time.partition("-")
+        try:
+            start, end = (int(t.split(":")[0]) + int(t.split(":")[1]) / 60 for t in (begin, finish))
+        except (ValueError, IndexError):
+            start = end = math.nan
+        if not 0 <= start < end <= 24:
+            raise PlanError(f"--class-time {self.class_time!r}: write the hours it runs, such as 10:00-12:00")
+        week = Week(students=self.students, researchers=self.researchers, days=_number(self.days, "--days"),
+                    class_days=tuple(sorted({names.index(d) for d in days})), class_start=start,
+                    class_hours=end - start, profile=profile, research_profile=self.research_profile or None,
+                    seed=self.seed)
+        if self.research_memory:
+            low, high = parse_memory_range(self.research_memory)
+            week = _replace(week, research=_replace(week.research, memory_min=low, memory_max=high))
+        return week
 
     def _behaviour(self, behaviour):
         changes = {}
@@ -491,6 +529,9 @@ def render(result: dict) -> str:
         rows, met = tables.results(c)
         lines += _text_table(tables.RESULT_HEADER + ["goal"],
                              [row + ["met" if ok else "-"] for row, ok in zip(rows, met)])
+        shared = tables.sharing(c)
+        if shared:
+            lines += _text_table(tables.SHARING_HEADER, shared)
         lines += [f"  fewest GPUs meeting the goal: {tables.fewest(c)}", ""]
     if "comparison" in result:
         cmp = result["comparison"]

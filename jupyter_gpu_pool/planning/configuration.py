@@ -1,5 +1,5 @@
 """The admin's settings as a replay uses them: profiles, quotas, budgets, the idle policy, placement,
-the start queue's timeout and the pool's GPUs."""
+the start queue's timeout, reservations and the queue's order, and the pool's GPUs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ..pool import GPU, PoolError, Profile, QuotaBook
 from ..pool.budgets import BudgetBook
 from ..pool.gpus import DECLARED
 from ..pool.rules import Policy
+from ..pool.sharing import Sharing
 from ..pool.units import parse_size
 
 DEFAULT_GPU = GPU(uuid="PLAN-0", name="NVIDIA H100 80GB HBM3 (planned)", memory=parse_size("80GiB"), sm_count=132,
@@ -47,6 +48,7 @@ class Configuration:
     gpus: tuple[GPU, ...]  # the pool as configured
     default_profile: str
     hint: Hint | None = None  # the resume hint, in the replay (None: a resume starts at the cell)
+    sharing: Sharing = Sharing()  # reservations and the queue's order (default: first come, first served)
 
     @classmethod
     def of(cls, name: str, settings, gpus: list[GPU]) -> Configuration:
@@ -54,7 +56,7 @@ class Configuration:
         return cls(name=name, profiles=dict(settings.profiles), quotas=settings.quotas, budgets=settings.budget_book,
                    policy=settings.idle_policy, placement=settings.placement,
                    queue_timeout=settings.start_queue_timeout, gpus=tuple(gpus),
-                   default_profile=settings.default_profile or next(iter(settings.profiles)))
+                   default_profile=settings.default_profile or next(iter(settings.profiles)), sharing=settings.sharing)
 
     def with_policy(self, name: str, policy: Policy, hint: Hint | None = None) -> Configuration:
         return dataclasses.replace(self, name=name, policy=policy, hint=hint)

@@ -1,15 +1,20 @@
 """What one replay found, and what a person asks of it: waits (p50, p95, max, mean, P(wait > 0)),
 refusals, kernels shut down (their state lost) against kernels hibernated, GPU-hours held against
-busy, occupancy, and whether a wait goal is met."""
+busy, occupancy, and whether a wait goal is met; where users are in several groups, each group's
+waits and Jain's fairness index over their means; where reservations are configured, their members'
+waits at each window's start."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+
+from ..pool.reservations import Reservation
 
 PERCENTILE = 95.0
 SLOWER = 1.1  # the resume goal: a cell that woke its kernel takes at most this much longer than on one awake
+WINDOW_START = 1800.0  # a reservation's members' asks within this long of its window's start are "at class start"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -69,15 +74,22 @@ class Tally:
     timeline: list[tuple[float, float, float, int, int]] = field(default_factory=list)  # t, held, busy, queued, asleep
     decisions: list[Decision] = field(default_factory=list)
     refused_asks: list[tuple[float, str, str, str]] = field(default_factory=list)  # t, kernel, reason, what
+    reservations: tuple[Reservation, ...] = ()  # the configuration's (their members' waits at each window's start)
+    classes: dict = field(default_factory=dict)  # the workload's timetabled windows: name -> (group, starts)
+    asks: list[tuple[float, float, str, tuple[str, ...]]] = field(default_factory=list)  # asked, wait, user, groups
 
     # -- recording -----------------------------------------------------------------------------
 
-    def served(self, kernel: str, wait: float, what: str) -> None:
+    def served(self, kernel: str, wait: float, what: str, session=None, at: float | None = None) -> None:
         self.waits.append(max(wait, 0.0))
         self.waits_by_ask[what] += 1
+        if session is not None:
+            self.asks.append((at, max(wait, 0.0), session.user, session.groups))
 
-    def unserved(self, kernel: str, waited: float, what: str) -> None:
+    def unserved(self, kernel: str, waited: float, what: str, session=None, at: float | None = None) -> None:
         self.unserved_asks += 1
+        if session is not None:
+            self.asks.append((at, math.inf, session.user, session.groups))
 
     def refused(self, kernel: str, at: float, reason: str, what: str) -> None:
         self.refusals[reason] += 1
@@ -176,7 +188,48 @@ class Tally:
             out["requested_by_users"] = self.requested
         if slo_wait is not None:
             out["meets_slo"] = self.meets(slo_wait)
+        out.update(self.sharing())
         return out
+
+    def sharing(self) -> dict:
+        """Each group's waits and Jain's fairness index over their means (where asks come from more than one
+        group: a user counts in their first group), and each reservation's members' waits at its windows' starts."""
+        out: dict = {}
+        by_group: dict[str, list[float]] = defaultdict(list)
+        for _at, wait, _user, groups in self.asks:
+            by_group[groups[0] if groups else ""].append(wait)
+        if len(by_group) > 1:
+            out["groups"] = {g: _waits(w) for g, w in sorted(by_group.items())}
+            out["fairness"] = jain([out["groups"][g]["mean"] or 0.0 for g in sorted(by_group)])
+        if self.classes:
+            out["classes"] = {name: _waits(self.start_waits(lambda user, groups, g=group: g in groups, starts))
+                              for name, (group, starts) in self.classes.items()}
+        if self.reservations:
+            out["reservations"] = {r.name: _waits(self.start_waits(
+                r.member, [b for b, _e in r.window.occurrences(self.start, self.end)])) for r in self.reservations}
+        return out
+
+    def start_waits(self, member, starts, span: float = WINDOW_START) -> list[float]:
+        """The waits of the asks of ``member(user, groups)`` made within ``span`` of one of ``starts``."""
+        return [wait for at, wait, user, groups in self.asks
+                if member(user, groups) and any(b <= at < b + span for b in starts)]
+
+
+def jain(values: list[float]) -> float | None:
+    """Jain's fairness index of ``values``: 1 when all are equal, 1/n when one holds everything (None: none;
+    all zero counts as equal)."""
+    if not values:
+        return None
+    square = sum(v * v for v in values)
+    return 1.0 if square == 0 else round(sum(values) ** 2 / (len(values) * square), 4)
+
+
+def _waits(waits: list[float]) -> dict:
+    """Asks, mean (over those served), p95 (null: never) and the share never served."""
+    served = [w for w in waits if not math.isinf(w)]
+    return {"asks": len(waits), "mean": round(math.fsum(served) / len(served), 3) if served else None,
+            "p95": _num(percentile(waits, PERCENTILE)) if waits else None,
+            "never_served": len(waits) - len(served)}
 
 
 def _num(value: float) -> float | None:

@@ -33,6 +33,10 @@ in the replay too, on the same terms, with the live server's hold.  A rule's
 ``hibernate_after_cell`` hibernates a kernel that long after each cell (or other use) ends when no cell
 has started since, without a warning, as the live server's ``after_cell``: the checkpoint holds the
 slice, and the next cell resumes it (or the hint, ahead of it).  Nothing here reads a file or a clock.
+
+A kernel's moves (hibernate, resume, a hint's wake, a restore done) step its GPU residency through the
+lifecycle's model, ``pool.residency``, as the live hibernator does, and carry out the step's effects on
+the virtual pool (the slice given back once checkpointed, a restore only on a slice granted).
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from ..pool import HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
+from ..pool import ACTIVE as LEASE_ACTIVE, HIBERNATED, SOFT, PoolExhausted, Profile, Waiter
+from ..pool.words import MPS_CANNOT_HIBERNATE
 from ..pool import culling as C
 from ..pool import policy as P
 from ..pool import reclaim as R
+from ..pool import residency as M
 from ..pool.allocation import Ask, Grant
 from ..pool.gpu_use import GPUUse
 from ..pool.placement import choose
@@ -54,16 +60,23 @@ from ..pool.rules import FIRST_CELL
 from .configuration import Configuration, Hint, PlanError
 from .costs import COSTS, Costs
 from .metrics import Tally
+from .reserving import Reserving
 from .virtual_pool import VirtualPool
 from .workload import ACTIVE as ACT_EV, BUSY, END, GPU, HIBERNATE, IDLE, SNOOZE, Session, Workload
 from .workload import HINT as HINT_EV
 
-# Where a session's kernel is.
-# (UNSLICED: slice_at first-cell, before its first cell)
-ASKING, RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, DONE, UNSLICED = range(8)
+# Where a session's kernel is: its GPU residency's stage (pool.residency; WAKING is a resume under way,
+# resuming, queued or restoring, as the kernel's waiter and lease tell), or around it the replay's own words:
+# asking for a start (no lease yet), its session ended.  (UNSLICED: slice_at first-cell, before its first cell.)
+RUNNING, HIBERNATING, ASLEEP, WAKING, LOST, UNSLICED = M.ACTIVE, M.HIBERNATING, M.HIBERNATED, M.RESUMING, M.GONE, \
+    M.NO_GPU_YET
+ASKING, DONE = "asking", "done"
+_RESIDENCY = {(s.stage, s.hint): s for s in M.STATES if not s.first and not s.was}  # (stage, woken on a hint)
+_WAKING = (M.RESUMING, M.QUEUED, M.RESTORING)
+_HINTABLE = (M.ACTIVE, M.RESUMING, M.RESTORING)
 _NOBODY: frozenset = frozenset()  # no kernel chosen for a waiter
 # Event queue kinds, in the order same-time events run: users act before a pass looks.
-_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE = range(11)
+_USER, _ASK, _TIMEOUT, _HIBERNATED, _RESTORED, _HINT, _HINT_END, _AFTER_CELL, _PASS, _SAMPLE, _DEADLINE, _PHASE = range(12)
 FIRST = "first-cell"  # the ask of a kernel's first cell (slice_at first-cell)
 AFTER_CELL = "after_cell"  # the reason of a hibernation by the rule's hibernate_after_cell (the journal's)
 HINT_UNUSED = "hint_unused"  # the reason of a hibernation of a kernel a hint woke and no cell used (the journal's)
@@ -126,7 +139,8 @@ class Replay:
         self.pool = VirtualPool(config, list(gpus))
         self.policy = config.policy
         self.thresholds = self.policy.thresholds
-        self.tally = Tally(len(gpus), workload.start, workload.end, keep_decisions)
+        self.tally = Tally(len(gpus), workload.start, workload.end, keep_decisions,
+                           reservations=config.sharing.reservations, classes=workload.classes)
         self.progress = progress
         self._heap: list = []
         self._seq = itertools.count()
@@ -145,6 +159,9 @@ class Replay:
         self._reclaimed: dict[tuple[float, float], frozenset[_Kernel] | set[_Kernel]] = {}
         self._due: dict[tuple[float, float], list] = {}  # per grid: (wake, seq, kernel), the earliest first
         self._judge_all = every_pass or bool(config.budgets.budgets)
+        # reservations: their room, and per grid the kernels chosen to give it back at its last pass (and why)
+        self.reserving = Reserving(config.sharing, self.pool, config.placement) if config.sharing.reservations else None
+        self._reserved: dict[tuple[float, float], dict[_Kernel, str]] = {}
         self._step = max((workload.end - workload.start) / timeline_points, 1.0)
         for s in workload.sessions:
             profile = config.profiles.get(s.profile or config.default_profile)
@@ -155,7 +172,7 @@ class Replay:
                                 "configuration that has it (--config)")
             if s.can_hibernate is None:
                 can = profile.hibernation_possible
-                why = None if can else "an MPS client cannot be checkpointed (CUDA error 801)"
+                why = None if can else MPS_CANNOT_HIBERNATE
             else:
                 can, why = s.can_hibernate, s.why
             phase, interval = s.grid or (workload.start, workload.interval)
@@ -176,11 +193,13 @@ class Replay:
             self._due[(phase, interval)] = []
             self._push(w.start + (phase - w.start) % interval, _PASS, (phase, interval))
         self._push(w.start, _SAMPLE, None)
+        for at in self.reserving.boundaries(w.start, w.end) if self.reserving else ():
+            self._push(at, _PHASE, None)  # a reservation's room changes hands: the queue is served again
         handlers = {_USER: self._user, _ASK: self._ask, _TIMEOUT: self._timeout, _HIBERNATED: self._hibernated,
                     _RESTORED: self._restored, _HINT: self._hint, _HINT_END: self._hint_end,
                     _AFTER_CELL: self._after_cell, _PASS: self._pass,
                     _SAMPLE: self._sample,
-                    _DEADLINE: self._deadline}
+                    _DEADLINE: self._deadline, _PHASE: lambda now, _item: self._serve(now)}
         heap, end, progress = self._heap, w.end, self.progress
         count = 0
         while heap:
@@ -195,7 +214,7 @@ class Replay:
             if k.busy:
                 self._stop_busy(k, end)
             if k.state in (ASKING, WAKING) and (k.waiter is not None or k.state == ASKING):
-                self.tally.unserved(k.s.id, end - k.ask_at, k.asking)
+                self.tally.unserved(k.s.id, end - k.ask_at, k.asking, k.s, k.ask_at)
         self.tally.user_seconds = math.fsum(max(k.seen - k.s.arrival, 0.0) for k in self._kernels)
         self.tally.sample(end, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
         self.tally.close(self.pool.held_until(end), self.pool.peak_share)
@@ -273,7 +292,8 @@ class Replay:
             # A cell (or other use) of a hibernated kernel resumes it first; of a kernel the replay shut
             # down, starts another one (its state is lost).
             if k.state == ASLEEP:
-                k.pending, k.state, k.asking, k.ask_at = event, WAKING, "resume", now
+                _move(k, M.CELL)  # it asks for a slice (its _ASK, below)
+                k.pending, k.asking, k.ask_at = event, "resume", now
                 k.cell_at = k.cell_at if k.cell_at is not None else now  # (it came during the checkpoint)
                 k.hinted = False
                 self._asleep -= 1
@@ -333,7 +353,7 @@ class Replay:
         self.tally.decision(now, k.s.id, "act", AFTER_CELL, P.HIBERNATE, dry_run)
         if not dry_run:
             self.tally.after_cell += 1
-            self._act(k, now, P.HIBERNATE)
+            self._act(k, now, P.HIBERNATE, M.AFTER_CELL)
 
     def _requested(self, k: _Kernel, now: float) -> None:
         """Its user (or an admin) asked for its hibernation: a shutdown where it cannot hibernate, as the
@@ -342,7 +362,7 @@ class Replay:
             self.tally.hibernations_refused += 1
             return
         self.tally.requested += 1
-        self._act(k, now, P.HIBERNATE if k.can else P.SHUTDOWN)
+        self._act(k, now, P.HIBERNATE if k.can else P.SHUTDOWN, M.RELEASE)
 
     def _stop_busy(self, k: _Kernel, now: float) -> None:
         self.tally.busy(k.busy_share * (now - k.busy_at))
@@ -431,13 +451,13 @@ class Replay:
         if k.s.retry is not None:
             self._push(now + k.s.retry, _ASK, k)  # a synthetic user tries again
             return
-        self.tally.unserved(k.s.id, now - k.ask_at, k.asking)  # a recorded one went on without it
+        self.tally.unserved(k.s.id, now - k.ask_at, k.asking, k.s, k.ask_at)  # a recorded one went on without it
         k.state, k.pending = DONE, None
 
     def _enqueue(self, k: _Kernel, now: float, kernel_id: str, lease_id: str | None) -> None:
         spec = k.lease.slice if k.lease is not None else k.profile.slice
         k.waiter = Waiter(id=f"w{next(self._waiter_ids)}", owner=k.s.user, kernel_id=kernel_id, lease_id=lease_id,
-                          profile=k.profile.name, slice=spec, label="", enqueued=now, heartbeat=now)
+                          profile=k.profile.name, slice=spec, label="", enqueued=now, heartbeat=now, groups=k.s.groups)
         self._waiting[k.waiter.id] = k
         self.pool.enqueue(k.waiter)
         if _plain_start(k, k.waiter):
@@ -472,7 +492,7 @@ class Replay:
         self._idle_rules = self._idle_rules or self._rule(k).idle_timeout is not None
         k.wake = 0.0
         heapq.heappush(self._due[k.grid], (0.0, next(self._seq), k))
-        self.tally.served(k.s.id, now - k.ask_at, k.asking)
+        self.tally.served(k.s.id, now - k.ask_at, k.asking, k.s, k.ask_at)
         if k.s.once:  # refused when recorded: its user went on without it
             self._drop(k, now)
             k.state = DONE
@@ -484,6 +504,7 @@ class Replay:
         ask = self.pool.resume_ask(k.lease, k.profile, same_gpu=k.s.declared)
         result = self.pool.ask(ask, now, waiter_id)
         if isinstance(result, PoolExhausted):
+            _move(k, M.NO_ROOM)  # it waits in the queue
             if k.waiter is None:
                 self._enqueue(k, now, k.lease.kernel_id, k.lease.id)
             return
@@ -493,17 +514,19 @@ class Replay:
             self._wake(k, ask, result, now)
             return
         self.tally.refused(k.s.id, now, result.reason, "resume")
-        k.state, k.pending, k.cell_at = ASLEEP, None, None  # the cell fails; the kernel sleeps on
+        _move(k, M.QUOTA_REFUSED)
+        k.pending, k.cell_at = None, None  # the cell fails; the kernel sleeps on
         self._asleep += 1
         self._advance(k, now)
 
     def _wake(self, k: _Kernel, ask: Ask, grant: Grant, now: float) -> None:
-        """The resume has its slice: the restore starts."""
+        """The resume has its slice: the restore starts (the model's RESTORE, only ever on a slice granted)."""
+        restore = M.RESTORE in _move(k, M.SLICE_GRANTED)
         k.lease = self.pool.take(ask, grant, now, k.lease)
-        self.tally.served(k.s.id, now - k.ask_at, "resume")
+        self.tally.served(k.s.id, now - k.ask_at, "resume", k.s, k.ask_at)
         self.tally.resumed += 1
-        restore = 0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))
-        self._push(now + restore, _RESTORED, k)
+        if restore:
+            self._push(now + (0.0 if k.s.declared else self.costs.resume.seconds(self._moved(k))), _RESTORED, k)
 
     def _hint(self, now: float, k: _Kernel, hold: float | None = None) -> None:
         """Its user opened the notebook or started typing: the resume starts now if the pool has room for
@@ -519,7 +542,9 @@ class Replay:
         if not isinstance(result, Grant):
             self.tally.hints_skipped += 1
             return
-        k.state, k.asking, k.ask_at, k.hinted, k.cell_at = WAKING, "resume", now, True, None
+        k.hinted = True
+        _move(k, M.HINT)  # the model's one try, granted: declined, it would have slept on quietly (above)
+        k.asking, k.ask_at, k.cell_at = "resume", now, None
         self._asleep -= 1
         self.tally.hints += 1
         k.hint_token += 1
@@ -537,16 +562,16 @@ class Replay:
         if k.state == WAKING:  # (a restore longer than the hold) it is judged once it is there
             self._push(now + hold, _HINT_END, item)
             return
-        k.hinted = False
         if k.state == RUNNING:
             self.tally.hints_unused += 1
             self.tally.decision(now, k.s.id, "act", HINT_UNUSED, P.HIBERNATE, False)
-            self._act(k, now, P.HIBERNATE)
+            self._act(k, now, P.HIBERNATE, M.HINT_UNUSED)
+        k.hinted = False
 
     def _restored(self, now: float, k: _Kernel) -> None:
         if k.state != WAKING:
             return
-        k.state = RUNNING
+        _move(k, M.RESTORE_DONE)
         self._touch(k)
         k.last_activity = now
         k.use = None
@@ -571,9 +596,9 @@ class Replay:
         room, full = None, set()  # what is left after the waiters before this one; the slices that fit nowhere in it
         left, others = Counter(self._queued_starts), self._queued_others  # who is after this one
         placement = self.config.placement
-        for w in list(self.pool.queue):
+        for w in self.pool.line(now):  # (in arrival order, unless sharing orders it otherwise)
             k = self._waiting.get(w.id)
-            if k is None or k.waiter is not w:
+            if k is None or k.waiter is None or k.waiter.id != w.id:  # (sharing's line holds copies)
                 continue
             if _plain_start(k, w):
                 left[w.slice] -= 1
@@ -635,6 +660,10 @@ class Replay:
         if reclaimed != before:
             judged.extend(k for k in reclaimed ^ before if k in members and k not in judged)
         self._reclaimed[grid] = reclaimed
+        reserved = self._reserve(members, now, facts, budgets)
+        held = self._reserved.get(grid, {})
+        judged.extend(k for k in set(reserved) ^ set(held) if k in members and k not in judged)
+        self._reserved[grid] = reserved
         judged.sort(key=_started_first)  # as the culler goes through its kernels: the oldest first
         for k in judged:
             if k.state not in (RUNNING, ASLEEP):
@@ -642,15 +671,16 @@ class Replay:
                 heapq.heappush(due, (0.0, next(self._seq), k))
                 continue  # a move is under way (its lease has a phase): the culler leaves it alone
             rule, f = facts.get(k) or self._facts(k, now, budgets)
-            self._decide(k, now, rule, f, k in reclaimed)
+            self._decide(k, now, rule, f, k in reclaimed, reserved.get(k, ""))
 
-    def _decide(self, k: _Kernel, now: float, rule: P.Rule, f: P.Facts, chosen: bool) -> None:
+    def _decide(self, k: _Kernel, now: float, rule: P.Rule, f: P.Facts, chosen: bool, reserved: str = "") -> None:
         """Ask the policy about one kernel and carry its answer out, as the culler's ``_decide``; a warned
         kernel is judged again at its warning's deadline (``_deadline``), as the culler's timer does."""
         dry_run = self.policy.dry_run
-        decision = P.decide(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run)
+        decision = P.decide(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run, reserved=reserved)
         k.kstate = decision.state
-        k.wake = max(P.quiet_until(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run), now + 1e-6)
+        k.wake = max(P.quiet_until(f, rule, now, k.kstate, reclaim=chosen, dry_run=dry_run, reserved=reserved),
+                     now + 1e-6)
         if k.wake != math.inf:
             heapq.heappush(self._due[k.grid], (k.wake, next(self._seq), k))
         if decision.verb == P.WARN:
@@ -678,8 +708,9 @@ class Replay:
         facts: dict[_Kernel, tuple[P.Rule, P.Facts]] = {}
         members = self._grids[k.grid]
         reclaimed = self._reclaim(members, now, facts, budgets) if self.pool.queue and self._idle_rules else _NOBODY
+        reserved = self._reserve(members, now, facts, budgets)
         rule, f = facts.get(k) or self._facts(k, now, budgets)
-        self._decide(k, now, rule, f, k in reclaimed)
+        self._decide(k, now, rule, f, k in reclaimed, reserved.get(k, ""))
 
     def _facts(self, k: _Kernel, now: float, budgets: dict) -> tuple[P.Rule, P.Facts]:
         """The kernel's rule and facts at this pass, as the culler reads them (the sampler's latest reading
@@ -741,14 +772,36 @@ class Replay:
         ids = {c.kernel_id for c in chosen}
         return {k for k in members if k.lease is not None and k.lease.kernel_id in ids}
 
-    def _act(self, k: _Kernel, now: float, action: str) -> None:
+    def _reserve(self, members, now: float, facts: dict, budgets: dict) -> dict[_Kernel, str]:
+        """The kernels of this culler's server to give back room a reservation keeps, and why (as the
+        culler's: candidates from ``pool.reclaim.reservation_candidate``, chosen by ``Reserving``)."""
+        if self.reserving is None or not self.reserving.active(now):
+            return {}
+        found, freeing, warned = [], set(), set()
+        for k in members:
+            if k.state == HIBERNATING:
+                freeing.add(k.lease.kernel_id)
+            if k.state != RUNNING or k.busy:
+                continue
+            rule, f = facts[k] = facts.get(k) or self._facts(k, now, budgets)
+            if k.kstate.warning is not None and k.kstate.warning.reason == P.RESERVED:
+                warned.add(k.lease.kernel_id)
+            action = P.release_action(rule, f.can_hibernate, f.hibernate_unavailable)[0]
+            c = R.reservation_candidate(k.lease, rule, action, idle_since=f.last_activity, busy=False)
+            if c is not None:
+                found.append((k, c))
+        return self.reserving.choose(found, now, freeing=freeing, warned=warned)
+
+    def _act(self, k: _Kernel, now: float, action: str, event: str = M.IDLE) -> None:
+        """Carry out the policy's ``action`` (or, by ``event``, its user's Release, an after-cell or an unused
+        hint's hibernation)."""
         if action == P.HIBERNATE and k.state == RUNNING:
             if k.busy:  # the hibernator refuses a kernel running a cell, and it runs on
                 self.tally.hibernations_refused += 1
                 return
-            k.state = HIBERNATING  # its slice is held until the checkpoint is done
-            cost = 0.0 if k.s.declared else self.costs.hibernate.seconds(self._moved(k))
-            self._push(now + cost, _HIBERNATED, k)
+            if M.CHECKPOINT in _move(k, event):  # its slice is held until the checkpoint is done
+                cost = 0.0 if k.s.declared else self.costs.hibernate.seconds(self._moved(k))
+                self._push(now + cost, _HIBERNATED, k)
             return
         if k.busy:
             self._stop_busy(k, now)
@@ -756,8 +809,8 @@ class Replay:
             self._asleep -= 1
         k.hinted = False
         self.tally.shut_down += 1
+        _move(k, M.KERNEL_GONE)  # (LOST: a use of it starts another kernel)
         self._drop(k, now)
-        k.state = LOST
         self._serve(now)
 
     def _moved(self, k: _Kernel) -> int:
@@ -772,8 +825,8 @@ class Replay:
         if k.state != HIBERNATING:
             return
         self.tally.host_bytes(self._moved(k))
-        k.lease = self.pool.hibernate(k.lease, now)
-        k.state = ASLEEP
+        if M.GIVE_BACK in _move(k, M.CHECKPOINT_DONE):  # its memory in host RAM: the slice goes back
+            k.lease = self.pool.hibernate(k.lease, now)
         self._touch(k)
         self._asleep += 1
         k.kstate = P.FRESH  # as the culler: the policy's memory of a hibernated kernel starts afresh
@@ -787,6 +840,18 @@ class Replay:
     def _sample(self, now: float, _item) -> None:
         self.tally.sample(now, self.pool.held_share, self._busy_share, len(self.pool.queue), self._asleep)
         self._push(now + self._step, _SAMPLE, None)
+
+
+def _move(k: _Kernel, event: str) -> tuple[str, ...]:
+    """Step the kernel's GPU residency through the lifecycle's model by ``event``; return the step's effects for
+    the caller to carry out.  Its stage now is the replay's (a resume under way is queued while it has a place
+    in the queue, restoring once its lease holds a slice again, else resuming)."""
+    stage = k.state
+    if stage == WAKING:
+        stage = M.RESTORING if k.lease.state == LEASE_ACTIVE else M.QUEUED if k.waiter is not None else M.RESUMING
+    done = M.step(_RESIDENCY[(stage, k.hinted and stage in _HINTABLE)], event)
+    k.state = WAKING if done.state.stage in _WAKING else done.state.stage
+    return done.effects
 
 
 def _plain_start(k: _Kernel, w: Waiter) -> bool:

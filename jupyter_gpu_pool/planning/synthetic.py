@@ -1,4 +1,5 @@
-"""Synthetic workloads: a teaching lab and a hub's week, deterministic for a seed.
+"""Synthetic workloads: a teaching lab, a hub's week, and a department box's week (a class twice a week
+and a research group in between), deterministic for a seed.
 
 The shape follows what NotebookOS (Carver et al., ASPLOS 2026, arXiv:2503.20591) reports of production
 notebook sessions: long-running, with sporadic GPU use and long gaps between cells.  The numbers are
@@ -9,6 +10,7 @@ replay them instead, or set the numbers you know (--think, --cell, --memory, --a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Iterator
@@ -130,6 +132,72 @@ class Hub:
         return Workload(sessions, start, end, source={
             "kind": "synthetic hub", "users": self.users, "days": self.days, "seed": self.seed,
             "profile": self.profile})
+
+
+@dataclass(frozen=True)
+class Week:
+    """A department box's week: a class of ``students`` on ``class_days`` (0 is Monday) from
+    ``class_start`` (hours, UTC) for ``class_hours``, each time a :class:`Lab`, and a research group of
+    ``researchers`` working on weekdays in between, and across the class's hours too: one or two long
+    sessions a day of longer cells and more GPU memory than a student's (assumptions, docs/planning.md)."""
+
+    students: int = 40
+    researchers: int = 12
+    days: float = 7.0
+    class_days: tuple[int, ...] = (1, 3)
+    class_start: float = 10.0
+    class_hours: float = 2.0
+    profile: str | None = None  # the students' (None: the configuration's default)
+    research_profile: str | None = None
+    class_group: str = "ml101"
+    research_group: str = "research"
+    workday_chance: float = 0.9  # the chance a researcher works on a weekday (assumption)
+    day_start: float = 8.0  # a research session starts between these hours (assumption)
+    day_end: float = 16.0
+    session_median: float = 4 * 3600.0  # lognormal (assumption)
+    session_sigma: float = 0.4
+    retry: float = 30.0
+    behaviour: Behaviour = Behaviour(memory_min=1.0, memory_max=3.0)  # the students'
+    research: Behaviour = Behaviour(think_median=180.0, cell_median=60.0, cell_sigma=1.2, memory_min=12.0,
+                                    memory_max=18.0)
+    seed: int = 0
+
+    def workload(self, start: float = EPOCH) -> Workload:
+        end = start + self.days * 86400
+        sessions, starts = [], []
+        for day in range(math.ceil(self.days)):
+            begin = start + day * 86400 + self.class_start * 3600
+            if day % 7 in self.class_days and begin < end:
+                starts.append(begin)
+                lab = Lab(students=self.students, hours=self.class_hours, profile=self.profile, group=self.class_group,
+                          retry=self.retry, behaviour=self.behaviour, seed=self.seed * 1000 + day)
+                sessions += [dataclasses.replace(s, id=f"{s.id}-d{day + 1}") for s in lab.workload(begin).sessions]
+        sessions += self._research(start, end)
+        sessions.sort(key=lambda s: s.arrival)
+        return Workload(sessions, start, end, source={
+            "kind": "synthetic week", "students": self.students, "researchers": self.researchers, "days": self.days,
+            "class_days": list(self.class_days), "class_start": self.class_start, "class_hours": self.class_hours,
+            "seed": self.seed, "profile": self.profile, "research_profile": self.research_profile},
+            classes={f"class {self.class_group}": (self.class_group, tuple(starts))})
+
+    def _research(self, start: float, end: float) -> list[Session]:
+        found = []
+        for i in range(self.researchers):
+            rng = random.Random(f"week:{self.seed}:{i}")
+            for day in range(math.ceil(self.days)):
+                if day % 7 >= 5 or rng.random() >= self.workday_chance:
+                    continue
+                for j in range(rng.randint(1, 2)):
+                    arrival = start + day * 86400 + rng.uniform(self.day_start, self.day_end) * 3600
+                    length = rng.lognormvariate(math.log(self.session_median), self.session_sigma)
+                    memory = int(rng.uniform(self.research.memory_min, self.research.memory_max) * GiB)
+                    if arrival < end:
+                        found.append(Session(
+                            id=f"researcher{i + 1:02d}-d{day + 1}-{j + 1}", user=f"researcher{i + 1:02d}",
+                            groups=(self.research_group,), profile=self.research_profile or "", arrival=arrival,
+                            activity=_activity(self.research, rng.getrandbits(64), arrival, arrival + length, memory,
+                                               True), memory=memory, retry=self.retry))
+        return found
 
 
 def _activity(behaviour: Behaviour, seed: int, begin: float, end: float, memory: int, shuts_down: bool):

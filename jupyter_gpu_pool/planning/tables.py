@@ -7,6 +7,7 @@ from ..pool.units import format_duration
 RESULT_HEADER = ["GPUs", "wait p50", "p95", "max", "refused", "shut down", "hibernated", "restarts", "GPU-h held",
                  "GPU-h busy", "peak", "mean"]
 COMPARISON_HEADER = ["GPUs", "shut down", "hibernated", "refused", "p95 wait", "GPU-h held", "GPU-h busy"]
+SHARING_HEADER = ["GPUs", "who", "asks", "wait mean", "p95", "never served", "fairness"]
 POLICY_HEADER = ["policy", "GPUs for goal", "GPU-h held", "GPU-h busy", "held/busy", "resumes/user-h",
                  "resume wait mean", "p95", "cells >1.1x", "hints used/unused"]
 
@@ -25,6 +26,24 @@ def results(config: dict) -> tuple[list[list[str]], list[bool]]:
                      str(r["shut_down"]), str(r["hibernated"]), str(r["restarts"]), f"{hours['held']:.1f}",
                      f"{hours['busy']:.1f}", f"{occupancy['peak']:.0%}", f"{occupancy['mean']:.0%}"])
     return rows, [bool(r.get("meets_slo")) for r in config["results"]]
+
+
+def sharing(config: dict) -> list[list[str]]:
+    """Each group's waits and Jain's index over their means, and each reservation's members' waits at its
+    windows' starts, per GPU count (under SHARING_HEADER); none where the replay had one group and no
+    reservation."""
+    rows = []
+    for r in config["results"]:
+        for who, w in [*((f"group {g}", w) for g, w in r.get("groups", {}).items()),
+                       *((f"{name}: its group at its start", w) for name, w in r.get("classes", {}).items()),
+                       *((f"{name}: members at its start", w) for name, w in r.get("reservations", {}).items())]:
+            mean = "n/a" if w["mean"] is None else format_duration(w["mean"])
+            rows.append([str(r["gpus"]), who, str(w["asks"]), mean, wait(w["p95"]) if w["asks"] else "n/a",
+                         str(w["never_served"]), ""])
+        if r.get("fairness") is not None:
+            rows.append([str(r["gpus"]), "Jain's index over the groups' mean waits", "", "", "", "",
+                         f"{r['fairness']:.3f}"])
+    return rows
 
 
 def comparison(cmp: dict) -> list[list[str]]:

@@ -1,7 +1,8 @@
 """The pool in virtual time: what is held where, the queue, and the GPU time spent, in memory.
 
 A store like the SQLite ledger, and like it an adapter only: each request is judged by
-``pool.allocation.allocate`` (with the queue's rules of ``pool.queue``), a resume's GPUs by
+``pool.allocation.allocate`` (with the queue's rules of ``pool.queue`` and the admin's sharing:
+reservations, the fair queue's order from each share group's decayed use), a resume's GPUs by
 ``resume_candidates``, budgets by ``BudgetBook.standing`` over the spent intervals, a slice's cost by
 ``budgets.share_of`` and each GPU's usage by ``allocation.gpu_usage``.  It keeps per-GPU usage, per
 owner and per group holdings up to date as leases change, so that one request costs what the GPUs
@@ -16,6 +17,7 @@ from collections import defaultdict
 from ..pool import ACTIVE, HIBERNATED, MPS, GPU, Lease, PoolError, Waiter
 from ..pool.allocation import Ask, Grant, Holdings, allocate, gpu_usage, mps_users, resume_candidates
 from ..pool.budgets import Interval, Scope, Standing, hours_spent, share_of
+from ..pool.fairshare import FAIR, Decaying
 from ..pool.placement import GPUUsage
 from ..pool.queue import ahead_of, reserve_for_waiters
 from ..pool.quotas import Quota
@@ -40,6 +42,8 @@ class VirtualPool:
         self.held_seconds = 0.0  # GPU-seconds held by slices that were given back
         self._held: dict[str, tuple[float, float]] = {}  # active lease id -> (share, since)
         self._tail: tuple[list[GPUUsage], str] | None = None  # room_after_queue's answer, while it holds
+        self.sharing = config.sharing
+        self._use: dict[str, Decaying] = defaultdict(lambda: Decaying(config.sharing.fair.half_life))  # fair queue
 
     # -- the decision's inputs ---------------------------------------------------------------
 
@@ -49,7 +53,31 @@ class VirtualPool:
             leases.update(self.by_group.get(group, {}))
         return Holdings(leases=tuple(leases.values()), gpus=tuple(self.usage.values()), waiters=tuple(self.queue),
                         mps_users=mps_users(self.mps.values()) if ask.profile.isolation == MPS else {},
-                        budget=self.standing(ask.owner, ask.groups, now))
+                        budget=self.standing(ask.owner, ask.groups, now), **self.shared(now))
+
+    def shared(self, now: float) -> dict:
+        """What sharing needs of the pool at ``now``: every active lease while a reservation keeps room,
+        each share group's decayed use in a fair queue."""
+        if self.sharing.plain:
+            return {}
+        found: dict = {}
+        if self.sharing.needs_everyone(now):
+            found["everyone"] = self.active()
+        if self.sharing.order == FAIR and self.queue:
+            found["group_use"] = {g: use.at_time(now) for g, use in self._use.items()}
+        return found
+
+    def active(self) -> tuple[Lease, ...]:
+        """Every active lease."""
+        return tuple({lease.id: lease for held in self.on_gpu.values() for lease in held.values()}.values())
+
+    def line(self, now: float) -> tuple[Waiter, ...]:
+        """The queue in the order it is served at ``now`` (sharing's, else arrival)."""
+        if self.sharing.plain:
+            return tuple(self.queue)
+        shared = self.shared(now)
+        return self.sharing.line(self.queue, now=now, gpus=tuple(self.usage.values()), use=shared.get("group_use", {}),
+                                 everyone=shared.get("everyone", self.active())).waiters
 
     def standing(self, owner: str, groups: tuple[str, ...], now: float) -> Standing | None:
         if not self._budgets:
@@ -65,7 +93,7 @@ class VirtualPool:
 
     def ask(self, ask: Ask, now: float, waiter_id: str | None = None) -> Grant | PoolError:
         return allocate(self.holdings(ask, now), ask, self.config.quotas, now=now, placement=self.config.placement,
-                        waiter_id=waiter_id)
+                        waiter_id=waiter_id, sharing=self.sharing)
 
     def resume_ask(self, lease: Lease, profile, same_gpu: bool) -> Ask:
         """A hibernated lease's request, as the ledger builds it: its last GPUs first, else one of their model."""
@@ -92,6 +120,8 @@ class VirtualPool:
         self.held_share += share
         self.peak_share = max(self.peak_share, self.held_share)
         self._held[lease.id] = (share, now)
+        if self.sharing.order == FAIR:
+            self._use[self.sharing.share_group(lease.groups)].change(now, lease.total_memory)
         if self._budgets:
             spots = []
             for key in (lease.owner, *(f"group:{g}" for g in lease.groups)):
@@ -139,6 +169,8 @@ class VirtualPool:
 
     def _unplace(self, lease: Lease, now: float) -> None:
         share, since = self._held.pop(lease.id)
+        if self.sharing.order == FAIR:
+            self._use[self.sharing.share_group(lease.groups)].change(now, -lease.total_memory)
         self.held_share -= share
         self.held_seconds += share * (now - since)
         for uuid in lease.gpus:
@@ -181,7 +213,8 @@ class VirtualPool:
 
     def only_room_refuses(self, owner: str, groups: tuple[str, ...]) -> bool:
         """Whether the only refusal a start of ``owner`` can get is for room (no quota limits them, no
-        budget applies): then a start that fits nowhere is refused for room, and nothing else."""
+        budget applies) and the room is the plain queue's (no sharing): then a start that fits nowhere in the
+        room the waiters ahead leave is refused for room, and nothing else."""
         quotas = self.config.quotas
-        return (quotas.user_quota(owner) == Quota() and not quotas.limited_groups(groups)
+        return (self.sharing.plain and quotas.user_quota(owner) == Quota() and not quotas.limited_groups(groups)
                 and not (self._budgets and self.config.budgets.scopes(owner, groups)))

@@ -51,6 +51,9 @@ class Workload:
     source: dict = field(default_factory=dict)  # what it is, for the report (kind, parameters, file)
     events: int = 0  # activity events in all, for the progress bar and the report
     recorded: dict = field(default_factory=dict)  # the live pool's decisions and refusals, where a trace has them
+    # Timetabled windows of a group (a synthetic week's class): name -> (group, each window's start), whose
+    # members' waits at the start a replay reports, reservation or not
+    classes: dict[str, tuple[str, tuple[float, ...]]] = field(default_factory=dict)
 
     @property
     def hours(self) -> float:

@@ -17,6 +17,12 @@ The rules, in the order they apply:
 4. Room: no GPU fits the slice, so the pool is full for it (or every GPU with room serves another
    user's MPS kernels).
 
+Where the admin shares the pool beyond first come, first served (``sharing``: reservations, a fair
+queue; ``pool.sharing``), the queue is taken in the order sharing gives it, and a non-member of a
+reservation in its lead time or window sees the room its members leave unused as taken (during the
+window it may borrow that room while no member waits: the grant names what it borrowed).  Without
+sharing (or with ``fifo`` and no reservation) the decision is exactly first come, first served.
+
 A refusal names what would start instead (``Ask.alternatives``, judged by this same decision): a
 smaller profile that fits the quota or the room left, never one for a kernel-count limit.
 """
@@ -34,6 +40,7 @@ from .placement import BINPACK, GPUUsage, choose, largest_free
 from .profiles import MPS, Profile
 from .queue import Waiter, ahead_of, reserve_for_waiters
 from .quotas import QuotaBook, Usage, excesses, usage_of
+from .sharing import Line, Sharing
 from .slices import format_size
 
 
@@ -75,6 +82,10 @@ class Holdings:
     waiters: tuple[Waiter, ...] = ()
     mps_users: Mapping[str, frozenset[str]] = field(default_factory=dict)  # GPU uuid -> owners of MPS slices on it
     budget: Standing | None = None  # the asker's tightest GPU-hour budget, where budgets apply
+    # Where sharing applies: every held lease (members' use of reserved room; None: ``leases`` stand for
+    # it), and each share group's decayed use (the fair queue's).
+    everyone: tuple[Lease, ...] | None = None
+    group_use: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, gpus: list[GPU] | None, leases: list[Lease], waiters: list[Waiter] = (),
@@ -92,6 +103,7 @@ class Grant:
     gpus: tuple[GPU, ...]
     memory: int  # bytes on each GPU
     asked: Usage  # what it counts against quotas
+    borrowed: tuple[str, ...] = ()  # the reservations whose unused room it borrows (and may be reclaimed for)
 
 
 def gpu_usage(gpus: list[GPU], leases: tuple[Lease, ...] | list[Lease]) -> list[GPUUsage]:
@@ -170,7 +182,7 @@ def check_quota(leases: tuple[Lease, ...], ask: Ask, quotas: QuotaBook, asked: U
 
 
 def pool_full(ask: Ask, usage: list[GPUUsage], holdings: Holdings, now: float,
-              starts_now: tuple[str, ...] = ()) -> PoolExhausted:
+              starts_now: tuple[str, ...] = (), reserved: str = "") -> PoolExhausted:
     best = largest_free(usage)
     largest = None
     if best and best.free_memory > 0:
@@ -180,35 +192,114 @@ def pool_full(ask: Ask, usage: list[GPUUsage], holdings: Holdings, now: float,
     mine = [lease for lease in holdings.leases if lease.owner == ask.owner and lease.state in HELD]
     return PoolExhausted(profile=ask.profile.name, slice_text=str(ask.profile.slice), gpu_count=len(usage),
                          largest=largest, holdings=mine, queued=waiting, now=now,
-                         launcher_name=ask.profile.launcher_name, starts_now=starts_now)
+                         launcher_name=ask.profile.launcher_name, starts_now=starts_now, reserved=reserved)
 
 
 def starts_now(holdings: Holdings, ask: Ask, quotas: QuotaBook, profiles, *, now: float, placement: str = BINPACK,
-               waiter_id: str | None = None) -> tuple[str, ...]:
+               waiter_id: str | None = None, sharing: Sharing | None = None) -> tuple[str, ...]:
     """The launcher names of ``profiles`` (other than the ask's) that the same decision would grant the
     asker now."""
     return tuple(p.launcher_name for p in profiles if p.name != ask.profile.name and isinstance(
         allocate(holdings, replace(ask, profile=p, alternatives=()), quotas, now=now, placement=placement,
-                 waiter_id=waiter_id), Grant))
+                 waiter_id=waiter_id, sharing=sharing), Grant))
+
+
+ASKING = "(asking)"  # the place a new ask (one with no place in the queue) would take in a shared queue
+
+
+def line_of(holdings: Holdings, sharing: Sharing | None, now: float, ask: Ask | None = None) -> Line | None:
+    """The queue as ``sharing`` orders it at ``now`` (None: first come, first served, nothing reserved).
+    With ``ask`` (one with no place yet), the queue as it would be with the ask in it, at :data:`ASKING`:
+    a new ask is judged where it would stand (behind every waiter in a plain queue, as ever)."""
+    if sharing is None or sharing.plain or holdings.gpus is None:
+        return None
+    waiters = holdings.waiters
+    if ask is not None:
+        waiters = (*waiters, Waiter(id=ASKING, owner=ask.owner, kernel_id=ask.kernel_id, lease_id=None,
+                                    profile=ask.profile.name, slice=ask.profile.slice, label="", enqueued=now,
+                                    heartbeat=now, groups=ask.groups))
+    return sharing.line(waiters, now=now, gpus=holdings.gpus, use=holdings.group_use,
+                        everyone=holdings.everyone if holdings.everyone is not None else holdings.leases)
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """Where the room decision put a slice: the GPUs (None: nowhere), the usage it judged (the GPUs the ask
+    may take), whether MPS's one user a GPU stood in the way, the reservations it borrows from, and the
+    words of a reservation that kept the room from it."""
+
+    chosen: list[GPU] | None = None
+    usage: list[GPUUsage] = field(default_factory=list)
+    mps_blocked: bool = False
+    borrowed: tuple[str, ...] = ()
+    reserved: str = ""
+
+
+def _mps_served(ahead: list[GPUUsage], ask: Ask, holdings: Holdings, placement: str) -> tuple[list[GPUUsage], bool]:
+    """The GPUs an MPS slice may go on (one Unix user per GPU's MPS server), and whether that rule alone
+    keeps it from a GPU that would fit it."""
+    served = [u for u in ahead if not holdings.mps_users.get(u.gpu.uuid, frozenset()) - {ask.owner}]
+    return served, len(served) < len(ahead) and choose(ahead, ask.profile.slice, placement) is not None
+
+
+def _place(holdings: Holdings, ask: Ask, placement: str, waiter_id: str | None, line: Line | None,
+           now: float) -> _Placed:
+    spec = ask.profile.slice
+    usage = [u for u in holdings.gpus if ask.only is None or u.gpu.uuid in ask.only]
+    waiting = ahead_of(line.waiters if line is not None else holdings.waiters, waiter_id)
+    ahead = reserve_for_waiters(usage, waiting, placement)
+    room = None
+    if line is not None and line.unused:
+        whole = ahead if ask.only is None else reserve_for_waiters(list(holdings.gpus), waiting, placement)
+        room = line.room(ask.owner, ask.groups, whole, waiting, waiter_id)
+        plain, ahead = ahead, _held(ahead, whole, room.strict)
+    mps_blocked = False
+    if ask.profile.isolation == MPS:  # one Unix user per GPU's MPS server
+        ahead, mps_blocked = _mps_served(ahead, ask, holdings, placement)
+    chosen = choose(ahead, spec, placement, prefer=ask.prefer)
+    if room is None or chosen is not None or not (room.held or room.borrowable):
+        return _Placed(chosen, usage, mps_blocked)
+    if room.borrowable:
+        lenient = _held(plain, whole, room.lenient)
+        if ask.profile.isolation == MPS:
+            lenient, mps_blocked = _mps_served(lenient, ask, holdings, placement)
+        chosen = choose(lenient, spec, placement, prefer=ask.prefer)
+        if chosen is not None:
+            on = {g.uuid for g in chosen}
+            return _Placed(chosen, usage, mps_blocked, tuple(n.name for n in room.borrowable if on & set(n.eligible)))
+    fits = choose(plain, spec, placement) is not None  # it would fit but for the reserved room: say so
+    words = "; ".join(n.slot.words(now, member=False) for n in (*room.held, *room.borrowable)) if fits else ""
+    return _Placed(None, usage, mps_blocked, reserved=words)
+
+
+def _held(ahead: list[GPUUsage], whole: list[GPUUsage], held: dict[str, GPUUsage]) -> list[GPUUsage]:
+    """``ahead`` with the room ``held`` (computed on ``whole``, each GPU's usage) kept: what it adds to each GPU."""
+    if not held:
+        return ahead
+    base = {u.gpu.uuid: u for u in whole}
+    out = []
+    for u in ahead:
+        h = held.get(u.gpu.uuid)
+        if h is not None:
+            b = base[u.gpu.uuid]
+            u = replace(u, memory=u.memory + h.memory - b.memory, exclusive=u.exclusive or (h.exclusive and not b.exclusive))
+        out.append(u)
+    return out
 
 
 def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, placement: str = BINPACK,
-             waiter_id: str | None = None) -> Grant | PoolError:
+             waiter_id: str | None = None, sharing: Sharing | None = None) -> Grant | PoolError:
     """The grant for ``ask``, or the refusal (returned, not raised: the caller decides what a
     refusal means to it).  ``waiter_id``: the ask's own place in the queue, if it has one (only
-    the waiters ahead of it are served first)."""
+    the waiters ahead of it are served first).  ``sharing``: the admin's reservations and queue order
+    (None: first come, first served)."""
     spec = ask.profile.slice
-    chosen: list[GPU] | None = None
-    usage: list[GPUUsage] = []
-    mps_blocked = False
+    placed = _Placed()
     if holdings.gpus is not None:
-        usage = [u for u in holdings.gpus if ask.only is None or u.gpu.uuid in ask.only]
-        ahead = reserve_for_waiters(usage, ahead_of(holdings.waiters, waiter_id), placement)
-        if ask.profile.isolation == MPS:  # one Unix user per GPU's MPS server
-            served = [u for u in ahead if not holdings.mps_users.get(u.gpu.uuid, frozenset()) - {ask.owner}]
-            mps_blocked = len(served) < len(ahead) and choose(ahead, spec, placement) is not None
-            ahead = served
-        chosen = choose(ahead, spec, placement, prefer=ask.prefer)
+        line = line_of(holdings, sharing, now, ask if waiter_id is None else None)
+        placed = _place(holdings, ask, placement, ASKING if line is not None and waiter_id is None else waiter_id,
+                        line, now)
+    chosen, usage = placed.chosen, placed.usage
     if holdings.budget is not None and holdings.budget.exhausted:
         mine = [lease for lease in holdings.leases if lease.owner == ask.owner and lease.state in HELD]
         return BudgetExceeded(owner=ask.owner, profile=ask.profile.name, standing=holdings.budget, holdings=mine,
@@ -216,7 +307,8 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
     asked = _asked(ask, usage, chosen)
 
     def suggestions() -> tuple[str, ...]:
-        return starts_now(holdings, ask, quotas, ask.alternatives, now=now, placement=placement, waiter_id=waiter_id)
+        return starts_now(holdings, ask, quotas, ask.alternatives, now=now, placement=placement, waiter_id=waiter_id,
+                          sharing=sharing)
 
     refusal = check_quota(holdings.leases, ask, quotas, asked, now)
     if refusal is not None:
@@ -226,8 +318,8 @@ def allocate(holdings: Holdings, ask: Ask, quotas: QuotaBook, *, now: float, pla
     if holdings.gpus is None:
         return Grant(gpus=(), memory=asked.memory, asked=asked)
     if chosen is None:
-        if mps_blocked:
+        if placed.mps_blocked:
             return MPSUserBusy(profile=ask.profile.name, launcher_name=ask.profile.launcher_name, users=sorted(
                 {o for owners in holdings.mps_users.values() for o in owners} - {ask.owner}))
-        return pool_full(ask, usage, holdings, now, suggestions() if usage else ())
-    return Grant(gpus=tuple(chosen), memory=spec.memory_on(chosen[0].memory), asked=asked)
+        return pool_full(ask, usage, holdings, now, suggestions() if usage else (), placed.reserved)
+    return Grant(gpus=tuple(chosen), memory=spec.memory_on(chosen[0].memory), asked=asked, borrowed=placed.borrowed)

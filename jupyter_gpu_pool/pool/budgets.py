@@ -202,8 +202,8 @@ class BudgetExceeded(PoolError):
         self.owner, self.profile, self.standing = owner, profile, standing
         self.launcher_name = launcher_name or profile  # what the user clicked in the launcher
         scope = standing.scope
-        whose = {"user": "Your", "member": f"Your (group {scope.name!r})",
-                 "shared": f"Group {scope.name!r}'s"}[scope.kind]
+        whose = {"user": "Your", "member": f"As a member of group {scope.name!r}, your",
+                 "shared": f"The shared (group {scope.name!r})"}[scope.kind]
         resets = dt.datetime.fromtimestamp(standing.period_end).strftime("%a %d %b") + \
             f" at {format_clock(standing.period_end)}"
         super().__init__(

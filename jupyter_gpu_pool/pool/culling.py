@@ -32,14 +32,20 @@ def budget_facts(standing: Standing) -> dict:
 
 def kernel_facts(lease: Lease, *, execution_state: str, last_activity: float | None, busy_since: float | None,
                  gpu_active: float | None, gpu_idle_since: float | None, memory_used: int | None,
-                 can_hibernate: bool, why: str | None, budget: Standing | None = None) -> Facts:
+                 can_hibernate: bool, why: str | None, budget: Standing | None = None,
+                 resumed: float | None = None) -> Facts:
     """One kernel's facts.  ``last_activity``: the kernel's own (None: none seen, its lease's start
     counts); ``gpu_active``: the last time it used its GPU above its rule's threshold (a kernel using
-    its GPU is not idle, whatever it prints); GPU readings of a hibernated kernel are ignored."""
+    its GPU is not idle, whatever it prints); GPU readings of a hibernated kernel are ignored.
+    ``resumed``: when a resume its user asked for (their Resume, a cell) last put it back on its slice:
+    its idle clocks start there, so a kernel just asked for is not judged idle for the time before."""
     activity = last_activity or lease.created
     if gpu_active is not None:
         activity = max(activity, gpu_active)
     awake = lease.state != HIBERNATED
+    if resumed is not None and awake:
+        activity = max(activity, resumed)
+        gpu_idle_since = None if gpu_idle_since is None else max(gpu_idle_since, resumed)
     return Facts(
         kernel_id=lease.kernel_id,
         state=lease.state,

@@ -4,27 +4,20 @@ Profiles are named as the launcher shows them ("Python 3 · GPU 10 GiB"), never 
 
 from __future__ import annotations
 
-from .leases import HIBERNATED, Lease
-from .units import format_age, format_size
+from .leases import Lease
+from .words import count, holding, holds_a_slice
 
 
 def describe_lease(lease: Lease, now: float) -> str:
-    """``a.ipynb (10 GiB, slice held for 4m)``: how long it has held its slice, not "active", which the
-    user's panel would contradict with "idle since 19:26" (the ledger does not know a kernel's activity)."""
-    name = lease.label or f"kernel {lease.kernel_id[:8]}"
-    size = f"{lease.gpu_count} whole GPU(s)" if lease.whole else format_size(lease.memory)
-    if lease.sm_percent:
-        size += f" · {lease.sm_percent}%"
-    age = format_age(now - lease.state_since)
-    held = f"hibernated for {age}" if lease.state == HIBERNATED else f"slice held for {age}"
-    return f"{name} ({size}, {held})"
+    """``a.ipynb (10 GiB, slice held for 4m)``: one of the user's kernels in a refusal (``words.holding``)."""
+    return holding(lease, now)
 
 
 def describe_holdings(holdings: list[Lease], now: float) -> str:
     if not holdings:
-        return "You hold no GPU slice right now."
+        return "You hold no GPU kernel right now."
     lines = "; ".join(describe_lease(lease, now) for lease in holdings)
-    return f"Your kernels holding the pool: {lines}."
+    return f"Your GPU kernels: {lines}."
 
 
 def either(names: tuple[str, ...] | list[str]) -> str:
@@ -86,24 +79,45 @@ class QuotaExceeded(PoolError):
             super().__init__(self._never_fits(what))
             return
         if resource == "kernels":
-            held = (f"you hold {used} of your {limit} GPU kernels" if scope == "user" else
-                    f"group {scope!r} holds {used} of its {limit} GPU kernels (all its members together)")
-            headline = f"GPU quota exceeded: {held}, so {what} cannot start."
-            advice = ("Shut one down (Kernel > Shut Down Kernel, or Shut down in the GPU panel), "
-                      "then start this one.")
+            headline = f"GPU quota exceeded: {self._kernels_held()}, so {what} cannot start."
         else:
             held = (f"you hold {used} of your {limit}" if scope == "user" else
                     f"group {scope!r} holds {used} of its {limit} (all its members together)")
             needs = f"{asked} of GPU memory" if resource == "GPU memory" else f"a {asked} {resource} (of a GPU's compute)"
             headline = f"GPU quota exceeded: {what} needs {needs}, and {held}."
-            advice = (f"{would_start(self.starts_now)} Or shut down a kernel you no longer need." if self.starts_now
-                      else "Shut down a kernel you no longer need to make room in your quota.")
-        super().__init__(f"{headline} {describe_holdings(holdings, now)} {advice}")
+        super().__init__(f"{headline} {describe_holdings(holdings, now)} {self._advice()}")
+
+    def _kernels_held(self) -> str:
+        """``you hold 2 GPU kernels, as many as your quota allows``: the count agreeing with its noun."""
+        used, limit = int(self.used), int(self.limit)
+        who, whose = ("you hold", "your quota") if self.scope == "user" else (
+            f"group {self.scope!r} holds", "its quota")
+        than = "as many as" if used <= limit else "more than"
+        allows = f"{whose} allows" if used <= limit else f"{whose}'s {limit}"
+        together = "" if self.scope == "user" else " (all its members together)"
+        return f"{who} {count(used, 'GPU kernel')}{together}, {than} {allows}"
+
+    def _advice(self) -> str:
+        """What helps: shutting one of the user's own kernels down where that makes room (a kernel counts
+        for a kernel limit; only a slice held counts for memory or SM share), a profile that would start
+        now, else waiting for the group's other members."""
+        mine = self.holdings if self.resource == "kernels" else [h for h in self.holdings if holds_a_slice([h])]
+        if self.resource == "kernels":
+            if mine:
+                return "Shut one down (Kernel > Shut Down Kernel, or Shut down in the GPU panel), then start this one."
+            return f"Try again when a member of group {self.scope!r} shuts a GPU kernel down."
+        if mine:
+            return (f"{would_start(self.starts_now)} Or shut down a kernel you no longer need." if self.starts_now
+                    else "Shut down a kernel you no longer need to make room in your quota.")
+        later = ("try again when one of your kernels gives its GPU slice back" if self.scope == "user" else
+                 f"try again when a member of group {self.scope!r} gives a GPU slice back")
+        return f"{would_start(self.starts_now)} Or {later}." if self.starts_now else f"{later[0].upper()}{later[1:]}."
 
     def _never_fits(self, what: str) -> str:
         if self.resource == "kernels":
-            allows = (f"your quota allows {self.limit} GPU kernels" if self.scope == "user" else
-                      f"group {self.scope!r} may hold {self.limit} GPU kernels (all its members together)")
+            allows = (f"your quota allows {count(int(self.limit), 'GPU kernel')}" if self.scope == "user" else
+                      f"group {self.scope!r} may hold {count(int(self.limit), 'GPU kernel')} (all its members "
+                      "together)")
             return f"GPU quota exceeded: {allows}, so {what} cannot start. Ask your admin for a GPU quota."
         needs = (f"{self.asked} of GPU memory" if self.resource == "GPU memory" else
                  f"a {self.asked} {self.resource} (of a GPU's compute)")
@@ -128,12 +142,14 @@ class PoolExhausted(PoolError):
     start now, and never "try again" where the pool has no GPUs at all."""
 
     reason = "pool_exhausted"
+    reserved = ""  # the reservations keeping the room it would fit in (a refusal rebuilt from a reply may lack it)
 
     def __init__(self, *, profile: str, slice_text: str, gpu_count: int, largest: str | None,
                  holdings: list[Lease], queued: int, now: float, launcher_name: str = "",
-                 starts_now: tuple[str, ...] = ()):
+                 starts_now: tuple[str, ...] = (), reserved: str = ""):
         self.profile, self.slice_text, self.largest, self.holdings, self.queued = (
             profile, slice_text, largest, holdings, queued)
+        self.reserved = reserved  # the reservations that keep the room it would fit in, in words
         self.launcher_name = launcher_name or profile
         self.starts_now = tuple(starts_now)
         what = f"'{self.launcher_name}' ({slice_text})"
@@ -141,20 +157,29 @@ class PoolExhausted(PoolError):
             super().__init__(f"{what} cannot start: the pool has no GPUs (none detected, none declared). "
                              "Tell your admin: the pool's GPU inventory is empty.")
             return
-        waiting = f" {queued} other request(s) are waiting in the queue." if queued else ""
-        if largest:
+        waiting = (f" {count(queued, 'other request')} {'is' if queued == 1 else 'are'} waiting in the queue."
+                   if queued else "")
+        if reserved:
+            headline = (f"{what} cannot start now: the room it would fit in is reserved ({reserved}), and only the "
+                        f"reservation's members may use it.{waiting}")
+        elif largest:
             headline = f"The GPU pool is full for {what}: the most free on one GPU is {largest}.{waiting}"
         else:
             headline = f"The GPU pool is full: every GPU slice is taken, so {what} cannot start now.{waiting}"
-        advice = "Or try again when an idle kernel gives its slice back." if self.starts_now else (
-            "Try again when an idle kernel gives its slice back, or shut down a kernel you no longer need.")
+        # Shutting a kernel down makes room only where one of the user's holds GPU memory (a hibernated one,
+        # or one with no GPU yet, holds none).
+        later = "try again when an idle kernel gives its slice back"
+        if holds_a_slice(holdings):
+            later += ", or shut down a kernel you no longer need"
+        advice = f"Or {later}." if self.starts_now else f"{later[0].upper()}{later[1:]}."
         super().__init__(" ".join(filter(None, (headline, describe_holdings(holdings, now),
                                                 would_start(self.starts_now), advice))))
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "profile": self.profile, "slice": self.slice_text, "largest_free": self.largest,
                 "queued": self.queued, "holdings": [h.id for h in self.holdings],
-                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now)}
+                "launcher_name": self.launcher_name, "starts_now": list(self.starts_now),
+                **({"reserved": self.reserved} if self.reserved else {})}
 
 
 class MPSUserBusy(PoolError):

@@ -61,6 +61,7 @@ class Lease:
     reason: str = ""
     phase: str = ""  # transient: hibernating, resuming, queued, evicting, failed ("" when settled)
     phase_deadline: float | None = None
+    borrowed: tuple[str, ...] = ()  # the reservations whose unused room it took (pool.sharing): it may be reclaimed
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property

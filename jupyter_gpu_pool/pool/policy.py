@@ -23,17 +23,13 @@ from .leases import HIBERNATED
 from .profiles import SOFT
 from .rules import HIBERNATE, SHUTDOWN, Rule
 from .units import format_duration, format_size
+from .words import (ACTIONS, BUDGET, GPU_IDLE, IDLE, MAX_AGE, MAX_BUSY, MAX_HIBERNATED, OVER_MEMORY, PRESSURE,
+                    RESERVED, REASONS as CATALOGUE, seconds_text, snooze_limit)
 
-# Reasons, as recorded and sent to the UI.
-IDLE = "idle"
-GPU_IDLE = "gpu_idle"
-MAX_BUSY = "max_busy"
-MAX_AGE = "max_age"
-MAX_HIBERNATED = "max_hibernated"
-OVER_MEMORY = "over_memory"
-BUDGET = "budget"  # the owner's GPU-hour budget: warned at 90%, acted on at 100%
-PRESSURE = "pressure"  # chosen (pool.reclaim) to give its slice back to someone waiting in the queue
-REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY, BUDGET, PRESSURE)
+# The policy's reasons, as recorded and sent to the UI: their words are the catalogue's (``words``).
+# RESERVED: chosen (pool.reclaim.choose_for_reservations) to give back room reserved for others, before their
+# window or borrowed during it when a member asks; not snoozable, and using the kernel does not keep it.
+REASONS = (IDLE, GPU_IDLE, MAX_BUSY, MAX_AGE, MAX_HIBERNATED, OVER_MEMORY, BUDGET, PRESSURE, RESERVED)
 
 # Decision verbs.
 NONE = "none"
@@ -124,11 +120,15 @@ def hibernation_failed(state: KernelState, rule: Rule, now: float) -> KernelStat
     return replace(state, warning=None, retry_after=now + retry_delay(rule))
 
 
-def _conditions(facts: Facts, rule: Rule, reclaim: bool = False) -> list[tuple[float, str, bool, float]]:
+def _conditions(facts: Facts, rule: Rule, reclaim: bool = False,
+                reserved: bool = False) -> list[tuple[float, str, bool, float]]:
     """(when due, reason, snoozable, warning lead) for every limit that applies to the kernel now.
     ``reclaim``: the kernel is chosen (``pool.reclaim``) for a waiter: due already, warned ``rule.warn``
-    ahead like any other action."""
+    ahead like any other action; ``reserved``: chosen to give back reserved room, the same but not
+    snoozable (a snooze would keep the room from the reservation's members)."""
     found: list[tuple[float, str, bool, float]] = []
+    if reserved and facts.state != HIBERNATED:
+        found.append((-math.inf, RESERVED, False, rule.warn))
     if rule.max_age is not None:
         found.append((facts.started + rule.max_age, MAX_AGE, True, rule.warn))
     if facts.state == HIBERNATED:
@@ -178,20 +178,23 @@ def next_action(facts: Facts, rule: Rule, state: KernelState = FRESH) -> tuple[f
     return best[0], best[1], action
 
 
-def _reclaiming(reclaim: bool, rule: Rule, now: float, state: KernelState) -> bool:
-    """Whether a kernel chosen for a waiter is warned for it: not where it was warned already of another
-    action as soon (a second warning would only postpone it)."""
+def _reclaiming(reclaim: bool, rule: Rule, now: float, state: KernelState, reason: str = PRESSURE) -> bool:
+    """Whether a kernel chosen for a waiter (or a reservation: ``reason``) is warned for it: not where it
+    was warned already of another action as soon (a second warning would only postpone it)."""
     warning = state.warning
-    return reclaim and not (warning is not None and warning.reason != PRESSURE and warning.deadline <= now + rule.warn)
+    return reclaim and not (warning is not None and warning.reason != reason and warning.deadline <= now + rule.warn)
 
 
 def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
-           reclaim: bool = False, dry_run: bool = False) -> Decision:
+           reclaim: bool = False, dry_run: bool = False, reserved: str = "") -> Decision:
     """What to do with one kernel now.  Pure: same inputs, same decision.
 
     ``reclaim``: the kernel is chosen to give its slice back to a waiter (``pool.reclaim``); it is
-    warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more."""
-    conditions = _conditions(facts, rule, _reclaiming(reclaim, rule, now, state))
+    warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more.
+    ``reserved``: it is chosen to give back room a reservation keeps, and why in words ("reserved for ML
+    101 lab from 10:00"); warned for that (reason ``reserved``, no snooze), withdrawn once not chosen."""
+    conditions = _conditions(facts, rule, _reclaiming(reclaim, rule, now, state),
+                             _reclaiming(bool(reserved), rule, now, state, RESERVED))
     best = _earliest(conditions, state)
     in_use = all(due - lead > now for due, _reason, _snoozable, lead in conditions)  # nothing close to due
 
@@ -203,6 +206,8 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
             message = "The kernel is in use again; the warning is withdrawn."
             if state.warning.reason == PRESSURE and facts.last_activity <= state.warning.warned_at:
                 message = "Nobody waits for this kernel's GPU slice any more; the warning is withdrawn."
+            elif state.warning.reason == RESERVED:
+                message = "The reserved room no longer needs this kernel's GPU slice; the warning is withdrawn."
             return Decision(WITHDRAW, replace(new, warning=None), reason=state.warning.reason,
                             message=message, dry_run=dry_run)
         return Decision(NONE, new, dry_run=dry_run)
@@ -218,7 +223,7 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
     warning = state.warning
     if warning is None or warning.reason != reason:
         deadline = max(effective, now + lead)
-        message = _warning_message(reason, action, facts, rule, now, deadline)
+        message = _warning_message(reason, action, facts, rule, now, deadline, reserved)
         warning = Warning(reason, action, now, deadline, message)
         return Decision(WARN, replace(state, warning=warning), reason=reason, action=action, deadline=deadline,
                         message=message, note=note, dry_run=dry_run)
@@ -228,24 +233,26 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
         if deadline != warning.deadline:
             state = replace(state, warning=replace(warning, deadline=deadline))
         return Decision(NONE, state, reason=reason, action=action, deadline=deadline, dry_run=dry_run)
-    message = _action_message(reason, action, facts, rule, now)
+    message = _action_message(reason, action, facts, rule, now, reserved)
     new = replace(state, warning=None, reported=reason if dry_run else state.reported)
     return Decision(ACT, new, reason=reason, action=action, deadline=deadline, message=message, note=note,
                     dry_run=dry_run)
 
 
 def quiet_until(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *, reclaim: bool = False,
-                dry_run: bool = False) -> float:
+                dry_run: bool = False, reserved: str = "") -> float:
     """Until when :func:`decide` keeps answering ``none`` and leaving ``state`` as it is, for these facts
-    and this ``reclaim`` (``now`` itself when it might not).  A replay that knows a kernel's facts and
-    whether it is chosen for a waiter stay the same skips its passes until then: the answer is decide's
-    own rules read ahead, not a second policy."""
+    and this ``reclaim`` and ``reserved`` (``now`` itself when it might not).  A replay that knows a
+    kernel's facts and whether it is chosen for a waiter stay the same skips its passes until then: the
+    answer is decide's own rules read ahead, not a second policy."""
     reclaiming = _reclaiming(reclaim, rule, now, state)
-    until = _quiet_until(_conditions(facts, rule, reclaiming), now, state, dry_run)
+    reserving = _reclaiming(bool(reserved), rule, now, state, RESERVED)
+    until = _quiet_until(_conditions(facts, rule, reclaiming, reserving), now, state, dry_run)
     warning = state.warning
-    if reclaiming and warning is not None and warning.reason != PRESSURE:
-        # from when that warning's deadline is within the rule's warning time on, the choice warns no more
-        until = min(until, warning.deadline - rule.warn)
+    for chosen, reason in ((reclaiming, PRESSURE), (reserving, RESERVED)):
+        if chosen and warning is not None and warning.reason != reason:
+            # from when that warning's deadline is within the rule's warning time on, the choice warns no more
+            until = min(until, warning.deadline - rule.warn)
     return until
 
 
@@ -277,6 +284,14 @@ class SnoozeRefused(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
+def bad_snooze(rule: Rule, asked: str) -> SnoozeRefused:
+    """A Keep alive of a length the rule does not allow (``asked``: what was asked, as said back), in the
+    same words wherever it is refused (the REST API's check of its body, :func:`snooze`)."""
+    return SnoozeRefused(400, "bad_snooze", f"A Keep alive must be a number of seconds, more than 0 and "
+                                            f"{snooze_limit(rule.snooze)} under the pool's {rule.described}, not "
+                                            f"{asked}.")
+
+
 def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = None,
            over_memory: bool = False) -> KernelState:
     """Postpone the pending or next action by ``seconds`` (default and at most the rule's snooze)."""
@@ -287,6 +302,10 @@ def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = N
     if state.warning is not None and state.warning.reason == BUDGET:
         raise SnoozeRefused(409, "budget", "A snooze cannot add GPU time: this kernel gives its GPU back when your "
                                            "GPU-hour budget runs out. Save your work.")
+    if state.warning is not None and state.warning.reason == RESERVED:
+        raise SnoozeRefused(409, "reserved", "A snooze cannot keep reserved room: the GPU room this kernel holds is "
+                                             "reserved for others, and it gives it back at the time it was warned of. "
+                                             "Its variables are kept where it is hibernated.")
     if not rule.snoozable:
         raise SnoozeRefused(409, "snooze_not_allowed", f"The pool's {rule.described} allows no snoozes.")
     if snoozes_left(state, rule) == 0:
@@ -295,31 +314,15 @@ def snooze(state: KernelState, rule: Rule, now: float, seconds: float | None = N
                             "them. Run a cell to show the kernel is in use, or save your work.")
     if seconds is None:
         seconds = rule.snooze
-    if seconds <= 0 or seconds > rule.snooze:
-        raise SnoozeRefused(400, "bad_snooze",
-                            f"A snooze must last more than 0 and at most {rule.snooze:g} seconds "
-                            f"({format_duration(rule.snooze)}), not {seconds:g}.")
+    if not seconds > 0 or seconds > rule.snooze:
+        raise bad_snooze(rule, seconds_text(seconds))
     return KernelState(warning=None, snoozes_used=state.snoozes_used + 1,
                        snoozed_until=max(state.snoozed_until, now + seconds), reported=None)
 
 
-_WHAT = {
-    IDLE: "Idle for {idle}",
-    GPU_IDLE: "Holding GPU memory with under {threshold:g}% GPU use for {gpu_idle}",
-    MAX_BUSY: "Busy for {busy}, longer than the {max_busy} the pool allows",
-    MAX_AGE: "Running for {age}, longer than the {max_age} the pool allows",
-    MAX_HIBERNATED: "Hibernated for {hibernated}, longer than the {max_hibernated} the pool allows",
-    OVER_MEMORY: "Using {used} of GPU memory, more than its slice's {limit}",
-    BUDGET: "GPU time this {period}: {spent} of {budget} h used",
-    PRESSURE: "Someone is waiting for a GPU slice and this kernel has been idle for {idle}",
-}
-_DOING = {HIBERNATE: "hibernated (its variables are kept; the GPU slice is given back)",
-          SHUTDOWN: "shut down to give its GPU slice back"}
-_DONE = {HIBERNATE: "Hibernated", SHUTDOWN: "Shut down"}
-
-
-def _what(reason: str, facts: Facts, rule: Rule, now: float) -> str:
-    return _WHAT[reason].format(
+def _what(reason: str, facts: Facts, rule: Rule, now: float, reserved: str = "") -> str:
+    return CATALOGUE[reason].says(
+        reserved=reserved,
         idle=format_duration(now - facts.last_activity),
         gpu_idle=format_duration(now - (facts.gpu_idle_since or now)),
         threshold=rule.gpu_idle_threshold,
@@ -337,12 +340,13 @@ def _what(reason: str, facts: Facts, rule: Rule, now: float) -> str:
     )
 
 
-def _warning_message(reason: str, action: str, facts: Facts, rule: Rule, now: float, deadline: float) -> str:
-    tail = {OVER_MEMORY: ", unless it frees GPU memory first.",
-            BUDGET: " when the GPU time runs out; save your work."}.get(reason, ", unless it is used again or snoozed.")
-    return f"{_what(reason, facts, rule, now)}: this kernel will be {_DOING[action]} in " \
-           f"{format_duration(max(deadline - now, 0))}{tail}"
+def _warning_message(reason: str, action: str, facts: Facts, rule: Rule, now: float, deadline: float,
+                     reserved: str = "") -> str:
+    return f"{_what(reason, facts, rule, now, reserved)}: this kernel will be {ACTIONS[action].will_be} in " \
+           f"{format_duration(max(deadline - now, 0))}{CATALOGUE[reason].unless}"
 
 
-def _action_message(reason: str, action: str, facts: Facts, rule: Rule, now: float) -> str:
-    return f"{_DONE[action]} by the pool's {rule.described}. {_what(reason, facts, rule, now)}."
+def _action_message(reason: str, action: str, facts: Facts, rule: Rule, now: float, reserved: str = "") -> str:
+    if reason == RESERVED:  # the admin's reservation acts, not the kernel's rule
+        return f"{ACTIONS[action].done} for a reservation: {_what(reason, facts, rule, now, reserved)}."
+    return f"{ACTIONS[action].done} by the pool's {rule.described}. {_what(reason, facts, rule, now)}."

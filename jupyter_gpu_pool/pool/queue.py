@@ -1,7 +1,8 @@
 """The queue: requests waiting for room (a kernel start, or a hibernated kernel's resume).
 
-Waiters are served in the order they came; a later request may only take a slice that is
-left after every earlier waiter that fits took its own (:func:`reserve_for_waiters`).
+Waiters are served in the order they came (unless the admin's sharing orders them otherwise:
+``pool.sharing``); a later request may only take a slice that is left after every earlier waiter
+that fits took its own (:func:`reserve_for_waiters`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Waiter:
     enqueued: float
     heartbeat: float
     position: int = 0
+    groups: tuple[str, ...] = ()  # its owner's groups (reservations' members, fair share's groups)
+    why: str = ""  # why it is where it is, where sharing orders the queue ("3rd in the queue: ...")
 
     @property
     def for_resume(self) -> bool:

@@ -14,12 +14,16 @@ idle kernels whose slices would make room for it on a GPU it may take, chosen by
 A refused start is not a waiter (it left no place in the queue), and a waiter the room left serves
 already needs nothing.  Kernels already on their way out (being hibernated or shut down) count as
 room coming.
+
+Reservations (``pool.reservations``) take their room back by the same choice
+(:func:`choose_for_reservations`): from non-members' kernels on their GPUs, idle or not (a running
+cell is left alone), from their lead time on, and during their window for a member who waits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from .allocation import gpu_usage, resume_candidates
@@ -27,7 +31,9 @@ from .gpus import GPU
 from .leases import ACTIVE, Lease
 from .placement import BINPACK, GPUUsage, choose
 from .queue import Waiter
+from .reservations import Slot, Unused
 from .rules import SHUTDOWN, Rule
+from .sharing import Line, Sharing
 
 MAX_CANDIDATES = 12  # the longest-idle ones are weighed; more would only cost time
 
@@ -71,11 +77,12 @@ def needs(waiters: Iterable[Waiter], usage: list[GPUUsage], resuming: Callable[[
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """One kernel to reclaim, the action, and the waiter it makes room for."""
+    """One kernel to reclaim, the action, and the waiter it makes room for (or the reservation: ``slot``)."""
 
     kernel_id: str
     action: str
     waiter_id: str
+    slot: Slot | None = None
 
 
 def candidate(lease: Lease, rule: Rule, action: str, *, idle_since: float, busy: bool, now: float,
@@ -101,6 +108,26 @@ def _serves(usage: list[GPUUsage], need: Need, placement: str) -> list[GPU] | No
     return choose(allowed, need.waiter.slice, placement)
 
 
+def _least(left: list[Candidate], serves: Callable[[set[str]], object], warned: set[str]) -> tuple[tuple, object] | None:
+    """The least set of ``left`` whose reclaim ``serves`` (returns what it serves with, None where it does
+    not), by the order of this module's docstring; None where not even all of them serve."""
+    if serves({c.kernel_id for c in left}) is None:
+        return None  # taking more never makes less room
+    best: tuple | None = None
+    for size in range(1, len(left) + 1):
+        if best is not None and best[0][0] == 0 and size > best[0][1]:
+            break  # nothing larger beats a set that loses no state
+        for combo in combinations(left, size):
+            fit = serves({c.kernel_id for c in combo})
+            if fit is None:
+                continue
+            key = (sum(c.loses_state for c in combo), size, -sum(c.kernel_id in warned for c in combo),
+                   sum(c.lease.total_memory for c in combo), sum(c.idle_since for c in combo))
+            if best is None or key < best[0]:
+                best = (key, combo, fit)
+    return None if best is None else (best[1], best[2])
+
+
 def choose_reclaim(gpus: list[GPU], leases: list[Lease], needs: list[Need], candidates: list[Candidate], *,
                    freeing: Iterable[str] = (), warned: Iterable[str] = (), placement: str = BINPACK) -> list[Choice]:
     """The kernels to reclaim now for ``needs`` (the queue, in order), among ``candidates``.
@@ -119,31 +146,109 @@ def choose_reclaim(gpus: list[GPU], leases: list[Lease], needs: list[Need], cand
         usage = _without(gpus, [*leases, *placed], gone)
         fit = _serves(usage, need, placement)
         if fit is None:
-            best: tuple | None = None
             left = [c for c in weighed if c.kernel_id not in gone]
             held = [*leases, *placed]
-            if _serves(_without(gpus, held, gone | {c.kernel_id for c in left}), need, placement) is None:
-                continue  # not even all of them would serve it (taking more never makes less room)
-            for size in range(1, len(left) + 1):
-                if best is not None and best[0][0] == 0 and size > best[0][1]:
-                    break  # nothing larger beats a set that loses no state
-                for combo in combinations(left, size):
-                    ids = {c.kernel_id for c in combo}
-                    fit = _serves(_without(gpus, held, gone | ids), need, placement)
-                    if fit is None:
-                        continue
-                    key = (sum(c.loses_state for c in combo), size, -sum(c.kernel_id in warned for c in combo),
-                           sum(c.lease.total_memory for c in combo), sum(c.idle_since for c in combo))
-                    if best is None or key < best[0]:
-                        best = (key, combo, fit)
+            best = _least(left, lambda ids: _serves(_without(gpus, held, gone | ids), need, placement), warned)
             if best is None:
                 continue
-            _key, combo, fit = best
+            combo, fit = best
             for c in combo:
                 gone.add(c.kernel_id)
                 chosen.append(Choice(c.kernel_id, c.action, need.waiter.id))
         placed.append(_placed(need.waiter, fit))
     return chosen
+
+
+# -- reservations ------------------------------------------------------------------------------------------
+
+
+def reservation_candidate(lease: Lease, rule: Rule, action: str, *, idle_since: float, busy: bool) -> Candidate | None:
+    """The kernel as a candidate to give back reserved room, or None: it is busy (a running cell cannot be
+    checkpointed), not active, or reclaiming would shut it down and its rule's action is not shutdown.
+    Idle times and snoozes do not count: the room is reserved."""
+    if busy or lease.state != ACTIVE:
+        return None
+    if action == SHUTDOWN and rule.action != SHUTDOWN:
+        return None
+    return Candidate(lease, action, idle_since)
+
+
+def shortfall(usage: list[GPUUsage], need: Unused) -> tuple[int, int]:
+    """What of ``need`` is not free on its GPUs: (bytes, whole GPUs).  Its whole GPUs are the empty ones
+    (the emptiest first, as ``reservations.hold_back`` keeps them), its memory the free memory of the rest."""
+    on = [u for u in usage if u.gpu.uuid in set(need.eligible)]
+    empty = sorted((u for u in on if u.leases == 0 and not u.exclusive), key=lambda u: (u.memory, u.gpu.index))
+    kept = {u.gpu.uuid for u in empty[: need.gpus]}
+    free = sum(u.free_memory for u in on if u.gpu.uuid not in kept)
+    return max(need.memory - free, 0), max(need.gpus - len(empty), 0)
+
+
+def choose_for_reservations(gpus: list[GPU], leases: list[Lease], line: Line, candidates: list[Candidate], *,
+                            freeing: Iterable[str] = (), warned: Iterable[str] = (),
+                            placement: str = BINPACK) -> list[Choice]:
+    """The kernels of non-members to reclaim now for the reservations keeping room (``line.unused``).
+
+    From a reservation's lead time to as long after its window opens, the room its members leave unused
+    is made free: the least set of candidates on its GPUs whose slices make it (this module's order:
+    hibernation first, fewest, warned already, least memory, longest idle); where not even the weighed
+    ones make all of it, all that do make some, in that order (members come one by one).  Later in the
+    window, borrowed room is taken back only for members waiting in the queue: ``choose_reclaim`` for
+    those waiters, among the non-members' kernels on its GPUs.  Each choice names its reservation
+    (``Choice.slot``)."""
+    gone = set(freeing)
+    warned = set(warned)
+    chosen: list[Choice] = []
+    for need in line.unused:
+        r = need.slot.reservation
+        on = set(need.eligible)
+        theirs = [c for c in candidates if c.kernel_id not in gone and not r.member(c.lease.owner, c.lease.groups)
+                  and on & set(c.lease.gpus)]
+        if need.slot.borrowing:
+            members = [Need(w, tuple(on)) for w in line.waiters if r.member(w.owner, w.groups)]
+            picks = choose_reclaim(gpus, leases, members, theirs, freeing=gone, warned=warned, placement=placement)
+        else:
+            picks = _make_room(gpus, leases, need, theirs, gone, warned)
+        for pick in picks:
+            gone.add(pick.kernel_id)
+            chosen.append(replace(pick, slot=need.slot))
+    return chosen
+
+
+def reserved_for(sharing: Sharing, usage: list[GPUUsage], leases: list[Lease], waiters: list[Waiter],
+                 candidates: list[Candidate], now: float, *, freeing: Iterable[str] = (), warned: Iterable[str] = (),
+                 placement: str = BINPACK) -> dict[str, str]:
+    """What a culler (live or replayed) asks: of ``candidates`` (its idle kernels, from
+    :func:`reservation_candidate`), those to give back room the reservations keep now, each with the
+    reason in words ("reserved for ML 101 lab from 10:00"); ``usage``, ``leases`` and ``waiters``: the pool."""
+    if not candidates or not sharing.needs_everyone(now):
+        return {}
+    line = sharing.line(waiters, now=now, gpus=usage, everyone=leases, use={})
+    chosen = choose_for_reservations([u.gpu for u in usage], leases, line, candidates, freeing=freeing,
+                                     warned=warned, placement=placement)
+    return {c.kernel_id: c.slot.reason(now) for c in chosen}
+
+
+def _make_room(gpus: list[GPU], leases: list[Lease], need: Unused, candidates: list[Candidate], gone: set[str],
+               warned: set[str]) -> list[Choice]:
+    def made(ids: set[str]) -> bool | None:
+        return True if shortfall(_without(gpus, leases, gone | ids), need) == (0, 0) else None
+
+    if made(set()):
+        return []
+    ordered = sorted(candidates, key=lambda c: (c.loses_state, c.kernel_id not in warned, -c.lease.total_memory,
+                                                c.idle_since))
+    best = _least(ordered[:MAX_CANDIDATES], made, warned)
+    if best is not None:
+        return [Choice(c.kernel_id, c.action, "") for c in best[0]]
+    picks: list[Choice] = []
+    for c in ordered:
+        before = shortfall(_without(gpus, leases, gone | {p.kernel_id for p in picks}), need)
+        after = shortfall(_without(gpus, leases, gone | {p.kernel_id for p in picks} | {c.kernel_id}), need)
+        if after < before:
+            picks.append(Choice(c.kernel_id, c.action, ""))
+        if after == (0, 0):
+            break
+    return picks
 
 
 def _placed(waiter: Waiter, gpus: list[GPU]) -> Lease:

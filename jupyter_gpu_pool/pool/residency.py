@@ -7,23 +7,27 @@ holds on one machine and on a cluster, so it is written once, here, as a pure tr
 reports) and returns the next residency with the *effects* to carry out, or raises :class:`Refused`
 (nothing changes) where the event cannot happen in that state::
 
-    no GPU yet ──cell, Resume──▶ resuming (first) ──slice granted──▶ restoring (first) ──restore done──▶ active
-        ▲    (a hint: refused)     │ ▲ no room        set the environment │        (environment set)
-        ├──── quota refused ───────┘ └─▶ queued (first) ──slice granted───┤
-        └──────────────────────────── restore undone: give the slice back ┘
+    no GPU yet ──cell, Resume: take a slice──▶ resuming (first)
+    resuming (first) ──slice granted: set the environment──▶ restoring (first) ──restore done──▶ active
+    resuming (first) ──no room──▶ queued (first) ──slice granted──▶ restoring (first);  ──room freed──▶ resuming (first)
+    resuming, queued (first) ──quota refused, interrupted──▶ no GPU yet
+    restoring (first) ──restore undone (its environment not set): give back──▶ no GPU yet
 
-    active ──idle rule, Release, after cell, hint unused──▶ hibernating ──checkpoint done: give back──▶ hibernated
-      ▲ ▲    claim host RAM, checkpoint                       │ │
-      │ └───────────── checkpoint undone: free host RAM ──────┘ └─ checkpoint stuck ─▶ failed ─restarted─▶ active
-
-    hibernated ──cell, Resume: take a slice──▶ resuming ──slice granted: restore──▶ restoring ──restore done──▶ active
-      │ │  ──hint: one try, never queued──▶ (hint)  │ ▲ │                             │    (on a hint: active, hinted,
-      │ │                                           │ │ └ no room ─▶ queued ──slice   │     held for a cell: a cell
-      │ │        quota refused, a hint declined ◀───┘ └── room freed ──┘    granted ─▶│     uses it, else asleep)
-      │ │                                                 restore undone: give back ◀─┘ (stuck: failed)
-      │ └─ host RAM cap ─▶ evicting ──deadline: shut down──▶ stopping      (a cell spares it: resuming)
-      │
-    any ──stop──▶ stopping (its move still reports) ──restarted──▶ active / no GPU yet       any ──gone──▶ gone
+    active ──idle rule, Release, after cell, hint unused: claim host RAM, checkpoint──▶ hibernating
+    hibernating ──checkpoint done: give back, record──▶ hibernated;  ──undone: free host RAM──▶ active
+    hibernating ──checkpoint stuck──▶ failed;  ──cell, Resume: call it off, if still before the checkpoint
+    hibernated ──cell, Resume: take a slice──▶ resuming;  ──hint: a slice only if free now──▶ resuming (hint)
+    resuming ──slice granted: restore──▶ restoring;  ──no room──▶ queued;  ──quota refused: warn──▶ hibernated
+    resuming (hint) ──no room, quota refused (declined, quietly)──▶ hibernated;  ──cell──▶ resuming
+    queued ──slice granted: restore──▶ restoring;  ──room freed: ask again──▶ resuming;  ──quota refused──▶ hibernated
+    restoring ──restore done: record, restart the idle clock──▶ active;  ──undone: give back──▶ hibernated
+    restoring ──room lost (its GPU taken, a remap refused): give back, ask again──▶ resuming;  ──stuck──▶ failed
+    restoring (hint) ──restore done: hold for a cell──▶ active (hint) ──cell: restart the idle clock──▶ active
+    active (hint) ──hint unused (no warning)──▶ hibernating
+    hibernated ──host RAM cap: evict, warn──▶ evicting ──deadline: shut down──▶ stopping;  evicting ──cell──▶ resuming
+    any move ──interrupted (its server gone): put back by the processes' real states──▶ asleep, or active
+    any ──stop──▶ stopping (was …: its move still reports, quietly) ──restarted──▶ active, or no GPU yet
+    failed ──restarted──▶ active;  any ──gone: release all──▶ gone
 
 Who steps it: the local hibernator (``hibernation/``: its moves ask :func:`step` what comes next and
 carry out the effects, the ledger's compare-and-set phases staying the record, :func:`residency_of`
@@ -118,6 +122,7 @@ EFFECTS = (TAKE_SLICE, TAKE_SLICE_NOW, CLAIM_HOST_RAM, CHECKPOINT, CALL_OFF, GIV
 
 _MOVING = (HIBERNATING, RESUMING, QUEUED, RESTORING)
 _HOLDING = (ACTIVE, HIBERNATING, RESTORING, FAILED)
+_ASLEEP = (NO_GPU_YET, HIBERNATING, HIBERNATED, EVICTING, RESUMING, QUEUED, RESTORING)
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,11 @@ class Residency:
     def holds_slice(self) -> bool:
         """Whether its slice is counted held in the pool."""
         return (self.was or self.stage) in _HOLDING
+
+    @property
+    def asleep(self) -> bool:
+        """Whether a cell sent to it now must wait for a resume (or a first slice)."""
+        return self.stage in _ASLEEP
 
     @property
     def moving(self) -> bool:

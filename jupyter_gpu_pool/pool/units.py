@@ -125,9 +125,15 @@ def format_age(seconds: float) -> str:
     return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
 
 
-def format_clock(at: float) -> str:
-    """A Unix time as the machine's local wall-clock ``HH:MM`` (what a user compares with their clock)."""
-    return time.strftime("%H:%M", time.localtime(at))
+# A deadline closer than this is said to the second: "at 21:10" for 21:10:55 would be most of a minute wrong.
+TO_THE_SECOND = 120.0
+
+
+def format_clock(at: float, now: float | None = None) -> str:
+    """A Unix time as the machine's local wall-clock ``HH:MM`` (what a user compares with their clock);
+    ``HH:MM:SS`` where ``now`` is given and ``at`` is less than two minutes ahead of it."""
+    close = now is not None and at - now < TO_THE_SECOND
+    return time.strftime("%H:%M:%S" if close else "%H:%M", time.localtime(at))
 
 
 def format_rfc3339(at: float) -> str:

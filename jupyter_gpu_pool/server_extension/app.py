@@ -9,12 +9,13 @@ Its settings live with the pool's: ``c.GPUPoolExtension.*`` may be written in
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Instance, TraitError, Type, default
 
-from ..compat import quiet_refusals, start_handlers
+from ..compat import forget_failed_starts, quiet_refusals, start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
 from ..pools import pool_for
@@ -34,6 +35,29 @@ from .rest.identity import is_personal_server
 from .notebooks import Notebooks
 from .recorder import Recorder
 from .starting import StartingKernels
+
+
+# The package's logger: every module of the pool logs under it (``logging.getLogger(__name__)``), the
+# hibernator and the provisioners included when they run in this server.
+PACKAGE_LOG = "jupyter_gpu_pool"
+
+
+def join_server_log(extension_log: logging.Logger, level: int | str) -> None:
+    """Send the pool's module loggers' lines where jupyter_server writes this extension's own (its
+    ``self.log``'s handlers: the server's stream and format, or an admin's ``logging_config``), at its
+    level: without a handler of their own they went to Python's last-resort handler, warnings bare (no
+    time, level or name) and INFO lines dropped.  A later server in the same process (tests) replaces the
+    handlers an earlier one lent; records still propagate, so a host that logs the root logger sees them."""
+    package = logging.getLogger(PACKAGE_LOG)
+    for handler in [h for h in package.handlers if getattr(h, "_lent_by_gpu_pool", False)]:
+        package.removeHandler(handler)
+    for handler in extension_log.handlers:
+        if handler not in package.handlers:
+            handler._lent_by_gpu_pool = True  # type: ignore[attr-defined]
+            package.addHandler(handler)
+    wanted = logging.getLevelName(level) if isinstance(level, str) else level
+    if isinstance(wanted, int) and package.getEffectiveLevel() > wanted:
+        package.setLevel(wanted)  # never quieter than it was made (a test may have asked for DEBUG)
 
 
 class GPUPoolExtension(ExtensionApp):
@@ -151,6 +175,7 @@ class GPUPoolExtension(ExtensionApp):
     # -- setup ------------------------------------------------------------------------------
 
     def initialize_settings(self) -> None:
+        join_server_log(self.log, self.log_level)
         quiet_refusals(self.settings, self.serverapp.log)  # a refused start is an expected answer: one warning line
         self.backend = self._make_backend()
         self.hint_limiter = HintLimiter(self.hint_rate_limit)
@@ -177,6 +202,7 @@ class GPUPoolExtension(ExtensionApp):
                              web_settings=self.serverapp.web_app.settings, hibernator_getter=lambda: self.hibernator,
                              exempt_server_culler=self.exempt_from_server_culler, activity=activity,
                              concurrency=self.cull_concurrency, notebooks=notebooks)
+        self.hibernator.when_user_resumes(self.culler.user_resumed)  # a resume asked for restarts the idle clock
         self.server_context = self.culler.context
         self.starting = StartingKernels(km)
         self._tasks: list[asyncio.Task] = []
@@ -253,7 +279,13 @@ class GPUPoolExtension(ExtensionApp):
                        loop.create_task(self.culler.run(self.cull_interval, self._stop))]
 
     async def stop_extension(self) -> None:
-        """Let the loops finish what they are doing (threads cannot be cancelled), then stop."""
+        """Let the loops finish what they are doing (threads cannot be cancelled), then stop.  jupyter_server
+        shuts the kernels down next: first drop the starts that failed without a kernel, on which its
+        shutdown would fail and leave the server running after SIGTERM (``compat.forget_failed_starts``)."""
+        failed = forget_failed_starts(self.serverapp.kernel_manager)
+        if failed:
+            self.log.info("GPU pool: %d kernel start(s) that failed left no kernel to shut down: %s", len(failed),
+                          ", ".join(failed))
         if self._stop is not None:
             self._stop.set()
         if self._tasks:

@@ -20,6 +20,7 @@ from ..pool import Lease
 from ..pool import policy as P
 from ..pool.rules import Policy
 from ..pool.profiles import MPS
+from ..pool.words import MPS_CANNOT_HIBERNATE
 from .backends.base import PoolBackend
 from .sleep.hook import HibernationHook
 from .notebooks import Notebooks
@@ -85,7 +86,7 @@ class ServerContext:
     def hibernation(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether this kernel can hibernate now, and why not."""
         if lease.isolation == MPS:
-            return False, "an MPS client cannot be checkpointed (CUDA error 801)"
+            return False, MPS_CANNOT_HIBERNATE
         try:
             ok, why = self.hibernator.can_hibernate(lease)
         except Exception as e:  # the hook must not break a culling pass

@@ -13,7 +13,8 @@ culler keeps only the policy's memory of each kernel (its warning and snoozes), 
 and its own running tasks, which it shows the REST views through a read-only :class:`ServerContext`.
 Everything that acts, warns or is snoozed is put on record through the :class:`Recorder`; what a user
 reads of an action done on request is written in ``messages``.  Admins' requests for this server's
-kernels arrive on the pool's journal (``admin_requests``) and are carried out here, like a user's own.
+kernels arrive on the pool's journal (``admin_requests``); its :class:`JournalWatch` reads them each pass and
+they are carried out here (``act``), like a user's own.
 
 A *pool kernel* is a kernel of this server that holds a lease.  Other kernels are left to
 jupyter_server (and its own culler, if on).
@@ -39,11 +40,12 @@ from ..pool.phases import HIBERNATING, STOPPING
 from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.rules import Policy
-from ..pool.units import format_clock, unix_time
-from . import admin_requests, messages, metrics
+from ..pool.units import unix_time
+from . import messages, metrics
 from .activity import ActivityRecorder
 from .backends.base import PoolBackend
 from .context import Acting, Seen, ServerContext
+from .journal_watch import JournalWatch
 from .sleep.hook import HibernationHook
 from .notebooks import Notebooks
 from .recorder import Recorder
@@ -70,13 +72,12 @@ class Culler:
         self.activity = activity  # the planner's activity trace, where the pool keeps one
         self.states: dict[str, P.KernelState] = {}  # the policy's memory: warnings given, snoozes used
         self.busy_since: dict[str, float] = {}
+        self.resumed: dict[str, float] = {}  # when a resume its user asked for last put each kernel on its slice
         self.acting: dict[str, Acting] = {}  # this server's actions under way, by kernel
         self.timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}  # warned kernels: (deadline, its call)
         self._deciding = asyncio.Lock()  # a pass and a deadline's check decide one at a time
         self.seen: dict[str, Seen] = {}
         self.last_snapshot: Snapshot | None = None
-        self._journal_seq: int | None = None
-        self._waiters_seen: set[str] = set()
         self.passes = 0
         self.grid: tuple[float, float] | None = None  # (first pass, interval) once running
         self.slots = asyncio.Semaphore(concurrency)  # the policy's actions in flight at once
@@ -85,6 +86,7 @@ class Culler:
                                      states=MappingProxyType(self.states), seen=MappingProxyType(self.seen),
                                      acting=MappingProxyType(self.acting), passes=lambda: self.passes,
                                      notebooks=notebooks or Notebooks())
+        self.journal = JournalWatch(backend=backend, recorder=recorder, context=self.context, act=self.act)
 
     @property
     def policy(self) -> Policy:
@@ -121,7 +123,14 @@ class Culler:
             lease, execution_state=execution_state, last_activity=last_activity, busy_since=since,
             gpu_active=self.sampler.last_gpu_activity(kernel_id, rule.gpu_idle_threshold),
             gpu_idle_since=self.sampler.gpu_idle_since(kernel_id, rule.gpu_idle_threshold),
-            memory_used=reading.memory_used if reading else None, can_hibernate=can, why=why, budget=budget)
+            memory_used=reading.memory_used if reading else None, can_hibernate=can, why=why, budget=budget,
+            resumed=self.resumed.get(kernel_id))
+
+    def user_resumed(self, kernel_id: str) -> None:
+        """A resume the kernel's user asked for put it back on its slice (the hook says so: its Resume, a
+        cell): its idle clock restarts now.  The policy's memory keeps its warnings and snoozes; its next
+        judgement, with the clock restarted, withdraws a warning no longer due."""
+        self.resumed[kernel_id] = self.clock()
 
     # -- one pass -----------------------------------------------------------------------------
 
@@ -138,18 +147,20 @@ class Culler:
                                 if isinstance(k.provisioner, PoolKernelProvisioner)})
             judged, gpu_active = await self._judge(kernels, now)
             reclaimed = self.reclaim(snapshot, kernels, judged, now)
+            reserved = await reserved_kernels(self.backend, self.context, self.states, kernels, judged)
             for kid, lease, rule, facts in judged:
-                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
-            for gone in set(self.states) - set(kernels):
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed, reserved=reserved.get(kid, ""))
+            for gone in (set(self.states) | set(self.resumed)) - set(kernels):
                 self.states.pop(gone, None)
                 self.seen.pop(gone, None)
                 self.busy_since.pop(gone, None)
+                self.resumed.pop(gone, None)
                 self._unschedule(gone)
         if gpu_active:
             self.report_gpu_activity()
         if self.activity is not None:
             await self.activity.observe(snapshot, kernels, now=now, context=self.context, grid=self.grid)
-        await self._follow_journal(snapshot)
+        await self.journal.follow(snapshot)
         self._update_metrics(snapshot, kernels)
         self.passes += 1
 
@@ -192,11 +203,11 @@ class Culler:
         return judged, gpu_active
 
     async def _decide(self, kid: str, lease: Lease, rule: P.Rule, facts: P.Facts, now: float, *,
-                      reclaim: bool) -> None:
+                      reclaim: bool, reserved: str = "") -> None:
         """Ask the policy about one kernel, keep its answer, carry it out, and keep the kernel's deadline
         timer in step with its warning."""
         decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=reclaim,
-                            dry_run=self.policy.dry_run)
+                            dry_run=self.policy.dry_run, reserved=reserved)
         self.states[kid] = decision.state
         self.seen[kid] = Seen(rule, facts, decision)
         if decision.verb != P.NONE:
@@ -252,8 +263,10 @@ class Culler:
                 if not mine:
                     return
                 reclaimed = self.reclaim(snapshot, kernels, judged, now)
+                reserved = await reserved_kernels(self.backend, self.context, self.states, kernels, judged)
                 _kid, lease, rule, facts = mine[0]
-                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed)
+                await self._decide(kid, lease, rule, facts, now, reclaim=kid in reclaimed,
+                                   reserved=reserved.get(kid, ""))
         except Exception:
             log.exception("GPU pool: kernel %s: acting at its deadline failed", kid)
 
@@ -359,7 +372,8 @@ class Culler:
                         self.states[kid] = state
                         log.warning("kernel %s: hibernation failed (%s); it keeps running", kid, e)
                         await self.recorder.record("hibernation_failed", lease, reason=e.reason, rule=rule.name,
-                                                   message=messages.hibernation_failed(e.message, state.retry_after),
+                                                   message=messages.hibernation_failed(
+                                                       e.message, state.retry_after, self.clock()),
                                                    action=P.HIBERNATE, extra=extra)
                         return
                     log.warning("kernel %s: hibernation failed (%s); shutting it down instead", kid, e)
@@ -416,15 +430,10 @@ class Culler:
 
     def _kept_alive(self, lease: Lease, rule: P.Rule, state: P.KernelState) -> str:
         """What a Keep alive did, said once: until when, and what follows if the kernel stays idle."""
-        until = format_clock(state.snoozed_until)
-        left = P.snoozes_left(state, rule)
-        more = f"{left} more Keep alive{'s' if left != 1 else ''} allowed" if left else "no more Keep alive allowed"
         seen = self.seen.get(lease.kernel_id)
         found = P.next_action(seen.facts, rule, state) if seen is not None else None
-        if found is None or found[0] > state.snoozed_until + 60:
-            return f"Kept alive until {until}; {more}."
-        then = "hibernated" if found[2] == P.HIBERNATE else "shut down"
-        return f"Kept alive until {until}, then {then} if still idle; {more}."
+        then = None if found is None or found[0] > state.snoozed_until + 60 else found[2]
+        return messages.kept_alive(state.snoozed_until, self.clock(), P.snoozes_left(state, rule), then)
 
     def release(self, kid: str, lease: Lease, rule: P.Rule) -> str:
         """Give the slice back now, as the rule says (hibernate where it can, else shut down)."""
@@ -463,66 +472,6 @@ class Culler:
                                        messages.on_request(done, by), note, user_release=True))
         return done
 
-    # -- what others did (refusals, the queue) -------------------------------------------------------
-
-    async def _follow_journal(self, snapshot: Snapshot) -> None:
-        """Announce what the ledger journaled for this server's user (refused starts) and new waiters;
-        carry out admins' requests for this server's kernels (``admin_requests``)."""
-        owner = self.backend.owner
-        entries = await self.backend.journal(kinds=("refused", admin_requests.KIND), owner=owner, limit=50)
-        asked = []
-        if self._journal_seq is None:  # at start: only what happens from now on
-            self._journal_seq = max((e.seq for e in entries), default=0)
-        else:
-            for e in sorted(entries, key=lambda e: e.seq):
-                if e.seq <= self._journal_seq:
-                    continue
-                self._journal_seq = e.seq
-                if e.kind == admin_requests.KIND:
-                    asked.append(e)
-                    continue
-                if e.detail.get("source") == "policy":
-                    continue  # put on record (and announced) by the recorder already
-                self.recorder.announce("refused", kernel_id=e.kernel_id or "", user=e.owner or owner,
-                                       reason=e.reason, message=str(e.detail.get("message", "")),
-                                       profile=e.detail.get("profile"))
-        await self._follow_requests(asked)
-        mine = [w for w in snapshot.waiters if w.owner == owner]
-        paths = await self.context.notebooks.paths() if any(w.id not in self._waiters_seen for w in mine) else {}
-        for w in mine:
-            if w.id not in self._waiters_seen:
-                name = paths.get(w.kernel_id, w.label)
-                profile = self.backend.profile(w.profile)
-                launcher = f"'{profile.display_name}'" if profile else "a kernel"
-                what = (f"resume {name or 'this kernel'}" if w.for_resume else
-                        f"start {launcher}{f' for {name}' if name else ''}")
-                self.recorder.announce("queued", kernel_id=w.kernel_id, user=w.owner, reason="pool_exhausted",
-                                       message=f"Waiting for a GPU slice to {what}: position {w.position} in the "
-                                               "queue.", profile=w.profile)
-        self._waiters_seen = {w.id for w in mine}
-
-    async def _follow_requests(self, entries) -> None:
-        """Carry out the admins' requests among ``entries`` (new journal entries of this server's owner)
-        for kernels this server runs; a request for a kernel that ended meanwhile has nothing to do."""
-        if not entries:
-            return
-        snapshot = await self.backend.snapshot()
-        for e in entries:
-            if e.kind != admin_requests.KIND or e.kernel_id not in self.km or self.context.busy(e.kernel_id):
-                continue
-            lease = snapshot.lease_of_kernel(e.kernel_id)
-            action, by = e.detail.get("action"), str(e.detail.get("by") or "an admin")
-            if lease is None or lease.phase or action not in admin_requests.ACTIONS:
-                continue
-            try:
-                done = self.act(lease, action, by)
-            except ValueError as why:
-                log.info("kernel %s: %s's request to %s it is not carried out: %s", e.kernel_id, by, action, why)
-                await self.recorder.record("refused", lease, reason="admin", message=f"Not {action}d: {why}.",
-                                           action=action)
-                continue
-            log.info("kernel %s: %s at the request of admin %s", e.kernel_id, done, by)
-
     def _update_metrics(self, snapshot: Snapshot, kernels: dict) -> None:
         per_kernel = {}
         for kid, (_, lease) in kernels.items():
@@ -556,3 +505,18 @@ class Culler:
             except Exception:
                 task.cancel()
 
+
+async def reserved_kernels(backend: PoolBackend, context: ServerContext, states, kernels: dict,
+                           judged: list) -> dict[str, str]:
+    """The kernels of this server to give back room a reservation keeps now, each with why in words
+    (``pool.reclaim.reserved_for`` on the whole pool, through the backend: non-members' idle kernels,
+    hibernation first, fewest).  ``states``: the policy's memory of each kernel (who was warned already)."""
+    if not backend.sharing.reservations:
+        return {}
+    candidates = [c for kid, lease, rule, facts in judged if (c := R.reservation_candidate(
+        lease, rule, P.release_action(rule, facts.can_hibernate, facts.hibernate_unavailable)[0],
+        idle_since=facts.last_activity, busy=facts.execution_state == "busy")) is not None]
+    freeing = tuple(kid for kid, (_k, lease) in kernels.items() if context.busy(kid) or lease.phase in (
+        HIBERNATING, STOPPING))
+    warned = tuple(kid for kid, state in states.items() if state.warning and state.warning.reason == P.RESERVED)
+    return await backend.reserved(candidates, freeing, warned)

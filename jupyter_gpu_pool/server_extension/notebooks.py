@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..pool import Lease
+from ..pool.words import notebook_label
 
 log = logging.getLogger(__name__)
 
@@ -51,5 +52,6 @@ class Notebooks:
 
 
 def name_of(lease: Lease, paths: Mapping[str, str]) -> str:
-    """The kernel's notebook path now where it has a notebook session, else its lease's label."""
-    return paths.get(lease.kernel_id, lease.label)
+    """The kernel's notebook path now where it has a notebook session, else its lease's label where that
+    names a notebook; "" for a kernel without one (started over the REST API: the UI names it by its id)."""
+    return notebook_label(paths.get(lease.kernel_id, lease.label))

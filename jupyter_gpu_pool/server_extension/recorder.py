@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from ..pool import Lease
+from ..pool.words import notebook_label
 from . import events, metrics
 from .notebooks import Notebooks
 from .sleep.timers import AFTER_CELL, HINT_UNUSED
@@ -28,7 +29,7 @@ _QUIET = (AFTER_CELL, HINT_UNUSED)
 
 def named(name: str, kernel_id: str) -> str:
     """A kernel as a log line names it: its notebook, with the kernel's id to find it in jupyter_server's lines."""
-    return f"{name!r} (kernel {kernel_id[:8]})" if name else f"kernel {kernel_id}"
+    return f"{name!r} (kernel {kernel_id[:8]})" if notebook_label(name) else f"kernel {kernel_id}"
 
 
 class Recorder:

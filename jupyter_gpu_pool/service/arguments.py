@@ -91,6 +91,18 @@ class Args:
         return value
 
 
+def candidates(args: Args, name: str = "candidates") -> list[tuple[str, str, float]]:
+    """Kernels a caller offers to give back reserved room: [lease id, action, idle since], at most 256."""
+    value = args.get(name)
+    if not isinstance(value, list) or len(value) > 256 or not all(
+            isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) and len(c[0]) <= 128
+            and c[1] in ("hibernate", "shutdown") and isinstance(c[2], (int, float)) and not isinstance(c[2], bool)
+            and math.isfinite(c[2]) for c in value):
+        raise ProtocolError(f"'{name}' must be a list of at most 256 [lease id, 'hibernate' or 'shutdown', "
+                            "idle since] entries")
+    return [(c[0], c[1], float(c[2])) for c in value]
+
+
 def kernel_id(args: Args) -> str:
     kernel_id = args.text("kernel_id")
     if not KERNEL_ID.fullmatch(kernel_id):

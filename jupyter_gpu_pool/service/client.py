@@ -213,9 +213,9 @@ class ServiceLedger(LeaseStore):
         return self.client.call("reconcile")
 
     def enqueue(self, owner: str, kernel_id: str, profile: str, spec, *, lease_id: str | None = None,
-                label: str = ""):
-        return self.client.call("enqueue", kernel_id=kernel_id, profile=profile, lease_id=lease_id,
-                                label=label)  # (the slice is the profile's or the lease's: the service's to say)
+                label: str = "", groups: tuple[str, ...] = ()):
+        # (the slice is the profile's or the lease's, the groups the caller's: the service's to say)
+        return self.client.call("enqueue", kernel_id=kernel_id, profile=profile, lease_id=lease_id, label=label)
 
     def heartbeat(self, waiter_id: str):
         return self.client.call("heartbeat", waiter_id=waiter_id)
@@ -295,3 +295,9 @@ class ServicePool(Pool):
 
     def mps_env(self, lease: Lease) -> dict[str, str]:
         return self.client.call("mps_env", lease_id=lease.id)
+
+    def reserved(self, candidates, freeing: tuple[str, ...] = (), warned: tuple[str, ...] = ()) -> dict[str, str]:
+        if not candidates or not self.settings.sharing.reservations:
+            return {}
+        return self.client.call("reserved", candidates=[[c.lease.id, c.action, c.idle_since] for c in candidates],
+                                freeing=list(freeing), warned=list(warned))

@@ -18,6 +18,7 @@ import psutil
 from ..local import processes
 from ..local.pool import LocalPool
 from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError
+from ..pool.reclaim import Candidate
 from ..pool.trace import TraceError, check
 from . import arguments, protocol
 from .arguments import LARGEST, Args
@@ -298,6 +299,13 @@ class Operations:
         found = await asyncio.to_thread(self.ledger.spenders, args.number("since", required=True))
         return [user for user in found if self._visible(caller, user)]
 
+    async def op_reserved(self, caller: Caller, peer: Peer, args: Args) -> dict[str, str]:
+        """Which of the caller's own kernels give back reserved room now (``LocalPool.reserved``, on the
+        whole pool, which the caller may not read): only their kernel ids and the reason come back."""
+        offered = arguments.candidates(args)
+        return await asyncio.to_thread(reserved_of, self.pool, caller.user, offered, args.texts("freeing"),
+                                       args.texts("warned"))
+
     async def op_host_bytes_on(self, caller: Caller, peer: Peer, args: Args) -> int:
         return await asyncio.to_thread(self.ledger.host_bytes_on, args.text("host", default=""))
 
@@ -332,7 +340,7 @@ class Operations:
         if len(mine) >= MAX_WAITERS:
             raise Busy(f"you hold {len(mine)} places in the GPU queue already (at most {MAX_WAITERS})")
         return await self.turns.write(caller.uid, self.ledger.enqueue, caller.user, kernel_id, profile, spec,
-                                 lease_id=lease_id, label=args.text("label", default=""))
+                                      lease_id=lease_id, label=args.text("label", default=""), groups=caller.groups)
 
     async def op_heartbeat(self, caller: Caller, peer: Peer, args: Args):
         waiter_id = await self._own_waiter(caller, args.text("waiter_id"))
@@ -497,3 +505,22 @@ def _start_of(pid: int) -> float:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return 0.0
+
+
+def reserved_of(pool: LocalPool, user: str, offered: list[tuple[str, str, float]], freeing: tuple[str, ...],
+                warned: tuple[str, ...]) -> dict[str, str]:
+    """``LocalPool.reserved`` for ``user``'s kernels only: another user's lease among ``offered`` is left
+    out, and so are kernel ids in ``freeing``/``warned`` that are not theirs."""
+    found, own = [], set()
+    for lease_id, action, idle_since in offered:
+        lease = pool.ledger.get(lease_id)
+        if lease is not None and lease.owner == user:
+            found.append(Candidate(lease, action, idle_since))
+            own.add(lease.kernel_id)
+    return pool.reserved(found, tuple(k for k in freeing if k in own or _theirs(pool, k, user)),
+                         tuple(k for k in warned if k in own))
+
+
+def _theirs(pool: LocalPool, kernel_id: str, user: str) -> bool:
+    lease = pool.ledger.by_kernel(kernel_id)
+    return lease is not None and lease.owner == user

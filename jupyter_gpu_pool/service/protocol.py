@@ -3,8 +3,8 @@
 A request is ``{"id": 7, "op": "allocate", "args": {...}}``; the reply is ``{"id": 7, "ok": true,
 "result": ...}`` or ``{"id": 7, "ok": false, "error": {"reason": ..., "message": ..., "status": ...}}``.
 A request line longer than :data:`MAX_FRAME` bytes is refused (the connection is then closed: the
-rest of the line cannot be told from the next request); a line that is not a JSON object, an unknown
-operation or bad arguments get an error reply and change nothing.  A reply may be up to
+rest of the line cannot be told from the next request); a line that is not a JSON object, names a key
+twice in any of its objects, an unknown operation or bad arguments get an error reply and change nothing.  A reply may be up to
 :data:`MAX_REPLY` bytes (a pool's journal or leases); the service answers one that would be longer
 with an error (``too_large``), and a client reads that much and no more.
 
@@ -76,6 +76,7 @@ OPERATIONS = {op.name: op for op in (
     Operation("budget_standing", ("owner",), reads=True),
     Operation("spenders", ("since",), reads=True),
     Operation("host_bytes_on", ("host",), who=POOL, reads=True),
+    Operation("reserved", ("candidates", "freeing", "warned"), reads=True),
     Operation("enqueue", ("kernel_id", "profile", "lease_id", "label")),
     Operation("heartbeat", ("waiter_id",)),
     Operation("dequeue", ("waiter_id",)),
@@ -168,10 +169,25 @@ def _object(value: dict):
     return cls(**fields)
 
 
-def loads(line: bytes) -> dict:
-    """One message from one line; a ProtocolError for anything that is not a JSON object."""
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json's hook for each object of a request: a key named twice is refused (json would keep the last one,
+    so a frame could read as one operation to a person or a proxy and act as another)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _value in pairs if key in seen or seen.add(key))
+        raise ProtocolError(f"the message is malformed: it names {twice[:64]!r} twice (each key may appear once)")
+    return found
+
+
+def loads(line: bytes, *, strict: bool = False) -> dict:
+    """One message from one line; a ProtocolError for anything that is not a JSON object.  ``strict``: a
+    request to the service, where an object that names a key twice is refused too (a reply comes from
+    the service itself, and is read at json's full speed)."""
     try:
-        message = json.loads(line)
+        message = json.loads(line, object_pairs_hook=_unique_keys if strict else None)
+    except ProtocolError:
+        raise
     except (ValueError, RecursionError) as e:
         raise ProtocolError(f"the message is not JSON ({str(e)[:80]})") from None
     if not isinstance(message, dict):

@@ -216,7 +216,7 @@ class PoolService:
         comes :class:`~.protocol.Encoded` for the socket (encoded in the caller's read turn, in a thread)."""
         request_id = None
         try:
-            message = protocol.loads(line)
+            message = protocol.loads(line, strict=True)
             request_id = message.get("id")
             if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool) or \
                     isinstance(request_id, str) and len(request_id) > 64:

@@ -1,18 +1,36 @@
 /**
  * What the user's and the admin's buttons do: ask first where a kernel's state
- * (or a running computation) is at stake, call the server, say what happened,
- * and give the keyboard focus back to the button that asked.
+ * (or a running computation) is at stake, call the server, say what happened
+ * (a note in the notification centre; a refusal, a toast: toasts.ts), and give
+ * the keyboard focus back to the button that asked.
  */
 
 import type { JupyterFrontEnd } from '@jupyterlab/application';
-import { Dialog, Notification } from '@jupyterlab/apputils';
+import { Dialog } from '@jupyterlab/apputils';
 
 import type { ILeaseRow } from './admin';
+import type { AdminRequests } from './requests';
+import { formatClock } from './format';
 import { __ } from './i18n';
 import type { PoolModel } from './model';
 import { kernelOf } from './notices';
 import type { AdminAction, IKernel } from './types';
 import type { IActionView } from './view';
+
+/** Where the actions say what they did. */
+export interface INotes {
+  /** What was done: the notification centre keeps it, no toast. */
+  note(kernelId: string, message: string): void;
+  /** The user's action was refused or failed: a toast. */
+  failed(kernelId: string, message: string): void;
+}
+
+/**
+ * Milliseconds after a question opens during which a click beside it does not close it: the second
+ * click of a double click on the button that asked lands there (JupyterLab's dialog closes on a
+ * click outside it), and the question vanished before it was seen.
+ */
+export const CONFIRM_GUARD_MS = 600;
 
 /** Ask; true when the user accepted. Focus goes back to `opener` however the dialog closes. */
 export async function confirm(
@@ -28,29 +46,48 @@ export async function confirm(
     ]
   });
   dialog.addClass('jp-GpuPool-dialog'); // the product's own question (the browser tests check it with axe-core)
+  const opened = Date.now();
+  // Before the dialog's own listener (a capture listener on the window runs first).
+  const guard = (event: MouseEvent) => {
+    const target = event.target as Node | null;
+    const content = dialog.node.querySelector('.jp-Dialog-content');
+    if (
+      Date.now() - opened < CONFIRM_GUARD_MS &&
+      target !== null &&
+      dialog.node.contains(target) &&
+      !content?.contains(target)
+    ) {
+      event.stopImmediatePropagation();
+      event.preventDefault();
+    }
+  };
+  window.addEventListener('click', guard, true);
   try {
     const result = await dialog.launch();
     return result.button.accept;
   } finally {
+    window.removeEventListener('click', guard, true);
     if (opener && opener.isConnected) {
       opener.focus();
     }
   }
 }
 
+/** "14:05" now, by the server's clock. */
+function nowClock(model: PoolModel): string {
+  return formatClock(model.serverNow());
+}
+
 /** Keep alive: postpone the pending action. */
-export async function keepAlive(model: PoolModel, kernelId: string): Promise<void> {
+export async function keepAlive(model: PoolModel, kernelId: string, notes: INotes): Promise<void> {
   try {
     const kernel = await model.client.snooze(kernelId);
-    // Tagged with the kernel: its next warning or explanation withdraws this toast (toasts.ts).
-    Notification.success(__('%1 is kept alive: it keeps its GPU slice.', kernelOf(kernel?.name)), {
-      autoClose: 5000,
-      data: { gpuPoolKernel: kernelId }
-    });
+    notes.note(
+      kernelId,
+      __('At %1, %2 was kept alive.', nowClock(model), kernelOf(kernel?.name, true))
+    );
   } catch (error) {
-    Notification.error(__('Could not keep the kernel alive: %1', (error as Error).message), {
-      autoClose: false
-    });
+    notes.failed(kernelId, __('Could not keep the kernel alive: %1', (error as Error).message));
   }
   await model.refresh();
 }
@@ -58,18 +95,26 @@ export async function keepAlive(model: PoolModel, kernelId: string): Promise<voi
 /** Release GPU: give the slice back now (hibernate where the rule and kernel allow, else shut down). */
 export async function release(
   model: PoolModel,
-  kernel: Pick<IKernel, 'kernel_id' | 'name'>
+  kernel: Pick<IKernel, 'kernel_id' | 'name'>,
+  notes: INotes
 ): Promise<void> {
-  const { action: done } = await model.client.release(kernel.kernel_id);
-  Notification.info(
-    done === 'hibernate'
-      ? __(
-          '%1 hibernates: its GPU slice goes back, its variables stay. Run a cell to resume it.',
-          kernelOf(kernel.name)
-        )
-      : __('%1 shuts down to give its GPU slice back.', kernelOf(kernel.name)),
-    { autoClose: 5000, data: { gpuPoolKernel: kernel.kernel_id } }
-  );
+  try {
+    const { action: done } = await model.client.release(kernel.kernel_id);
+    const who = kernelOf(kernel.name, true);
+    notes.note(
+      kernel.kernel_id,
+      done === 'hibernate'
+        ? __(
+            'At %1, you released the GPU slice of %2: it hibernates, its variables kept.',
+            nowClock(model),
+            who
+          )
+        : __('At %1, you released the GPU slice of %2: it shuts down.', nowClock(model), who)
+    );
+  } catch (error) {
+    notes.failed(kernel.kernel_id, __('GPU pool: %1', (error as Error).message));
+  }
+  await model.refresh();
 }
 
 /** Shut down the kernel through its session (so the notebook shows "No Kernel"), else directly. */
@@ -91,91 +136,117 @@ export async function runAction(
   model: PoolModel,
   kernel: Pick<IKernel, 'kernel_id' | 'name'>,
   action: IActionView,
-  opener: HTMLElement | null
+  opener: HTMLElement | null,
+  notes: INotes
 ): Promise<void> {
   if (action.confirm && !(await confirm(action.confirm, opener))) {
     return;
   }
   const kernelId = kernel.kernel_id;
+  switch (action.action) {
+    case 'snooze':
+      return keepAlive(model, kernelId, notes);
+    case 'release':
+      return release(model, kernel, notes);
+  }
   try {
-    switch (action.action) {
-      case 'snooze':
-        await keepAlive(model, kernelId);
-        return;
-      case 'release':
-        await release(model, kernel);
-        break;
-      case 'resume':
-        await model.client.resume(kernelId);
-        break;
-      case 'shutdown':
-        await shutdownKernel(app, kernelId);
-        break;
+    if (action.action === 'resume') {
+      await model.client.resume(kernelId);
+    } else {
+      await shutdownKernel(app, kernelId);
     }
   } catch (error) {
-    Notification.error(__('GPU pool: %1', (error as Error).message), { autoClose: false });
+    notes.failed(kernelId, __('GPU pool: %1', (error as Error).message));
   }
   await model.refresh();
 }
 
-/** An admin's action on any user's lease, from the dashboard. */
+/** The question before an admin's action on someone's kernel. */
+function adminQuestion(
+  action: AdminAction,
+  who: string
+): { title: string; body: string; button: string } {
+  switch (action) {
+    case 'release':
+      return {
+        title: __('Release GPU'),
+        body: __(
+          'Give the GPU slice of %1 back now? It hibernates where its rule says so and it can, else it shuts down and its variables are lost.',
+          who
+        ),
+        button: __('Release')
+      };
+    case 'hibernate':
+      return {
+        title: __('Hibernate kernel'),
+        body: __(
+          'Hibernate %1 now? Its GPU slice goes back to the pool; its variables are kept and it resumes when its user runs a cell.',
+          who
+        ),
+        button: __('Hibernate')
+      };
+    default:
+      return {
+        title: __('Shut down kernel'),
+        body: __(
+          'Shut down %1 now? Its variables will be lost; its user is told that an admin did it.',
+          who
+        ),
+        button: __('Shut down')
+      };
+  }
+}
+
+/**
+ * An admin's action on any user's lease, from the dashboard: the lease's row shows it under way
+ * (AdminRequests) until it is carried out or refused.
+ */
 export async function adminAct(
   model: PoolModel,
   row: ILeaseRow,
   action: AdminAction,
-  opener: HTMLElement | null
+  opener: HTMLElement | null,
+  notes: INotes,
+  requests: AdminRequests
 ): Promise<void> {
   const who = __('%1’s %2', row.owner, row.notebook);
-  const ask = {
-    release: {
-      title: __('Release GPU'),
-      body: __(
-        'Give the GPU slice of %1 back now? It hibernates where its rule says so and it can, else it shuts down and its variables are lost.',
-        who
-      ),
-      button: __('Release')
-    },
-    hibernate: {
-      title: __('Hibernate kernel'),
-      body: __(
-        'Hibernate %1 now? Its GPU slice goes back to the pool; its variables are kept and it resumes when its user runs a cell.',
-        who
-      ),
-      button: __('Hibernate')
-    },
-    shutdown: {
-      title: __('Shut down kernel'),
-      body: __(
-        'Shut down %1 now? Its variables will be lost; its user is told that an admin did it.',
-        who
-      ),
-      button: __('Shut down')
-    }
-  }[action];
-  if (!(await confirm(ask, opener))) {
+  if (!(await confirm(adminQuestion(action, who), opener))) {
     return;
   }
+  const lease = model.pool?.leases.find(l => l.kernel_id === row.kernelId);
+  const at = model.serverNow();
   try {
     const reply = await model.client.act(row.kernelId, action);
-    const later = reply.requested; // another server's kernel: asked of that server
-    const done =
-      reply.action === 'hibernate'
-        ? later
-          ? __('%1 hibernates at the next pass of its own server (asked of it now).', who)
-          : __('%1 hibernates now.', who)
-        : reply.action === 'shutdown'
-          ? later
-            ? __('%1 shuts down at the next pass of its own server (asked of it now).', who)
-            : __('%1 shuts down now.', who)
-          : later
-            ? __(
-                '%1 gives its GPU slice back at the next pass of its own server (asked of it now).',
-                who
-              )
-            : __('%1 gives its GPU slice back now.', who);
-    Notification.info(done, { autoClose: 5000 });
+    requests.add({
+      kernelId: row.kernelId,
+      who,
+      action,
+      at,
+      state: lease?.state ?? '',
+      phase: lease?.phase ?? '',
+      elsewhere: !!reply.requested // another server's kernel: asked of that server
+    });
+    notes.note('', adminNote(action, who, formatClock(at), !!reply.requested));
   } catch (error) {
-    Notification.error(__('GPU pool: %1', (error as Error).message), { autoClose: false });
+    notes.failed('', __('GPU pool: %1', (error as Error).message));
   }
   await Promise.all([model.refresh(), model.refreshPool()]);
+}
+
+/** What the notification centre keeps of an admin's action. */
+function adminNote(action: AdminAction, who: string, at: string, elsewhere: boolean): string {
+  switch (action) {
+    case 'hibernate':
+      return elsewhere
+        ? __('At %1, you asked the server of %2 to hibernate it.', at, who)
+        : __('At %1, you hibernated %2.', at, who);
+    case 'shutdown':
+      return elsewhere
+        ? __('At %1, you asked the server of %2 to shut it down.', at, who)
+        : __('At %1, you shut down %2.', at, who);
+    default:
+      return elsewhere
+        ? __('At %1, you asked the server of %2 to give its GPU slice back.', at, who)
+        : __('At %1, you released the GPU slice of %2.', at, who);
+  }
 }

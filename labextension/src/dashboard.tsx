@@ -18,14 +18,18 @@ import {
 } from './admin';
 import { StackedChart } from './chart';
 import { MeterTrack } from './components';
-import { kindWord, plainNote } from './format';
+import { plainNote } from './format';
+import { IReservationBand, reservationBands } from './reservations';
 import { __ } from './i18n';
 import type { AdminAction, IPool, IProfile, ITelemetry } from './types';
+import { kindWord } from './words';
 
 export interface IAdminActions {
   /** Ask, carry out and report an admin's action; `opener` gets focus back after the dialog. */
   act(row: ILeaseRow, action: AdminAction, opener: HTMLElement | null): Promise<void>;
   open(path: string): void;
+  /** What was asked of a lease and not carried out yet (or refused), or null (requests.ts). */
+  request(kernelId: string): { text: string; pending: boolean } | null;
 }
 
 type TabId = 'gpus' | 'decisions' | 'budgets';
@@ -104,6 +108,7 @@ function GpuSection(props: {
   view: IDashboardView;
   telemetry: ITelemetry | null;
   telemetryError: string | null;
+  bands: Map<string, IReservationBand[]>;
 }): JSX.Element {
   const { view } = props;
   const plots = props.telemetry ? gpuPlots(props.telemetry) : [];
@@ -112,34 +117,7 @@ function GpuSection(props: {
       <h2 id="jp-GpuPool-dash-gpus" className="jp-GpuPool-sectionTitle">
         {__('GPUs')}
       </h2>
-      <table className="jp-GpuPool-table jp-GpuPool-gpuTable">
-        <thead>
-          <tr>
-            <th scope="col">{__('GPU')}</th>
-            <th scope="col">{__('Memory held by slices')}</th>
-            <th scope="col">{__('Slices')}</th>
-            <th scope="col">{__('Utilization')}</th>
-          </tr>
-        </thead>
-        <tbody>
-          {view.gpus.map(g => (
-            <tr key={g.uuid} data-gpu={g.uuid}>
-              <th scope="row" title={g.label}>
-                {g.name}
-                <span className="jp-GpuPool-muted jp-GpuPool-gpuModel">
-                  {g.label.split(' · ').slice(1).join(' · ')}
-                </span>
-              </th>
-              <td>
-                <span className="jp-GpuPool-cellText">{g.memoryText}</span>
-                <Bar fraction={g.fraction} label={`${g.name}: ${g.memoryText}`} />
-              </td>
-              <td>{g.slices}</td>
-              <td>{g.utilization}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+      <GpuTable view={view} />
       {props.telemetryError ? (
         <p className="jp-GpuPool-empty">{__('No readings: %1', plainNote(props.telemetryError))}</p>
       ) : null}
@@ -159,12 +137,191 @@ function GpuSection(props: {
                 </span>
               ) : null}
             </h3>
-            <StackedChart title={__('%1 memory by kernel (GiB)', p.name)} data={p.memory} />
+            <StackedChart
+              title={__('%1 memory by kernel (GiB)', p.name)}
+              data={p.memory}
+              bands={props.bands.get(p.uuid)}
+            />
             <StackedChart title={__('%1 utilization by kernel (%)', p.name)} data={p.utilization} />
           </div>
         ))}
       </div>
     </section>
+  );
+}
+
+/** Each GPU: the memory its slices hold, their number, its utilization. */
+function GpuTable(props: { view: IDashboardView }): JSX.Element {
+  return (
+    <table className="jp-GpuPool-table jp-GpuPool-gpuTable">
+      <thead>
+        <tr>
+          <th scope="col">{__('GPU')}</th>
+          <th scope="col">{__('Memory held by slices')}</th>
+          <th scope="col">{__('Slices')}</th>
+          <th scope="col">{__('Utilization')}</th>
+        </tr>
+      </thead>
+      <tbody>
+        {props.view.gpus.map(g => (
+          <tr key={g.uuid} data-gpu={g.uuid}>
+            <th scope="row" title={g.label}>
+              {g.name}
+              <span className="jp-GpuPool-muted jp-GpuPool-gpuModel">
+                {g.label.split(' · ').slice(1).join(' · ')}
+              </span>
+            </th>
+            <td>
+              <span className="jp-GpuPool-cellText">{g.memoryText}</span>
+              <Bar fraction={g.fraction} label={`${g.name}: ${g.memoryText}`} />
+            </td>
+            <td>{g.slices}</td>
+            <td>{g.utilization}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** The admin's reservations: for whom, when, how much, and where each stands now. */
+function ReservationTable(props: { view: IDashboardView }): JSX.Element | null {
+  const rows = props.view.reservations;
+  if (!rows.length) {
+    return null;
+  }
+  return (
+    <section aria-labelledby="jp-GpuPool-dash-reservations">
+      <h2 id="jp-GpuPool-dash-reservations" className="jp-GpuPool-sectionTitle">
+        {__('Reservations (%1)', rows.length)}
+      </h2>
+      <table className="jp-GpuPool-table jp-GpuPool-reservationTable">
+        <thead>
+          <tr>
+            <th scope="col">{__('Reservation')}</th>
+            <th scope="col">{__('For')}</th>
+            <th scope="col">{__('Window')}</th>
+            <th scope="col">{__('Room')}</th>
+            <th scope="col">{__('Phase')}</th>
+            <th scope="col">{__('Now')}</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map(r => (
+            <tr key={r.key} data-reservation={r.name}>
+              <th scope="row">{r.name}</th>
+              <td>{r.who}</td>
+              <td>{r.window}</td>
+              <td>{r.room}</td>
+              <td>{r.phase}</td>
+              <td>{r.now}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+/**
+ * A lease's row: the profile over at most two lines with its slice under it, the state with what an
+ * admin asked of it until it is carried out or refused (its buttons inert meanwhile), the actions
+ * side by side (they wrap, never cut, in a narrow main area).
+ */
+function LeaseRow(props: {
+  row: ILeaseRow;
+  busy: string | null;
+  act: (row: ILeaseRow, action: AdminAction, opener: HTMLElement) => Promise<void>;
+  actions: IAdminActions;
+}): JSX.Element {
+  const l = props.row;
+  const asked = props.actions.request(l.kernelId);
+  return (
+    <tr data-kernel-id={l.kernelId}>
+      <td>{l.owner}</td>
+      <td className="jp-GpuPool-nameCell" title={l.path}>
+        {l.notebook}
+      </td>
+      <td className="jp-GpuPool-profileCell" title={l.profileId}>
+        {l.profile} <span className="jp-GpuPool-muted jp-GpuPool-sliceText">({l.slice})</span>
+      </td>
+      <td>{l.gpu}</td>
+      <td className="jp-GpuPool-stateCell">
+        {l.state}
+        {l.borrowed ? <span className="jp-GpuPool-borrowedMark">{l.borrowed}</span> : null}
+        {asked ? (
+          <span
+            className={`jp-GpuPool-asked${asked.pending ? ' jp-mod-pending' : ' jp-mod-refused'}`}
+            role="status"
+          >
+            {asked.text}
+          </span>
+        ) : null}
+      </td>
+      <td>{l.age}</td>
+      <td>{l.idle}</td>
+      <td>
+        <div className="jp-GpuPool-rowActions">
+          {l.actions.map(a => (
+            <button
+              key={a.action}
+              className={`jp-Button jp-GpuPool-action jp-mod-${a.action}`}
+              title={a.title}
+              aria-label={__('%1: %2 of %3', a.label, l.notebook, l.owner)}
+              aria-busy={props.busy === `${l.kernelId}:${a.action}`}
+              aria-disabled={asked?.pending || undefined}
+              onClick={event => {
+                if (props.busy === null && !asked?.pending) {
+                  void props.act(l, a.action, event.currentTarget);
+                }
+              }}
+            >
+              {a.label}
+            </button>
+          ))}
+        </div>
+      </td>
+    </tr>
+  );
+}
+
+/** Who waits for a slice, first first. */
+function QueueTable(props: { view: IDashboardView }): JSX.Element {
+  const why = props.view.queue.some(q => q.why);
+  return (
+    <>
+      <h2 className="jp-GpuPool-sectionTitle">{__('Queue (%1)', props.view.queue.length)}</h2>
+      {props.view.queue.length === 0 ? (
+        <p className="jp-GpuPool-empty">{__('Nobody waits for a slice.')}</p>
+      ) : (
+        <table className="jp-GpuPool-table jp-GpuPool-queueTable">
+          <thead>
+            <tr>
+              <th scope="col">#</th>
+              <th scope="col">{__('User')}</th>
+              <th scope="col">{__('Notebook')}</th>
+              <th scope="col">{__('For')}</th>
+              <th scope="col">{__('Profile')}</th>
+              <th scope="col">{__('Waiting')}</th>
+              {why ? <th scope="col">{__('Why there')}</th> : null}
+            </tr>
+          </thead>
+          <tbody>
+            {props.view.queue.map(q => (
+              <tr key={q.position}>
+                <td>{q.position}</td>
+                <td>{q.owner}</td>
+                <td title={q.notebook}>{q.notebook}</td>
+                <td>{q.what}</td>
+                <td>{q.profile}</td>
+                <td>{q.waiting}</td>
+                {why ? <td className="jp-GpuPool-whyCell">{q.why}</td> : null}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
   );
 }
 
@@ -187,85 +344,29 @@ function LeaseSection(props: { view: IDashboardView; actions: IAdminActions }): 
       {leases.length === 0 ? (
         <p className="jp-GpuPool-empty">{__('No kernel holds a slice.')}</p>
       ) : (
-        <table className="jp-GpuPool-table jp-GpuPool-leaseTable">
-          <thead>
-            <tr>
-              <th scope="col">{__('User')}</th>
-              <th scope="col">{__('Notebook')}</th>
-              <th scope="col">{__('Profile')}</th>
-              <th scope="col">{__('GPU')}</th>
-              <th scope="col">{__('State')}</th>
-              <th scope="col">{__('Age')}</th>
-              <th scope="col">{__('Idle')}</th>
-              <th scope="col">{__('Actions')}</th>
-            </tr>
-          </thead>
-          <tbody>
-            {leases.map(l => (
-              <tr key={l.id} data-kernel-id={l.kernelId}>
-                <td>{l.owner}</td>
-                <td className="jp-GpuPool-nameCell" title={l.path}>
-                  {l.notebook}
-                </td>
-                <td className="jp-GpuPool-profileCell" title={l.profileId}>
-                  {l.profile} <span className="jp-GpuPool-muted">({l.slice})</span>
-                </td>
-                <td>{l.gpu}</td>
-                <td>{l.state}</td>
-                <td>{l.age}</td>
-                <td>{l.idle}</td>
-                <td className="jp-GpuPool-rowActions">
-                  {l.actions.map(a => (
-                    <button
-                      key={a.action}
-                      className={`jp-Button jp-GpuPool-action jp-mod-${a.action}`}
-                      title={a.title}
-                      aria-label={__('%1: %2 of %3', a.label, l.notebook, l.owner)}
-                      aria-busy={busy === `${l.kernelId}:${a.action}`}
-                      onClick={event => {
-                        if (busy === null) {
-                          void act(l, a.action, event.currentTarget);
-                        }
-                      }}
-                    >
-                      {a.label}
-                    </button>
-                  ))}
-                </td>
+        <div className="jp-GpuPool-tableScroll">
+          <table className="jp-GpuPool-table jp-GpuPool-leaseTable">
+            <thead>
+              <tr>
+                <th scope="col">{__('User')}</th>
+                <th scope="col">{__('Notebook')}</th>
+                <th scope="col">{__('Profile')}</th>
+                <th scope="col">{__('GPU')}</th>
+                <th scope="col">{__('State')}</th>
+                <th scope="col">{__('Age')}</th>
+                <th scope="col">{__('Idle')}</th>
+                <th scope="col">{__('Actions')}</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {leases.map(l => (
+                <LeaseRow key={l.id} row={l} busy={busy} act={act} actions={props.actions} />
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
-      <h2 className="jp-GpuPool-sectionTitle">{__('Queue (%1)', props.view.queue.length)}</h2>
-      {props.view.queue.length === 0 ? (
-        <p className="jp-GpuPool-empty">{__('Nobody waits for a slice.')}</p>
-      ) : (
-        <table className="jp-GpuPool-table jp-GpuPool-queueTable">
-          <thead>
-            <tr>
-              <th scope="col">#</th>
-              <th scope="col">{__('User')}</th>
-              <th scope="col">{__('Notebook')}</th>
-              <th scope="col">{__('For')}</th>
-              <th scope="col">{__('Profile')}</th>
-              <th scope="col">{__('Waiting')}</th>
-            </tr>
-          </thead>
-          <tbody>
-            {props.view.queue.map(q => (
-              <tr key={q.position}>
-                <td>{q.position}</td>
-                <td>{q.owner}</td>
-                <td title={q.notebook}>{q.notebook}</td>
-                <td>{q.what}</td>
-                <td>{q.profile}</td>
-                <td>{q.waiting}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <QueueTable view={props.view} />
     </section>
   );
 }
@@ -404,6 +505,37 @@ function BudgetSection(props: { view: IDashboardView }): JSX.Element {
   );
 }
 
+function dashTabs(): Array<{ id: TabId; label: string }> {
+  return [
+    { id: 'gpus', label: __('GPUs and kernels') },
+    { id: 'decisions', label: __('Decision log') },
+    { id: 'budgets', label: __('GPU time') }
+  ];
+}
+
+function DashHeader(props: { view: IDashboardView; error: string | null }): JSX.Element {
+  const { view } = props;
+  return (
+    <header className="jp-GpuPool-dashHeader">
+      <h1 className="jp-GpuPool-panelTitle">{__('GPU pool dashboard')}</h1>
+      <p className="jp-GpuPool-note">
+        {view.note}
+        {view.declared ? (
+          <span className="jp-GpuPool-badge">
+            {__('declared GPUs (demo): kernels hold no real GPU memory')}
+          </span>
+        ) : null}
+      </p>
+      {view.dryRun ? (
+        <p className="jp-GpuPool-dryRun">
+          {__('Policy in dry-run mode: decisions are recorded, not carried out.')}
+        </p>
+      ) : null}
+      {props.error ? <p className="jp-GpuPool-empty">{props.error}</p> : null}
+    </header>
+  );
+}
+
 export function Dashboard(props: {
   pool: IPool | null;
   telemetry: ITelemetry | null;
@@ -423,33 +555,12 @@ export function Dashboard(props: {
     );
   }
   const view = dashboardView(props.pool, props.now, props.profiles);
-  const tabs = [
-    { id: 'gpus', label: __('GPUs and kernels') },
-    { id: 'decisions', label: __('Decision log') },
-    { id: 'budgets', label: __('GPU time') }
-  ];
   return (
     <div className="jp-GpuPool-dashboard">
-      <header className="jp-GpuPool-dashHeader">
-        <h1 className="jp-GpuPool-panelTitle">{__('GPU pool dashboard')}</h1>
-        <p className="jp-GpuPool-note">
-          {view.note}
-          {view.declared ? (
-            <span className="jp-GpuPool-badge">
-              {__('declared GPUs (demo): kernels hold no real GPU memory')}
-            </span>
-          ) : null}
-        </p>
-        {view.dryRun ? (
-          <p className="jp-GpuPool-dryRun">
-            {__('Policy in dry-run mode: decisions are recorded, not carried out.')}
-          </p>
-        ) : null}
-        {props.error ? <p className="jp-GpuPool-empty">{props.error}</p> : null}
-      </header>
+      <DashHeader view={view} error={props.error} />
       <Tabs
         label={__('Dashboard views')}
-        tabs={tabs}
+        tabs={dashTabs()}
         selected={tab}
         onSelect={id => setTab(id as TabId)}
         idPrefix="jp-GpuPool-dash"
@@ -467,7 +578,9 @@ export function Dashboard(props: {
               view={view}
               telemetry={props.telemetry}
               telemetryError={props.telemetryError}
+              bands={reservationBands(props.pool, props.now)}
             />
+            <ReservationTable view={view} />
             <LeaseSection view={view} actions={props.actions} />
           </>
         ) : tab === 'decisions' ? (

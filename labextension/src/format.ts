@@ -108,6 +108,20 @@ export function formatWhen(unixSeconds: number, now: number): string {
   return `${day} ${formatClock(unixSeconds)}`;
 }
 
+/** Seconds before a deadline from which its time is said with its seconds. */
+export const SECONDS_SHOWN_WITHIN = 120;
+
+/**
+ * A deadline as a sentence says it: "14:05" (with its date on another day), "14:05:09" when it is
+ * under two minutes away ("at 21:10" for 21:10:55, a minute away, read as already past).
+ */
+export function formatDeadline(unixSeconds: number, now: number): string {
+  const left = unixSeconds - now;
+  return left > 0 && left < SECONDS_SHOWN_WITHIN
+    ? formatClockSeconds(unixSeconds)
+    : formatWhen(unixSeconds, now);
+}
+
 /**
  * The pool's note in words a user understands: NVML's own error text ("NVML unavailable: NVML
  * Shared Library Not Found") says that this machine has no NVIDIA driver; the admin finds the
@@ -146,10 +160,27 @@ export function formatAgo(now: number, then: number): string {
   return __('%1 ago', formatDuration(s));
 }
 
-/** The notebook's file name without its folders: "analysis/Untitled.ipynb" -> "Untitled.ipynb". */
+/**
+ * The notebook's file name without its folders: "analysis/Untitled.ipynb" -> "Untitled.ipynb"; ""
+ * where the path names no file (a kernel started over the REST API, without a notebook, is ".").
+ */
 export function baseName(path: string): string {
   const parts = path.split('/').filter(Boolean);
-  return parts.length ? parts[parts.length - 1] : path;
+  const last = parts.length ? parts[parts.length - 1] : path;
+  return /[\p{L}\p{N}]/u.test(last) ? last : '';
+}
+
+/**
+ * A kernel as the UI names it: its notebook, else "kernel 0b6f5f0e" (its id, short); `atStart`: it
+ * starts a sentence ("Kernel 0b6f5f0e: …"; a notebook's name is written as it is).
+ */
+export function kernelName(
+  path: string | null | undefined,
+  kernelId: string,
+  atStart = false
+): string {
+  const id = kernelId.slice(0, 8);
+  return baseName(path ?? '') || (atStart ? __('Kernel %1', id) : __('kernel %1', id));
 }
 
 /** The short name of a GPU from its label: "GPU 0 · Demo GPU · 40 GiB (declared)" -> "GPU 0". */
@@ -190,129 +221,6 @@ export function sparklinePoints(
       return `${trimNumber(x, 1)},${trimNumber(y, 1)}`;
     })
     .join(' ');
-}
-
-/** Why the pool acts, in a few words: "idle too long". */
-export function reasonPhrase(reason: string | undefined | null): string {
-  switch (reason) {
-    case 'idle':
-      return __('idle too long');
-    case 'gpu_idle':
-      return __('GPU memory held, GPU unused');
-    case 'max_busy':
-      return __('busy longer than allowed');
-    case 'max_age':
-      return __('maximum kernel age reached');
-    case 'max_hibernated':
-      return __('hibernated too long');
-    case 'over_memory':
-      return __('over its GPU memory slice');
-    case 'budget':
-    case 'budget_exceeded':
-      return __('your GPU time is used up');
-    case 'quota_exceeded':
-      return __('your GPU quota is used up');
-    case 'pool_exhausted':
-      return __('no GPU has room for it');
-    case 'mps_user_busy':
-      return __('every GPU with room serves another user’s MPS kernels');
-    case 'host_memory':
-      return __('host memory is short');
-    case 'queue_timeout':
-      return __('no slice freed up in time');
-    case 'pressure':
-      return __('someone is waiting for a GPU slice');
-    case 'cell':
-      // A resume for the user's own cell: no policy of the pool's.
-      return __('a cell ran on it');
-    case 'user':
-      return __('you asked');
-    case 'hint':
-      return __('its notebook was opened');
-    case 'hint_unused':
-      return __('woken in advance, but no cell ran');
-    case 'after_cell':
-      // Its rule: asleep between cells, unwarned; its next cell wakes it.
-      return __('no cell ran for a while after the last one');
-    case 'admin':
-      return __('an admin asked');
-    case 'server_stopped':
-      return __('the server stopped');
-    case undefined:
-    case null:
-    case '':
-      return __('the pool’s policy');
-    default:
-      // A reason this version does not know: the policy's, with the server's own word for it.
-      return __('the pool’s policy (%1)', reason.replace(/_/g, ' '));
-  }
-}
-
-/** A kernel's or lease's GPU state (or a move under way) in a word or two: "hibernated". */
-export function stateWord(state: string | null | undefined): string {
-  switch (state) {
-    case 'active':
-      return __('active');
-    case 'running':
-      return __('running');
-    case 'hibernating':
-      return __('hibernating');
-    case 'hibernated':
-      return __('hibernated');
-    case 'no_gpu_yet':
-      return __('no GPU yet');
-    case 'resuming':
-      return __('resuming');
-    case 'queued':
-      return __('queued');
-    case 'released':
-      return __('released');
-    case 'evicting':
-      return __('hibernated, to be shut down');
-    case 'stopping':
-      return __('shutting down');
-    case 'failed':
-      return __('failed');
-    default:
-      return __('unknown state (%1)', String(state ?? ''));
-  }
-}
-
-/** A journal kind (or an action) as the decision log and the history write it. */
-export function kindWord(kind: string): string {
-  switch (kind) {
-    case 'warned':
-      return __('warned');
-    case 'snoozed':
-      return __('kept alive');
-    case 'culled':
-    case 'shutdown':
-      return __('shut down');
-    case 'hibernate':
-      return __('hibernate');
-    case 'resume':
-      return __('resume');
-    case 'hibernated':
-      return __('hibernated');
-    case 'released':
-      return __('released');
-    case 'resumed':
-      return __('resumed');
-    case 'refused':
-      return __('refused');
-    case 'reclaimed':
-      return __('reclaimed');
-    case 'queued':
-      return __('queued');
-    case 'over_memory':
-      return __('over its memory');
-    case 'release':
-      return __('release');
-    case 'start':
-      return __('start');
-    default:
-      return __('other (%1)', kind.replace(/_/g, ' '));
-  }
 }
 
 /** "1 kernel", "2 kernels". */

@@ -22,6 +22,7 @@ import { Hints } from './hints';
 import { followLaunchers } from './launcher';
 import { PoolModel } from './model';
 import { Notebooks } from './notebooks';
+import { AdminRequests } from './requests';
 import { Toasts } from './toasts';
 import type { IKernel, KernelAction } from './types';
 import { actionViews, complete } from './view';
@@ -83,9 +84,23 @@ const plugin: JupyterFrontEndPlugin<void> = {
       shell.activateById(panel.id);
     };
 
+    const toasts = new Toasts(app, model, notebooks, () => openPanel());
+    const requests = new AdminRequests(toasts);
+    model.changed.connect(() => {
+      if (model.pool) {
+        requests.follow(model.pool);
+      }
+    });
     const actions: IActions = {
       run: (kernelId, action, opener) =>
-        runAction(app, model, { kernel_id: kernelId, name: kernelName(kernelId) }, action, opener),
+        runAction(
+          app,
+          model,
+          { kernel_id: kernelId, name: kernelName(kernelId) },
+          action,
+          opener,
+          toasts
+        ),
       open: path => void commands.execute('docmanager:open', { path }),
       waiting: kernelId => notebooks.busy(kernelId)
     };
@@ -109,8 +124,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       let widget = dashboards.currentWidget;
       if (!widget || widget.isDisposed) {
         const content = new DashboardWidget(model, {
-          act: (row, action, opener) => adminAct(model, row, action, opener),
-          open: path => void commands.execute('docmanager:open', { path })
+          act: (row, action, opener) => adminAct(model, row, action, opener, toasts, requests),
+          open: path => void commands.execute('docmanager:open', { path }),
+          request: kernelId => requests.view(kernelId)
         });
         widget = new MainAreaWidget({ content });
         widget.id = 'jp-gpu-pool-dashboard-area';
@@ -142,7 +158,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const k = current();
       const view = currentAction(action);
       if (k && view) {
-        await runAction(app, model, k, view, document.activeElement as HTMLElement | null);
+        await runAction(app, model, k, view, document.activeElement as HTMLElement | null, toasts);
       }
     };
 
@@ -240,7 +256,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
-    const toasts = new Toasts(app, model, notebooks, openPanel);
     followRefusalDialogs(() => model.me?.profiles ?? []);
     // JupyterLab's own titles for these dialogs, in the user's language (as its session context words them).
     const lab = translator?.load('jupyterlab') ?? null;

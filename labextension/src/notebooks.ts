@@ -21,6 +21,14 @@ interface IKernelOf {
   name: string;
 }
 
+/** A new kernel in a notebook whose kernel the pool had shut down. */
+export interface IRestart {
+  path: string;
+  kernelId: string;
+  /** The kernel it replaces. */
+  replaces: string;
+}
+
 export class Notebooks {
   readonly tracker = new WidgetTracker<DocumentWidget>({ namespace: 'jupyter-gpu-pool-notebooks' });
 
@@ -29,9 +37,31 @@ export class Notebooks {
     return this._statusChanged;
   }
 
-  /** A new kernel started in a notebook whose kernel the pool had shut down: the notebook's path. */
-  get restarted(): ISignal<this, string> {
+  /** A new kernel started in a notebook whose kernel the pool had shut down. */
+  get restarted(): ISignal<this, IRestart> {
     return this._restarted;
+  }
+
+  /** A cell ran on a notebook's kernel (its kernel id). */
+  get cellRan(): ISignal<this, string> {
+    return this._cellRan;
+  }
+
+  /** Kernels whose notebook has another kernel now. */
+  replaced(): ReadonlySet<string> {
+    const found = new Set<string>();
+    for (const [id, { widget }] of this._kernels) {
+      const now = widget.context.sessionContext.session?.kernel?.id;
+      if (now && now !== id) {
+        found.add(id);
+      }
+    }
+    return found;
+  }
+
+  /** Kernels on which a cell ran in this page. */
+  ran(): ReadonlySet<string> {
+    return this._ran;
   }
 
   /** Follow a notebook's kernels from now on. */
@@ -45,15 +75,26 @@ export class Notebooks {
       }
       this._kernels.set(kernel.id, { widget, name: kernel.name });
       const before = this._gone.get(widget);
-      if (before) {
+      if (before && before.kernelId !== kernel.id) {
         // A kernel again, started by the user: the notebook may start its own kernels again.
         this._gone.delete(widget);
-        session.kernelPreference = before;
-        this._restarted.emit(context.path);
+        session.kernelPreference = before.preference;
+        this._restarted.emit({
+          path: context.path,
+          kernelId: kernel.id,
+          replaces: before.kernelId
+        });
       }
     };
     session.kernelChanged.connect(remember);
     session.statusChanged.connect(() => this._statusChanged.emit());
+    session.iopubMessage.connect((_, message) => {
+      const kernel = session.session?.kernel;
+      if (message.header.msg_type === 'execute_input' && kernel && !this._ran.has(kernel.id)) {
+        this._ran.add(kernel.id);
+        this._cellRan.emit(kernel.id);
+      }
+    });
     session.ready.then(remember).catch(() => undefined);
     widget.disposed.connect(() => {
       for (const [id, found] of this._kernels) {
@@ -98,7 +139,7 @@ export class Notebooks {
     if (session.session?.kernel && session.session.kernel.id !== kernelId) {
       return; // it has another kernel already
     }
-    this._gone.set(found.widget, session.kernelPreference);
+    this._gone.set(found.widget, { kernelId, preference: session.kernelPreference });
     session.kernelPreference = {
       ...session.kernelPreference,
       shouldStart: false,
@@ -121,7 +162,12 @@ export class Notebooks {
   }
 
   private _kernels = new Map<string, IKernelOf>();
-  private _gone = new Map<DocumentWidget, ISessionContext.IKernelPreference>();
+  private _gone = new Map<
+    DocumentWidget,
+    { kernelId: string; preference: ISessionContext.IKernelPreference }
+  >();
+  private _ran = new Set<string>();
   private _statusChanged = new Signal<this, void>(this);
-  private _restarted = new Signal<this, string>(this);
+  private _restarted = new Signal<this, IRestart>(this);
+  private _cellRan = new Signal<this, string>(this);
 }

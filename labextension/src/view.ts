@@ -13,22 +13,41 @@ import {
   formatBytes,
   formatClock,
   formatCountdown,
+  formatDeadline,
   formatWhen,
   formatDuration,
   formatHours,
   formatPercent,
   formatUsedOf,
   gpuShortName,
+  kernelName,
   kernelsText,
-  kindWord,
   plainNote,
-  reasonPhrase,
   sparklinePoints,
-  stateWord,
   trimNumber
 } from './format';
 import { __ } from './i18n';
-import type { IBudget, IKernel, IMe, IRecent, KernelAction } from './types';
+import {
+  borrowedFrom,
+  keptForMe,
+  onBorrowedRoom,
+  shownReservations,
+  warnedFor
+} from './reservations';
+import {
+  actionWords,
+  borrowedLine,
+  borrowedWords,
+  kindWord,
+  reasonPhrase,
+  reasonWords,
+  reservationSentence,
+  reservationWords,
+  reservedFor,
+  sentence,
+  stateWord
+} from './words';
+import type { IBudget, IKernel, IMe, IRecent, IReservation, KernelAction } from './types';
 
 /** Use at or above this share of a quota (or budget) turns the status item to "near". */
 export const NEAR_QUOTA = 0.8;
@@ -119,7 +138,8 @@ const PROGRESS_SHOWN = 40;
  * The status bar item, "used / limit" with a label as jupyter-resource-usage writes it:
  * "GPU mem: 10 / 40 GiB · 37%". Where the kernel count is the limit reached it says so
  * ("GPU kernels: 2 / 2"); a GPU-hour budget adds it in words ("GPU time this week: 6.2 of
- * 10 h"); a kernel whose pod is starting, what it does ("starting: Pulling image…").
+ * 10 h"); a kernel whose pod is starting, what it does ("starting: Pulling image…"); a
+ * reservation keeping room for the user now, its words ("ML 101 lab: 160 GiB reserved until 12:00").
  */
 export function statusView(
   me: IMe | null,
@@ -127,131 +147,168 @@ export function statusView(
   now: number,
   unreachableSince: number | null = null
 ): IStatusView {
+  const off = statusWithoutPool(me, error, now, unreachableSince);
+  if (off || !me) {
+    return off!;
+  }
+  const held = heldText(me);
+  const util = meanUtilization(me.kernels);
+  const budget = me.budget ? budgetText(me.budget) : '';
+  const progress = progressText(me);
+  const reserved = keptForMe(me).map(r => reservationWords(r, now));
+  const base = [held, util === null ? '' : formatPercent(util), budget, progress];
+  const parts = [...base, ...reserved];
+  // A narrow window: the budget, what is near its limit, a start's progress (a reservation's words
+  // would push JupyterLab's own items off: the tooltip has them).
+  const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : base;
+  const join = (texts: string[]) => texts.filter(Boolean).join(' · ');
+  return {
+    text: join(parts),
+    short: join(short),
+    level: statusLevel(me),
+    title: statusLines(me, now).join('\n')
+  };
+}
+
+/** The status item where there is no pool to read: unreachable, not read yet, or none. */
+function statusWithoutPool(
+  me: IMe | null,
+  error: string | null,
+  now: number,
+  unreachableSince: number | null
+): IStatusView | null {
+  const plain = (text: string, level: StatusLevel, title: string) => ({
+    text,
+    short: text,
+    level,
+    title
+  });
   if (unreachableSince !== null) {
     // The server is gone (stopped, or the network): what it said last would be a stale story.
-    return {
-      text: __('GPU pool unreachable'),
-      short: __('GPU pool unreachable'),
-      level: 'lost',
-      title: unreachableText(unreachableSince, now)
-    };
+    return plain(__('GPU pool unreachable'), 'lost', unreachableText(unreachableSince, now));
   }
   if (!me) {
-    if (error) {
-      return {
-        text: __('no GPU pool'),
-        short: __('no GPU pool'),
-        level: 'off',
-        title: __('No GPU pool on this server: %1', error)
-      };
-    }
-    return {
-      text: __('GPU …'),
-      short: __('GPU …'),
-      level: 'loading',
-      title: __('Reading the GPU pool…')
-    };
+    return error
+      ? plain(__('no GPU pool'), 'off', __('No GPU pool on this server: %1', error))
+      : plain(__('GPU …'), 'loading', __('Reading the GPU pool…'));
   }
   if (!me.pool.enabled) {
-    return {
-      text: __('no GPU pool'),
-      short: __('no GPU pool'),
-      level: 'off',
-      title: __('No GPU pool on this server: %1', plainNote(me.pool.note))
-    };
+    return plain(
+      __('no GPU pool'),
+      'off',
+      __('No GPU pool on this server: %1', plainNote(me.pool.note))
+    );
   }
+  return null;
+}
+
+/** Whether the kernel count is the limit the user reached. */
+function kernelsBind(me: IMe): boolean {
   const s = shares(me);
-  const kernelsBind =
-    s.kernels !== null && s.kernels >= 1 && (s.memory === null || s.kernels >= s.memory);
-  const held = kernelsBind
+  return s.kernels !== null && s.kernels >= 1 && (s.memory === null || s.kernels >= s.memory);
+}
+
+/** "GPU mem: 10 / 40 GiB", "GPU kernels: 2 / 2", "GPU mem: 10 GiB held". */
+function heldText(me: IMe): string {
+  return kernelsBind(me)
     ? __('GPU kernels: %1 / %2', me.usage.kernels, me.quota.kernels ?? '')
     : me.quota.memory !== null
       ? __('GPU mem: %1', formatUsedOf(me.usage.memory, me.quota.memory))
       : __('GPU mem: %1 held', formatBytes(me.usage.memory));
-  const util = meanUtilization(me.kernels);
-  const budget = me.budget ? budgetText(me.budget) : '';
+}
+
+/** A start's progress (Kubernetes), or a kernel woken in advance: "starting: Pulling image…". */
+function progressText(me: IMe): string {
   const starting = me.kernels.filter(k => k.progress);
   const said = starting.length === 1 ? starting[0].progress! : '';
   const waking = me.kernels.some(k => k.woken_on_hint && k.state === 'resuming');
-  const progress =
-    waking && !starting.length
-      ? __('waking up…')
-      : starting.length > 1
-        ? __('%1 kernels starting', starting.length)
-        : said
-          ? __(
-              'starting: %1',
-              said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
-            )
-          : '';
-  const parts = [held, util === null ? '' : formatPercent(util), budget, progress];
-  // A narrow window: the budget, what is near its limit, a start's progress.
-  const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : parts;
+  return waking && !starting.length
+    ? __('waking up…')
+    : starting.length > 1
+      ? __('%1 kernels starting', starting.length)
+      : said
+        ? __(
+            'starting: %1',
+            said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
+          )
+        : '';
+}
 
-  const lines: string[] = [];
+/** The status item's colour: a pending action, else near a limit or in the queue. */
+function statusLevel(me: IMe): StatusLevel {
+  if (me.kernels.some(k => pendingWarning(k))) {
+    return 'warning';
+  }
+  const near =
+    quotaShare(me) >= NEAR_QUOTA ||
+    me.kernels.some(k => k.state === 'queued') ||
+    (!!me.budget && budgetShare(me.budget) >= NEAR_QUOTA);
+  return near ? 'near' : 'ok';
+}
+
+/** The tooltip, spelt out: what the user holds against their quota, then each kernel's news. */
+function statusLines(me: IMe, now: number): string[] {
   const holding = __(
     'You hold %1 of GPU memory in %2',
     formatBytes(me.usage.memory),
     kernelsText(me.usage.kernels)
   );
-  const limits: string[] = [];
-  if (me.quota.memory !== null) {
-    limits.push(formatBytes(me.quota.memory));
-  }
-  if (me.quota.kernels !== null) {
-    limits.push(kernelsText(me.quota.kernels));
-  }
-  if (me.quota.sm_percent !== null) {
-    limits.push(__('%1% SM share', me.quota.sm_percent));
-  }
-  lines.push(
+  const limits = [
+    me.quota.memory !== null ? formatBytes(me.quota.memory) : '',
+    me.quota.kernels !== null ? kernelsText(me.quota.kernels) : '',
+    me.quota.sm_percent !== null ? __('%1% SM share', me.quota.sm_percent) : ''
+  ].filter(Boolean);
+  const lines = [
     limits.length
       ? __('%1; your quota is %2.', holding, limits.join(', '))
       : __('%1; you have no quota.', holding)
-  );
-  if (kernelsBind) {
+  ];
+  if (kernelsBind(me)) {
     lines.push(
       __('You hold as many GPU kernels as your quota allows: shut one down to start another.')
     );
   }
   if (me.budget) {
-    lines.push(
-      __(
-        '%1 (resets %2).',
-        budgetText(me.budget),
-        new Date(me.budget.resets_at * 1000).toLocaleString()
-      )
-    );
+    const resets = new Date(me.budget.resets_at * 1000).toLocaleString();
+    lines.push(__('%1 (resets %2).', budgetText(me.budget), resets));
   }
+  const util = meanUtilization(me.kernels);
   if (util !== null) {
     lines.push(__('GPU utilization of your kernels: %1.', formatPercent(util)));
   }
-  for (const k of starting) {
-    lines.push(__('%1 is starting: %2.', baseName(k.name), k.progress!));
-  }
-  const warned = me.kernels.filter(k => pendingWarning(k));
-  for (const k of warned) {
-    lines.push(__('%1: %2.', baseName(k.name), countdownText(k, now)));
-  }
-  const queued = me.kernels.filter(k => k.state === 'queued');
-  for (const k of queued) {
-    lines.push(__('%1: queued at position %2.', baseName(k.name), k.queue_position ?? '?'));
-  }
+  lines.push(...kernelLines(me, now));
+  lines.push(...shownReservations(me).map(r => reservationSentence(r, now)));
   lines.push(__('Pool: %1', plainNote(me.pool.note)));
   lines.push(__('Click to open the GPU panel.'));
+  return lines;
+}
 
-  let level: StatusLevel = 'ok';
-  if (warned.length) {
-    level = 'warning';
-  } else if (
-    quotaShare(me) >= NEAR_QUOTA ||
-    queued.length ||
-    (me.budget && budgetShare(me.budget) >= NEAR_QUOTA)
-  ) {
-    level = 'near';
+/** What the tooltip says of each kernel: starting, warned, on borrowed room, queued (and why there). */
+function kernelLines(me: IMe, now: number): string[] {
+  const lines: string[] = [];
+  const name = (k: IKernel) => kernelName(k.name, k.kernel_id, true); // each line starts with it
+  for (const k of me.kernels.filter(k => k.progress)) {
+    lines.push(__('%1 is starting: %2.', name(k), k.progress!));
   }
-  const join = (texts: string[]) => texts.filter(Boolean).join(' · ');
-  return { text: join(parts), short: join(short), level, title: lines.join('\n') };
+  for (const k of me.kernels.filter(k => pendingWarning(k))) {
+    lines.push(__('%1: %2.', name(k), countdownText(k, now)));
+  }
+  for (const k of me.kernels.filter(onBorrowedRoom)) {
+    lines.push(borrowedLine(name(k), borrowedFrom(k, me.reservations), now));
+  }
+  for (const k of me.kernels.filter(k => k.state === 'queued')) {
+    lines.push(__('%1: queued at position %2.', name(k), k.queue_position ?? '?'));
+    const why = queueWhy(me, k.kernel_id);
+    if (why) {
+      lines.push(sentence(why));
+    }
+  }
+  return lines;
+}
+
+/** Why a kernel of `me` waits where it is in the queue, where the admin's sharing orders it (else null). */
+export function queueWhy(me: IMe | null, kernelId: string): string | null {
+  return me?.queue.find(q => q.kernel_id === kernelId)?.why || null;
 }
 
 /** What the panel and the status bar say while the server does not answer. */
@@ -304,6 +361,10 @@ export interface ICardView {
     detail: string;
     level: 'warning';
   } | null;
+  /** It runs on room borrowed from a reservation: what that means (else ""). */
+  borrowed: string;
+  /** Queued where the admin's sharing orders the queue: why it is where it is, as a sentence (else ""). */
+  queueWhy: string;
   actions: IActionView[];
 }
 
@@ -335,11 +396,12 @@ export function countdownText(kernel: IKernel, now: number): string {
   }
   const left = w.deadline - now;
   if (left <= 0) {
-    return w.action === 'hibernate' ? __('hibernating now') : __('shutting down now');
+    return actionWords(w.action).now;
   }
+  const at = formatDeadline(w.deadline, now);
   return w.action === 'hibernate'
-    ? __('hibernates in %1 (at %2)', formatCountdown(left), formatClock(w.deadline))
-    : __('shuts down in %1 (at %2)', formatCountdown(left), formatClock(w.deadline));
+    ? __('hibernates in %1 (at %2)', formatCountdown(left), at)
+    : __('shuts down in %1 (at %2)', formatCountdown(left), at);
 }
 
 /** Whether the kernel's slice is an NVIDIA MPS one: it can never hibernate (its idle rule shuts it down). */
@@ -350,14 +412,30 @@ export function onMps(kernel: IKernel): boolean {
 /** Whether the user can still Keep alive (snooze) the pending action. */
 export function canKeepAlive(kernel: IKernel): boolean {
   const w = pendingWarning(kernel);
-  return !!w && w.snoozes_left > 0 && (kernel.actions ?? []).includes('snooze');
+  // Room reserved for others is given back at its time: a snooze cannot keep it (the server refuses).
+  return (
+    !!w &&
+    w.reason !== 'reserved' &&
+    w.snoozes_left > 0 &&
+    (kernel.actions ?? []).includes('snooze')
+  );
 }
 
-/** The line under a countdown: why, what it costs, and what the user can still do. */
-export function warningConsequence(kernel: IKernel): string {
+/**
+ * The line under a countdown: why, what it costs, and what the user can still do. `reservations`
+ * (GET me's) name the reservation a kernel gives its room back for; `now`, the time its words say.
+ */
+export function warningConsequence(
+  kernel: IKernel,
+  reservations?: ReadonlyArray<IReservation>,
+  now?: number
+): string {
   const w = pendingWarning(kernel);
   if (!w) {
     return '';
+  }
+  if (w.reason === 'reserved') {
+    return reservedConsequence(kernel, warnedFor(kernel, reservations), now ?? w.deadline);
   }
   const why = reasonPhrase(w.reason);
   const Why = why.charAt(0).toUpperCase() + why.slice(1);
@@ -398,91 +476,77 @@ export function warningConsequence(kernel: IKernel): string {
     : __('%1: its variables will be lost. Run a cell to keep it, or save your work.', Why);
 }
 
-/** "will be hibernated at 14:05 if still idle" */
+/** A kernel giving its room back to a reservation: when, what it keeps, and that using it keeps nothing. */
+function reservedConsequence(kernel: IKernel, r: IReservation | null, now: number): string {
+  const why = __('Its GPU room is %1', reservedFor(r, now));
+  if (kernel.warning!.action === 'hibernate') {
+    return __(
+      '%1: it gives its GPU slice back at that time and keeps its variables. Running a cell does not keep the room.',
+      why
+    );
+  }
+  return onMps(kernel)
+    ? __(
+        '%1: it cannot hibernate, so it shuts down at that time and its variables will be lost. Save your work.',
+        why
+      )
+    : __('%1: it shuts down at that time and its variables will be lost. Save your work.', why);
+}
+
+/**
+ * "will be hibernated at 14:05 if still idle"; a shutdown says that the variables will be lost (an MPS
+ * kernel's, that it cannot hibernate), as its warning and its launcher card do.
+ */
 function nextActionText(kernel: IKernel, now: number): string {
   const next = kernel.next_action;
   if (!next || next.at <= now || staleReason(kernel, next.reason)) {
     return '';
   }
-  const when = formatWhen(next.at, now);
-  if (next.reason === 'idle' || next.reason === 'gpu_idle') {
-    return next.action === 'hibernate'
+  const when = formatDeadline(next.at, now);
+  const idle = next.reason === 'idle' || next.reason === 'gpu_idle';
+  const why = reasonPhrase(next.reason);
+  if (next.action === 'hibernate') {
+    return idle
       ? __('will be hibernated at %1 if still idle', when)
-      : __('will be shut down at %1 if still idle', when);
+      : __('will be hibernated at %1 (%2)', when, why);
   }
-  return next.action === 'hibernate'
-    ? __('will be hibernated at %1 (%2)', when, reasonPhrase(next.reason))
-    : __('will be shut down at %1 (%2)', when, reasonPhrase(next.reason));
+  if (onMps(kernel)) {
+    return idle
+      ? __(
+          'will be shut down at %1 if still idle (it cannot hibernate): its variables will be lost',
+          when
+        )
+      : __(
+          'will be shut down at %1 (%2; it cannot hibernate): its variables will be lost',
+          when,
+          why
+        );
+  }
+  return idle
+    ? __('will be shut down at %1 if still idle: its variables will be lost', when)
+    : __('will be shut down at %1 (%2): its variables will be lost', when, why);
 }
+
+type StateLine = { kind: string; label: string; detail: string };
 
 /**
  * The card's state line. `waiting`: a cell of this browser's notebook waits on the kernel (its
  * connection says busy); on a hibernated kernel that means the server is resuming it for the cell.
  */
-export function stateView(
-  kernel: IKernel,
-  now: number,
-  waiting = false
-): { kind: string; label: string; detail: string } {
-  const declared = onDeclaredGpus(kernel);
-  const movedNote = declared ? ` (${declaredNote()})` : '';
+export function stateView(kernel: IKernel, now: number, waiting = false): StateLine {
+  const movedNote = onDeclaredGpus(kernel) ? ` (${declaredNote()})` : '';
   const state = kernel.state === 'hibernated' && waiting ? 'resuming' : kernel.state;
   if (kernel.progress) {
     // Its pod is starting (Kubernetes): what it does now, in the server's plain words.
     return { kind: 'starting', label: __('starting: %1', kernel.progress), detail: '' };
   }
   switch (state) {
-    case 'active': {
-      const exec = kernel.execution_state;
-      if (exec === 'busy') {
-        return { kind: 'running', label: __('running'), detail: '' };
-      }
-      if (exec === 'starting') {
-        return { kind: 'starting', label: __('starting'), detail: '' };
-      }
-      // A pending warning says everything (its countdown); no stale "kept alive until" beside it.
-      const warned = !!pendingWarning(kernel);
-      const snoozed =
-        !warned && kernel.snoozed_until && kernel.snoozed_until > now ? kernel.snoozed_until : 0;
-      const next = warned ? '' : nextActionText(kernel, now);
-      // "kept alive until 19:25 · will be hibernated at 19:25" read as a contradiction: where the
-      // idle rule acts when the Keep alive ends, one sentence says both.
-      const then = kernel.next_action;
-      const joined =
-        snoozed &&
-        then &&
-        (then.reason === 'idle' || then.reason === 'gpu_idle') &&
-        Math.abs(then.at - snoozed) < 60;
-      const kept = !snoozed
-        ? ''
-        : joined
-          ? then!.action === 'hibernate'
-            ? __('kept alive until %1, then hibernated if still idle', formatWhen(snoozed, now))
-            : __('kept alive until %1, then shut down if still idle', formatWhen(snoozed, now))
-          : __('kept alive until %1', formatWhen(snoozed, now));
-      const label = kernel.idle_since
-        ? __(
-            'idle since %1 (%2)',
-            formatClock(kernel.idle_since),
-            formatDuration(now - kernel.idle_since)
-          )
-        : __('idle');
-      const between = kernel.sleeps_after_cell
-        ? __(
-            'sleeps %1 after each cell, wakes when a cell runs',
-            formatDuration(kernel.sleeps_after_cell)
-          )
-        : '';
-      return {
-        kind: 'idle',
-        label,
-        detail: [between, kept, joined ? '' : next].filter(Boolean).join(' · ')
-      };
-    }
+    case 'active':
+      return activeState(kernel, now);
     case 'hibernating':
       return {
         kind: 'hibernating',
-        label: declared
+        label: movedNote
           ? __('hibernating: giving the GPU slice back%1…', movedNote)
           : __('hibernating: moving GPU memory to host RAM…'),
         detail: ''
@@ -495,19 +559,87 @@ export function stateView(
         detail: ''
       };
     case 'hibernated':
-      if (kernel.sleeps_after_cell) {
-        // Its rule: it holds a GPU only while cells run. Nothing is wrong; a cell wakes it.
-        return {
-          kind: 'hibernated',
-          label: __('asleep between cells: GPU slice given back, variables kept%1', movedNote),
-          detail: __('It wakes when a cell runs.')
-        };
-      }
-      return {
-        kind: 'hibernated',
-        label: __('hibernated: GPU slice given back, variables kept%1', movedNote),
-        detail: __('Run a cell (or Resume) to take a slice again and go on.')
-      };
+    case 'no_gpu_yet':
+    case 'resuming':
+    case 'queued':
+      return sleepState(kernel, state, waiting, movedNote);
+    case 'released':
+      return { kind: 'released', label: __('released: no GPU held'), detail: '' };
+    default:
+      return { kind: 'unknown', label: stateWord(kernel.state), detail: '' };
+  }
+}
+
+/** An active kernel: running, starting, or idle since when, and what the idle rule does next. */
+function activeState(kernel: IKernel, now: number): StateLine {
+  const exec = kernel.execution_state;
+  if (exec === 'busy') {
+    return { kind: 'running', label: __('running'), detail: '' };
+  }
+  if (exec === 'starting') {
+    return { kind: 'starting', label: __('starting'), detail: '' };
+  }
+  // A pending warning says everything (its countdown); no stale "kept alive until" beside it.
+  const warned = !!pendingWarning(kernel);
+  const snoozed =
+    !warned && kernel.snoozed_until && kernel.snoozed_until > now ? kernel.snoozed_until : 0;
+  // "kept alive until 19:25 · will be hibernated at 19:25" read as a contradiction: where the
+  // idle rule acts when the Keep alive ends, one sentence says both.
+  const then = kernel.next_action;
+  const joined =
+    !!snoozed &&
+    !!then &&
+    (then.reason === 'idle' || then.reason === 'gpu_idle') &&
+    Math.abs(then.at - snoozed) < 60;
+  const until = formatWhen(snoozed, now);
+  const kept = !snoozed
+    ? ''
+    : !joined
+      ? __('kept alive until %1', until)
+      : then!.action === 'hibernate'
+        ? __('kept alive until %1, then hibernated if still idle', until)
+        : __(
+            'kept alive until %1, then shut down if still idle: its variables will be lost',
+            until
+          );
+  const label = kernel.idle_since
+    ? __(
+        'idle since %1 (%2)',
+        formatClock(kernel.idle_since),
+        formatDuration(now - kernel.idle_since)
+      )
+    : __('idle');
+  const between = kernel.sleeps_after_cell
+    ? __(
+        'sleeps %1 after each cell, wakes when a cell runs',
+        formatDuration(kernel.sleeps_after_cell)
+      )
+    : '';
+  const next = warned || joined ? '' : nextActionText(kernel, now);
+  return { kind: 'idle', label, detail: [between, kept, next].filter(Boolean).join(' · ') };
+}
+
+/** A kernel without its slice: hibernated, never given one yet, taking one, or waiting for one. */
+function sleepState(
+  kernel: IKernel,
+  state: string,
+  waiting: boolean,
+  movedNote: string
+): StateLine {
+  switch (state) {
+    case 'hibernated':
+      return kernel.sleeps_after_cell
+        ? {
+            // Its rule: it holds a GPU only while cells run. Nothing is wrong; a cell wakes it.
+            kind: 'hibernated',
+            label: __('asleep between cells: GPU slice given back, variables kept%1', movedNote),
+            detail: __('It wakes when a cell runs.')
+          }
+        : {
+            kind: 'hibernated',
+            label: __('hibernated: GPU slice given back, variables kept%1', movedNote),
+            detail: __('Run a cell (or Resume) to take a slice again and go on.')
+          };
     case 'no_gpu_yet':
       // Started without a slice (the rule's slice_at: first-cell): not hibernated, nothing to restore.
       return waiting
@@ -516,131 +648,60 @@ export function stateView(
             label: __('taking a GPU slice for the first cell…'),
             detail: __('Your cell runs as soon as it holds the slice.')
           }
-        : {
-            kind: 'hibernated',
-            label: __('no GPU yet: takes one when a cell runs'),
-            detail: ''
-          };
+        : { kind: 'no_gpu_yet', label: __('no GPU yet: takes one when a cell runs'), detail: '' };
     case 'resuming':
-      if (kernel.woken_on_hint && !waiting) {
-        return {
-          kind: 'resuming',
-          label: __('waking up…'),
-          detail: __('Its notebook is open: it takes its GPU slice again before your next cell.')
-        };
-      }
-      return {
-        kind: 'resuming',
-        label: __('resuming: taking a GPU slice again%1…', movedNote),
-        detail: __('Your cell runs as soon as it holds the slice.')
-      };
-    case 'queued':
+      return kernel.woken_on_hint && !waiting
+        ? {
+            kind: 'resuming',
+            label: __('waking up…'),
+            detail: __('Its notebook is open: it takes its GPU slice again before your next cell.')
+          }
+        : {
+            kind: 'resuming',
+            label: __('resuming: taking a GPU slice again%1…', movedNote),
+            detail: __('Your cell runs as soon as it holds the slice.')
+          };
+    default: {
+      const position = kernel.queue_position ?? '?';
       return kernel.lease_id
         ? {
             kind: 'queued',
-            label: __(
-              'queued at position %1: waits for a free slice to resume',
-              kernel.queue_position ?? '?'
-            ),
+            label: __('queued at position %1: waits for a free slice to resume', position),
             detail: __('Your cell runs once a slice frees up and the kernel resumes.')
           }
         : {
             kind: 'queued',
-            label: __(
-              'queued at position %1: starts when a slice frees up',
-              kernel.queue_position ?? '?'
-            ),
+            label: __('queued at position %1: starts when a slice frees up', position),
             detail: ''
           };
-    case 'released':
-      return { kind: 'released', label: __('released: no GPU held'), detail: '' };
-    default:
-      return { kind: 'unknown', label: stateWord(kernel.state), detail: '' };
+    }
   }
 }
 
 const ACTION_ORDER: KernelAction[] = ['snooze', 'release', 'resume', 'shutdown'];
 
 export function actionViews(kernel: IKernel): IActionView[] {
-  const views: IActionView[] = [];
   const name = baseName(kernel.name) || __('this kernel');
   const running = kernel.execution_state === 'busy';
-  for (const action of ACTION_ORDER) {
-    if (!(kernel.actions ?? []).includes(action)) {
-      continue;
-    }
+  const views: Array<IActionView | null> = ACTION_ORDER.filter(action =>
+    (kernel.actions ?? []).includes(action)
+  ).map(action => {
     switch (action) {
-      case 'snooze': {
-        // Keep alive only postpones a pending action: without one it would spend a snooze on nothing.
-        const w = pendingWarning(kernel);
-        if (!w || !canKeepAlive(kernel)) {
-          break;
-        }
-        views.push({
-          action,
-          label: __('Keep alive'),
-          title: __(
-            'Postpone the %1 by %2 (%3 left)',
-            w.action === 'hibernate' ? __('hibernation') : __('shutdown'),
-            formatDuration(w.snooze_seconds),
-            w.snoozes_left === 1 ? __('1 snooze') : __('%1 snoozes', w.snoozes_left)
-          ),
-          confirm: null
-        });
-        break;
-      }
-      case 'release': {
-        const hibernates = kernel.release_action === 'hibernate';
-        views.push({
-          action,
-          label: __('Release GPU'),
-          title: hibernates
-            ? __('Hibernate now: give the GPU slice back and keep the variables in host memory')
-            : kernel.hibernate_unavailable
-              ? __(
-                  'Shut the kernel down now to give its GPU slice back (its variables are lost); it cannot hibernate: %1',
-                  kernel.hibernate_unavailable
-                )
-              : __('Shut the kernel down now to give its GPU slice back (its variables are lost)'),
-          confirm: hibernates
-            ? running
-              ? {
-                  title: __('Release GPU'),
-                  body: __(
-                    '%1 is running a computation now. A busy kernel cannot hibernate: the pool will refuse until the cell finishes.',
-                    name
-                  ),
-                  button: __('Try anyway')
-                }
-              : null
-            : {
-                title: __('Release GPU'),
-                body: running
-                  ? __(
-                      'Shut down %1 to give its GPU slice back? Its variables will be lost. It is running a computation now: that computation stops too.',
-                      name
-                    )
-                  : __(
-                      'Shut down %1 to give its GPU slice back? Its variables will be lost.',
-                      name
-                    ),
-                button: __('Shut down')
-              }
-        });
-        break;
-      }
+      case 'snooze':
+        return keepAliveView(kernel);
+      case 'release':
+        return releaseView(kernel, name, running);
       case 'resume':
-        views.push({
+        return {
           action,
           label: __('Resume'),
           title: onDeclaredGpus(kernel)
             ? __('Take a GPU slice again (declared GPU: no GPU memory to restore)')
             : __('Take a GPU slice again and restore the kernel’s GPU memory'),
           confirm: null
-        });
-        break;
-      case 'shutdown':
-        views.push({
+        };
+      default:
+        return {
           action,
           label: __('Shut down'),
           title: __('Shut the kernel down (its variables are lost)'),
@@ -654,11 +715,69 @@ export function actionViews(kernel: IKernel): IActionView[] {
               : __('Shut down %1? Its variables will be lost.', name),
             button: __('Shut down')
           }
-        });
-        break;
+        };
     }
+  });
+  return views.filter((v): v is IActionView => v !== null);
+}
+
+/** Keep alive only postpones a pending action: without one it would spend a snooze on nothing. */
+function keepAliveView(kernel: IKernel): IActionView | null {
+  const w = pendingWarning(kernel);
+  if (!w || !canKeepAlive(kernel)) {
+    return null;
   }
-  return views;
+  return {
+    action: 'snooze',
+    label: __('Keep alive'),
+    title: __(
+      'Postpone the %1 by %2 (%3 left)',
+      actionWords(w.action).noun,
+      formatDuration(w.snooze_seconds),
+      w.snoozes_left === 1 ? __('1 snooze') : __('%1 snoozes', w.snoozes_left)
+    ),
+    confirm: null
+  };
+}
+
+/** Release GPU: hibernate where the rule says so and the kernel can (asking if it runs), else shut down (asking). */
+function releaseView(kernel: IKernel, name: string, running: boolean): IActionView {
+  const hibernates = kernel.release_action === 'hibernate';
+  const title = hibernates
+    ? __('Hibernate now: give the GPU slice back and keep the variables in host memory')
+    : onMps(kernel)
+      ? // In words, not the driver's error number: an MPS client cannot be checkpointed.
+        __(
+          'Shut the kernel down now to give its GPU slice back (its variables are lost): a kernel on an NVIDIA MPS slice cannot hibernate.'
+        )
+      : kernel.hibernate_unavailable
+        ? __(
+            'Shut the kernel down now to give its GPU slice back (its variables are lost): it cannot hibernate (%1).',
+            kernel.hibernate_unavailable
+          )
+        : __('Shut the kernel down now to give its GPU slice back (its variables are lost).');
+  const ask = !hibernates
+    ? {
+        title: __('Release GPU'),
+        body: running
+          ? __(
+              'Shut down %1 to give its GPU slice back? Its variables will be lost. It is running a computation now: that computation stops too.',
+              name
+            )
+          : __('Shut down %1 to give its GPU slice back? Its variables will be lost.', name),
+        button: __('Shut down')
+      }
+    : running
+      ? {
+          title: __('Release GPU'),
+          body: __(
+            '%1 is running a computation now. A busy kernel cannot hibernate: the pool will refuse until the cell finishes.',
+            name
+          ),
+          button: __('Try anyway')
+        }
+      : null;
+  return { action: 'release', label: __('Release GPU'), title, confirm: ask };
 }
 
 /**
@@ -679,45 +798,20 @@ export function complete(kernel: IKernel): IKernel {
   };
 }
 
-export function cardView(given: IKernel, now: number, waiting = false): ICardView {
+/**
+ * A kernel's card. `waiting`: a cell of this browser's notebook waits on it; `me` (GET me) says which
+ * reservation it borrowed room from or gives its room back to, and why it waits where it is in the queue.
+ */
+export function cardView(
+  given: IKernel,
+  now: number,
+  waiting = false,
+  me: IMe | null = null
+): ICardView {
   const kernel = complete(given);
   const declared = onDeclaredGpus(kernel);
-  const sliceLabel = kernel.slice?.label ?? '';
-  const limit = kernel.memory_limit ?? kernel.slice?.memory ?? null;
-  const used = kernel.memory_used;
   const holdsGpu =
     kernel.gpus.length > 0 && !['hibernated', 'queued', 'released'].includes(kernel.state);
-  let memory: IMeterView;
-  if (!holdsGpu) {
-    memory = {
-      label: __('Memory'),
-      text: limit === null ? __('none held') : __('0 of %1', formatBytes(limit)),
-      fraction: 0,
-      level: 'ok',
-      note: ''
-    };
-  } else if (used === null) {
-    memory = {
-      label: __('Memory'),
-      text: limit === null ? '–' : __('%1 slice', formatBytes(limit)),
-      fraction: null,
-      level: 'ok',
-      note: declared ? __('no reading (declared GPU)') : __('no reading')
-    };
-  } else {
-    const fraction = limit ? Math.min(1, Math.max(0, used / limit)) : null;
-    memory = {
-      label: __('Memory'),
-      text:
-        limit === null ? formatBytes(used) : __('%1 of %2', formatBytes(used), formatBytes(limit)),
-      fraction,
-      level: fraction !== null && fraction >= 0.9 ? 'near' : 'ok',
-      note: ''
-    };
-  }
-  const util = kernel.utilization;
-  const current = holdsGpu ? (util?.current ?? null) : null;
-  const samples = util?.samples ?? [];
   // "declared" once per card (the memory line's "no reading (declared GPU)"): the GPU's label
   // without it, short enough not to be cut in a narrow panel.
   const gpu = holdsGpu
@@ -727,47 +821,98 @@ export function cardView(given: IKernel, now: number, waiting = false): ICardVie
     : kernel.state === 'queued'
       ? __('waiting for a GPU')
       : __('no GPU held');
+  const warned = pendingWarning(kernel);
+  const why = kernel.state === 'queued' ? queueWhy(me, kernel.kernel_id) : null;
+  return {
+    kernelId: kernel.kernel_id,
+    title: kernelName(kernel.name, kernel.kernel_id),
+    path: kernel.name,
+    profile: kernel.profile_display_name || kernel.profile,
+    sliceLabel: kernel.slice?.label ?? '',
+    gpu,
+    declared,
+    memory: memoryMeter(kernel, holdsGpu, declared),
+    utilization: utilizationView(kernel, holdsGpu, now),
+    state: stateView(kernel, now, waiting),
+    countdown: warned
+      ? {
+          text: countdownText(kernel, now),
+          message: warningConsequence(kernel, me?.reservations, now),
+          detail: warned.message,
+          level: 'warning'
+        }
+      : null,
+    borrowed: onBorrowedRoom(kernel)
+      ? borrowedWords(borrowedFrom(kernel, me?.reservations), now)
+      : '',
+    queueWhy: why ? sentence(why) : '',
+    actions: actionViews(kernel)
+  };
+}
+
+/** The card's memory bar: used of the slice, its size where there is no reading, 0 where none is held. */
+function memoryMeter(kernel: IKernel, holdsGpu: boolean, declared: boolean): IMeterView {
+  const limit = kernel.memory_limit ?? kernel.slice?.memory ?? null;
+  const used = kernel.memory_used;
+  if (!holdsGpu) {
+    return {
+      label: __('Memory'),
+      text: limit === null ? __('none held') : __('0 of %1', formatBytes(limit)),
+      fraction: 0,
+      level: 'ok',
+      note: ''
+    };
+  }
+  if (used === null) {
+    return {
+      label: __('Memory'),
+      text: limit === null ? '–' : __('%1 slice', formatBytes(limit)),
+      fraction: null,
+      level: 'ok',
+      note: declared ? __('no reading (declared GPU)') : __('no reading')
+    };
+  }
+  const fraction = limit ? Math.min(1, Math.max(0, used / limit)) : null;
+  return {
+    label: __('Memory'),
+    text:
+      limit === null ? formatBytes(used) : __('%1 of %2', formatBytes(used), formatBytes(limit)),
+    fraction,
+    level: fraction !== null && fraction >= 0.9 ? 'near' : 'ok',
+    note: ''
+  };
+}
+
+/** The card's utilization: now, and the sparkline of the last minutes with its summary. */
+function utilizationView(
+  kernel: IKernel,
+  holdsGpu: boolean,
+  now: number
+): ICardView['utilization'] {
+  const util = kernel.utilization;
+  const current = holdsGpu ? (util?.current ?? null) : null;
+  const samples = util?.samples ?? [];
   const recentValues = samples
     .filter(([t, p]) => t >= now - SPARKLINE_WINDOW && p !== null)
     .map(([, p]) => p as number);
   return {
-    kernelId: kernel.kernel_id,
-    title: baseName(kernel.name) || __('kernel %1', kernel.kernel_id.slice(0, 8)),
-    path: kernel.name,
-    profile: kernel.profile_display_name || kernel.profile,
-    sliceLabel,
-    gpu,
-    declared,
-    memory,
-    utilization: {
-      text: current === null ? __('no reading') : formatPercent(current),
-      points: sparklinePoints(samples, now, SPARKLINE_WINDOW, 100, 24),
-      label:
-        current === null
-          ? __('GPU utilization: no reading')
-          : __(
-              'GPU utilization %1 now; last %2: %3',
-              formatPercent(current),
-              formatDuration(SPARKLINE_WINDOW),
-              recentValues.length
-                ? __(
-                    'min %1, max %2',
-                    formatPercent(Math.min(...recentValues)),
-                    formatPercent(Math.max(...recentValues))
-                  )
-                : __('no samples')
-            )
-    },
-    state: stateView(kernel, now, waiting),
-    countdown: pendingWarning(kernel)
-      ? {
-          text: countdownText(kernel, now),
-          message: warningConsequence(kernel),
-          detail: pendingWarning(kernel)!.message,
-          level: 'warning'
-        }
-      : null,
-    actions: actionViews(kernel)
+    text: current === null ? __('no reading') : formatPercent(current),
+    points: sparklinePoints(samples, now, SPARKLINE_WINDOW, 100, 24),
+    label:
+      current === null
+        ? __('GPU utilization: no reading')
+        : __(
+            'GPU utilization %1 now; last %2: %3',
+            formatPercent(current),
+            formatDuration(SPARKLINE_WINDOW),
+            recentValues.length
+              ? __(
+                  'min %1, max %2',
+                  formatPercent(Math.min(...recentValues)),
+                  formatPercent(Math.max(...recentValues))
+                )
+              : __('no samples')
+          )
   };
 }
 
@@ -888,8 +1033,11 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
     );
   }
   lines.push(__('State: %1.', stateView(k, me.now).label));
+  const why = k.state === 'queued' ? queueWhy(me, k.kernel_id) : null;
+  lines.push(why ? sentence(why) : '');
+  lines.push(onBorrowedRoom(k) ? borrowedWords(borrowedFrom(k, me.reservations), me.now) : '');
   lines.push(__('Click to open the GPU panel.'));
-  return { visible: true, text, title: lines.join('\n'), kind: k.state };
+  return { visible: true, text, title: lines.filter(Boolean).join('\n'), kind: k.state };
 }
 
 /**
@@ -904,82 +1052,108 @@ export function endedWithServer(): string {
 
 /** One line of "What happened": a plain sentence, the rule that decided it last. */
 export function historyLine(entry: IRecent): string {
-  const why = reasonPhrase(entry.reason);
-  const declared = entry.declared ? ` (${declaredNote()})` : '';
-  let text: string;
-  switch (entry.kind) {
-    case 'culled':
-      text = entry.note
-        ? __('Shut down because it was %1 and could not hibernate; its variables are gone.', why)
-        : __('Shut down because it was %1; its variables are gone.', why);
-      break;
-    case 'hibernated':
-      text =
-        entry.reason === 'hint_unused'
-          ? __('Back to sleep: woken in advance, but no cell ran; nothing was used%1.', declared)
-          : entry.reason === 'after_cell'
-            ? __(
-                'Asleep between cells: its GPU slice went back after its last cell; its variables are kept and its next cell wakes it%1.',
-                declared
-              )
-            : entry.reason === 'admin'
-              ? __('Hibernated by an admin; its variables are kept%1.', declared)
-              : entry.reason === 'user'
-                ? __('Hibernated at your request; its variables are kept%1.', declared)
-                : __('Hibernated because it was %1; its variables are kept%2.', why, declared);
-      break;
-    case 'resumed':
-      text =
-        entry.reason === 'hint'
-          ? __(
-              'Woken in advance as its notebook was opened: it holds a GPU slice again%1.',
-              declared
-            )
-          : __('Resumed: it holds a GPU slice again%1.', declared);
-      break;
-    case 'released':
-      text = entry.with_server
-        ? endedWithServer()
-        : entry.action === 'hibernate'
-          ? __('Gave its GPU slice back at your request; its variables are kept.')
-          : entry.reason === 'admin'
-            ? __('Shut down by an admin; its variables are gone.')
-            : __('Shut down at your request; its variables are gone.');
-      break;
-    case 'refused':
-      text =
-        entry.action === 'resume'
-          ? __('Could not resume: %1.', why)
-          : entry.action === 'hibernate'
-            ? __('Could not hibernate now (%1); it kept running.', why)
-            : __('Could not start: %1.', why);
-      break;
-    case 'hibernation_failed':
-      // The server's own words: what failed, and whether the kernel kept running (or how it was left).
-      text = entry.message || __('Hibernation failed.');
-      break;
-    case 'reclaimed':
-      text = entry.with_server
-        ? endedWithServer()
-        : __('Its kernel process ended, so its GPU slice went back to the pool.');
-      break;
-    case 'over_memory':
-      text = __('Used more GPU memory than its slice.');
-      break;
-    case 'queued':
-      text = __('Waited in the queue for a GPU slice.');
-      break;
-    case 'warned':
-      text = __('Warned: %1.', why);
-      break;
-    case 'snoozed':
-      text = __('Kept alive.');
-      break;
-    default:
-      text = entry.message || kindWord(entry.kind);
-  }
+  const text = historyText(entry);
   const rule = entry.rule_label || entry.rule;
   return rule && entry.rule !== 'hibernation' ? __('%1 Rule: %2.', text, rule) : text;
+}
+
+function historyText(entry: IRecent): string {
+  const why = reasonPhrase(entry.reason);
+  const because = reasonWords(entry.reason).because;
+  switch (entry.kind) {
+    case 'culled':
+      return entry.note
+        ? __('Shut down because %1, and it could not hibernate; its variables are gone.', because)
+        : __('Shut down because %1; its variables are gone.', because);
+    case 'hibernated':
+      return hibernatedLine(entry);
+    case 'resumed':
+      return entry.reason === 'hint'
+        ? __(
+            'Woken in advance as its notebook was opened: it holds a GPU slice again%1.',
+            declaredSuffix(entry)
+          )
+        : __('Resumed: it holds a GPU slice again%1.', declaredSuffix(entry));
+    case 'released':
+      return releasedLine(entry);
+    case 'refused':
+      switch (entry.action) {
+        case 'resume':
+          return __('Could not resume: %1.', why);
+        case 'first_cell':
+          return __('Could not take its first GPU slice, so its cell did not run: %1.', why);
+        case 'hibernate':
+          return __('Could not hibernate now (%1); it kept running.', why);
+        default:
+          return __('Could not start: %1.', why);
+      }
+    case 'hibernation_failed':
+      // The server's own words: what failed, and whether the kernel kept running (or how it was left).
+      return sentence(entry.message) || __('Hibernation failed.');
+    case 'reclaimed':
+      return entry.with_server
+        ? endedWithServer()
+        : __('Its kernel process ended, so its GPU slice went back to the pool.');
+    case 'over_memory':
+      return __('Used more GPU memory than its slice.');
+    case 'queued':
+      return __('Waited in the queue for a GPU slice.');
+    case 'warned':
+      return __('Warned: %1.', why);
+    case 'snoozed':
+      return __('Kept alive.');
+    default:
+      return sentence(entry.message || kindWord(entry.kind));
+  }
+}
+
+/** " (declared: no GPU memory to move)" where a move was on declared GPUs. */
+function declaredSuffix(entry: IRecent): string {
+  return entry.declared ? ` (${declaredNote()})` : '';
+}
+
+function hibernatedLine(entry: IRecent): string {
+  const declared = declaredSuffix(entry);
+  switch (entry.reason) {
+    case 'hint_unused':
+      return __('Back to sleep: woken in advance, but no cell ran; nothing was used%1.', declared);
+    case 'after_cell':
+      return __(
+        'Asleep between cells: its GPU slice went back after its last cell; its variables are kept and its next cell wakes it%1.',
+        declared
+      );
+    case 'admin':
+      return __('Hibernated by an admin; its variables are kept%1.', declared);
+    case 'user':
+      return __('Hibernated at your request; its variables are kept%1.', declared);
+    default:
+      return __(
+        'Hibernated because %1; its variables are kept%2.',
+        reasonWords(entry.reason).because,
+        declared
+      );
+  }
+}
+
+function releasedLine(entry: IRecent): string {
+  if (entry.with_server) {
+    return endedWithServer();
+  }
+  const admin = entry.reason === 'admin';
+  if (entry.action === 'hibernate') {
+    return admin
+      ? __('Gave its GPU slice back at an admin’s request; its variables are kept.')
+      : __('Gave its GPU slice back at your request; its variables are kept.');
+  }
+  if (admin) {
+    return __('Shut down by an admin; its variables are gone.');
+  }
+  return entry.reason && entry.reason !== 'user'
+    ? __(
+        'Shut down to give its GPU slice back because %1; its variables are gone.',
+        reasonWords(entry.reason).because
+      )
+    : __('Shut down at your request; its variables are gone.');
 }
 
 /** Kinds of `recent` entries the user's "What happened" list shows (warnings show as countdowns). */

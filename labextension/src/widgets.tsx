@@ -7,6 +7,7 @@
 import type { ISessionContext } from '@jupyterlab/apputils';
 import { LabIcon, ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import type { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 import { flushSync } from 'react-dom';
 
@@ -192,11 +193,41 @@ export class GpuPanel extends ReactWidget {
     super.onAfterShow(msg);
     this.update();
     void this._model.refresh();
+    this._clearToasts(true);
   }
 
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
     this.update();
+    this._clearToasts(false);
+  }
+
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    this._clearToasts(this.isVisible);
+  }
+
+  dispose(): void {
+    this._clearToasts(false);
+    super.dispose();
+  }
+
+  /**
+   * JupyterLab's toasts sit at the bottom right, over the panel's buttons: while the panel is open
+   * they move left of it (the stylesheet reads --jp-GpuPool-toastRight).
+   */
+  private _clearToasts(open: boolean): void {
+    const body = document.body;
+    const left = this.node.getBoundingClientRect().left;
+    if (open && left > 0) {
+      body.style.setProperty(
+        '--jp-GpuPool-toastRight',
+        `${Math.ceil(window.innerWidth - left) + 8}px`
+      );
+      body.classList.add('jp-GpuPool-panelOpen');
+    } else {
+      body.classList.remove('jp-GpuPool-panelOpen');
+    }
   }
 }
 

@@ -40,6 +40,21 @@ expect.set_options(timeout=15_000)
 GiB = 1024**3
 BUDGETS = {"root": {"gpu_hours": 10}, "bob": {"gpu_hours": 5}}
 
+# Every text a lease row says of an admin's request, in order, as the page renders them (another
+# server may carry it out within a second: a poll alone could miss the pending state).
+RECORD_REQUESTS = """() => {
+  window.__asked = [];
+  const seen = () => {
+    for (const el of document.querySelectorAll('.jp-GpuPool-leaseTable .jp-GpuPool-asked')) {
+      const text = el.closest('tr').dataset.kernelId + ' ' + el.textContent;
+      if (!window.__asked.includes(text)) { window.__asked.push(text); }
+    }
+  };
+  new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, characterData: true});
+  seen();
+}"""
+ASKED = "() => window.__asked"
+
 # Pixels of a plot in its kernels' colours: the plot was drawn from the readings.
 PLOT_PIXELS = """(figure) => {
   const palette = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7',
@@ -155,16 +170,38 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     shoot(page, artifacts, "10-dashboard-dark", small=False)
     set_theme(page, "JupyterLab Light")
 
-    # An admin's action on another user's lease: bob's own server carries it out and tells bob.
+    # At 1400 px with both sidebars open (the file browser, the GPU panel): the profile wraps at most
+    # once, its slice under it, and no action is cut or needs a sideways scroll.
+    assert page.locator("#jp-gpu-pool-panel").is_visible() and page.locator(".jp-FileBrowser").is_visible()
+    lease_table = dashboard.locator(".jp-GpuPool-tableScroll")
+    assert lease_table.evaluate("el => el.scrollWidth <= el.clientWidth + 1"), "the lease table scrolls sideways"
+    for row in leases.all():
+        name = row.locator("td.jp-GpuPool-profileCell")
+        lines = name.evaluate("""el => { const r = document.createRange(); r.selectNodeContents(el.firstChild);
+            return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; }""")
+        assert lines <= 2, f"the profile wraps over {lines} lines"
+        for button in row.locator("button.jp-GpuPool-action").all():
+            assert one_line(button), f"{button.text_content()!r} wraps"
+            box, area = button.bounding_box(), dashboard.bounding_box()
+            assert box["x"] + box["width"] <= area["x"] + area["width"], f"{button.text_content()!r} is cut"
+    leases.first.scroll_into_view_if_needed()
+    shoot(page, artifacts, "15-lease-table-both-sidebars", small=False)
+
+    # An admin's action on another user's lease: bob's own server carries it out and tells bob; the
+    # row says it is asked, until it is.
+    page.evaluate(RECORD_REQUESTS)
     shut = dashboard.get_by_role("button", name="Shut down: bob-model.ipynb of bob")
     expect(shut).to_have_attribute("title", re.compile(r"another Jupyter server"))
     shut.click()
     dialog = page.locator(".jp-Dialog")
     expect(dialog).to_contain_text("Shut down bob’s bob-model.ipynb now?")
     dialog.get_by_role("button", name="Shut down").click()
-    expect(toast(page, "at the next pass of its own server")).to_contain_text("bob’s bob-model.ipynb shuts down")
     wait_for(lambda: not bob.kernel_alive(bobs_kernel), timeout=60, what="bob's server to shut his kernel down")
     expect(leases).to_have_count(1, timeout=30_000)
+    asked = page.evaluate(ASKED)
+    assert any(re.fullmatch(rf"{bobs_kernel} Shut down asked at \d\d:\d\d:\d\d: waiting for its own server, "
+                            r"which acts at its next pass…", a) for a in asked), asked
+    expect(toast(page, "bob’s bob-model.ipynb")).to_have_count(0)  # what was done is no toast
     told = bob.me()["recent"]
     assert any(r["kind"] == "released" and r["reason"] == "admin" and "by an admin (root)" in r["message"]
                for r in told), told
@@ -193,13 +230,14 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
 
     # Release and Hibernate on another user's leases: asked of bob's server, which carries them out.
     kernels = {}
-    for nb in ("bob-release.ipynb", "bob-hibernate.ipynb"):
+    for nb, profile in (("bob-release.ipynb", "gpu-10g"), ("bob-hibernate.ipynb", "gpu-10g"),
+                        ("bob-mps.ipynb", "gpu-20g-50")):
         status, session = bob.api("POST", "api/sessions", {"path": nb, "type": "notebook", "name": nb,
-                                                           "kernel": {"name": "gpu-pool-gpu-10g"}})
+                                                           "kernel": {"name": f"gpu-pool-{profile}"}})
         assert status == 201, session
         kernels[nb] = session["kernel"]["id"]
     page.get_by_role("tab", name="GPUs and kernels").click()
-    expect(leases).to_have_count(3, timeout=30_000)
+    expect(leases).to_have_count(4, timeout=30_000)
 
     def bobs_state(nb: str) -> str:
         return next((k["state"] for k in bob.me()["kernels"] if k["kernel_id"] == kernels[nb]), "gone")
@@ -215,23 +253,32 @@ def test_card_readings_and_the_admin_dashboard(servers, page, artifacts):
     page.wait_for_timeout(500)
     shoot(page, artifacts, "14-admin-confirm", small=False)
     dialog.get_by_role("button", name="Release").click()
-    expect(toast(page, "bob’s bob-release.ipynb")).to_contain_text(
-        re.compile(r"(hibernates|gives its GPU slice back) at the next pass of its own server"))
     wait_for(lambda: bobs_state("bob-release.ipynb") == "hibernated", timeout=60,
              what="bob's server to hibernate the released kernel (its rule hibernates)")
-    expect(row.locator("td").nth(4)).to_have_text("hibernated", timeout=30_000)
+    expect(row.locator("td").nth(4)).to_have_text("hibernated", timeout=30_000)  # the request is done: gone
+    assert any(a.startswith(f"{kernels['bob-release.ipynb']} Release asked at") for a in page.evaluate(ASKED))
 
     row = dashboard.locator(f'.jp-GpuPool-leaseTable tr[data-kernel-id="{kernels["bob-hibernate.ipynb"]}"]')
     row.get_by_role("button", name="Hibernate: bob-hibernate.ipynb of bob").click()
     expect(dialog).to_contain_text("Hibernate bob’s bob-hibernate.ipynb now? Its GPU slice goes back to the pool")
     dialog.get_by_role("button", name="Hibernate").click()
-    expect(toast(page, "bob’s bob-hibernate.ipynb hibernates at the next pass of its own server")).to_be_visible()
     wait_for(lambda: bobs_state("bob-hibernate.ipynb") == "hibernated", timeout=60,
              what="bob's server to hibernate his kernel")
     expect(row.locator("td").nth(4)).to_have_text("hibernated", timeout=30_000)
     expect(row.locator("button.jp-GpuPool-action")).to_have_text(["Shut down"])  # all that is left to do
+
+    # Refused by bob's server (an MPS kernel cannot hibernate): the row and a toast say why.
+    row = dashboard.locator(f'.jp-GpuPool-leaseTable tr[data-kernel-id="{kernels["bob-mps.ipynb"]}"]')
+    row.get_by_role("button", name="Hibernate: bob-mps.ipynb of bob").click()
+    dialog.get_by_role("button", name="Hibernate").click()
+    refused = row.locator(".jp-GpuPool-asked.jp-mod-refused")
+    expect(refused).to_have_text(re.compile(r"^Hibernate asked at \d\d:\d\d:\d\d, not carried out: Not hibernated: "
+                                            r"it cannot hibernate"), timeout=30_000)
+    expect(toast(page, "not carried out")).to_be_visible()
+    assert bobs_state("bob-mps.ipynb") == "active"
+    shoot(page, artifacts, "16-admin-request-refused", small=False)
     told = [(r["kind"], r["reason"], r["kernel_id"]) for r in bob.me()["recent"]]
-    for nb in kernels:
+    for nb in ("bob-release.ipynb", "bob-hibernate.ipynb"):
         assert ("hibernated", "admin", kernels[nb]) in told, told
     for kernel_id in kernels.values():
         bob.api("DELETE", f"api/kernels/{kernel_id}")

@@ -174,7 +174,7 @@ OK = cp.DriverInfo(True, None, 13000, remap=True)
 
 
 @pytest.mark.parametrize("isolation,gpus,info,driver,reason,words", [
-    (MPS, [REAL], OK, "580.159", "mps", "error 801"),
+    (MPS, [REAL], OK, "580.159", "mps", "cannot checkpoint an MPS kernel"),
     (SOFT, [GPU(uuid=REAL.uuid, name="A100", memory=40 * GiB, mig=True)], OK, "580.1", "mig", "MIG"),
     (SOFT, [REAL], cp.DriverInfo(False, "libcuda.so.1 not found (no NVIDIA driver on this machine)"), None,
      "driver", "libcuda.so.1 not found"),

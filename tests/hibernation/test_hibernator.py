@@ -141,7 +141,7 @@ async def test_gpu_work_that_ends_within_the_timeout_is_waited_for(rig):
 
 
 @pytest.mark.parametrize("profile,reason,words", [
-    ("half", "mps", "801"),
+    ("half", "mps", "cannot checkpoint an MPS kernel"),
 ])
 async def test_an_mps_kernel_cannot_hibernate_and_says_why_before_touching_it(rig, profile, reason, words):
     r = rig()
@@ -590,3 +590,27 @@ async def test_a_kernel_being_shut_down_neither_hibernates_nor_resumes_and_keeps
         await r.hibernator.resume(kid)
     assert err.value.reason == "stopping"
     assert r.lease(kid).phase == "stopping" and r.standin.procs[pid].state == CHECKPOINTED
+
+
+# -- what the caller carries out: the model's effects ----------------------------------------------------
+
+
+async def test_a_resume_its_user_asked_for_restarts_the_idle_clock_and_a_hints_waits_for_a_cell(rig):
+    """The resume's outcome carries the residency model's effects for its caller: a cell's or a Resume's
+    restarts the kernel's idle clock; a hint's only holds the kernel for a cell, and the cell that then comes
+    (``used``) is what restarts it; a hibernation is put on record and restarts nothing."""
+    from jupyter_gpu_pool.pool import residency as M
+
+    r = rig()
+    kid, _ = await r.gpu_kernel()
+    slept = await r.hibernator.hibernate(kid)
+    assert M.RECORD in slept.effects and M.RESTART_IDLE_CLOCK not in slept.effects
+    asked = await r.hibernator.resume(kid, "cell")
+    assert M.RESTART_IDLE_CLOCK in asked.effects and M.HOLD_FOR_CELL not in asked.effects
+
+    await r.hibernator.hibernate(kid)
+    hinted = await r.hibernator.start_resume(kid, "hint", hint=True)
+    assert M.HOLD_FOR_CELL in hinted.effects and M.RESTART_IDLE_CLOCK not in hinted.effects
+    assert r.hibernator.hinted(kid)
+    assert r.hibernator.used(kid) == (M.RESTART_IDLE_CLOCK,)  # the hint was right: its user is here
+    assert not r.hibernator.hinted(kid) and r.hibernator.used(kid) == ()  # once

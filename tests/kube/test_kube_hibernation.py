@@ -220,7 +220,7 @@ async def test_a_hibernated_kernels_memory_is_free_for_a_second_kernel_its_count
 
     second, _ = await start(kms, kube)  # 10 GiB: its quota's memory is free while the first sleeps
     third = kms()
-    with pytest.raises(Exception, match="2 of your 2 GPU kernels"):  # the hibernated one still counts
+    with pytest.raises(Exception, match="you hold 2 GPU kernels, as many as your quota allows"):  # the hibernated one still counts
         await third.start_kernel()
 
     await ask(kube, name, DESIRED_RUNNING)

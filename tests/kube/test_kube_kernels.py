@@ -147,7 +147,7 @@ async def test_a_quota_refusal_reaches_the_user_within_seconds(cluster, operator
     refusal = await refused(second)
     assert refusal.status_code == 403 and refusal.pool_reason == "QuotaExceeded"
     message = str(refusal)
-    assert message.startswith("GPU quota exceeded: you hold 1 of your 1 GPU kernels, so 'Python 3 · ")
+    assert message.startswith("GPU quota exceeded: you hold 1 GPU kernel, as many as your quota allows, so 'Python 3 · ")
     await wait_until(lambda: gone(kube, second.kernel_id), timeout=20, what="the refused kernel's objects to go")
     assert len(await kube.kernels()) == 1
 

@@ -77,7 +77,10 @@ def test_a_progress_bar_on_stderr_when_asked():
 
 @pytest.mark.parametrize("argv, message", [
     ([], "Give a workload: --trace FILE"),
-    (["--synthetic", "moon"], "--synthetic 'moon': the synthetic workloads are 'lab' and 'hub'"),
+    (["--synthetic", "moon"], "--synthetic 'moon': the synthetic workloads are 'lab', 'hub' and 'week'"),
+    (["--synthetic", "week", "--class-days", "someday"], "--class-days 'someday': write days such as tue,thu"),
+    (["--synthetic", "week", "--class-time", "12:00-10:00"], "--class-time '12:00-10:00': write the hours it runs"),
+    (["--synthetic", "week", "--research-profile", "huge"], "--research-profile: 'huge' is not a profile"),
     (["--synthetic", "lab", "--gpus", "0-3"], "--gpus '0-3': counts go from 1 to 4096"),
     (["--synthetic", "lab", "--gpus", "two"], "--gpus 'two': write a count (4), a range (1-8) or a list (1,2,4)"),
     (["--synthetic", "lab", "--slo-wait", "soon"], "--slo-wait 'soon': must be a number of seconds"),

@@ -114,7 +114,7 @@ def test_kernel_count_quota_counts_hibernated_kernels(ledger):
     quotas = build_quota_book({}, {}, {"kernels": 1}, {})
     lease = ledger.allocate(request(owner="alice"), quotas)
     ledger.hibernate(lease.id, host_bytes=GiB)
-    with pytest.raises(QuotaExceeded, match="you hold 1 of your 1 GPU kernels"):
+    with pytest.raises(QuotaExceeded, match="you hold 1 GPU kernel, as many as your quota allows"):
         ledger.allocate(request(owner="alice"), quotas)
 
 

@@ -39,7 +39,7 @@ def test_a_kernel_count_limit_is_not_helped_by_a_smaller_profile():
     refusal = allocate(holdings, ask("gpu-20g"), quotas, now=100)
     assert isinstance(refusal, QuotaExceeded) and refusal.resource == "kernels"
     text = str(refusal)
-    assert text.startswith("GPU quota exceeded: you hold 2 of your 2 GPU kernels, so 'Python 3 · GPU 20 GiB' "
+    assert text.startswith("GPU quota exceeded: you hold 2 GPU kernels, as many as your quota allows, so 'Python 3 · GPU 20 GiB' "
                            "cannot start.")
     assert "a.ipynb (10 GiB, slice held for 1m" in text and "active" not in text and "b.ipynb" in text
     assert text.endswith("Shut one down (Kernel > Shut Down Kernel, or Shut down in the GPU panel), then start this one.")
@@ -77,7 +77,7 @@ def test_a_pool_with_free_memory_is_not_called_full_and_says_what_would_start():
                            "10 GiB on GPU")
     assert "every GPU slice is taken" not in text
     assert "'Python 3 · GPU 10 GiB' would start now. Or try again when an idle kernel gives its slice back." in text
-    assert "You hold no GPU slice right now." in text and "bob" not in text and "carol" not in text
+    assert "You hold no GPU kernel right now." in text and "bob" not in text and "carol" not in text
 
 
 def test_a_pool_with_every_slice_taken_says_so_and_suggests_nothing():

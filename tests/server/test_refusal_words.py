@@ -57,7 +57,7 @@ async def test_a_refused_start_is_one_warning_line_in_the_server_log(jp_fetch, j
                 await call()
             assert err.value.code == 503
             reply = json.loads(err.value.response.body)
-            assert reply["message"].startswith("The GPU pool is full") and "holder.ipynb (1 whole GPU(s), slice " \
+            assert reply["message"].startswith("The GPU pool is full") and "holder.ipynb (1 whole GPU, slice " \
                 "held for" in reply["message"]
     finally:
         root.removeHandler(log)
@@ -83,7 +83,7 @@ async def test_a_refusal_names_the_notebook_and_how_long_each_kernel_held_its_sl
     with pytest.raises(HTTPClientError) as err:
         await start_session(jp_fetch, "gpu-pool-small", "wanted.ipynb")
     message = json.loads(err.value.response.body)["message"]
-    assert "holder.ipynb (1 whole GPU(s), slice held for " in message and "active for" not in message
+    assert "holder.ipynb (1 whole GPU, slice held for " in message and "active for" not in message
     refused = pool_home.ledger().journal(kinds=("refused",))
     assert len(refused) == 1 and refused[0].detail["name"] == "wanted.ipynb"
     recent = body(await jp_fetch(*API, "me"))["recent"]
@@ -136,3 +136,29 @@ async def test_the_queue_names_the_notebook_as_it_is_called_now(jp_fetch, pool_h
         assert [w["label"] for w in pool["queue"] if w["kernel_id"] == kid] == ["after.ipynb"]
     finally:
         pool_home.ledger().dequeue(place.id)
+
+
+@pytest.mark.policy(rules=[{"name": "everyone", "slice_at": "first-cell", "idle_timeout": None,
+                            "gpu_idle_timeout": None, "max_hibernated": None}])
+@pytest.mark.pool_settings(default_user_quota={"kernels": 2})
+async def test_a_refusal_names_a_kernel_without_a_notebook_by_its_id_and_one_without_a_gpu_as_such(jp_fetch,
+                                                                                                     pool_home):
+    """A REST client's session on the server's root folder names no notebook: its kernel is "kernel 1a2b3c4d" in
+    a refusal and "" (no name) in the views, never "."; an MPS kernel that has not run a cell holds no GPU
+    yet, and a refusal lists it as that, not as "hibernated for 2s"."""
+    nameless = body(await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "", "name": "", "type": "notebook", "kernel": {"name": "gpu-pool-small"}})))["kernel"]["id"]
+    third = body(await start_session(jp_fetch, "gpu-pool-half", "third.ipynb"))["kernel"]["id"]
+    assert pool_home.ledger().by_kernel(third).awaits_first_cell
+    assert pool_home.ledger().by_kernel(nameless).label == ""  # not "."
+    with pytest.raises(HTTPClientError) as err:
+        await start_session(jp_fetch, "gpu-pool-small", "wanted.ipynb")
+    message = json.loads(err.value.response.body)["message"]
+    assert f"kernel {nameless[:8]} (10 GiB, no GPU yet)" in message, message
+    assert "third.ipynb (20 GiB · 50%, no GPU yet)" in message and "hibernated" not in message, message
+    assert " . (" not in message and ": . " not in message
+    me = body(await jp_fetch(*API, "me"))
+    assert {k["kernel_id"]: k["name"] for k in me["kernels"]}[nameless] == ""
+    assert {k["kernel_id"]: k["state"] for k in me["kernels"]}[third] == "no_gpu_yet"
+    pool = body(await jp_fetch(*API, "pool", headers={"Authorization": "token root-token"}))
+    assert {lease["kernel_id"]: lease["state"] for lease in pool["leases"]}[third] == "no_gpu_yet"  # the admin's table

@@ -154,6 +154,29 @@ def test_a_journal_entry_posing_as_a_type_is_shown_to_the_admin_as_the_data_it_i
         admin.ledger.close()
 
 
+def test_a_frame_that_names_a_key_twice_is_refused_as_malformed_and_changes_nothing(lab):
+    """json keeps the last of two equal keys, so {"op": "get", "op": "release"} would release what a reader of
+    its first key takes for a read: a strict protocol refuses the frame, at any depth, and acts on nothing."""
+    lab.service()
+    bob = Connection(lab, "bob")
+    try:
+        mine = bob.call("allocate", kernel_id="k-bob", profile="small")["result"]
+        lease = json.dumps(mine["id"])
+        frames = [b'{"id": 1, "op": "whoami", "op": "release", "args": {"lease_id": %s}}\n' % lease.encode(),
+                  b'{"id": 2, "op": "release", "args": {"lease_id": "nobody", "lease_id": %s}}\n' % lease.encode(),
+                  b'{"id": 3, "op": "record", "args": {"kind": "noted", "detail": {"a": 1, "a": 2}}}\n']
+        replies = [bob.send(frame) for frame in frames]
+        assert [(r["id"], r["ok"], r["error"]["reason"]) for r in replies] == [
+            (None, False, "bad_request")] * 3, replies
+        assert ["'op' twice" in replies[0]["error"]["message"], "'lease_id' twice" in replies[1]["error"]["message"],
+                "'a' twice" in replies[2]["error"]["message"]] == [True] * 3, replies
+        assert bob.call("get", lease_id=mine["id"])["result"]["state"] == "active"  # nothing was released
+        assert bob.call("journal", kinds=["noted"])["result"] == []  # nor recorded
+        assert bob.call("whoami")["ok"]  # and the connection serves on
+    finally:
+        bob.close()
+
+
 def test_bob_cannot_take_over_alices_queue_place_once_she_missed_a_heartbeat(lab):
     lab.configure(service={"reconcile_interval": 3600})  # nothing prunes her place while this runs
     lab.service()

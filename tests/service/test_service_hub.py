@@ -39,7 +39,7 @@ def test_a_real_jupyterhub_spawns_two_users_whose_kernels_share_the_pool(lab, pr
     assert [code for code, _ in started] == [201, 201, 201], (started, hub.log()[-3000:])
     code, refused = bob.start_kernel()
     assert code == 403, refused
-    assert refused["message"].startswith("GPU quota exceeded: group 'students' holds 1 of its 1 GPU kernels")
+    assert refused["message"].startswith("GPU quota exceeded: group 'students' holds 1 GPU kernel (all its members together), as many as its quota allows")
 
     # Who is who comes from the hub: bob's hub group, alice's hub admin flag; names as the hub knows them.
     [alice_is, bob_is] = [raw(lab, name, [request("whoami")])[0]["result"] for name in ("alice", "bob")]

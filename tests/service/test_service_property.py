@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 OPS = sorted(protocol.OPERATIONS)
 ARGS = ["lease_id", "kernel_id", "waiter_id", "pid", "profile", "to", "expect", "phase", "host_bytes", "owner",
         "kind", "reason", "message", "detail", "states", "kinds", "limit", "since", "after_seq", "label", "events",
-        "same_gpu", "after", "deadline"]
+        "same_gpu", "after", "deadline", "candidates", "freeing", "warned"]
 # What is bob's and never sent by alice: none of it may reach her.
 SECRETS = ["bob-secret-label", "bob-secret-detail", "bob-secret-queue", '"owner": "bob"', '"u": "bob"']
 TABLES = {"leases": "owner", "waiters": "owner", "journal": "owner", "trace": "owner", "usage": "owner",
@@ -59,7 +59,8 @@ def test_no_request_of_a_student_changes_or_reveals_another_students_rows(lab):
             lease["id"], waiter["id"], "k-bob", "k-bob-q", "bob", mine["id"], "k-alice", "alice", "small", "",
             "hibernating", "active", "released", "noted", None, True, 0, 1, -1, kernel.pid, 2**40, 1.5,
             ["bob"], ["active", "released", "hibernated"], [], {"note": "x"}, [1.0, 1],
-            [{"t": 1.0, "e": "busy", "k": "k-bob"}], [{"t": 1.0, "e": "busy", "k": "k-bob", "u": "bob"}]])
+            [{"t": 1.0, "e": "busy", "k": "k-bob"}], [{"t": 1.0, "e": "busy", "k": "k-bob", "u": "bob"}],
+            [[lease["id"], "hibernate", 0.0]], ["k-bob"]])
         requests = st.lists(st.tuples(st.sampled_from(OPS), st.dictionaries(st.sampled_from(ARGS), values,
                                                                             max_size=4)), min_size=1, max_size=6)
 

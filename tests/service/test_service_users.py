@@ -133,7 +133,7 @@ def test_bob_gains_no_quota_from_his_own_config_a_borrowed_owner_or_jupyterhub_u
     bob = lab.server("bob", JUPYTERHUB_USER="alice")  # a name he could set: not who he is
     assert [bob.start_kernel()[0] for _ in range(2)] == [201, 201]
     code, refused = bob.start_kernel()
-    assert code == 403 and refused["message"].startswith("GPU quota exceeded: you hold 2 of your 2 GPU kernels")
+    assert code == 403 and refused["message"].startswith("GPU quota exceeded: you hold 2 GPU kernels, as many as your quota allows")
     me = bob.me()
     assert me["user"] == "bob" and {k["kernel_id"] for k in me["kernels"]} and me["quota"]["kernels"] == 2
     [leases] = raw(lab, "bob", [request("leases")])

@@ -17,6 +17,7 @@ from ...devices.telemetry import ProcessSource, Sampler
 from ...pool import GPU, JournalEntry, Lease, Profile, Quota, Snapshot
 from ...pool.budgets import Standing
 from ...pool.rules import Policy
+from ...pool.sharing import Sharing
 from ...pool.trace import TraceEvent
 
 
@@ -78,6 +79,17 @@ class PoolBackend(ABC):
     async def reconcile(self) -> list[Lease]:
         """Release leases whose holders are gone; return them (a cluster's operator does it itself)."""
         return []
+
+    @property
+    def sharing(self) -> Sharing:
+        """The admin's reservations and queue order, where this pool follows them (else first come, first served)."""
+        return Sharing()
+
+    async def reserved(self, candidates: list, freeing: tuple[str, ...] = (),
+                       warned: tuple[str, ...] = ()) -> dict[str, str]:
+        """Of this server's ``candidates`` (``pool.reclaim.Candidate``), those to give back room a reservation
+        keeps now, each with why in words (judged on the whole pool, which this server may not read)."""
+        return {}
 
     async def budget(self, user: str, groups: tuple[str, ...]) -> Standing | None:
         """Where ``user`` stands against their tightest GPU-hour budget (None: no budget applies)."""

@@ -11,6 +11,7 @@ from ...pool.allocation import Ask, Grant, Holdings, allocate
 from ...pool.budgets import Standing
 from ...pool.phases import PhaseConflict
 from ...pool.rules import Policy
+from ...pool.sharing import Sharing
 from ...pool.trace import TraceEvent
 from .base import PoolBackend
 
@@ -37,6 +38,10 @@ class LocalBackend(PoolBackend):
     @property
     def policy(self) -> Policy:
         return self.pool.settings.idle_policy
+
+    @property
+    def sharing(self) -> Sharing:
+        return self.pool.settings.sharing
 
     @property
     def owner(self) -> str:
@@ -66,6 +71,12 @@ class LocalBackend(PoolBackend):
     async def reconcile(self) -> list[Lease]:
         return await self.pool.areconcile()
 
+    async def reserved(self, candidates: list, freeing: tuple[str, ...] = (),
+                       warned: tuple[str, ...] = ()) -> dict[str, str]:
+        if not candidates or not self.sharing.reservations:
+            return {}
+        return await asyncio.to_thread(self.pool.reserved, candidates, freeing, warned)
+
     async def budget(self, user: str, groups: tuple[str, ...]) -> Standing | None:
         book = self.pool.settings.budget_book
         if not book.scopes(user, groups):
@@ -85,7 +96,8 @@ class LocalBackend(PoolBackend):
         budget = await self.budget(user, groups)
         holdings = Holdings.of(self.pool.gpus, snapshot.leases, snapshot.waiters, budget)
         return {name: isinstance(allocate(holdings, Ask(user, "", profile, groups=groups), settings.quotas,
-                                          now=snapshot.at, placement=settings.placement), Grant)
+                                          now=snapshot.at, placement=settings.placement, sharing=settings.sharing),
+                                 Grant)
                 for name, profile in settings.profiles.items()}
 
     async def claim_stop(self, lease: Lease) -> bool:

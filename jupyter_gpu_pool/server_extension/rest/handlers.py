@@ -28,7 +28,6 @@ from .identity import Caller, caller_of
 AUTH_RESOURCE = "kernels"
 API = "gpu-pool/api/v1"
 KERNEL_ID = r"(?P<kernel_id>[^/]+)"
-MAX_SECONDS = 365 * 86400.0  # a snooze longer than a year is a typo (the rule caps it far lower anyway)
 
 
 class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
@@ -91,18 +90,18 @@ class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
         return caller, lease, context.rule_for(kernel, lease)
 
 
-def _seconds(value) -> float:
-    """A number of seconds from a JSON body, or a 400 (a bool, text, NaN, or a number no clock holds)."""
+def _seconds(value, rule: P.Rule) -> float:
+    """A number of seconds from a JSON body, or a 400 in the rule's words (a bool, text, NaN, a number no
+    clock holds; one the rule does not allow is refused by ``policy.snooze``, in the same words)."""
     shown = repr(value) if len(repr(value)) < 40 else f"{repr(value)[:30]}… ({len(repr(value))} characters)"
     try:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError
         seconds = float(value)
-        if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
+        if not math.isfinite(seconds):
             raise ValueError
     except (ValueError, OverflowError):
-        raise api_error(400, "bad_snooze", f"'seconds' must be a number of seconds (at most {MAX_SECONDS:g}), "
-                                           f"not {shown}.") from None
+        raise api_error(400, "bad_snooze", P.bad_snooze(rule, shown).message) from None
     return seconds
 
 
@@ -137,14 +136,17 @@ class SnoozeHandler(PoolAPIHandler):
     @authorized
     async def post(self, kernel_id: str) -> None:
         body = self.json_body({"seconds"})
+        caller, lease, rule = await self.own_kernel(kernel_id)
         seconds = body.get("seconds")
         if seconds is not None:
-            seconds = _seconds(seconds)
-        caller, lease, rule = await self.own_kernel(kernel_id)
+            seconds = _seconds(seconds, rule)
         culler, context = self.ext.culler, self.ext.server_context
         if lease.phase or context.busy(kernel_id):
             raise api_error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
-        if lease.awaits_first_cell or (lease.state == HIBERNATED and rule.max_hibernated is None):
+        if lease.awaits_first_cell:
+            raise api_error(409, "nothing_to_snooze", "This kernel holds no GPU yet (it takes one when a cell runs): "
+                                                      "nothing is pending for it.")
+        if lease.state == HIBERNATED and rule.max_hibernated is None:
             raise api_error(409, "nothing_to_snooze", "This kernel is hibernated and nothing is pending for it.")
         try:
             await culler.snooze(kernel_id, lease, rule, seconds)

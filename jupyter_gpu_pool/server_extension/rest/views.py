@@ -16,9 +16,10 @@ from ...pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
 from ...pool import policy as P
 from ...pool.leases import ACTIVE
 from ...pool.liveness import ended_with_server
-from ...pool.phases import HIBERNATING, IN_FLIGHT, STOPPING, display_state
+from ...pool.phases import HIBERNATING, IN_FLIGHT, NO_GPU_YET, STOPPING, display_state
 from ...pool.rules import Policy
 from ...pool.units import unix_time
+from ...pool.words import notebook_label
 from . import dashboard
 from ..backends.base import PoolBackend
 from ..context import ServerContext
@@ -130,6 +131,8 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
         "here": here,
         "actions": actions,
         "progress": lease.extra.get("progress"),  # a cluster kernel's start, in words, while it starts
+        # it borrowed room reserved for others, in words, while their window is open (else null)
+        "borrowed": backend.sharing.borrowed(lease, now) or None,
     }
 
 
@@ -154,7 +157,7 @@ def journal_item(e: JournalEntry, policy: Policy | None = None) -> dict:
     message = d.get("message") or (f"Lease released: {e.reason}" if e.kind == "reclaimed" else "")
     # The server's own entries name the notebook as it was called then; the ledger's, as at its start.
     return {"at": e.at, "kind": e.kind, "kernel_id": e.kernel_id, "owner": e.owner,
-            "name": d.get("name") or d.get("label", ""),
+            "name": notebook_label(d.get("name") or d.get("label", "")),
             "profile": d.get("profile"), "reason": e.reason, "message": message,
             "dry_run": bool(d.get("dry_run", False)), "rule": rule,
             "rule_label": found.label if found is not None else rule, "action": d.get("action"),
@@ -209,7 +212,8 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
         name = notebooks.get(w.kernel_id, w.label)  # the notebook as it is called now
         queue.append({"position": w.position, "kernel_id": w.kernel_id, "name": name, "profile": w.profile,
                       "profile_display_name": profile.display_name if profile else w.profile,
-                      "for": "resume" if w.lease_id else "start", "enqueued": w.enqueued})
+                      "for": "resume" if w.lease_id else "start", "enqueued": w.enqueued,
+                      "why": w.why or None})  # where sharing orders the queue: why it is there
         if w.kernel_id not in leased:  # a start waiting for its first slice
             kernels.append({"kernel_id": w.kernel_id, "lease_id": None, "name": name, "profile": w.profile,
                             "profile_display_name": profile.display_name if profile else w.profile,
@@ -232,6 +236,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
         "queue": queue,
         "recent": recent,
         "profiles": profiles,
+        "reservations": backend.sharing.shown(now, user, backend.groups_of(user)),
     }
 
 
@@ -254,7 +259,9 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         kernel = context.kernel(lease.kernel_id)
         here = kernel is not None
         execution_state = kernel.execution_state if here else None
-        item.update({"label": name_of(lease, notebooks), "here": here, "execution_state": execution_state,
+        # a kernel that has held no slice yet is not "hibernated": nothing was put to sleep
+        item.update({"label": name_of(lease, notebooks), "state": NO_GPU_YET if lease.awaits_first_cell else lease.state,
+                     "here": here, "execution_state": execution_state,
                      "idle_since": (unix_time(kernel.last_activity)
                                     if here and execution_state != "busy" else None),
                      "actions": admin_actions(lease, context),
@@ -277,6 +284,9 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         "queue": [{**w.to_dict(), "label": notebooks.get(w.kernel_id, w.label)} for w in snapshot.waiters],
         "decisions": decisions,
         "policy": context.policy.to_dict(),
+        "reservations": [{**s.to_dict(now, member=False), "groups": list(s.reservation.groups),
+                          "users": list(s.reservation.users), "window": s.reservation.window.words()}
+                         for s in backend.sharing.slots(now)],
         "pressure": bool(snapshot.waiters),
         "passes": context.passes(),
     }

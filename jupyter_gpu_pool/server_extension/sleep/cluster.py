@@ -12,7 +12,9 @@ holds the cell until the phase is Running, showing the queue position the operat
 declines it (status.reason ``ResumeDeclined``) and the server withdraws the ask; a cell that comes
 meanwhile makes it a real resume, and a kernel a hint woke that runs no cell goes back to sleep
 (``SleepTimers.after_hint``).  Nothing here touches a process: the kernel's pod is out of the server's
-reach.
+reach.  What a request may do, and where a move's end leaves the kernel, is the lifecycle's model
+(``pool.residency``, on the kernel's object through ``cluster.kernels.residency_of_kernel``), as on one
+machine.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import time
 
 from ...cluster import resources as R
 from ...cluster.hibernation import HOST_MEMORY, LASTING, NODE_CAP, never_hands_back
-from ...cluster.kernels import as_lease, desired, hibernation, hint_declined, meta, resume_hint, status
+from ...cluster.kernels import (as_lease, desired, hibernation, hint_declined, meta, residency_of_kernel,
+                                resume_hint, status)
 from ...hibernation import HibernationFailed, HibernationRefused, Kernels, Outcome
 from ...pool import ACTIVE, Lease, format_size
+from ...pool import residency as M
 from ...pool.phases import display_state
 from .hook import HibernationHook
 from .timers import SleepTimers
@@ -38,6 +42,32 @@ ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer t
 ADMISSION_TIMEOUT = 30.0  # seconds for the operator to answer a hibernation request (it may be down)
 MOVE_TIMEOUT = 300.0  # seconds for the node agent to checkpoint (32 GiB took 18 s on an H100)
 REFUSAL_WORDS = {HOST_MEMORY: "host_memory", NODE_CAP: "node_cap"}
+SLEEP_EVENTS = {"after_cell": M.AFTER_CELL, "hint_unused": M.HINT_UNUSED, "user": M.RELEASE, "admin": M.RELEASE}
+
+
+def asked_to_sleep(obj: dict, event: str, hinted: bool) -> M.Step:
+    """The model's answer to a request to hibernate the kernel, refused in its user's words (a kernel
+    admitted whose pod does not run yet is refused too: there is nothing to checkpoint yet)."""
+    phase = status(obj).get("phase") or "starting"
+    try:
+        asked = M.step(residency_of_kernel(obj, hint=hinted), event)
+    except M.Refused as e:
+        if e.reason == "hibernated" or phase == R.HIBERNATED:
+            raise HibernationRefused("hibernated", "This kernel is hibernated already.") from None
+        if e.reason == "used":
+            raise HibernationRefused("used", "A cell ran on this kernel since it was woken in advance, so it stays "
+                                             "awake.") from None
+        asked = None
+    if asked is None or phase != R.RUNNING:
+        raise HibernationRefused("in_progress", f"This kernel is {phase}; try again when that is done.")
+    return asked
+
+
+def wakes_on_hint(obj: dict) -> bool:
+    """Simply asleep, nothing asked: where the model has a hint take a slice (one try)."""
+    state = residency_of_kernel(obj)
+    return desired(obj) == R.DESIRED_HIBERNATED and M.allowed(state, M.HINT) and \
+        M.TAKE_SLICE_NOW in M.step(state, M.HINT).effects
 
 
 class ClusterHibernation(HibernationHook):
@@ -158,8 +188,7 @@ class ClusterHibernation(HibernationHook):
         """Moving or moved, or asked to (the operator may admit the request at any moment): a cell then
         waits for the resume, which withdraws a request not yet admitted (``_resume``)."""
         obj = self._obj(kernel_id)
-        return obj is not None and (status(obj).get("phase") in (R.HIBERNATING, R.HIBERNATED, R.RESUMING)
-                                    or desired(obj) == R.DESIRED_HIBERNATED)
+        return obj is not None and (residency_of_kernel(obj).asleep or desired(obj) == R.DESIRED_HIBERNATED)
 
     def queue_position(self, kernel_id: str) -> int | None:
         obj = self._obj(kernel_id)
@@ -233,17 +262,13 @@ class ClusterHibernation(HibernationHook):
 
     async def hibernate(self, kernel_id: str, reason: str) -> Outcome:
         self.timers.cancel(kernel_id)  # it sleeps by another path: no timer left to put it to sleep again
+        hinted = kernel_id in self._hinted
         self._hinted.discard(kernel_id)
         obj = self._obj(kernel_id)
         if obj is None:
             raise HibernationRefused("no_lease", "This kernel holds no GPU slice in the cluster, so there is nothing "
                                                  "to hibernate.", status=404)
-        phase = status(obj).get("phase")
-        if phase == R.HIBERNATED:
-            raise HibernationRefused("hibernated", "This kernel is hibernated already.")
-        if phase != R.RUNNING:
-            raise HibernationRefused("in_progress", f"This kernel is {phase or 'starting'}; try again when that is "
-                                                    "done.")
+        asked_to_sleep(obj, SLEEP_EVENTS.get(reason, M.IDLE), hinted)
         can, why = self.can_hibernate(as_lease(obj))
         if not can:
             raise HibernationRefused("unavailable", f"This kernel cannot hibernate: {why}.", keep_running=False)
@@ -301,7 +326,8 @@ class ClusterHibernation(HibernationHook):
             detail = f" (the checkpoint itself {checkpoint:.1f} s)" if checkpoint is not None else ""
             return Outcome(kernel_id, "hibernated", took, moved, gpus=tuple(h.get("devices") or ()),
                            lease=as_lease(obj), message=f"{format_size(moved)} of GPU memory moved to host memory "
-                                                        f"on its node in {took:.1f} s{detail}.")
+                                                        f"on its node in {took:.1f} s{detail}.",
+                           effects=M.step(M.Residency(M.HIBERNATING), M.CHECKPOINT_DONE).effects)
         if phase == R.RUNNING and desired(obj) == R.DESIRED_RUNNING and st.get("reason") not in (
                 R.HIBERNATION_REFUSED, R.HIBERNATION_FAILED):
             raise HibernationRefused("busy", "A cell started before this kernel's hibernation was admitted, so it "
@@ -359,14 +385,11 @@ class ClusterHibernation(HibernationHook):
         admitted, for the node agent's restore.  Declined (no room now, others waiting, the owner's quota):
         the ask is withdrawn and the refusal says why, in the local pool's words."""
 
-        def sleeping(o: dict) -> bool:
-            return status(o).get("phase") == R.HIBERNATED and desired(o) == R.DESIRED_HIBERNATED
-
         def still_a_hint(o: dict) -> bool:
             return status(o).get("phase") == R.HIBERNATED and resume_hint(o)
 
         started = time.monotonic()
-        if await self._ask(kernel_id, R.DESIRED_RUNNING, "hint", hint=True, only_if=sleeping) is None:
+        if await self._ask(kernel_id, R.DESIRED_RUNNING, "hint", hint=True, only_if=wakes_on_hint) is None:
             raise HibernationRefused("in_progress", "This kernel is not simply sleeping (a move is under way): "
                                                     "there is nothing to wake in advance.")
 
@@ -410,9 +433,10 @@ class ClusterHibernation(HibernationHook):
 
     async def _resume(self, kernel_id: str, reason: str) -> Outcome:
         obj = self._obj(kernel_id)
-        if obj is None:
+        state = residency_of_kernel(obj)
+        if not M.allowed(state, M.CELL if reason == "cell" else M.RESUME):  # gone, failed: nothing to wake
             raise HibernationRefused("no_lease", "This kernel is gone, so there is nothing to resume.", status=404)
-        if status(obj).get("phase") == R.RUNNING and desired(obj) == R.DESIRED_RUNNING:
+        if state.stage == M.ACTIVE and desired(obj) == R.DESIRED_RUNNING:  # awake, and no hibernation asked
             raise HibernationRefused("not_hibernated", "This kernel is running, not hibernated: there is nothing to "
                                                        "resume.")
         started = time.monotonic()
@@ -445,8 +469,10 @@ class ClusterHibernation(HibernationHook):
                                     recovered=False)
         h = hibernation(obj)
         moved, took = int(h.get("bytes") or 0), time.monotonic() - started
+        restored = M.Residency(M.RESTORING, hint=reason == "hint" and kernel_id in self._hinted)
         return Outcome(kernel_id, "resumed", took, moved, gpus=tuple(h.get("devices") or ()), lease=as_lease(obj),
-                       message=f"{format_size(moved)} of GPU memory came back from host memory in {took:.1f} s.")
+                       message=f"{format_size(moved)} of GPU memory came back from host memory in {took:.1f} s.",
+                       effects=M.step(restored, M.RESTORE_DONE).effects)
 
     async def _record_resume(self, task: asyncio.Task, kernel_id: str, reason: str) -> None:
         try:
@@ -464,12 +490,13 @@ class ClusterHibernation(HibernationHook):
         hinted = reason == "hint" and kernel_id in self._hinted
         if reason == "hint" and not hinted:
             reason = "cell"  # a cell came while the hint's resume was under way: it was for the cell
+        self.user_resumed(kernel_id, outcome.effects)
         if outcome.lease is not None:
             await self.recorder.record("resumed", outcome.lease, reason=reason, message=outcome.message,
                                        action="resume", rule="hibernation", duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes,
                                        extra={"hold": self.hint_sleep_after} if hinted else None)
-        if hinted:
+        if hinted and M.HOLD_FOR_CELL in outcome.effects:
             self.timers.after_hint(kernel_id, self.hint_sleep_after)
 
     async def stop(self) -> None:

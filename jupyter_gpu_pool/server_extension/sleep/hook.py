@@ -24,11 +24,13 @@ import asyncio
 import logging
 import weakref
 from abc import ABC
+from collections.abc import Callable
 
 from ...devices.checkpoint import DECLARED_NOTE
 from ...hibernation import HibernationFailed, HibernationRefused, Hibernator, Kernels, Outcome
 from ...periodic import every
 from ...pool import ACTIVE, Lease
+from ...pool import residency as M
 from .timers import SleepTimers
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,22 @@ class HibernationHook(ABC):
 
     def __init__(self, parent=None, **kwargs):
         self.extension = parent
+        self._on_user_resume: list[Callable[[str], None]] = []
+
+    def when_user_resumes(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(kernel_id)`` whenever a resume the kernel's user asked for has put it back on a
+        slice (the culler, whose memory keeps each kernel's idle clock, restarts it then)."""
+        self._on_user_resume.append(listener)
+
+    def user_resumed(self, kernel_id: str, effects: tuple[str, ...]) -> None:
+        """Carry out the residency model's ``restart_idle_clock`` among a move's ``effects``: its user asked
+        for the kernel awake (their Resume, a cell, a hint's resume a cell came for), so the listeners are
+        told and the kernel is judged idle from now, not from its last cell before it slept.  A hint's resume
+        no cell has come for has no such effect: it goes back to sleep unwarned if none comes.  Each hook
+        calls this where a resume ends and where a hint's cell comes (``used``)."""
+        if M.RESTART_IDLE_CLOCK in effects:
+            for listener in self._on_user_resume:
+                listener(kernel_id)
 
     def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether the lease's kernel can hibernate now, and why not (no I/O: the culler asks on every pass)."""
@@ -94,6 +112,10 @@ class HibernationHook(ABC):
         """Why the kernel's queued resume waits, where not for a free slice (no I/O)."""
         return None
 
+    def queue_why(self, kernel_id: str) -> str | None:
+        """Why the kernel's queued resume is where it is in the queue, where sharing orders it (no I/O)."""
+        return None
+
     def queue_position(self, kernel_id: str) -> int | None:
         """The kernel's place in the queue while its resume waits there (no I/O)."""
         return None
@@ -115,7 +137,12 @@ class HibernationHook(ABC):
     def resume_notice(self, kernel_id: str) -> str:
         """What a cell held for the kernel's resume shows meanwhile (no I/O)."""
         position, reason = self.queue_position(kernel_id), self.queue_reason(kernel_id)
+        why = self.queue_why(kernel_id) if position is not None else None
+        why = f"{why[0].upper()}{why[1:]}" if why else None  # "2nd in the queue: …", a sentence of its own
         if self.first_slice(kernel_id):
+            if why:
+                return (f"Waiting for a GPU slice for this kernel's first cell. {why}. The cell "
+                        "runs as soon as the kernel has its GPU.")
             if position is not None:
                 return (f"Waiting for a GPU slice for this kernel's first cell: position {position} in the queue. "
                         "The cell runs as soon as the kernel has its GPU.")
@@ -123,6 +150,9 @@ class HibernationHook(ABC):
         if position is not None and reason:
             return (f"This kernel's resume is {reason}. Position {position} in the queue; the cell runs as soon "
                     "as the kernel has resumed.")
+        if why:  # where the admin's sharing orders the queue: why it is where it is
+            return (f"Waiting for a GPU slice to resume this kernel. {why}. The cell runs as "
+                    "soon as the kernel has resumed.")
         if position is not None:
             return (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
                     "The cell runs as soon as the kernel has resumed.")
@@ -196,7 +226,7 @@ class PoolHibernation(HibernationHook):
         return self.hibernator.hinted(kernel_id)
 
     def used(self, kernel_id: str) -> None:
-        self.hibernator.used(kernel_id)
+        self.user_resumed(kernel_id, self.hibernator.used(kernel_id))
 
     def cell_started(self, kernel_id: str) -> None:
         self.timers.cell_started(kernel_id)
@@ -206,6 +236,9 @@ class PoolHibernation(HibernationHook):
 
     def queue_reason(self, kernel_id: str) -> str | None:
         return self.hibernator.queue_reason(kernel_id)
+
+    def queue_why(self, kernel_id: str) -> str | None:
+        return self.hibernator.queue_why(kernel_id)
 
     def queue_position(self, kernel_id: str) -> int | None:
         return self.hibernator.queue_position(kernel_id)
@@ -257,6 +290,7 @@ class PoolHibernation(HibernationHook):
         hinted = self.hibernator.hinted(kernel_id)
         if reason == "hint" and not hinted:
             reason = "cell"  # a cell came while the hinted resume was under way: it was for the cell
+        self.user_resumed(kernel_id, outcome.effects)
         if outcome.lease is not None and outcome.duration and outcome.action == "resumed":  # a first slice: journaled
             why = RESUMED_FOR.get(reason)  # the user's own doing, not the pool's policy
             message = outcome.message.replace("Resumed", f"Resumed {why}", 1) if why else outcome.message
@@ -264,7 +298,7 @@ class PoolHibernation(HibernationHook):
                                        action="resume", rule=None, duration=round(outcome.duration, 3),
                                        bytes=outcome.bytes, declared=outcome.declared,
                                        extra={"hold": self.hint_sleep_after} if reason == "hint" else None)
-        if hinted:
+        if hinted and M.HOLD_FOR_CELL in outcome.effects:  # woken on a hint: back to sleep unless a cell comes
             self.timers.after_hint(kernel_id, self.hint_sleep_after)
 
     async def others_waiting(self, kernel_id: str) -> bool:

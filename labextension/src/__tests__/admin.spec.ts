@@ -50,6 +50,23 @@ describe('dashboardView', () => {
     ); // as the server allows
   });
 
+  it('says "no GPU yet" for a kernel that never held a slice, never "hibernated"', () => {
+    const [, , asleep] = pool().leases;
+    const v = dashboardView(
+      pool({
+        leases: [
+          { ...asleep, reason: 'first_cell' },
+          { ...asleep, id: 'L4', kernel_id: 'k4', reason: 'idle' }
+        ]
+      }),
+      NOW
+    );
+    assert.deepEqual(
+      v.leases.map(l => l.state),
+      ['no GPU yet', 'hibernated']
+    );
+  });
+
   it('orders the queue, shows GPUs and newest decisions first', () => {
     const v = dashboardView(pool(), NOW);
     assert.deepEqual(

@@ -6,10 +6,9 @@
 
 import assert from 'node:assert/strict';
 
-import { reasonPhrase } from '../format';
-import { NoticeBook } from '../notices';
+import { reasonPhrase } from '../words';
 import { historyLine, stateView } from '../view';
-import { kernel, me, NOW } from './fixtures';
+import { kernel, me, NOW, Screen } from './fixtures';
 
 const BETWEEN = kernel({
   kernel_id: 'k-between',
@@ -45,9 +44,9 @@ describe('asleep between cells', () => {
     assert.doesNotMatch(stateView({ ...idle, sleeps_after_cell: null }, NOW).detail, /each cell/);
   });
 
-  it('is never a toast, pushed or polled', () => {
-    const book = new NoticeBook(NOW - 1);
-    const pushed = book.fromEvent(
+  it('is never a notification, pushed or polled', () => {
+    const pushedTo = new Screen();
+    pushedTo.book.fromEvent(
       {
         action: 'hibernated',
         kernel_id: BETWEEN.kernel_id,
@@ -57,8 +56,9 @@ describe('asleep between cells', () => {
       },
       NOW
     );
-    assert.deepEqual(pushed.show, []);
-    const polled = new NoticeBook(NOW - 1).fromState(
+    assert.deepEqual(pushedTo.look().all, []);
+    const polled = new Screen();
+    polled.book.fromState(
       me({
         kernels: [BETWEEN],
         recent: [
@@ -73,9 +73,10 @@ describe('asleep between cells', () => {
         ]
       })
     );
-    assert.deepEqual(polled.show, []);
-    // an idle rule's hibernation of the same kernel is still explained
-    const idle = new NoticeBook(NOW - 1).fromEvent(
+    assert.deepEqual(polled.look().all, []);
+    // an idle rule's hibernation of the same kernel is still on record (no toast: nothing is lost)
+    const idle = new Screen();
+    idle.book.fromEvent(
       {
         action: 'hibernated',
         kernel_id: BETWEEN.kernel_id,
@@ -85,7 +86,8 @@ describe('asleep between cells', () => {
       },
       NOW
     );
-    assert.equal(idle.show.length, 1);
+    assert.equal(idle.look().records.length, 1);
+    assert.deepEqual(idle.look().toasts, []);
   });
 
   it('reads plainly in What happened', () => {

@@ -1,5 +1,6 @@
-/** Payloads shaped like docs/api.md's examples, for the unit tests. */
+/** Payloads shaped like docs/api.md's examples, and a screen of toasts, for the unit tests. */
 
+import { factsNow, IFact, NoticeBook, placeToasts } from '../facts';
 import type { IKernel, IMe, IPool, IProfile, ITelemetry } from '../types';
 
 export const GiB = 1024 ** 3;
@@ -257,4 +258,61 @@ export function telemetry(): ITelemetry {
       }
     ]
   };
+}
+
+/**
+ * What the page shows of the pool's notifications, step by step, as toasts.ts places them: the
+ * toasts on screen (at most three), the live ones sent to the notification centre, the records.
+ */
+export class Screen {
+  constructor(readonly book = new NoticeBook(NOW - 1)) {}
+
+  /** Kernels whose notebook has another kernel now; kernels on which a cell ran; toasts closed. */
+  replaced = new Set<string>();
+  ran = new Set<string>();
+  closed = new Set<string>();
+  ended = new Set<string>();
+
+  /** The notifications now (`placeToasts` remembers what was on screen and what went to the centre). */
+  look(): { toasts: IFact[]; centre: IFact[]; records: IFact[]; all: IFact[] } {
+    const all = factsNow({
+      me: this.book.me,
+      happenings: this.book.happenings,
+      replaced: this.replaced,
+      ran: this.ran,
+      closed: this.closed,
+      ended: this.ended
+    });
+    // A fact that stopped holding is over, as toasts.ts remembers it.
+    for (const f of all) {
+      if (f.nature === 'record' && f.members.some(key => this._live.has(key))) {
+        f.members.forEach(key => this.ended.add(key));
+      }
+    }
+    this._live = new Set(all.filter(f => f.nature !== 'record').flatMap(f => f.members));
+    const placed = placeToasts(all, this._placed, this._demoted);
+    placed.demoted.forEach(key => this._demoted.add(key));
+    this._placed = placed.onScreen;
+    const live = all.filter(f => f.nature !== 'record');
+    return {
+      toasts: placed.onScreen.map(key => live.find(f => f.key === key)!),
+      centre: live.filter(f => !placed.onScreen.includes(f.key)),
+      records: all.filter(f => f.nature === 'record'),
+      all
+    };
+  }
+
+  /** The texts of the toasts on screen now. */
+  toasts(): string[] {
+    return this.look().toasts.map(f => f.message);
+  }
+
+  /** The user closes the toast with this key. */
+  close(fact: IFact): void {
+    fact.members.forEach(key => this.closed.add(key));
+  }
+
+  private _placed: string[] = [];
+  private _demoted = new Set<string>();
+  private _live = new Set<string>();
 }

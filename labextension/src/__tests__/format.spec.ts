@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 
 import {
   baseName,
+  kernelName,
   formatAgo,
   formatBytes,
   formatClock,
@@ -15,13 +16,26 @@ import {
   formatUsedOf,
   gpuShortName,
   kernelsText,
-  reasonPhrase,
   sparklinePoints,
-  trimNumber
+  trimNumber,
+  formatDeadline
 } from '../format';
+import { reasonPhrase } from '../words';
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
+
+describe('formatDeadline', () => {
+  it('says a deadline to the minute, with its seconds when under two minutes away', () => {
+    const at = Date.UTC(2024, 10, 22, 21, 10, 55) / 1000;
+    assert.equal(formatDeadline(at, at - 30), '21:10:55'); // "at 21:10" would read as past
+    assert.equal(formatDeadline(at, at - 119), '21:10:55');
+    assert.equal(formatDeadline(at, at - 120), '21:10');
+    assert.equal(formatDeadline(at, at - 3600), '21:10');
+    assert.equal(formatDeadline(at, at + 5), '21:10'); // past: as any time
+    assert.match(formatDeadline(at, at - 3 * 86400), /^\S+ \d+ 21:10$/);
+  });
+});
 
 describe('formatBytes', () => {
   it('writes GiB with at most one decimal and no trailing zero', () => {
@@ -106,6 +120,14 @@ describe('small words', () => {
   });
   it('baseName keeps the notebook’s file name', () => {
     assert.equal(baseName('analysis/Untitled.ipynb'), 'Untitled.ipynb');
+    // A kernel started over the REST API has no notebook: its "name" "." names nothing.
+    assert.equal(baseName('.'), '');
+    assert.equal(baseName('/'), '');
+    assert.equal(kernelName('.', '0b6f5f0e-1111'), 'kernel 0b6f5f0e');
+    assert.equal(kernelName('a/b.ipynb', '0b6f5f0e-1111'), 'b.ipynb');
+    // at a sentence's start (the status bar's tooltip), the id's word has its capital; a file name is as it is
+    assert.equal(kernelName('', '0b6f5f0e-1111', true), 'Kernel 0b6f5f0e');
+    assert.equal(kernelName('a/b.ipynb', '0b6f5f0e-1111', true), 'b.ipynb');
     assert.equal(baseName('a.ipynb'), 'a.ipynb');
   });
   it('trimNumber', () => {

@@ -5,10 +5,9 @@ import { Signal } from '@lumino/signaling';
 import { PoolApiError } from '../api';
 import { Hints } from '../hints';
 import type { PoolModel } from '../model';
-import { NoticeBook } from '../notices';
 import type { IMe } from '../types';
 import { historyLine, indicatorView, stateView, statusView } from '../view';
-import { kernel, me, NOW } from './fixtures';
+import { kernel, me, NOW, Screen } from './fixtures';
 
 const SLEEPING = kernel({
   kernel_id: 'k-asleep',
@@ -119,19 +118,19 @@ describe('"waking up…", calmly', () => {
   });
 
   it('is never a toast, and What happened says it plainly', () => {
-    const book = new NoticeBook(NOW - 1);
+    const screen = new Screen();
     for (const [action, reason] of [
       ['resumed', 'hint'],
       ['hibernated', 'hint_unused']
     ]) {
-      const out = book.fromEvent(
+      screen.book.fromEvent(
         { action, kernel_id: waking.kernel_id, user: 'alice', reason, message: '' },
         NOW
       );
-      assert.deepEqual(out.show, [], `${action} (${reason})`);
+      assert.deepEqual(screen.look().all, [], `${action} (${reason})`);
     }
     // GET me may list the ledger's own entry of the resume (no reason yet) while it is under way
-    const polled = book.fromState(
+    screen.book.fromState(
       me({
         kernels: [waking],
         recent: [
@@ -139,7 +138,7 @@ describe('"waking up…", calmly', () => {
         ]
       })
     );
-    assert.deepEqual(polled.show, []);
+    assert.deepEqual(screen.look().all, []);
     const slept = historyLine({
       at: NOW,
       kind: 'hibernated',

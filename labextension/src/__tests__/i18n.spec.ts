@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { ITranslator, nullTranslator, TranslationBundle } from '@jupyterlab/translation';
 
 import { budgetUse, dashboardView } from '../admin';
-import { kindWord, reasonPhrase, stateWord } from '../format';
+import { kindWord, reasonPhrase, stateWord } from '../words';
 import { DOMAIN, setTranslator } from '../i18n';
 import { warningMessage } from '../notices';
 import { historyLine, indicatorView, stateView, warningConsequence } from '../view';

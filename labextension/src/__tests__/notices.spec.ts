@@ -3,13 +3,12 @@ import assert from 'node:assert/strict';
 import {
   explanation,
   kernelOf,
-  NoticeBook,
   refusalAdvice,
   shortName,
   TOAST_LIMIT,
   warningMessage
 } from '../notices';
-import { kernel, me, NOW, profiles } from './fixtures';
+import { kernel, me, NOW, profiles, Screen } from './fixtures';
 import { IRecent } from '../types';
 
 const warning = {
@@ -23,28 +22,34 @@ const warning = {
 
 describe('warnings before a cull or hibernation', () => {
   it('says it is the kernel that goes, when (a time, not a stale countdown), what is lost and what to do', () => {
-    const book = new NoticeBook(NOW - 1);
+    const screen = new Screen();
     const state = me({ kernels: [kernel({ warning })] });
-    const first = book.fromState(state);
-    assert.equal(first.show.length, 1);
-    const n = first.show[0];
+    screen.book.fromState(state);
+    const first = screen.look().toasts;
+    assert.equal(first.length, 1);
+    const n = first[0];
     assert.equal(n.type, 'warning');
+    assert.equal(n.nature, 'warning');
     assert.equal(n.keepAlive, true);
-    assert.equal(n.autoClose, false);
     assert.match(
       n.message,
       /^Untitled\.ipynb’s kernel shuts down at \d\d:\d\d \(idle too long\): its variables will be lost\. Run a cell or Keep alive to keep it\.$/
     );
     assert.doesNotMatch(n.message, /\(in \d/); // no countdown frozen in a toast
-    // The next poll with the same warning shows nothing new.
-    assert.deepEqual(book.fromState({ ...state, now: NOW + 3 }), { show: [], dismiss: [] });
+    // The next poll with the same warning: the same toast, nothing new.
+    screen.book.fromState({ ...state, now: NOW + 3 });
+    assert.deepEqual(
+      screen.look().all.map(f => f.key),
+      [n.key]
+    );
   });
 
   it('says why a kernel was chosen for someone waiting, when, what it keeps, and offers Release now', () => {
-    const book = new NoticeBook(NOW - 1);
+    const screen = new Screen();
     const pressure = { ...warning, action: 'hibernate' as const, reason: 'pressure' };
     const chosen = kernel({ warning: pressure, idle_since: NOW - 25 * 60 });
-    const n = book.fromState(me({ kernels: [chosen] })).show[0];
+    screen.book.fromState(me({ kernels: [chosen] }));
+    const n = screen.look().toasts[0];
     assert.equal(n.type, 'warning');
     assert.equal(n.keepAlive, true);
     assert.equal(n.release, true);
@@ -85,74 +90,86 @@ describe('warnings before a cull or hibernation', () => {
       /hibernates at \d\d:\d\d for someone waiting for a GPU; variables kept\. Run a cell/
     );
     // Other warnings offer no Release now; nor does a kernel that cannot be released from here.
-    assert.notEqual(
-      new NoticeBook(NOW - 1).fromState(me({ kernels: [kernel({ warning })] })).show[0].release,
-      true
-    );
+    const toastOf = (state: ReturnType<typeof me>) => {
+      const other = new Screen();
+      other.book.fromState(state);
+      return other.look().toasts[0];
+    };
+    assert.equal(toastOf(me({ kernels: [kernel({ warning })] })).release, false);
     const elsewhere = kernel({ warning: pressure, actions: [] });
-    assert.equal(
-      new NoticeBook(NOW - 1).fromState(me({ kernels: [elsewhere] })).show[0].release,
-      false
-    );
+    assert.equal(toastOf(me({ kernels: [elsewhere] })).release, false);
   });
 
   it('after the last snooze offers no Keep alive and says what the user can still do', () => {
-    const book = new NoticeBook(NOW - 1);
-    const out = book.fromState(
-      me({ kernels: [kernel({ warning: { ...warning, snoozes_left: 0 } })] })
-    );
-    assert.equal(out.show[0].keepAlive, false);
+    const screen = new Screen();
+    screen.book.fromState(me({ kernels: [kernel({ warning: { ...warning, snoozes_left: 0 } })] }));
+    const [out] = screen.look().toasts;
+    assert.equal(out.keepAlive, false);
     assert.match(
-      out.show[0].message,
+      out.message,
       /its variables will be lost\. Run a cell to keep it, or save your work\.$/
     );
-    assert.doesNotMatch(out.show[0].message, /Keep/);
+    assert.doesNotMatch(out.message, /Keep/);
   });
 
   it('replaces the warning when its last snooze is spent elsewhere (no stale Keep alive button)', () => {
-    const book = new NoticeBook(NOW - 1);
-    const key = book.fromState(me({ kernels: [kernel({ warning })] })).show[0].key;
-    const spent = book.fromState(
+    const screen = new Screen();
+    screen.book.fromState(me({ kernels: [kernel({ warning })] }));
+    const key = screen.look().toasts[0].key;
+    screen.book.fromState(
       me({
         kernels: [
           kernel({ warning: { ...warning, snoozes_left: 0 }, actions: ['release', 'shutdown'] })
         ]
       })
     );
-    assert.deepEqual(spent.dismiss, [key]);
-    assert.equal(spent.show.length, 1);
-    assert.equal(spent.show[0].keepAlive, false);
+    const spent = screen.look().toasts;
+    assert.equal(spent.length, 1);
+    assert.notEqual(spent[0].key, key);
+    assert.equal(spent[0].keepAlive, false);
   });
 
   it('dismisses the warning when it is snoozed away, and warns again for a new deadline', () => {
-    const book = new NoticeBook(NOW - 1);
-    const key = book.fromState(me({ kernels: [kernel({ warning })] })).show[0].key;
-    const snoozed = book.fromState(me({ kernels: [kernel()] }));
-    assert.deepEqual(snoozed, { show: [], dismiss: [key] });
-    const again = book.fromState(
+    const screen = new Screen();
+    screen.book.fromState(me({ kernels: [kernel({ warning })] }));
+    const key = screen.look().toasts[0].key;
+    screen.book.fromState(me({ kernels: [kernel()] }));
+    assert.deepEqual(screen.look().all, []); // a warning leaves no record: its outcome is one
+    screen.book.fromState(
       me({ kernels: [kernel({ warning: { ...warning, deadline: NOW + 2000 } })] })
     );
-    assert.equal(again.show.length, 1);
-    assert.notEqual(again.show[0].key, key);
+    const again = screen.look().toasts;
+    assert.equal(again.length, 1);
+    assert.notEqual(again[0].key, key);
   });
 
   it('says what a hibernation keeps and that running a cell also keeps the slice', () => {
-    const book = new NoticeBook(NOW - 1);
-    const out = book.fromState(
+    const screen = new Screen();
+    screen.book.fromState(
       me({ kernels: [kernel({ warning: { ...warning, action: 'hibernate' } })] })
     );
     assert.match(
-      out.show[0].message,
+      screen.look().toasts[0].message,
       /^Untitled\.ipynb’s kernel hibernates at \d\d:\d\d \(idle too long\): variables kept, slice given back\. Run a cell or Keep alive to keep it\.$/
     );
   });
 });
 
 describe('explanations afterwards', () => {
-  it('explains a cull plainly, offers a new kernel and dismisses the warning', () => {
-    const book = new NoticeBook(NOW - 1);
-    const warnKey = book.fromState(me({ kernels: [kernel({ warning })] })).show[0].key;
-    const out = book.fromEvent(
+  const culled = (at: number): IRecent => ({
+    at,
+    kind: 'culled',
+    kernel_id: kernel().kernel_id,
+    name: 'analysis/Untitled.ipynb',
+    reason: 'idle',
+    message: 'Shut down.'
+  });
+
+  it('explains a cull plainly, offers a new kernel, withdraws the warning, and says it once however reported', () => {
+    const screen = new Screen();
+    screen.book.fromState(me({ kernels: [kernel({ warning })] }));
+    const warned = screen.look().toasts[0];
+    screen.book.fromEvent(
       {
         action: 'culled',
         kernel_id: kernel().kernel_id,
@@ -162,47 +179,25 @@ describe('explanations afterwards', () => {
       },
       NOW + 120
     );
-    assert.deepEqual(out.dismiss, [warnKey]);
-    assert.equal(out.show.length, 1);
-    const n = out.show[0];
+    const [n] = screen.look().toasts;
+    assert.notEqual(n.key, warned.key);
     assert.equal(n.type, 'warning');
-    assert.equal(n.kernelGone, true);
+    assert.equal(n.nature, 'loss');
     assert.equal(n.newKernel, true);
     assert.equal(
       n.message,
       'Untitled.ipynb’s kernel was shut down (idle too long): its variables are gone. Start a new kernel and run your cells again.'
     );
+    // The poll reports it too: one happening, one toast.
+    screen.book.fromState(me({ now: NOW + 122, kernels: [], recent: [culled(NOW + 119.5)] }));
+    assert.deepEqual(
+      screen.look().all.map(f => f.key),
+      [n.key]
+    );
   });
 
-  it('shows a happening once when both the event and the polled `recent` report it', () => {
-    const book = new NoticeBook(NOW - 1);
-    const kid = kernel().kernel_id;
-    assert.equal(
-      book.fromEvent({ action: 'culled', kernel_id: kid, message: 'Shut down.' }, NOW + 10).show
-        .length,
-      1
-    );
-    const polled = book.fromState(
-      me({
-        now: NOW + 12,
-        kernels: [],
-        recent: [
-          {
-            at: NOW + 9,
-            kind: 'culled',
-            kernel_id: kid,
-            name: 'a.ipynb',
-            reason: 'idle',
-            message: 'Shut down.'
-          }
-        ]
-      })
-    );
-    assert.deepEqual(polled.show, []);
-  });
-
-  it('explains a hibernation from `recent` once, marked where the GPU is declared', () => {
-    const book = new NoticeBook(NOW - 1);
+  it('records a hibernation once, marked where the GPU is declared, never as a toast', () => {
+    const screen = new Screen();
     const state = me({
       kernels: [],
       recent: [
@@ -224,74 +219,43 @@ describe('explanations afterwards', () => {
         }
       ]
     });
-    const out = book.fromState(state);
-    assert.equal(out.show.length, 1);
-    assert.equal(out.show[0].type, 'info');
-    assert.equal(out.show[0].kernelGone, false); // a hibernated kernel lives on
-    assert.equal(
-      out.show[0].message,
-      'b.ipynb’s kernel hibernated (idle too long): its variables are kept (declared: no GPU memory to move). Run a cell to resume it.'
+    screen.book.fromState(state);
+    screen.book.fromState(state);
+    const { toasts, records } = screen.look();
+    assert.deepEqual(toasts, []);
+    assert.equal(records.length, 1);
+    assert.match(
+      records[0].record!,
+      /^At \d\d:\d\d, b\.ipynb’s kernel hibernated \(idle too long\): its variables were kept \(declared: no GPU memory to move\)\.$/
     );
-    assert.deepEqual(book.fromState(state).show, []);
   });
 
   it('names a refused start by its launcher name, with advice for a kernel-count limit', () => {
-    const book = new NoticeBook(NOW - 1);
-    book.fromState(
-      me({
-        quota: { memory: null, sm_percent: null, kernels: 2 },
-        usage: { memory: 20 * 2 ** 30, sm_percent: 0, kernels: 2 },
-        profiles: profiles({ 'gpu-10g': true })
-      })
-    );
-    const out = book.fromEvent(
-      {
-        action: 'refused',
-        kernel_id: 'k9',
-        reason: 'quota_exceeded',
-        profile: 'gpu-20g',
-        message: '…'
-      },
-      NOW
-    );
-    assert.equal(out.show[0].type, 'error');
-    assert.equal(
-      out.show[0].message,
-      '‘Python 3 · GPU 20 GiB’ could not start: your GPU quota is used up. You hold 2 of 2 GPU kernels: shut one down first.'
-    );
-    assert.doesNotMatch(out.show[0].message, /smaller/);
-  });
-
-  it('explains a refusal pushed after the last GET me from the next one, never with stale advice', () => {
-    const book = new NoticeBook(NOW - 1);
-    book.fromState(me({ profiles: profiles({ 'gpu-20g': true, 'gpu-10g': true }) })); // before the pool filled
-    const event = {
-      action: 'refused',
-      kernel_id: '',
-      reason: 'pool_exhausted',
+    const screen = new Screen();
+    const refused: IRecent = {
+      at: NOW + 1,
+      kind: 'refused',
+      kernel_id: 'k9',
+      reason: 'quota_exceeded',
       profile: 'gpu-20g',
       message: '…'
     };
-    assert.deepEqual(book.fromEvent(event, NOW + 2).show, []); // its advice would be stale: wait for GET me
-    const refused: IRecent = {
-      kind: 'refused',
-      kernel_id: '',
-      reason: 'pool_exhausted',
-      profile: 'gpu-20g',
-      message: '…',
-      at: NOW + 2
-    };
-    const later = book.fromState(
-      me({ now: NOW + 3, profiles: profiles({ 'gpu-10g': true }), recent: [refused] })
+    screen.book.fromState(
+      me({
+        now: NOW + 2,
+        quota: { memory: null, sm_percent: null, kernels: 2 },
+        usage: { memory: 20 * 2 ** 30, sm_percent: 0, kernels: 2 },
+        profiles: profiles({ 'gpu-10g': true }),
+        recent: [refused]
+      })
     );
-    assert.equal(later.show.length, 1);
-    assert.match(later.show[0].message, /‘Python 3 · GPU 10 GiB’ would start now/);
-    assert.deepEqual(
-      book.fromState(
-        me({ now: NOW + 8, profiles: profiles({ 'gpu-10g': true }), recent: [refused] })
-      ).dismiss,
-      []
+    const [n] = screen.look().toasts;
+    assert.equal(n.type, 'error');
+    assert.equal(
+      n.message,
+      '‘Python 3 · GPU 20 GiB’ could not start: your GPU quota is used up. You hold 2 of 2 GPU kernels: shut one down first.'
     );
+    assert.doesNotMatch(n.message, /smaller/);
   });
 
   it('fits refusal advice to the limit hit: what would start now, or what to do', () => {
@@ -319,24 +283,8 @@ describe('explanations afterwards', () => {
     assert.match(refusalAdvice('something-new', null), /GPU panel/);
   });
 
-  it('replaces a kernel’s explanation with the next one (hibernated, then resumed)', () => {
-    const book = new NoticeBook(NOW - 1);
-    const hibernated = book.fromEvent(
-      { action: 'hibernated', kernel_id: 'k', reason: 'idle' },
-      NOW
-    );
-    const resumed = book.fromEvent({ action: 'resumed', kernel_id: 'k', reason: 'cell' }, NOW + 30);
-    assert.equal(resumed.show[0].type, 'success');
-    assert.deepEqual(resumed.dismiss, [hibernated.show[0].key]);
-    const other = book.fromEvent(
-      { action: 'hibernated', kernel_id: 'other', reason: 'idle' },
-      NOW + 31
-    );
-    assert.deepEqual(other.dismiss, []); // another kernel's toast stays
-  });
-
   it('never toasts the wake of a kernel asleep between cells (its cell says it), pushed or polled', () => {
-    const book = new NoticeBook(NOW - 1);
+    const screen = new Screen();
     const between = kernel({ kernel_id: 'k', sleeps_after_cell: 30 });
     const resumed: IRecent = {
       kind: 'resumed',
@@ -345,50 +293,31 @@ describe('explanations afterwards', () => {
       message: 'Resumed.',
       at: NOW
     };
-    const state = book.fromState(me({ kernels: [between], recent: [resumed] }));
-    assert.deepEqual(state.show, []);
-    assert.deepEqual(
-      book.fromEvent({ action: 'resumed', kernel_id: 'k', reason: 'cell' }, NOW + 5).show,
-      []
-    );
-    // another kernel's wake on a cell is news as before
-    assert.equal(
-      book.fromEvent({ action: 'resumed', kernel_id: 'other', reason: 'cell' }, NOW + 6).show
-        .length,
-      1
-    );
-  });
-
-  it('ignores dry runs, the user’s own releases and non-explained actions', () => {
-    const book = new NoticeBook(NOW - 1);
-    assert.deepEqual(
-      book.fromEvent({ action: 'culled', kernel_id: 'a', dry_run: true }, NOW).show,
-      []
-    );
-    assert.deepEqual(
-      book.fromEvent({ action: 'released', kernel_id: 'a', reason: 'user' }, NOW).show,
-      []
-    );
-    assert.deepEqual(book.fromEvent({ action: 'warned', kernel_id: 'a' }, NOW).show, []);
-    assert.deepEqual(book.fromEvent({ action: 'snoozed', kernel_id: 'a' }, NOW).show, []);
+    screen.book.fromState(me({ kernels: [between], recent: [resumed] }));
+    screen.book.fromEvent({ action: 'resumed', kernel_id: 'k', reason: 'cell' }, NOW + 5);
+    assert.deepEqual(screen.look().all, []);
+    // another kernel's wake on a cell is on record as before (no toast)
+    screen.book.fromEvent({ action: 'resumed', kernel_id: 'other', reason: 'cell' }, NOW + 6);
+    assert.equal(screen.look().records.length, 1);
   });
 
   it('tells the user when an admin shut their kernel down', () => {
-    const book = new NoticeBook(NOW - 1);
-    const out = book.fromEvent(
+    const screen = new Screen();
+    screen.book.fromEvent(
       { action: 'released', kernel_id: 'k4', reason: 'admin', message: '…' },
       NOW
     );
+    const [n] = screen.look().toasts;
     assert.match(
-      out.show[0].message,
+      n.message,
       /was shut down to give its GPU slice back \(an admin asked\): its variables are gone\./
     );
-    assert.equal(out.show[0].newKernel, true);
+    assert.equal(n.newKernel, true);
   });
 
   it('explains a kernel whose process ended and whose slice was reclaimed', () => {
-    const book = new NoticeBook(NOW - 1);
-    const out = book.fromState(
+    const screen = new Screen();
+    screen.book.fromState(
       me({
         kernels: [],
         recent: [
@@ -403,10 +332,9 @@ describe('explanations afterwards', () => {
         ]
       })
     );
-    assert.equal(
-      out.show[0].message,
+    assert.deepEqual(screen.toasts(), [
       'c.ipynb’s kernel ended, so its GPU slice went back to the pool.'
-    );
+    ]);
   });
 
   it('keeps every toast within JupyterLab’s 140 characters, even for a long notebook name', () => {
@@ -494,9 +422,11 @@ describe('explanations afterwards', () => {
   });
 
   it('says a hibernation or resume failed and where to read more, not that a kernel could not start', () => {
-    const book = new NoticeBook(NOW - 1);
-    book.fromState(me({ profiles: profiles({ 'gpu-10g': true }) }));
-    const out = book.fromEvent(
+    const screen = new Screen();
+    screen.book.fromState(
+      me({ profiles: profiles({ 'gpu-10g': true }), kernels: [kernel({ kernel_id: 'k9' })] })
+    );
+    screen.book.fromEvent(
       {
         action: 'refused',
         kernel_id: 'k9',
@@ -506,12 +436,13 @@ describe('explanations afterwards', () => {
       },
       NOW
     );
-    assert.equal(out.show[0].type, 'error');
+    const [n] = screen.look().toasts;
+    assert.equal(n.type, 'error');
     assert.match(
-      out.show[0].message,
+      n.message,
       /: a hibernation or resume failed\. The GPU panel’s “What happened” says/
     );
-    assert.doesNotMatch(out.show[0].message, /could not start/);
+    assert.doesNotMatch(n.message, /could not start/);
     const long = explanation('refused', 'x'.repeat(200) + '.ipynb', 'hibernation_failed', '', {});
     assert.ok(long.length <= 140 && long.includes('a hibernation or resume failed'), long);
   });

@@ -1,109 +1,15 @@
 /**
- * A long session's notices and cards stay true: one toast per happening however often it is
- * polled, a toast withdrawn when its fact changes, at most three on screen, no stale shutdown
- * threat on a resumed card, the pool said unreachable once the server stops answering, and an MPS
- * profile said to lose its variables.
+ * A long session's cards stay true (its toasts: facts.spec.ts): no stale shutdown threat on a
+ * resumed card, the pool said unreachable once the server stops answering, and an MPS profile said
+ * to lose its variables.
  */
 import assert from 'node:assert/strict';
 
 import { formatWhen } from '../format';
 import { profileHibernates, profileTooltip } from '../launcher';
-import { MAX_ON_SCREEN, NoticeBook, toHide, warningMessage } from '../notices';
-import type { IRecent } from '../types';
+import { warningMessage } from '../notices';
 import { cardView, quotaBars, stateView, statusView, warningConsequence } from '../view';
-import { kernel, me, NOW, profiles, warning } from './fixtures';
-
-const resumed = (at: number): IRecent => ({
-  at,
-  kind: 'resumed',
-  kernel_id: 'k1',
-  name: 'a.ipynb',
-  reason: 'cell',
-  message: 'Resumed.'
-});
-
-describe('one toast per happening, in a long session', () => {
-  it('never shows an older happening again once a newer one of the same kind came', () => {
-    const book = new NoticeBook(NOW - 1);
-    const k = kernel({ kernel_id: 'k1', name: 'a.ipynb' });
-    // Resumed at NOW + 10 (event and poll), then again at NOW + 400: each once, in every later poll.
-    assert.equal(
-      book.fromEvent({ action: 'resumed', kernel_id: 'k1', reason: 'cell' }, NOW + 10).show.length,
-      1
-    );
-    assert.equal(
-      book.fromState(me({ now: NOW + 12, kernels: [k], recent: [resumed(NOW + 9)] })).show.length,
-      0
-    );
-    const second = book.fromState(
-      me({ now: NOW + 401, kernels: [k], recent: [resumed(NOW + 9), resumed(NOW + 400)] })
-    );
-    assert.deepEqual(
-      second.show.map(n => n.key),
-      [`resumed:k1:${NOW + 400}`]
-    );
-    // Minutes later both entries are still in `recent`: neither comes back.
-    for (const t of [NOW + 600, NOW + 900, NOW + 1500]) {
-      const later = book.fromState(
-        me({ now: t, kernels: [k], recent: [resumed(NOW + 9), resumed(NOW + 400)] })
-      );
-      assert.deepEqual(later.show, [], `polled at +${t - NOW}s`);
-    }
-  });
-
-  it('withdraws "‘X’ would start now" once X no longer starts, and never shows it again', () => {
-    const book = new NoticeBook(NOW - 1);
-    book.fromState(me({ profiles: profiles({ 'gpu-10g': true }) }));
-    const event = {
-      action: 'refused',
-      kernel_id: 'k9',
-      reason: 'pool_exhausted',
-      profile: 'gpu-20g'
-    };
-    assert.deepEqual(book.fromEvent(event, NOW + 5).show, []); // explained from the GET me it triggers
-    const entry: IRecent = {
-      kind: 'refused',
-      kernel_id: 'k9',
-      reason: 'pool_exhausted',
-      profile: 'gpu-20g',
-      message: '',
-      at: NOW + 5
-    };
-    const refused = book.fromState(
-      me({ now: NOW + 6, profiles: profiles({ 'gpu-10g': true }), recent: [entry] })
-    ).show[0];
-    assert.match(refused.message, /‘Python 3 · GPU 10 GiB’ would start now\./);
-    // The same answer from a poll: nothing withdrawn, nothing new.
-    const same = book.fromState(
-      me({ now: NOW + 8, profiles: profiles({ 'gpu-10g': true }), recent: [entry] })
-    );
-    assert.deepEqual(same, { show: [], dismiss: [] });
-    // The pool filled up: the advice is false now.
-    const full = book.fromState(me({ now: NOW + 20, profiles: profiles({}), recent: [entry] }));
-    assert.deepEqual(full.dismiss, [refused.key]);
-    assert.deepEqual(
-      book.fromState(
-        me({ now: NOW + 30, profiles: profiles({ 'gpu-10g': true }), recent: [entry] })
-      ),
-      {
-        show: [],
-        dismiss: []
-      }
-    );
-  });
-
-  it('keeps at most three toasts on screen: the oldest leave first, warnings last', () => {
-    const shown = (n: number, warnings: number[] = []) =>
-      Array.from({ length: n }, (_, i) => ({ id: `t${i}`, warning: warnings.includes(i) }));
-    assert.equal(MAX_ON_SCREEN, 3);
-    assert.deepEqual(toHide(shown(3)), []);
-    assert.deepEqual(toHide(shown(5)), ['t0', 't1']);
-    // t0 is a pending warning (the user can still stop it): the next oldest go instead.
-    assert.deepEqual(toHide(shown(5, [0])), ['t1', 't2']);
-    assert.deepEqual(toHide(shown(10, [0, 1, 2, 3])).length, 7);
-    assert.deepEqual(toHide(shown(10, [0, 1, 2, 3])).slice(-1), ['t0']);
-  });
-});
+import { kernel, me, NOW, profiles, Screen, warning } from './fixtures';
 
 describe('a resumed kernel’s card', () => {
   const stale = {
@@ -125,7 +31,9 @@ describe('a resumed kernel’s card', () => {
     assert.equal(card.countdown, null);
     assert.doesNotMatch(card.state.detail, /shut down|hibernated too long/);
     assert.equal(warningConsequence(k), '');
-    assert.equal(new NoticeBook(NOW - 1).fromState(me({ kernels: [k] })).show.length, 0);
+    const screen = new Screen();
+    screen.book.fromState(me({ kernels: [k] }));
+    assert.deepEqual(screen.look().all, []);
     assert.doesNotMatch(statusView(me({ kernels: [k] }), null, NOW).title, /shut/);
     // Still hibernated, the same deadline is true and shown, with its date where it is not today.
     const asleep = cardView({ ...k, state: 'hibernated' }, NOW);

@@ -133,7 +133,8 @@ describe('statusView', () => {
   it('turns "warning" while a cull or hibernation is pending, and says when', () => {
     const v = statusView(me({ kernels: [kernel({ warning })] }), null, NOW);
     assert.equal(v.level, 'warning');
-    assert.match(v.title, /Untitled\.ipynb: shuts down in 1:05 \(at \d\d:\d\d\)\./);
+    // Under two minutes away: the time with its seconds ("at 21:10" read as past at 21:10:55).
+    assert.match(v.title, /Untitled\.ipynb: shuts down in 1:05 \(at \d\d:\d\d:\d\d\)\./);
   });
 
   it('reads "no GPU pool" where the server has none, with the server’s reason', () => {
@@ -250,7 +251,10 @@ describe('stateView', () => {
       kernel({ next_action: { action: 'shutdown', reason: 'max_age', at: NOW + 600 } }),
       NOW
     );
-    assert.match(shut.detail, /^will be shut down at \d\d:\d\d \(maximum kernel age reached\)$/);
+    assert.match(
+      shut.detail,
+      /^will be shut down at \d\d:\d\d \(maximum kernel age reached\): its variables will be lost$/
+    );
   });
 
   it('says until when a Keep alive holds, but not beside a pending warning', () => {
@@ -345,12 +349,25 @@ describe('actionViews', () => {
     const shut = actionViews(
       kernel({
         release_action: 'shutdown',
-        hibernate_unavailable: 'MPS clients cannot be checkpointed'
+        hibernate_unavailable: 'no cuda-checkpoint on this machine'
       })
     ).find(a => a.action === 'release')!;
     assert.match(shut.confirm!.body, /variables will be lost/);
     assert.doesNotMatch(shut.confirm!.body, /running a computation/);
-    assert.match(shut.title, /cannot hibernate: MPS clients/);
+    assert.match(shut.title, /it cannot hibernate \(no cuda-checkpoint on this machine\)\.$/);
+    // An MPS kernel: in words, not the driver's error number.
+    const mps = actionViews(
+      kernel({
+        isolation: 'mps',
+        release_action: 'shutdown',
+        hibernate_unavailable: 'an MPS client cannot be checkpointed (CUDA error 801)'
+      })
+    ).find(a => a.action === 'release')!;
+    assert.equal(
+      mps.title,
+      'Shut the kernel down now to give its GPU slice back (its variables are lost): a kernel on an NVIDIA MPS slice cannot hibernate.'
+    );
+    assert.doesNotMatch(mps.title, /801|CUDA error/);
     const busy = actionViews(kernel({ release_action: 'shutdown', execution_state: 'busy' }));
     assert.match(
       busy.find(a => a.action === 'release')!.confirm!.body,
@@ -393,7 +410,7 @@ describe('cardView', () => {
 
   it('counts down to a time, says what is lost and what the user can still do', () => {
     const v = cardView(kernel({ warning: { ...warning, action: 'hibernate' } }), NOW + 5);
-    assert.match(v.countdown!.text, /^hibernates in 1:00 \(at \d\d:\d\d\)$/);
+    assert.match(v.countdown!.text, /^hibernates in 1:00 \(at \d\d:\d\d:\d\d\)$/);
     assert.equal(
       v.countdown!.message,
       'Idle too long: its GPU slice goes back to the pool, its variables are kept. Run a cell or Keep alive to keep the slice.'
@@ -557,7 +574,7 @@ describe('historyLine', () => {
         rule: 'demo',
         note: 'hibernation unavailable (no hibernator is installed), so shut down instead'
       }),
-      'Shut down because it was idle too long and could not hibernate; its variables are gone. Rule: demo.'
+      'Shut down because it was idle too long, and it could not hibernate; its variables are gone. Rule: demo.'
     );
     assert.equal(
       historyLine({ ...base, kind: 'hibernated', reason: 'idle', rule: 'demo', declared: true }),
