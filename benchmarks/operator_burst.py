@@ -350,6 +350,9 @@ async def run_burst(kernels: int, nodes: int, root: Path, args) -> tuple[dict, d
         probe = None
         result = burst_result(kernels, nodes, servers, sampler, before, created_all, done, burst_end)
         result["operator_requests"] = requests_summary([e for e in burst if e["at"] <= burst_end], kernels)
+        started = result["operator_requests"]["by_verb_and_resource"].get("create pods", 0)
+        result["operator_cpu_ms_per_started_kernel"] = (round(1000 * result["operator_cpu_s_burst"] / started, 1)
+                                                        if started else None)
         result["at_rest"] = rest_result(kernels, sampler, resting, rest_start, rest_end, servers)
         result["event_loop_stalls"] = {"burst": stalls(probes, before, burst_end),
                                        "at_rest": stalls(probes, rest_start, rest_end)}
@@ -531,6 +534,7 @@ def table(results: list[dict]) -> str:
             ("ratio all-Running: operator / direct", lambda r: f"{r.get('ratio_all_running')}"),
             ("operator requests (per kernel)", lambda r: "{total} ({per_kernel})".format(**r["operator_requests"])),
             ("writes per kernel", lambda r: f"{r['operator_requests']['writes_per_kernel']}"),
+            ("operator CPU ms per kernel started", lambda r: f"{r['operator_cpu_ms_per_started_kernel']}"),
             ("status patches per kernel", lambda r: f"{r['operator_requests']['status_patches_per_kernel']}"),
             ("at rest: requests/min", lambda r: f"{r['at_rest']['operator_requests_per_min']}"),
             ("at rest: CPU s/min (ms/min per kernel)", lambda r: "{operator_cpu_s_per_min} "

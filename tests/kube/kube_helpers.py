@@ -360,6 +360,19 @@ class Kube:
             response.release()
 
 
+async def follow_pod(url: str, namespace: str, name: str, events: list[dict], timeout: float = 60) -> None:
+    """Append one pod's watch events (from its current state on) to ``events`` until it is deleted."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/api/v1/namespaces/{namespace}/pods", params={
+                "watch": "1", "fieldSelector": f"metadata.name={name}", "timeoutSeconds": str(int(timeout))}) as r:
+            async for line in r.content:
+                events.append(json.loads(line))
+                if events[-1]["type"] == "DELETED":
+                    return
+
+
 def pod_processes(pod: str, anywhere: bool = False) -> list[psutil.Process]:
     """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name); ``anywhere``: any container's
     on this machine (a container runtime sets HOSTNAME to the pod's name too: seen from the node's host)."""

@@ -8,9 +8,8 @@ import asyncio
 import json
 from collections import Counter
 
-import aiohttp
 import pytest
-from kube_helpers import Kube, install, wait_until
+from kube_helpers import Kube, follow_pod, install, wait_until
 from kubernetes_asyncio.client.exceptions import ApiException
 from testcluster.hollow import hollow_nodes
 from testcluster.scheduler import Scheduler
@@ -89,7 +88,7 @@ async def test_with_pid1_a_hollow_pod_takes_its_whole_grace_period(cluster_facto
         await kube.core.create_namespaced_pod(NS, gpu_pod("k-1", grace=2))
         await wait_until(lambda: _all_running(kube, 1), timeout=30, what="the pod to run")
         events: list[dict] = []
-        follow = asyncio.create_task(_follow(cluster.url, events))
+        follow = asyncio.create_task(follow_pod(cluster.url, NS, "k-1", events))
         await kube.core.delete_namespaced_pod("k-1", NS)
         with pytest.raises(ApiException) as taken:
             await kube.core.create_namespaced_pod(NS, gpu_pod("k-1"))
@@ -100,16 +99,6 @@ async def test_with_pid1_a_hollow_pod_takes_its_whole_grace_period(cluster_facto
         assert removed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
     finally:
         await kube.close()
-
-
-async def _follow(url: str, events: list[dict]) -> None:
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{url}/api/v1/namespaces/{NS}/pods",
-                            params={"watch": "1", "fieldSelector": "metadata.name=k-1", "timeoutSeconds": "30"}) as r:
-            async for line in r.content:
-                events.append(json.loads(line))
-                if events[-1]["type"] == "DELETED":
-                    return
 
 
 async def test_the_scheduler_counts_what_its_watch_says_is_placed_and_freed():

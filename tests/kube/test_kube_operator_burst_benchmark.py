@@ -29,6 +29,7 @@ def test_the_operator_burst_benchmark_reports_the_burst_the_rest_the_floor_and_t
         assert requests["by_verb_and_resource"][made] == 10  # one each per kernel
     assert requests["total"] == sum(requests["by_verb_and_resource"].values())
     assert requests["status_patches_per_kernel"] > 0
+    assert run["operator_cpu_ms_per_started_kernel"] == pytest.approx(100 * run["operator_cpu_s_burst"], abs=0.1)
     assert run["at_rest"]["running"] == 10 and run["at_rest"]["seconds"] >= 3
     assert run["operator_rss_mib"]["peak"] >= run["operator_rss_mib"]["before"] > 0
     for phase in ("burst", "at_rest"):

@@ -12,7 +12,7 @@ import sys
 
 import aiohttp
 import pytest
-from kube_helpers import Kube, wait_until
+from kube_helpers import Kube, follow_pod, wait_until
 from kubernetes_asyncio.client.exceptions import ApiException
 from test_kube_testcluster import NS, gk, secret, store_with_crds
 from testcluster.errors import ApiError
@@ -91,16 +91,6 @@ async def pid1_cluster(cluster_factory):
     return cluster
 
 
-async def _stream_pod(kube: Kube, name: str, events: list[dict]) -> None:
-    """Follow one pod's watch events until it is deleted."""
-    stream = await kube.core.list_namespaced_pod(NS, watch=True, field_selector=f"metadata.name={name}",
-                                                 _preload_content=False, timeout_seconds=60)
-    async for line in stream.content:
-        events.append(json.loads(line))
-        if events[-1]["type"] == "DELETED":
-            return
-
-
 async def test_with_pid1_a_process_without_a_sigterm_handler_takes_the_whole_grace_period(pid1_cluster):
     """``--pid1``: the kubelet sends SIGTERM only to a process that handles it; one that does not (a kernel's
     ipykernel) is Terminating for its whole grace period, holding its name (409), then killed: exit code 137.
@@ -112,7 +102,7 @@ async def test_with_pid1_a_process_without_a_sigterm_handler_takes_the_whole_gra
         for name in ("stubborn", "polite"):  # "up" once its handler, if any, is in place
             await wait_until(lambda n=name: _up(kube, n), timeout=60, what=f"{name} to run")
         events: list[dict] = []
-        follow = asyncio.create_task(_stream_pod(kube, "stubborn", events))
+        follow = asyncio.create_task(follow_pod(pid1_cluster.url, NS, "stubborn", events))
         await kube.core.delete_namespaced_pod("stubborn", NS)
         await kube.core.delete_namespaced_pod("polite", NS)
         await wait_until(lambda: _gone(kube, "polite"), timeout=20, what="the pod handling SIGTERM to go")

@@ -45,6 +45,14 @@ def _error(e: ApiError) -> web.Response:
     return web.json_response(e.status(), status=e.code)
 
 
+def _ready(queue: asyncio.Queue) -> list:
+    """What a queue holds now, without waiting."""
+    ready = []
+    while not queue.empty():
+        ready.append(queue.get_nowait())
+    return ready
+
+
 def verb_of(method: str, name: str | None, watch: bool) -> str:
     """The authorization verb of a request, as the real server derives it."""
     if method == "GET":
@@ -299,19 +307,17 @@ class ApiServer:
                     if wait <= 0:
                         break
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), wait)
+                    events = [await asyncio.wait_for(watcher.queue.get(), wait)]
                 except asyncio.TimeoutError:
                     if request.transport is None or request.transport.is_closing():
                         break  # the client went away
                     if bookmarks and (deadline is None or loop.time() < deadline):
-                        event = {"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
-                                                                "metadata": {"resourceVersion": str(self.store.rv)}}}
+                        events = [{"type": "BOOKMARK", "object": {
+                            "kind": kind.kind, "apiVersion": kind.api_version,
+                            "metadata": {"resourceVersion": str(self.store.rv)}}}]
                     else:
                         continue
-                if event is None:  # the server is stopping
-                    break
-                await response.write(json.dumps(event).encode() + b"\n")
-                if event["type"] == "ERROR":
+                if not await self._send(response, events + _ready(watcher.queue)):
                     break
         except ConnectionResetError:
             pass
@@ -322,3 +328,21 @@ class ApiServer:
         except (ConnectionResetError, RuntimeError):
             pass
         return response
+
+    @staticmethod
+    async def _send(response: web.StreamResponse, events: list[dict | None]) -> bool:
+        """Write events in one chunk (all that were waiting: a watch that fell behind a busy server catches up
+        in one write, not one event a turn of the loop); False once the stream is over (the server stops, or
+        an ERROR was sent)."""
+        lines, more = [], True
+        for event in events:
+            if event is None:  # the server is stopping
+                more = False
+                break
+            lines.append(json.dumps(event).encode() + b"\n")
+            if event["type"] == "ERROR":
+                more = False
+                break
+        if lines:
+            await response.write(b"".join(lines))
+        return more

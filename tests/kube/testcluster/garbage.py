@@ -17,8 +17,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
+from .indexes import Key
+
 if TYPE_CHECKING:
-    from .store import Key, Store
+    from .store import Store
 
 MERGE = "application/merge-patch+json"
 
@@ -28,51 +30,52 @@ class GarbageCollector:
         self.store = store
         self.delay = delay
         self.clock = clock
-        self._noticed: dict[str, float] = {}  # dependent uid -> when an owner of it was first seen gone
+        self._waiting: dict[Key, tuple[str, float]] = {}  # dependents in their delay: (uid, first seen orphaned)
 
     def collect(self) -> int:
         """One pass; how many objects it acted on."""
         return self._owners_gone() + self._terminating()
 
     def _owners_gone(self) -> int:
+        """The dependents whose owners went or changed since the last pass (the store marks them, as the
+        real collector's graph follows events), and those still in their delay."""
         store, now, acted = self.store, self.clock(), 0
-        noticed: dict[str, float] = {}
-        owned = {key for keys in store.dependents.values() for key in keys} - store.terminating
-        for key in owned:
+        look, store.index.owners_changed = store.index.owners_changed | set(self._waiting), set()
+        waiting: dict[Key, tuple[str, float]] = {}
+        for key in look:
             obj = store.objects.get(key)
-            if obj is None:
+            if obj is None or obj["metadata"].get("deletionTimestamp"):
                 continue
             refs = obj["metadata"].get("ownerReferences") or []
             alive = [ref for ref in refs if self._owner_holds(ref)]
             if len(alive) == len(refs):
                 continue
             uid = obj["metadata"]["uid"]
-            noticed[uid] = self._noticed.get(uid, now)
-            if now - noticed[uid] < self.delay:
-                continue
+            since = self._waiting.get(key, (uid, now))
+            since = since if since[0] == uid else (uid, now)  # another object of that name: its own delay
             kind = store.kind_by_key(key[0])
-            if kind is None:
+            if now - since[1] < self.delay or kind is None:
+                waiting[key] = since
                 continue
             acted += 1
-            del noticed[uid]
             if alive:
                 store.patch(kind, key[1] or None, key[2], MERGE, {"metadata": {"ownerReferences": alive}})
-            elif any(store.by_uid.get(r.get("uid")) for r in refs):  # every owner orphans it
+            elif any(store.index.by_uid.get(r.get("uid")) for r in refs):  # every owner orphans it
                 store.patch(kind, key[1] or None, key[2], MERGE, {"metadata": {"ownerReferences": None}})
             else:
                 store.delete(kind, key[1] or None, key[2], {"propagationPolicy": "Background"})
-        self._noticed = noticed
+        self._waiting = waiting
         return acted
 
     def _owner_holds(self, ref: dict) -> bool:
         """Whether the owner a reference names (by uid) exists and is not orphaning its dependents."""
-        key = self.store.by_uid.get(ref.get("uid"))
+        key = self.store.index.by_uid.get(ref.get("uid"))
         owner = self.store.objects.get(key) if key else None
         return owner is not None and "orphan" not in (owner["metadata"].get("finalizers") or [])
 
     def _terminating(self) -> int:
         store, acted = self.store, 0
-        for key in list(store.terminating):
+        for key in list(store.index.terminating):
             obj, kind = store.objects.get(key), store.kind_by_key(key[0])
             if obj is None or kind is None:
                 continue
@@ -87,7 +90,7 @@ class GarbageCollector:
 
     def _dependents(self, uid: str) -> list[tuple[Key, dict]]:
         store = self.store
-        return [(k, store.objects[k]) for k in list(store.dependents.get(uid, ())) if k in store.objects]
+        return [(k, store.objects[k]) for k in list(store.index.dependents.get(uid, ())) if k in store.objects]
 
     def _foreground(self, key: Key, obj: dict, kind, finalizers: list[str]) -> int:
         store, acted, uid = self.store, 0, obj["metadata"]["uid"]

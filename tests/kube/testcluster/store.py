@@ -4,9 +4,9 @@ One process-wide counter gives every write a ``resourceVersion``; every write go
 (``watches.py``: selectors, the history a watch resumes from).  What is checked and stored of an object
 is ``schemas.py``'s; the garbage collector is ``garbage.py``'s.
 
-Objects are kept once, by key, and indexed by resource (a list or a scan of one resource never walks the
-others: a cluster of thousands of pods, Secrets and Events lists its GPUQuotas as fast as an empty one), by
-uid, and by owner (the garbage collector finds an owner's dependents without a walk).  A stored object is
+Objects are kept once, by key, and indexed (``indexes.py``) by resource (a list of one resource never walks
+the others: a cluster of thousands of pods, Secrets and Events lists its GPUQuotas as fast as an empty one),
+by uid, by owner, and by a few fields selectors name (a pod's Events).  A stored object is
 never changed in place: a write stores a new one, so the history and the watches share it, and readers
 get copies (``get``, ``list``) or, in-process and read-only, the stored objects themselves (``scan``).
 """
@@ -19,22 +19,22 @@ import json
 import secrets
 import time
 import uuid
-from collections import defaultdict
 
 from .errors import ApiError, conflict, invalid, not_found
 from .garbage import GarbageCollector
+from .indexes import Indexes, Key
 from .kinds import BUILTIN, Kind, crd_kinds, crd_status
 from .patches import clone, json_patch, merge_patch
 from .quantities import QuantityFields
 from .quota import admit_pod, check_quota, status_of
 from .schemas import (KUBERNETES_VERSION, default_pod, drop_disabled_fields, drop_empty_lists, fold_string_data,
                       validate_builtin, validate_custom)
-from .selectors import field_matcher, label_matcher
+from .selectors import field_equalities, field_matcher, label_matcher
 from .watches import Change, Watcher, Watches
 
 # Feature gates this server knows, with Kubernetes 1.34's defaults (``--feature-gates`` changes them).
 FEATURE_GATES = {"DRAConsumableCapacity": False}
-Key = tuple[tuple[str, str], str, str]  # (kind.key, namespace or "", name)
+
 
 
 def now_rfc3339(at: float | None = None) -> str:
@@ -84,10 +84,7 @@ class Store:
         self.quantities = QuantityFields(KUBERNETES_VERSION)
         self.kinds: dict[tuple[str, str, str], Kind] = {}
         self.objects: dict[Key, dict] = {}
-        self.of_resource: dict[tuple[str, str], dict[Key, dict]] = defaultdict(dict)
-        self.by_uid: dict[str, Key] = {}
-        self.dependents: dict[str, set[Key]] = defaultdict(set)  # owner uid -> keys of objects it owns
-        self.terminating: set[Key] = set()  # objects with a deletionTimestamp
+        self.index = Indexes()
         self.rv = 0
         self.watches = Watches()
         self.gc = GarbageCollector(self, gc_delay)
@@ -166,14 +163,15 @@ class Store:
         components read them without a copy; ``list`` gives copies)."""
         labels = label_matcher(label_selector)
         fields = field_matcher(field_selector, kind.kind)
-        items = [obj for (_, ns, _), obj in self.of_resource.get(kind.key, {}).items()
+        candidates = self.index.candidates(kind.key, field_equalities(field_selector), self.objects)
+        items = [obj for (_, ns, _), obj in candidates.items()
                  if (namespace is None or ns == namespace)
                  and labels(obj["metadata"].get("labels") or {}) and fields(obj)]
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return items
 
     def live_uids(self) -> set[str]:
-        return set(self.by_uid)
+        return set(self.index.by_uid)
 
     # -- writes --
 
@@ -183,38 +181,14 @@ class Store:
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self.rv)
         key = (kind.key, meta.get("namespace", ""), meta["name"])
-        old = self.objects.get(key)
-        self._unindex(key, old)
+        old = self.objects.pop(key, None)
+        if old is not None:
+            self.index.remove(key, old)
         if type_ != "DELETED":
             self.objects[key] = obj
-            self.of_resource[kind.key][key] = obj
-            self._index(key, obj)
+            self.index.add(key, obj)
         self.watches.publish(Change(self.rv, kind, type_, old, obj))
         return clone(obj)
-
-    def _index(self, key: Key, obj: dict) -> None:
-        meta = obj["metadata"]
-        self.by_uid[meta["uid"]] = key
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("uid"):
-                self.dependents[ref["uid"]].add(key)
-        if meta.get("deletionTimestamp"):
-            self.terminating.add(key)
-
-    def _unindex(self, key: Key, old: dict | None) -> None:
-        if old is None:
-            return
-        meta = old["metadata"]
-        self.objects.pop(key, None)
-        self.of_resource[key[0]].pop(key, None)
-        self.by_uid.pop(meta["uid"], None)
-        for ref in meta.get("ownerReferences") or []:
-            owned = self.dependents.get(ref.get("uid"))
-            if owned is not None:
-                owned.discard(key)
-                if not owned:
-                    del self.dependents[ref["uid"]]
-        self.terminating.discard(key)
 
     def _check(self, kind: Kind, obj: dict, validate: bool = True) -> dict:
         """What is stored of an object: a custom one pruned and validated; a built-in one validated and
@@ -298,7 +272,7 @@ class Store:
     # -- admission: ResourceQuota (quota.py) --
 
     def _namespace_objects(self, plural: str, namespace: str) -> list[dict]:
-        return [o for (_, ns, _), o in self.of_resource.get(("", plural), {}).items() if ns == namespace]
+        return [o for (_, ns, _), o in self.index.of_resource.get(("", plural), {}).items() if ns == namespace]
 
     def _namespace_pods(self, namespace: str) -> list[dict]:
         return self._namespace_objects("pods", namespace)
@@ -334,7 +308,7 @@ class Store:
             kind = self.kinds.pop((spec["group"], version["name"], spec["names"]["plural"]), None)
             if kind is None:
                 continue
-            for obj in list(self.of_resource.get(kind.key, {}).values()):
+            for obj in list(self.index.of_resource.get(kind.key, {}).values()):
                 self._commit(kind, clone(obj), "DELETED")
 
     def _preconditions(self, kind: Kind, current: dict, new_meta: dict | None) -> None:
