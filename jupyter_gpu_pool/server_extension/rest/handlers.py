@@ -20,6 +20,7 @@ from tornado import web
 from ...compat import VerbatimHTTPError
 from ...pool import HIBERNATED, Lease
 from ...pool import policy as P
+from ...pool.words import not_done
 from .. import admin_requests
 from . import dashboard
 from . import views
@@ -196,7 +197,7 @@ class KernelActionHandler(PoolAPIHandler):
         try:
             done = ext.culler.act(lease, action, by)
         except ValueError as e:
-            raise api_error(409, "cannot_hibernate", f"This kernel cannot hibernate now: {e}.") from None
+            raise api_error(409, "cannot_hibernate", not_done(action, str(e))) from None
         self.send({"action": done, "kernel_id": kernel_id}, status=202)
 
 
