@@ -117,10 +117,11 @@ class Culler:
         judged.sort(key=started_first)  # as the culler goes through its kernels: the oldest first
         due = self._due[grid]
         for k in judged:
-            if k.state not in (RUNNING, ASLEEP):
+            if k.state not in (RUNNING, ASLEEP) or k.hinted:
                 k.wake = 0.0
                 heapq.heappush(due, (0.0, next(self.agenda.seq), k))
-                continue  # a move is under way (its lease has a phase): the culler leaves it alone
+                continue  # a move is under way (its lease has a phase), or a hint woke it and no cell came yet
+                # (it goes back to sleep, unwarned, if none comes): the culler leaves it alone
             rule, f = facts.get(k) or self._facts(k, now, budgets)
             self._decide(k, now, rule, f, k in reclaimed, reserved.get(k, ""))
 
@@ -167,8 +168,8 @@ class Culler:
         k, deadline = item
         warning = k.kstate.warning
         if (k.deadline != deadline or warning is None or warning.deadline != deadline
-                or k.state not in (RUNNING, ASLEEP) or k not in self._grids[k.grid]):
-            return  # moved, withdrawn, snoozed, released or acted on meanwhile
+                or k.state not in (RUNNING, ASLEEP) or k.hinted or k not in self._grids[k.grid]):
+            return  # moved, withdrawn, snoozed, released, acted on or woken on a hint meanwhile
         k.deadline = None
         budgets: dict[str, object] = {}
         facts: dict[Kernel, tuple[P.Rule, P.Facts]] = {}
@@ -196,7 +197,7 @@ class Culler:
             gpu_active=use.last_active(threshold) if use is not None else None,
             gpu_idle_since=use.idle_since(threshold) if use is not None else None,
             memory_used=k.reading[0] if use is not None else None, can_hibernate=k.can, why=k.why,
-            budget=budgets[lease.owner])
+            budget=budgets[lease.owner], resumed=k.resumed)
 
     def _reclaim(self, members, now: float, facts: dict, budgets: dict) -> frozenset[Kernel] | set[Kernel]:
         """The kernels of this culler's server to give their slices back to the queue's waiters now, as
@@ -208,8 +209,8 @@ class Culler:
             if k.state == HIBERNATING:
                 freeing.add(k.lease.kernel_id)
                 continue
-            if k.state != RUNNING or k.busy or k.kstate.snoozed_until > now:
-                continue  # not a candidate whatever its facts (pool.reclaim.candidate): spare reading them
+            if k.state != RUNNING or k.busy or k.hinted or k.kstate.snoozed_until > now:
+                continue  # not a candidate whatever its facts (pool.reclaim.candidate; a hinted one is not judged)
             rule = self.rule(k)
             if rule.idle_timeout is None:
                 continue
@@ -247,7 +248,7 @@ class Culler:
         for k in members:
             if k.state == HIBERNATING:
                 freeing.add(k.lease.kernel_id)
-            if k.state != RUNNING or k.busy:
+            if k.state != RUNNING or k.busy or k.hinted:
                 continue
             rule, f = facts[k] = facts.get(k) or self._facts(k, now, budgets)
             if k.kstate.warning is not None and k.kstate.warning.reason == P.RESERVED:

@@ -30,7 +30,7 @@ class Kernel:
     __slots__ = ("s", "events", "pending", "delay", "state", "lease", "starts", "ask_at", "asking", "waiter",
                  "busy", "busy_at", "busy_share", "last_activity", "busy_since", "use", "reading", "kstate", "grid",
                  "can", "why", "token", "profile", "wake", "room_only", "hinted", "hint_token", "cell_at",
-                 "resume_wait", "seen", "deadline", "used")
+                 "resume_wait", "seen", "deadline", "used", "resumed")
 
     def __init__(self, session: Session, profile: Profile, can: bool, why: str | None, grid: tuple[float, float]):
         self.s = session
@@ -64,6 +64,7 @@ class Kernel:
         self.resume_wait = None  # what the last resume made its cell wait, until that cell ends
         self.seen = session.arrival  # the user's last event so far
         self.used = 0  # counts its uses (cells, activity): an after-cell hibernation counts only for the last
+        self.resumed = None  # when a resume its user asked for last put it on its slice: its idle clocks start there
 
     @classmethod
     def of(cls, s: Session, config: Configuration, workload: Workload, pool: VirtualPool) -> Kernel:

@@ -162,9 +162,12 @@ class Replay:
             return
         if k.state in (ASKING, HIBERNATING, WAKING):
             if k.cell_at is None and k.state != ASKING and (event[1] == BUSY or event[1] == ACT_EV):
-                # a cell comes while a hinted resume is under way (it waits for the rest), or while the
-                # kernel is being checkpointed (it waits for the checkpoint, then the whole resume)
+                # a cell comes while a hinted resume is under way (it waits for the rest, and the hint's
+                # resume becomes one its user asked for), or while the kernel is being checkpointed (it waits
+                # for the checkpoint, then the whole resume)
                 k.cell_at = now
+                if k.hinted:
+                    self._used(k, now)
             k.pending = event  # the session waits for its kernel
             return
         self._continue(k, now, event)
@@ -214,6 +217,7 @@ class Replay:
             k.last_activity = now
             k.used += 1
             if k.hinted:  # the hinted resume was done before its cell came: the cell did not wait
+                self._used(k, now)
                 self._resume_waited(k, 0.0)
             if not k.busy:
                 k.busy, k.busy_at, k.busy_share = True, now, self.pool.share(k.lease)
@@ -228,6 +232,7 @@ class Replay:
             k.last_activity = now
             k.used += 1
             if k.hinted:
+                self._used(k, now)
                 self._resume_waited(k, 0.0)
             if not k.busy:
                 self._cell_ended(k, now)
@@ -243,6 +248,14 @@ class Replay:
             self.culler.snooze(k, now, value)
         elif code == HIBERNATE and k.state == RUNNING:  # (asleep or shut down in this replay: nothing to do)
             self.culler.release(k, now)
+
+    def _used(self, k: Kernel, now: float) -> None:
+        """A cell (or other use) came for a kernel a hint woke, or is waking: the model's ``CELL`` makes it a
+        resume its user asked for, and its ``RESTART_IDLE_CLOCK`` restarts the idle clock where it is awake
+        (the live hook's ``used``); still restoring, the clock restarts when the restore is done."""
+        if M.RESTART_IDLE_CLOCK in move(k, M.CELL):
+            k.resumed = now
+        k.hinted = False
 
     def _cell_ended(self, k: Kernel, now: float) -> None:
         """A cell (or other use) ended: under a rule with ``hibernate_after_cell``, the kernel hibernates
@@ -356,6 +369,7 @@ class Replay:
         k.starts += 1
         k.state = RUNNING
         k.kstate, k.busy_since, k.last_activity, k.use, k.reading = P.FRESH, None, None, None, (0, 0.0)
+        k.resumed = None
         self.culler.join(k)
         self.tally.served(k.s.id, now - k.ask_at, k.asking, k.s, k.ask_at)
         if k.s.once:  # refused when recorded: its user went on without it
@@ -436,9 +450,9 @@ class Replay:
     def _restored(self, now: float, k: Kernel) -> None:
         if k.state != WAKING:
             return
-        move(k, M.RESTORE_DONE)
+        if M.RESTART_IDLE_CLOCK in move(k, M.RESTORE_DONE):  # a resume its user asked for (not a hint's)
+            k.resumed = now
         self.culler.touch(k)
-        k.last_activity = now
         k.use = None
         if k.reading[0]:  # the sampler reads the kernel afresh on its new slice
             k.use = GPUUse()
