@@ -23,28 +23,20 @@ def decisions(tally, after: float = 0.0) -> list[tuple[float, str, str]]:
     return [(round(d.at - T0, 1), d.verb, d.reason) for d in tally.decisions if d.at >= after]
 
 
-def test_a_hints_wake_is_not_judged_idle_even_where_its_rule_is_shorter_than_the_hold():
-    """Its idle rule (a minute) is shorter than the hint's hold (five): the kernel a hint woke at 600 s (its
-    notebook opened 400 s before its next cell) is not judged idle meanwhile (nobody asked for it yet) and goes
-    back to sleep at the hold's end, as the live server's ``hint_unused``, with no warning."""
-    config = dataclasses.replace(configuration(policy=SLEEPY, gpus=1), hint=Hint(lead=400.0, hold=300.0))
+@pytest.mark.parametrize("lead, hold, woken, slept", [
+    (300.0, 120.0, 700.0, 820.0),  # its idle rule would have warned at 760 s
+    (400.0, 300.0, 600.0, 900.0),  # a rule (a minute) shorter than the hold (five): not judged idle meanwhile
+])
+def test_a_hints_wake_is_left_alone_and_sleeps_again_unwarned_when_no_cell_uses_it(lead, hold, woken, slept):
+    """The kernel a hint woke (its notebook opened ``lead`` seconds before its next cell at 1000 s) is not
+    judged idle while nobody asked for it yet, and goes back to sleep at the hold's end, as the live server's
+    ``hint_unused``, with no warning."""
+    config = dataclasses.replace(configuration(policy=SLEEPY, gpus=1), hint=Hint(lead=lead, hold=hold))
     a = session("a", T0, [(10, BUSY, None), (15, IDLE, None), (1000, BUSY, None), (1005, IDLE, None),
                           (2000, END, None)], memory=4 * GiB)
     tally = replay(workload([a]), config, config.pool_of(1), costs=RESTORE, keep_decisions=True)
     assert tally.hints == 1 and tally.hints_unused == 1
-    woken = [d for d in decisions(tally, T0 + 600) if d[0] < 1000]
-    assert woken == [(900.0, "act", "hint_unused")]
-
-
-def test_a_hinted_kernel_sleeps_again_unwarned_when_no_cell_uses_it():
-    config = dataclasses.replace(configuration(policy=SLEEPY, gpus=1), hint=Hint(lead=300.0, hold=120.0))
-    a = session("a", T0, [(10, BUSY, None), (15, IDLE, None), (1000, BUSY, None), (1005, IDLE, None),
-                          (2000, END, None)], memory=4 * GiB)
-    tally = replay(workload([a]), config, config.pool_of(1), costs=RESTORE, keep_decisions=True)
-    assert tally.hints == 1 and tally.hints_unused == 1
-    # woken at 700 s on the hint, asleep again at 822 s unwarned (its idle rule would have warned at 760 s)
-    woken = [d for d in decisions(tally, T0 + 700) if d[0] < 1000]
-    assert woken == [(820.0, "act", "hint_unused")]
+    assert [d for d in decisions(tally, T0 + woken) if d[0] < 1000] == [(slept, "act", "hint_unused")]
 
 
 @pytest.mark.parametrize("waited", [0.0, 103.0])
