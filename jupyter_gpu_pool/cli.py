@@ -20,6 +20,8 @@ from .local.pool import LocalPool, Pool, build_inventory
 from .pools import open_pool
 from .pool import PoolError, Snapshot, format_size
 from .pool.budgets import Standing
+from .pool.reservations import BEFORE, MAKING_ROOM, OPEN, Slot
+from .pool.sharing import Sharing
 from .pool.units import format_age
 
 
@@ -107,15 +109,48 @@ def render_status(pool: Pool, snap: Snapshot) -> str:
         out.extend("    " + line for line in _table(
             rows, ["LEASE", "OWNER", "KERNEL", "PROFILE", "HOST RAM", "FOR", "PHASE", "NOTEBOOK"]).splitlines())
         out.append("")
-    if snap.waiters:
-        out.append("Queue:")
-        rows = [[str(w.position), w.owner, w.kernel_id[:8], w.profile, str(w.slice),
-                 "resume" if w.lease_id else "start", format_age(snap.at - w.enqueued)] for w in snap.waiters]
-        out.extend("    " + line for line in _table(
-            rows, ["#", "OWNER", "KERNEL", "PROFILE", "SLICE", "FOR", "WAITING"]).splitlines())
-    else:
-        out.append("Queue: empty")
-    return "\n".join(out)
+    out.append(render_queue(snap))
+    reservations = render_reservations(s.sharing, snap.at)
+    return "\n".join(out + ([f"\n{reservations}"] if reservations else []))
+
+
+def render_queue(snap: Snapshot) -> str:
+    """The queue in the order it is served, with why each waits where it is where sharing orders it."""
+    if not snap.waiters:
+        return "Queue: empty"
+    why = any(w.why for w in snap.waiters)
+    rows = [[str(w.position), w.owner, w.kernel_id[:8], w.profile, str(w.slice), "resume" if w.lease_id else "start",
+             format_age(snap.at - w.enqueued), *([w.why or "-"] if why else [])] for w in snap.waiters]
+    table = _table(rows, ["#", "OWNER", "KERNEL", "PROFILE", "SLICE", "FOR", "WAITING", *(["WHY"] if why else [])])
+    return "\n".join(["Queue:", *("    " + line for line in table.splitlines())])
+
+
+def reservation_phase(slot: Slot, now: float) -> str:
+    """Where a reservation stands at ``now``, in words: what it does now and what comes next."""
+    r, clock = slot.reservation, slot.reservation.window.clock
+    if slot.phase == OPEN:
+        borrow = "others may borrow what members leave" if slot.borrowing else \
+            f"members first; others may borrow from {clock(slot.start + r.lead, now)}"
+        return f"open until {clock(slot.end, now)}: {borrow}"
+    if slot.phase == MAKING_ROOM:
+        return f"making room: non-members' kernels give it back; opens at {clock(slot.start, now)}"
+    if slot.phase == BEFORE:
+        return f"next {clock(slot.start, now)}-{clock(slot.end, slot.start)}, making room from " \
+               f"{clock(slot.start - r.lead, now)}"
+    return f"over (it ended {clock(slot.end, now)})"
+
+
+def render_reservations(sharing: Sharing, now: float) -> str:
+    """The admin's reservations (``GPUPool.reservations``): for whom, when, how much, and each one's phase."""
+    slots = sharing.slots(now)
+    if not slots:
+        return ""
+    rows = [[slot.reservation.name, ", ".join([*slot.reservation.groups, *slot.reservation.users]) or "-",
+             slot.reservation.window.words(), slot.reservation.amount + (
+                 f" on {', '.join(slot.reservation.models)}" if slot.reservation.models else ""),
+             slot.phase.replace("_", " "), reservation_phase(slot, now)] for slot in slots]
+    table = _table(rows, ["RESERVATION", "FOR", "WINDOW", "ROOM", "PHASE", "NOW"])
+    return "\n".join(["Reservations:", *("    " + line for line in table.splitlines())])
 
 
 def gpu_time(pool: Pool, snap: Snapshot) -> list[tuple[str, Standing]]:
@@ -157,6 +192,7 @@ class StatusApp(PoolCommand):
                           "exclusive": u.exclusive, "slices": u.leases} for u in snap.gpus],
                 "leases": [lease.to_dict() for lease in snap.leases],
                 "queue": [w.to_dict() for w in snap.waiters],
+                "reservations": [slot.listed(snap.at) for slot in pool.settings.sharing.slots(snap.at)],
                 "gpu_time": [{"user": user, **standing.to_dict()} for user, standing in spent],
             }, indent=1))
         else:

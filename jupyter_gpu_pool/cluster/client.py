@@ -8,9 +8,13 @@ and the body of a Secret is a connection key.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import urllib.request
+from urllib.parse import unquote, urlsplit
 
+import aiohttp
 from kubernetes_asyncio import client, config
 
 _SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -40,7 +44,31 @@ async def api_client(kubeconfig: str = "", context: str = "") -> client.ApiClien
                                       client_configuration=cfg)
     else:
         config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(configuration=cfg)
+    api = client.ApiClient(configuration=cfg)
+    _read_the_environment_once(api)
+    return api
+
+
+def _read_the_environment_once(api: client.ApiClient) -> None:
+    """kubernetes_asyncio's HTTP session trusts the environment, so aiohttp reads its proxy settings and
+    ~/.netrc again, each in a thread, for every request: a third of the operator's time in a burst of
+    starts.  The environment does not change while a process runs: its proxy for the API server (where the
+    kubeconfig names none) is read here once, and the requests then go without looking.  (The API server's
+    credentials come from the kubeconfig or the service account, never from a netrc.)"""
+    rest = api.rest_client
+    if not rest.proxy:
+        url = urlsplit(api.configuration.host)
+        proxy = urllib.request.getproxies().get(url.scheme)
+        if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+            parts = urlsplit(proxy)
+            rest.proxy = parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")).geturl()
+            if parts.username:
+                token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode())
+                rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": f"Basic {token.decode()}"}
+    trusting = rest.pool_manager
+    connector = trusting.connector
+    trusting.detach()  # its connector (and TLS settings) go on in the new session
+    rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
 
 
 def namespace_of_this_pod(default: str = "default") -> str:

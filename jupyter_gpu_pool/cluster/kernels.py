@@ -7,10 +7,13 @@ backend shows kernels through the same ``Lease`` type as on one machine.
 from __future__ import annotations
 
 import datetime
+import re
+import time
 
 from ..pool import ACTIVE, HIBERNATED, RELEASED, Lease, Usage
 from ..pool import phases
 from ..pool import residency as M
+from ..pool.units import format_rfc3339
 from .resources import (DESIRED_RUNNING, FAILED, HIBERNATED as HIBERNATED_PHASE, HIBERNATING, PENDING,
                         QUOTA_EXCEEDED, RESUME_DECLINED, RESUMING, RUNNING, STARTING, STOPPED, WAITING_FOR_ROOM)
 
@@ -36,6 +39,26 @@ def timestamp(text: str | None) -> float:
     if not text:
         return 0.0
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def controller_uid(obj: dict) -> str | None:
+    """The uid of the object's controlling owner (a kernel's pod, Secret and NetworkPolicy: its GPUKernel)."""
+    return next((ref.get("uid") for ref in meta(obj).get("ownerReferences") or [] if ref.get("controller")), None)
+
+
+_SINCE = re.compile(r"since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+
+
+def since(at: float) -> str:
+    """How a status message names when the wait it describes began (``since 2024-05-01T12:00:00Z``): the
+    words stay the same while the wait goes on, so the operator writes them once, and each reader shows
+    the wait's length as of its own reading (:func:`as_of`)."""
+    return f"since {format_rfc3339(at)}"
+
+
+def as_of(message: str, now: float) -> str:
+    """A status message as of ``now``: each ``since <time>`` in it becomes ``N s so far``."""
+    return _SINCE.sub(lambda m: f"{max(int(now - timestamp(m.group(1))), 0)} s so far", message)
 
 
 def holds_quota(kernel: dict) -> bool:
@@ -89,11 +112,14 @@ def held(kernel: dict) -> Usage:
     return Usage(int(a.get("memory", 0)), int(a.get("smPercent", 0)), 1)
 
 
-def progress(kernel: dict) -> str | None:
-    """While the kernel starts, what it waits for in plain words (the operator's ``status.message``:
-    "Node 'gpu-7' is pulling the kernel image ...: 45 s so far"); None once it runs, stopped or failed."""
+def progress(kernel: dict, now: float | None = None) -> str | None:
+    """While the kernel starts, what it waits for in plain words, as of ``now`` (the operator's
+    ``status.message`` read by :func:`as_of`: "Node 'gpu-7' is pulling the kernel image ...: 45 s so far");
+    None once it runs, stopped or failed."""
     st = status(kernel)
-    return (st.get("message") or None) if st.get("phase", PENDING) in (PENDING, STARTING) else None
+    if st.get("phase", PENDING) not in (PENDING, STARTING) or not st.get("message"):
+        return None
+    return as_of(st["message"], time.time() if now is None else now)
 
 
 def as_lease(kernel: dict) -> Lease:

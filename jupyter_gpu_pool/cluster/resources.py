@@ -83,9 +83,11 @@ def kernel_name(kernel_id: str) -> str:
     return f"k-{kernel_id}"
 
 
-def pod_name(kernel: str, launch: int) -> str:
-    """One pod name per launch, so a restarted kernel never meets its predecessor's pod."""
-    return f"{kernel}-{launch}"
+def pod_name(kernel: str, launch: int, uid: str) -> str:
+    """One pod name per launch of one GPUKernel object (``uid``): a restarted kernel never meets its
+    predecessor's pod, nor a GPUKernel made again under the same name the pod of the one before it, which
+    may still be in its grace period or waiting for the garbage collector."""
+    return f"{kernel}-{launch}-{uid.split('-')[0][:8]}"
 
 
 def secret_name(kernel: str) -> str:

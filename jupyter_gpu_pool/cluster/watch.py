@@ -54,19 +54,43 @@ class WatchError(Exception):
         self.code = code
 
 
+def _refusal(status: int, reason: str, data: bytes):
+    """The API server's refusal as the client's ``ApiException``: its Status's message as the reason, and its
+    body kept (as a refusal made with ``_preload_content`` keeps it)."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        said = json.loads(data)
+    except ValueError:
+        said = {}
+    e = ApiException(status=status, reason=said.get("message") or reason)
+    e.body = data.decode(errors="replace")
+    return e
+
+
 async def _ok(response) -> None:
     """Raise the API server's refusal (without ``_preload_content`` the client does not)."""
     if 200 <= response.status <= 299:
         return
-    from kubernetes_asyncio.client.exceptions import ApiException
-
     try:
-        body = json.loads(await response.read())
-    except ValueError:
-        body = {}
+        data = await response.read()
     finally:
         response.release()
-    raise ApiException(status=response.status, reason=body.get("message") or response.reason)
+    raise _refusal(response.status, response.reason, data)
+
+
+async def answer(call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> dict:
+    """The JSON the API server answered to a ``kubernetes_asyncio`` call, not built into the client's models
+    (a pod as a model costs milliseconds: most of a create's time in the operator); a refusal raised as the
+    client's ``ApiException``, as with its models."""
+    response = await call(*args, _preload_content=False, **kwargs)
+    try:
+        data = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        raise _refusal(response.status, response.reason, data)
+    return json.loads(data) if data else {}
 
 
 async def list_all(list_call: Callable[..., Awaitable[Any]], *args: Any, page_size: int = PAGE_SIZE,

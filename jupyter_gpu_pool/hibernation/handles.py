@@ -25,6 +25,7 @@ class Handle:
     seen: str = ACTIVE  # display_state of the lease as last read or written by this server
     position: int | None = None  # its place in the queue while queued
     wait_reason: str | None = None  # why it waits there, where the pool is not simply full
+    queue_why: str | None = None  # why it is where it is in the queue, where sharing orders it
     resume_task: asyncio.Task | None = None
     placed: asyncio.Event = field(default_factory=asyncio.Event)  # the resume under way has a slice or a queue place
     resume_wanted: bool = False  # a cell arrived while hibernating: give up the hibernation if not too late
@@ -57,12 +58,13 @@ class Handles:
     def ids(self) -> list[str]:
         return list(self._all)
 
-    async def show(self, kernel_id: str, seen: str, position: int | None = None, reason: str | None = None) -> None:
+    async def show(self, kernel_id: str, seen: str, position: int | None = None, reason: str | None = None,
+                   why: str | None = None) -> None:
         """Cache what the UI shows of the kernel, and wake whoever waits for a change of it."""
         k = self[kernel_id]
-        if (k.seen, k.position, k.wait_reason) == (seen, position, reason):
+        if (k.seen, k.position, k.wait_reason, k.queue_why) == (seen, position, reason, why):
             return
-        k.seen, k.position, k.wait_reason = seen, position, reason
+        k.seen, k.position, k.wait_reason, k.queue_why = seen, position, reason, why
         async with k.changed:
             k.changed.notify_all()
 
@@ -87,6 +89,10 @@ class Handles:
     def queue_reason(self, kernel_id: str) -> str | None:
         k = self._all.get(kernel_id)
         return k.wait_reason if k and k.seen == QUEUED else None
+
+    def queue_why(self, kernel_id: str) -> str | None:
+        k = self._all.get(kernel_id)
+        return k.queue_why if k and k.seen == QUEUED else None
 
     def first_slice(self, kernel_id: str) -> bool:
         k = self._all.get(kernel_id)

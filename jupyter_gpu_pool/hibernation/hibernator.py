@@ -133,6 +133,11 @@ class Hibernator:
         memory to be free on GPU 0: 2 GiB is free"); None otherwise."""
         return self.handles.queue_reason(kernel_id)
 
+    def queue_why(self, kernel_id: str) -> str | None:
+        """Why a queued resume is where it is in the queue, where the admin's sharing orders it ("2nd in the
+        queue: going first into the room reserved for ML 101 lab"); None otherwise."""
+        return self.handles.queue_why(kernel_id)
+
     def hinted(self, kernel_id: str) -> bool:
         """Whether the kernel was resumed (or is resuming) on a hint and no cell has come since."""
         return self.handles.hinted(kernel_id)

@@ -62,19 +62,24 @@ class Room:
         async def queued(position: int) -> None:  # no room: it waits (NO_ROOM), its place shown
             wait["position"] = position
             await self.steps.report(lease.kernel_id, M.NO_ROOM, was=RESUMING)
-            await self.handles.show(lease.kernel_id, QUEUED, position, wait["reason"])
+            await self.handles.show(lease.kernel_id, QUEUED, position, wait["reason"], wait["why"])
             k.placed.set()  # once the ledger and what is shown say queued
 
         async def refused(refusal) -> None:
             wait["reason"] = str(refusal) if isinstance(refusal, GPUMemoryShort) else None
             if wait["position"] is not None:
-                await self.handles.show(lease.kernel_id, QUEUED, wait["position"], wait["reason"])
+                await self.handles.show(lease.kernel_id, QUEUED, wait["position"], wait["reason"], wait["why"])
+
+        async def placed_why(why: str) -> None:  # where sharing orders the queue: why it is there
+            wait["why"] = why or None
+            if wait["position"] is not None:
+                await self.handles.show(lease.kernel_id, QUEUED, wait["position"], wait["reason"], wait["why"])
 
         place = Place(lease.owner, lease.kernel_id, lease.profile, lease.slice, lease_id=lease.id, label=lease.label,
                       groups=lease.groups)
         try:
             new, waited = await wait_for_slice(self.ledger, attempt, place, poll=self.settings.queue_poll,
-                                               on_position=queued, on_refusal=refused)
+                                               on_position=queued, on_refusal=refused, on_why=placed_why)
         except (QuotaExceeded, BudgetExceeded) as e:
             raise HibernationRefused(e.reason, f"{refusal}{e}", status=403) from None
         except LeaseNotFound:
@@ -85,7 +90,7 @@ class Room:
 
     def _attempt(self, lease: Lease, same_gpu: bool, need: int) -> tuple[Callable[[str | None], Lease], dict]:
         """One ask of the pool (in a thread), and what the wait learns (its place, why it waits)."""
-        wait: dict = {"position": None, "reason": None, "only_last": same_gpu}
+        wait: dict = {"position": None, "reason": None, "why": None, "only_last": same_gpu}
 
         def attempt(waiter_id: str | None) -> Lease:
             only_last = wait["only_last"]

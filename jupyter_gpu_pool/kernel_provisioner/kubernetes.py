@@ -79,6 +79,7 @@ from ..cluster.resources import (
     label_value,
     secret_name,
 )
+from ..cluster.kernels import as_of
 from ..cluster.session import KernelSession
 from ..cluster.settings import GPUPoolKubernetes, kubernetes_settings
 from ..config import ConfigError, GPUPool, load_settings
@@ -334,7 +335,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
                 return await session.wait_for(self.name, lambda b: self._launch_state(b) != "waiting",
                                               min(left, settings.progress_interval))
             except asyncio.TimeoutError:
-                said = _status(self.kernel).get("message") or "no word from the operator yet"
+                said = as_of(_status(self.kernel).get("message") or "no word from the operator yet", time.time())
                 log.info("kernel %s: still starting after %.0f s: %s", self.kernel_id, time.monotonic() - started,
                          said)
 
@@ -345,7 +346,7 @@ class GPUPoolKubernetesProvisioner(PoolKernelProvisioner, KernelProvisionerBase)
             return (f"The kernel did not start: in {waited:.0f} s the jupyter-gpu-pool operator did not take up "
                     f"its {where}. Is the operator running, and serving this namespace? Ask your admin.")
         return (f"The kernel did not start within {waited:.0f} s ({where}). The cluster's last word: "
-                f"{st.get('message') or st.get('phase')} Try again later, or ask your admin.")
+                f"{as_of(st.get('message') or '', time.time()) or st.get('phase')} Try again later, or ask your admin.")
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict:
         session = await self._session()

@@ -2,9 +2,10 @@
 
 Try; while the pool is full, hold a place in the ledger's queue (a heartbeat every ``poll``
 seconds keeps it; a place lost to a stall longer than the queue's TTL is taken again at the end)
-and try again with it, so that earlier waiters are served first.  Every position change, and every
-change of the reason it waits, is reported to the caller (the UI shows them); the place is given up
-however the wait ends.
+and try again with it, so that earlier waiters are served first.  Every position change, every
+change of the reason it waits, and every change of why it is where it is (where the admin's sharing
+orders the queue), is reported to the caller (the UI shows them); the place is given up however the
+wait ends.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ class QueueTimeout(Exception):
 async def wait_for_slice(ledger: LeaseStore, attempt: Callable[[str | None], Lease], place: Place, *,
                          poll: float = 1.0, timeout: float | None = None,
                          on_position: Callable[[int], Awaitable[None]] | None = None,
-                         on_refusal: Callable[[PoolExhausted], Awaitable[None]] | None = None) -> tuple[Lease, float]:
+                         on_refusal: Callable[[PoolExhausted], Awaitable[None]] | None = None,
+                         on_why: Callable[[str], Awaitable[None]] | None = None) -> tuple[Lease, float]:
     """Run ``attempt(waiter_id)`` (in a thread) until it grants a lease; return it and the seconds
     spent in the queue.  ``attempt`` raises :class:`PoolExhausted` while there is no room (any other
     refusal ends the wait); ``on_refusal`` hears the first and each whose message differs from the
-    one before.  ``timeout`` None: wait as long as it takes."""
+    one before; ``on_why`` each new reading of why the place is where it is ("2nd in the queue: …";
+    only where sharing orders the queue).  ``timeout`` None: wait as long as it takes."""
     try:
         return await asyncio.to_thread(attempt, None), 0.0
     except PoolExhausted as first:
@@ -55,10 +58,13 @@ async def wait_for_slice(ledger: LeaseStore, attempt: Callable[[str | None], Lea
         await on_refusal(refusal)
     started = time.monotonic()
     waiter = await asyncio.to_thread(_enqueue, ledger, place)
-    position = waiter.position
+    position, why = waiter.position, ""
     try:
         if on_position is not None:
             await on_position(position)
+        if on_why is not None and waiter.why:
+            why = waiter.why
+            await on_why(why)
         while timeout is None or time.monotonic() - started < timeout:
             await asyncio.sleep(poll)
             current = await asyncio.to_thread(ledger.heartbeat, waiter.id)
@@ -76,6 +82,9 @@ async def wait_for_slice(ledger: LeaseStore, attempt: Callable[[str | None], Lea
             if current.position != position and on_position is not None:
                 position = current.position
                 await on_position(position)
+            if on_why is not None and current.why != why:
+                why = current.why
+                await on_why(why)
         raise QueueTimeout(time.monotonic() - started, refusal)
     finally:
         if waiter is not None:

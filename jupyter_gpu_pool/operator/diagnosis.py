@@ -8,8 +8,10 @@ grace, an image that cannot be pulled, a container that cannot be created)
 makes the kernel ``Failed`` at once, so the launch fails in seconds rather than
 at a timeout; a ``Failed`` kernel holds no quota.  A start that takes long says
 why, from the pod's conditions and container status, its Events and its node
-(pulling the image for N s, volumes not mounted, the node not ready), with
-seconds measured from the cluster's own timestamps.  A container that exited
+(pulling the image, volumes not mounted, the node not ready), and since when, from
+the cluster's own timestamps: the words name the moment (``since <time>``), not the
+seconds, so they stay the same while the wait goes on and are written once; each
+reader shows "N s so far" as of its reading (``cluster/kernels.py::as_of``).  A container that exited
 (cleanly or not) leaves the kernel ``Stopped`` with its exit code: it keeps its
 slice for a restart until its server deletes it.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..cluster.kernels import timestamp
+from ..cluster.kernels import since, timestamp
 from ..cluster.resources import CRASHED, EXITED, FAILED, IMAGE_PULL, PREEMPTED, RUNNING, STARTING, STOPPED, UNSCHEDULABLE
 from .sharing import device_attribute
 
@@ -112,6 +114,7 @@ class Verdict:
     reason: str = ""
     message: str = ""
     exit_code: int | None = None
+    changes_at: float | None = None  # when time alone changes it (an unschedulable pod's grace runs out)
 
 
 def _condition(pod: dict, type_: str) -> dict:
@@ -123,10 +126,9 @@ def _container(pod: dict) -> dict:
     return statuses[0] if statuses else {}
 
 
-def _since(text: str | None, now: float) -> int:
-    """Whole seconds from an RFC 3339 time to now (0 when unknown)."""
-    at = timestamp(text)
-    return max(int(now - at), 0) if at else 0
+def _at(text: str | None, now: float) -> float:
+    """An RFC 3339 time as Unix seconds (``now`` when unknown)."""
+    return timestamp(text) or now
 
 
 def _event_time(event: dict) -> str | None:
@@ -159,17 +161,17 @@ def _node_not_ready(node: dict | None) -> dict | None:
 
 def _starting(pod: dict, container: dict, now: float, events: list[dict], node: dict | None) -> Verdict:
     """A pod the scheduler placed that does not run yet: what its node, its container and its Events say,
-    with true numbers (seconds measured from the cluster's own timestamps)."""
+    and since when (the cluster's own timestamps)."""
     status = pod.get("status") or {}
     spec = pod.get("spec") or {}
     where = spec.get("nodeName", "")
-    placed = _since(_condition(pod, "PodScheduled").get("lastTransitionTime") or status.get("startTime")
-                    or pod["metadata"].get("creationTimestamp"), now)
+    placed = since(_at(_condition(pod, "PodScheduled").get("lastTransitionTime") or status.get("startTime")
+                       or pod["metadata"].get("creationTimestamp"), now))
     not_ready = _node_not_ready(node)
     if not_ready is not None and not container:
         said = " ".join(x for x in (not_ready.get("reason", ""), not_ready.get("message", "")) if x)
         return Verdict(STARTING, NODE_NOT_READY,
-                       f"The kernel's pod was placed on node {where!r} {placed} s ago, but that node is not ready "
+                       f"The kernel's pod waits on node {where!r}, {placed}, but that node is not ready "
                        f"({said or 'Ready: ' + str(not_ready.get('status'))}), so nothing starts there until it "
                        "recovers. If it does not, Kubernetes evicts the pod after its not-ready toleration "
                        "(300 s by default); ask your admin about the node.")
@@ -180,23 +182,23 @@ def _starting(pod: dict, container: dict, now: float, events: list[dict], node: 
     if pulling is not None and (pulled is None or _key(pulled) < _key(pulling)):
         image = container.get("image") or (spec.get("containers") or [{}])[0].get("image", "")
         return Verdict(STARTING, PULLING,
-                       f"Node {where!r} is pulling the kernel image {image!r}: {_since(_event_time(pulling), now)} s "
-                       "so far (a large image can take minutes the first time on a node).")
+                       f"Node {where!r} is pulling the kernel image {image!r}: {since(_at(_event_time(pulling), now))} "
+                       "(a large image can take minutes the first time on a node).")
     if mount is not None and (later is None or _key(later) < _key(mount)):
         return Verdict(STARTING, MOUNTING,
-                       f"Node {where!r} cannot mount the kernel's volumes yet ({_since(_event_time(mount), now)} s "
-                       f"so far): {mount.get('message', '')}")
+                       f"Node {where!r} cannot mount the kernel's volumes yet ({since(_at(_event_time(mount), now))}): "
+                       f"{mount.get('message', '')}")
     if sandbox is not None and (later is None or _key(later) < _key(sandbox)):
         return Verdict(STARTING, CREATING,
-                       f"Node {where!r} cannot create the kernel's pod sandbox yet ({placed} s so far): "
+                       f"Node {where!r} cannot create the kernel's pod sandbox yet ({placed}): "
                        f"{sandbox.get('message', '')}")
     waiting = (container.get("state") or {}).get("waiting") or {}
     if container or where:
         what = f"node {where!r}" if where else "its node"
         detail = f" ({waiting['message']})" if waiting.get("message") else ""
         return Verdict(STARTING, waiting.get("reason") or CREATING,
-                       f"The kernel's pod is starting: {what} is creating its container{detail}, {placed} s so far.")
-    return Verdict(STARTING, "", f"The kernel's pod is starting: waiting for the scheduler, {placed} s so far.")
+                       f"The kernel's pod is starting: {what} is creating its container{detail}, {placed}.")
+    return Verdict(STARTING, "", f"The kernel's pod is starting: waiting for the scheduler, {placed}.")
 
 
 def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable_grace: float,
@@ -215,17 +217,17 @@ def diagnose(pod: dict, profile: str, slice_text: str, now: float, unschedulable
     if phase == "Pending":
         scheduled = _condition(pod, "PodScheduled")
         if unschedulable(pod):
-            since = timestamp(scheduled.get("lastTransitionTime")) or now
+            began = timestamp(scheduled.get("lastTransitionTime")) or now
             said = scheduled.get("message", "")
-            if now - since >= unschedulable_grace and claims_unmet(pod):  # dra: the device claim cannot be met
+            if now - began >= unschedulable_grace and claims_unmet(pod):  # dra: the device claim cannot be met
                 return Verdict(FAILED, UNSCHEDULABLE, _claim_refusal(profile, slice_text, said, need, shortfall))
-            if now - since >= unschedulable_grace:
+            if now - began >= unschedulable_grace:
                 return Verdict(FAILED, UNSCHEDULABLE,
                                f"No GPU slice is free for profile {profile!r} ({slice_text}): the cluster has no "
                                f"node with room for it right now (the scheduler says: {said}) Try again in a few "
                                "minutes, pick a smaller profile, or shut down a kernel you no longer need.")
             return Verdict(STARTING, UNSCHEDULABLE, f"Waiting for a GPU slice ({slice_text}) to be free, "
-                           f"{int(now - since)} s so far: {said}")
+                           f"{since(began)}: {said}", changes_at=began + unschedulable_grace)
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in _PULL:
             image = container.get("image", "")

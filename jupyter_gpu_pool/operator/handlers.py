@@ -48,6 +48,7 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         settings.networking.error_backoffs = EndlessBackoffs(controller.settings.api_retry_first,
                                                              controller.settings.api_retry_max)
+        controller.start()
         sweeper.append(asyncio.create_task(every(controller.settings.reconcile_interval, controller.sweep, stop,
                                                  what="the operator's sweep over every kernel")))
         for namespace in controller.settings.namespaces:

@@ -144,7 +144,7 @@ def render_pod(kernel: dict, settings: OperatorSettings, rendering: Rendering, i
         arg.replace("{connection_file}", connection_file) for arg in settings.kernel_command]
     env = [{"name": k, "value": v} for k, v in sorted(rendering.env.items())]
     env.append({"name": "JUPYTER_GPU_POOL_KERNEL", "value": name})
-    pod_meta = _meta(kernel, pod_name(name, launch))
+    pod_meta = _meta(kernel, pod_name(name, launch, meta(kernel)["uid"]))
     pod_meta["labels"][LABEL_LAUNCH] = str(launch)
     pod_meta["annotations"] = {PROFILE_ANNOTATION: spec(kernel)["profile"], GPU_ANNOTATION: rendering.description}
     pod_spec: dict = {

@@ -134,9 +134,14 @@ class GPUPoolOperator(Configurable):
         namespaces; the deployment names its kernels' namespace here).  Empty: GPUKernels anywhere in the
         cluster, each namespace's kernel pods watched from its first kernel on.""").tag(config=True)
 
-    progress_interval = Seconds(5.0, help="""While a kernel starts, seconds between two looks at its pod: its
-        status.message says what the pod is waiting for (the image pull, its volumes, its node) and for
-        how long.""").tag(config=True)
+    progress_interval = Seconds(5.0, help="""A kernel whose pod has not started this long after it was made is
+        explained in its status.message (what the pod waits for: the scheduler, the image pull, its volumes,
+        its node, and since when), looked at again this often while it waits; a pod that starts sooner is
+        not reported until it runs.""").tag(config=True)
+
+    workers = Int(16, help="""Kernels the operator reconciles at once (each pass waits on the API server, so
+        others go on meanwhile; one kernel is never reconciled twice at once).  Must be at least 1.""").tag(
+        config=True)
 
     metrics_port = Int(9090, help="Port of the operator's Prometheus /metrics (0: off).").tag(config=True)
 
@@ -199,6 +204,7 @@ class OperatorSettings:
     resume_margin: int = 2**30
     gpu_free_max_age: float = 60.0
     kill_precaution_timeout: float = 30.0
+    workers: int = 16
 
     def hibernated_cap_bytes(self, node_memory: int | None) -> int | None:
         """The per-node cap on hibernated bytes for a node with ``node_memory`` allocatable (None: no cap;
@@ -261,6 +267,8 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
         resume_margin = parse_size(op.resume_margin)
     except ValueError as e:
         raise ConfigError(f"GPUPoolOperator.resume_margin: {e}") from None
+    if op.workers < 1:
+        raise ConfigError(f"GPUPoolOperator.workers must be at least 1, not {op.workers}")
     for key in op.resources:
         if key not in ("requests", "limits"):
             raise ConfigError(f"GPUPoolOperator.resources has an unknown key {key!r}; the keys are requests, limits")
@@ -276,5 +284,5 @@ def operator_settings(op: GPUPoolOperator, pool: GPUPool) -> OperatorSettings:
         transport_encryption=op.transport_encryption, api_retry_first=op.api_retry_first,
         api_retry_max=max(op.api_retry_max, op.api_retry_first), hami_memory_scaling=op.hami_memory_scaling,
         hibernated_cap=hibernated_cap, resume_margin=resume_margin, gpu_free_max_age=op.gpu_free_max_age,
-        kill_precaution_timeout=op.kill_precaution_timeout,
+        kill_precaution_timeout=op.kill_precaution_timeout, workers=op.workers,
     )

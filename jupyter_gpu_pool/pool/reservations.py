@@ -192,9 +192,18 @@ class Slot:
                 "warning, when a member needs the room.")
 
     def to_dict(self, now: float, member: bool) -> dict:
+        """As a user reads it (``words``); ``lead``: seconds before ``start`` from which it keeps its room,
+        ``borrowing``: non-members may borrow what members leave unused now (the UIs draw and say both)."""
         r = self.reservation
         return {"name": r.name, "phase": self.phase, "start": self.start, "end": self.end, "member": member,
-                "memory": r.memory, "gpus": r.gpus, "models": list(r.models), "words": self.words(now, member)}
+                "memory": r.memory, "gpus": r.gpus, "models": list(r.models), "words": self.words(now, member),
+                "lead": r.lead, "borrowing": self.borrowing}
+
+    def listed(self, now: float) -> dict:
+        """As an admin lists it: who it is for and its window as written, besides what anyone reads."""
+        r = self.reservation
+        return {**self.to_dict(now, member=False), "groups": list(r.groups), "users": list(r.users),
+                "window": r.window.words()}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import type {
   IRecent,
   ITelemetry
 } from './types';
+import { IReservationRow, reservationRows } from './reservations';
 import { budgetShare, NEAR_QUOTA } from './view';
 
 const GiB = 1024 ** 3;
@@ -56,6 +57,8 @@ export interface ILeaseRow {
   slice: string;
   gpu: string;
   state: string;
+  /** It borrowed room a reservation keeps for others ("borrowed from ML 101 lab"), else "". */
+  borrowed: string;
   age: string;
   idle: string;
   here: boolean;
@@ -70,6 +73,8 @@ export interface IQueueRow {
   what: string;
   profile: string;
   waiting: string;
+  /** Why it is where it is, in the server's words, where sharing orders the queue (else ""). */
+  why: string;
 }
 
 export interface IBudgetRow {
@@ -106,6 +111,7 @@ export interface IDashboardView {
   queue: IQueueRow[];
   budgets: IBudgetRow[];
   decisions: IDecisionRow[];
+  reservations: IReservationRow[];
 }
 
 function leaseSlice(l: IPoolLease): string {
@@ -214,10 +220,6 @@ export function dashboardView(
   profiles: ReadonlyArray<IProfile> = []
 ): IDashboardView {
   const name = profileNamer(profiles);
-  const gpuName = new Map(pool.gpus.map(g => [g.uuid, gpuShortName(g.label)]));
-  const leases = [...pool.leases].sort(
-    (a, b) => a.owner.localeCompare(b.owner) || a.created - b.created
-  );
   return {
     note: plainNote(pool.note),
     dryRun: !!pool.policy?.dry_run,
@@ -232,54 +234,80 @@ export function dashboardView(
       slices: String(g.slices) + (g.exclusive ? ` (${__('whole GPU')})` : ''),
       utilization: g.utilization === null ? __('no reading') : formatPercent(g.utilization)
     })),
-    leases: leases.map(l => ({
-      id: l.id,
-      kernelId: l.kernel_id,
-      owner: l.owner,
-      notebook: kernelName(String(l.label ?? ''), l.kernel_id),
-      path: String(l.label ?? ''),
-      profile: name(l.profile),
-      profileId: l.profile,
-      slice: leaseSlice(l),
-      gpu: l.gpus.length ? l.gpus.map(u => gpuName.get(u) ?? u.slice(0, 12)).join('+') : '–',
-      state: leaseState(l),
-      age: formatDuration(now - l.created),
-      idle:
-        l.execution_state === 'busy'
-          ? __('busy')
-          : l.idle_since
-            ? formatDuration(now - l.idle_since)
-            : '–',
-      here: !!l.here,
-      actions: adminActions(l)
-    })),
-    queue: [...pool.queue]
-      .sort((a, b) => a.position - b.position)
-      .map(w => ({
-        position: w.position,
-        owner: w.owner,
-        notebook: baseName(w.label ?? '') || '–',
-        what: w.lease_id ? __('resume') : __('start'),
-        profile: w.slice ? __('%1 (%2)', name(w.profile), sliceWords(w.slice)) : name(w.profile),
-        waiting: formatDuration(now - w.enqueued)
-      })),
-    budgets: (pool.budgets ?? [])
-      .map(b => {
-        const share = budgetShare(b);
-        return {
-          user: b.user,
-          scope: b.kind === 'user' ? __('own') : __('group %1', b.scope),
-          text: budgetUse(b),
-          fraction: Math.min(1, share),
-          level: (share >= 1 ? 'over' : share >= NEAR_QUOTA ? 'near' : 'ok') as IBudgetRow['level'],
-          resets: new Date(b.resets_at * 1000).toLocaleString()
-        };
-      })
-      .sort((a, b) => b.fraction - a.fraction || a.user.localeCompare(b.user)),
+    leases: leaseRows(pool, now, name),
+    queue: queueRows(pool, now, name),
+    budgets: budgetRows(pool),
     decisions: [...pool.decisions]
       .sort((a, b) => b.at - a.at)
-      .map((d, i) => decisionRow(d, i, name))
+      .map((d, i) => decisionRow(d, i, name)),
+    reservations: reservationRows(pool, now)
   };
+}
+
+/** Every lease, by owner then age, with what an admin may do to it. */
+function leaseRows(pool: IPool, now: number, name: (id: string) => string): ILeaseRow[] {
+  const gpuName = new Map(pool.gpus.map(g => [g.uuid, gpuShortName(g.label)]));
+  const leases = [...pool.leases].sort(
+    (a, b) => a.owner.localeCompare(b.owner) || a.created - b.created
+  );
+  return leases.map(l => ({
+    id: l.id,
+    kernelId: l.kernel_id,
+    owner: l.owner,
+    notebook: kernelName(String(l.label ?? ''), l.kernel_id),
+    path: String(l.label ?? ''),
+    profile: name(l.profile),
+    profileId: l.profile,
+    slice: leaseSlice(l),
+    gpu: l.gpus.length ? l.gpus.map(u => gpuName.get(u) ?? u.slice(0, 12)).join('+') : '–',
+    state: leaseState(l),
+    // It holds room a reservation keeps for others (while active): taken back when a member needs it.
+    borrowed:
+      l.borrowed?.length && l.state === 'active'
+        ? __('borrowed from %1', l.borrowed.join(', '))
+        : '',
+    age: formatDuration(now - l.created),
+    idle:
+      l.execution_state === 'busy'
+        ? __('busy')
+        : l.idle_since
+          ? formatDuration(now - l.idle_since)
+          : '–',
+    here: !!l.here,
+    actions: adminActions(l)
+  }));
+}
+
+/** Who waits, first first, and why each is where it is where sharing orders the queue. */
+function queueRows(pool: IPool, now: number, name: (id: string) => string): IQueueRow[] {
+  return [...pool.queue]
+    .sort((a, b) => a.position - b.position)
+    .map(w => ({
+      position: w.position,
+      owner: w.owner,
+      notebook: baseName(w.label ?? '') || '–',
+      what: w.lease_id ? __('resume') : __('start'),
+      profile: w.slice ? __('%1 (%2)', name(w.profile), sliceWords(w.slice)) : name(w.profile),
+      waiting: formatDuration(now - w.enqueued),
+      why: w.why || ''
+    }));
+}
+
+/** Everyone's GPU time against their budget, the closest to it first. */
+function budgetRows(pool: IPool): IBudgetRow[] {
+  return (pool.budgets ?? [])
+    .map(b => {
+      const share = budgetShare(b);
+      return {
+        user: b.user,
+        scope: b.kind === 'user' ? __('own') : __('group %1', b.scope),
+        text: budgetUse(b),
+        fraction: Math.min(1, share),
+        level: (share >= 1 ? 'over' : share >= NEAR_QUOTA ? 'near' : 'ok') as IBudgetRow['level'],
+        resets: new Date(b.resets_at * 1000).toLocaleString()
+      };
+    })
+    .sort((a, b) => b.fraction - a.fraction || a.user.localeCompare(b.user));
 }
 
 export interface IDecisionFilter {

@@ -8,6 +8,7 @@ import * as React from 'react';
 
 import { baseName, formatAgo, plainNote } from './format';
 import { __ } from './i18n';
+import { shownReservations } from './reservations';
 import type { IMe, KernelAction } from './types';
 import {
   cardView,
@@ -20,6 +21,7 @@ import {
   quotaBars,
   statusView
 } from './view';
+import { phaseWord, reservationSentence, reservationWords } from './words';
 
 export interface IActions {
   /** Carry out an action on a kernel, asking first where `confirm` says so; `opener` gets focus back. */
@@ -116,6 +118,78 @@ const HOLD_BUTTONS_MS = 10000;
 
 export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.Element {
   const v = props.view;
+  const headingId = `jp-GpuPool-card-${v.kernelId}`;
+  return (
+    <section
+      className={`jp-GpuPool-card jp-mod-${v.state.kind}${v.countdown ? ' jp-mod-warned' : ''}`}
+      aria-labelledby={headingId}
+      data-kernel-id={v.kernelId}
+    >
+      <CardHeader view={v} headingId={headingId} open={props.actions.open} />
+      <div className="jp-GpuPool-gpu" title={v.gpu}>
+        {v.gpu}
+      </div>
+      <div className={`jp-GpuPool-state jp-mod-${v.state.kind}`}>
+        <span className="jp-GpuPool-stateDot" aria-hidden="true" />
+        <span className="jp-GpuPool-stateLabel">{v.state.label}</span>
+      </div>
+      {v.state.detail ? <div className="jp-GpuPool-stateDetail">{v.state.detail}</div> : null}
+      {v.queueWhy ? <div className="jp-GpuPool-queueWhy">{v.queueWhy}</div> : null}
+      {v.borrowed ? <div className="jp-GpuPool-borrowed">{v.borrowed}</div> : null}
+      <Meter view={v.memory} />
+      <Sparkline
+        points={v.utilization.points}
+        label={v.utilization.label}
+        text={v.utilization.text}
+      />
+      {v.countdown ? (
+        <div className="jp-GpuPool-countdown" title={v.countdown.detail}>
+          <strong className="jp-GpuPool-countdownTime" role="timer">
+            {v.countdown.text}
+          </strong>
+          <span className="jp-GpuPool-countdownWhy">{v.countdown.message}</span>
+        </div>
+      ) : null}
+      <CardActions view={v} actions={props.actions} />
+    </section>
+  );
+}
+
+/** The card's title (its notebook, a link that opens it) and its profile. */
+function CardHeader(props: {
+  view: ICardView;
+  headingId: string;
+  open: (path: string) => void;
+}): JSX.Element {
+  const v = props.view;
+  return (
+    <header className="jp-GpuPool-cardHeader">
+      <h3 id={props.headingId} className="jp-GpuPool-cardTitle">
+        {v.path.endsWith('.ipynb') ? (
+          <button
+            className="jp-GpuPool-link"
+            title={__('Open %1', v.path)}
+            onClick={() => props.open(v.path)}
+          >
+            {v.title}
+          </button>
+        ) : (
+          <span title={v.path}>{v.title}</span>
+        )}
+      </h3>
+      <span
+        className="jp-GpuPool-profile"
+        title={v.sliceLabel ? __('slice %1', v.sliceLabel) : undefined}
+      >
+        {v.profile}
+      </span>
+    </header>
+  );
+}
+
+/** The card's buttons: the actions the server allows, each asking first where it says so. */
+function CardActions(props: { view: ICardView; actions: IActions }): JSX.Element | null {
+  const v = props.view;
   const [busy, setBusy] = React.useState<KernelAction | null>(null);
   // After an action the server allows none for a moment (a hibernation under way): the card keeps
   // the buttons it had, inert, the one pressed marked "…", instead of an empty row for a second.
@@ -147,79 +221,62 @@ export function KernelCard(props: { view: ICardView; actions: IActions }): JSX.E
   const holding = !v.actions.length && held !== null;
   const shown = holding ? held.actions : v.actions;
   const pressed = busy ?? (holding ? held.action : null);
-  const headingId = `jp-GpuPool-card-${v.kernelId}`;
+  if (!shown.length) {
+    return null;
+  }
   return (
-    <section
-      className={`jp-GpuPool-card jp-mod-${v.state.kind}${v.countdown ? ' jp-mod-warned' : ''}`}
-      aria-labelledby={headingId}
-      data-kernel-id={v.kernelId}
-    >
-      <header className="jp-GpuPool-cardHeader">
-        <h3 id={headingId} className="jp-GpuPool-cardTitle">
-          {v.path.endsWith('.ipynb') ? (
-            <button
-              className="jp-GpuPool-link"
-              title={__('Open %1', v.path)}
-              onClick={() => props.actions.open(v.path)}
-            >
-              {v.title}
-            </button>
-          ) : (
-            <span title={v.path}>{v.title}</span>
-          )}
-        </h3>
-        <span
-          className="jp-GpuPool-profile"
-          title={v.sliceLabel ? __('slice %1', v.sliceLabel) : undefined}
+    <div className="jp-GpuPool-actions" role="group" aria-label={__('Actions for %1', v.title)}>
+      {shown.map(a => (
+        <button
+          key={a.action}
+          className={`jp-Button jp-GpuPool-action jp-mod-${a.action}${
+            a.action === 'snooze' ? ' jp-mod-accept' : ''
+          }`}
+          title={a.title}
+          aria-label={`${a.label}: ${v.title}`}
+          aria-busy={pressed === a.action}
+          aria-disabled={holding || undefined}
+          onClick={event => {
+            if (busy === null && !holding) {
+              void run(a, event.currentTarget);
+            }
+          }}
         >
-          {v.profile}
-        </span>
-      </header>
-      <div className="jp-GpuPool-gpu" title={v.gpu}>
-        {v.gpu}
-      </div>
-      <div className={`jp-GpuPool-state jp-mod-${v.state.kind}`}>
-        <span className="jp-GpuPool-stateDot" aria-hidden="true" />
-        <span className="jp-GpuPool-stateLabel">{v.state.label}</span>
-      </div>
-      {v.state.detail ? <div className="jp-GpuPool-stateDetail">{v.state.detail}</div> : null}
-      <Meter view={v.memory} />
-      <Sparkline
-        points={v.utilization.points}
-        label={v.utilization.label}
-        text={v.utilization.text}
-      />
-      {v.countdown ? (
-        <div className="jp-GpuPool-countdown" title={v.countdown.detail}>
-          <strong className="jp-GpuPool-countdownTime" role="timer">
-            {v.countdown.text}
-          </strong>
-          <span className="jp-GpuPool-countdownWhy">{v.countdown.message}</span>
-        </div>
-      ) : null}
-      {shown.length ? (
-        <div className="jp-GpuPool-actions" role="group" aria-label={__('Actions for %1', v.title)}>
-          {shown.map(a => (
-            <button
-              key={a.action}
-              className={`jp-Button jp-GpuPool-action jp-mod-${a.action}${
-                a.action === 'snooze' ? ' jp-mod-accept' : ''
-              }`}
-              title={a.title}
-              aria-label={`${a.label}: ${v.title}`}
-              aria-busy={pressed === a.action}
-              aria-disabled={holding || undefined}
-              onClick={event => {
-                if (busy === null && !holding) {
-                  void run(a, event.currentTarget);
-                }
-              }}
-            >
-              {pressed === a.action ? `${a.label}…` : a.label}
-            </button>
-          ))}
-        </div>
-      ) : null}
+          {pressed === a.action ? `${a.label}…` : a.label}
+        </button>
+      ))}
+    </div>
+  );
+}
+
+/**
+ * The admin's reservations, as this user reads them: members' room first ("ML 101 lab: 160 GiB
+ * reserved until 12:00", "for you"), then what is kept from them and when. Calm: a list, no alert.
+ */
+function ReservationSection(props: { me: IMe; now: number }): JSX.Element | null {
+  const shown = shownReservations(props.me);
+  if (!shown.length) {
+    return null;
+  }
+  return (
+    <section className="jp-GpuPool-reservations" aria-labelledby="jp-GpuPool-reservations-title">
+      <h2 id="jp-GpuPool-reservations-title" className="jp-GpuPool-sectionTitle">
+        {__('Reserved GPU room')}
+      </h2>
+      <ul className="jp-GpuPool-list">
+        {shown.map(r => (
+          <li
+            key={`${r.name}-${r.start}`}
+            className={`jp-GpuPool-reservation jp-mod-${r.phase}${r.member ? ' jp-mod-member' : ''}`}
+            title={reservationSentence(r, props.now)}
+          >
+            <span className="jp-GpuPool-reservationWords">{reservationWords(r, props.now)}</span>
+            <span className="jp-GpuPool-muted jp-GpuPool-reservationPhase">
+              {r.member ? __('%1, for you', phaseWord(r.phase)) : phaseWord(r.phase)}
+            </span>
+          </li>
+        ))}
+      </ul>
     </section>
   );
 }
@@ -279,6 +336,7 @@ export function MyKernels(props: { me: IMe; now: number; actions: IActions }): J
   return (
     <div className="jp-GpuPool-mine">
       <QuotaSection me={me} />
+      <ReservationSection me={me} now={now} />
       <h2 className="jp-GpuPool-sectionTitle">{__('Your GPU kernels')}</h2>
       {me.kernels.length === 0 ? (
         <p className="jp-GpuPool-empty">
@@ -293,7 +351,7 @@ export function MyKernels(props: { me: IMe; now: number; actions: IActions }): J
           .map(k => (
             <KernelCard
               key={k.kernel_id}
-              view={cardView(k, now, props.actions.waiting(k.kernel_id))}
+              view={cardView(k, now, props.actions.waiting(k.kernel_id), me)}
               actions={props.actions}
             />
           ))

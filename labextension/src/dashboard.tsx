@@ -19,6 +19,7 @@ import {
 import { StackedChart } from './chart';
 import { MeterTrack } from './components';
 import { plainNote } from './format';
+import { IReservationBand, reservationBands } from './reservations';
 import { __ } from './i18n';
 import type { AdminAction, IPool, IProfile, ITelemetry } from './types';
 import { kindWord } from './words';
@@ -107,6 +108,7 @@ function GpuSection(props: {
   view: IDashboardView;
   telemetry: ITelemetry | null;
   telemetryError: string | null;
+  bands: Map<string, IReservationBand[]>;
 }): JSX.Element {
   const { view } = props;
   const plots = props.telemetry ? gpuPlots(props.telemetry) : [];
@@ -115,34 +117,7 @@ function GpuSection(props: {
       <h2 id="jp-GpuPool-dash-gpus" className="jp-GpuPool-sectionTitle">
         {__('GPUs')}
       </h2>
-      <table className="jp-GpuPool-table jp-GpuPool-gpuTable">
-        <thead>
-          <tr>
-            <th scope="col">{__('GPU')}</th>
-            <th scope="col">{__('Memory held by slices')}</th>
-            <th scope="col">{__('Slices')}</th>
-            <th scope="col">{__('Utilization')}</th>
-          </tr>
-        </thead>
-        <tbody>
-          {view.gpus.map(g => (
-            <tr key={g.uuid} data-gpu={g.uuid}>
-              <th scope="row" title={g.label}>
-                {g.name}
-                <span className="jp-GpuPool-muted jp-GpuPool-gpuModel">
-                  {g.label.split(' · ').slice(1).join(' · ')}
-                </span>
-              </th>
-              <td>
-                <span className="jp-GpuPool-cellText">{g.memoryText}</span>
-                <Bar fraction={g.fraction} label={`${g.name}: ${g.memoryText}`} />
-              </td>
-              <td>{g.slices}</td>
-              <td>{g.utilization}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+      <GpuTable view={view} />
       {props.telemetryError ? (
         <p className="jp-GpuPool-empty">{__('No readings: %1', plainNote(props.telemetryError))}</p>
       ) : null}
@@ -162,11 +137,88 @@ function GpuSection(props: {
                 </span>
               ) : null}
             </h3>
-            <StackedChart title={__('%1 memory by kernel (GiB)', p.name)} data={p.memory} />
+            <StackedChart
+              title={__('%1 memory by kernel (GiB)', p.name)}
+              data={p.memory}
+              bands={props.bands.get(p.uuid)}
+            />
             <StackedChart title={__('%1 utilization by kernel (%)', p.name)} data={p.utilization} />
           </div>
         ))}
       </div>
+    </section>
+  );
+}
+
+/** Each GPU: the memory its slices hold, their number, its utilization. */
+function GpuTable(props: { view: IDashboardView }): JSX.Element {
+  return (
+    <table className="jp-GpuPool-table jp-GpuPool-gpuTable">
+      <thead>
+        <tr>
+          <th scope="col">{__('GPU')}</th>
+          <th scope="col">{__('Memory held by slices')}</th>
+          <th scope="col">{__('Slices')}</th>
+          <th scope="col">{__('Utilization')}</th>
+        </tr>
+      </thead>
+      <tbody>
+        {props.view.gpus.map(g => (
+          <tr key={g.uuid} data-gpu={g.uuid}>
+            <th scope="row" title={g.label}>
+              {g.name}
+              <span className="jp-GpuPool-muted jp-GpuPool-gpuModel">
+                {g.label.split(' · ').slice(1).join(' · ')}
+              </span>
+            </th>
+            <td>
+              <span className="jp-GpuPool-cellText">{g.memoryText}</span>
+              <Bar fraction={g.fraction} label={`${g.name}: ${g.memoryText}`} />
+            </td>
+            <td>{g.slices}</td>
+            <td>{g.utilization}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/** The admin's reservations: for whom, when, how much, and where each stands now. */
+function ReservationTable(props: { view: IDashboardView }): JSX.Element | null {
+  const rows = props.view.reservations;
+  if (!rows.length) {
+    return null;
+  }
+  return (
+    <section aria-labelledby="jp-GpuPool-dash-reservations">
+      <h2 id="jp-GpuPool-dash-reservations" className="jp-GpuPool-sectionTitle">
+        {__('Reservations (%1)', rows.length)}
+      </h2>
+      <table className="jp-GpuPool-table jp-GpuPool-reservationTable">
+        <thead>
+          <tr>
+            <th scope="col">{__('Reservation')}</th>
+            <th scope="col">{__('For')}</th>
+            <th scope="col">{__('Window')}</th>
+            <th scope="col">{__('Room')}</th>
+            <th scope="col">{__('Phase')}</th>
+            <th scope="col">{__('Now')}</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map(r => (
+            <tr key={r.key} data-reservation={r.name}>
+              <th scope="row">{r.name}</th>
+              <td>{r.who}</td>
+              <td>{r.window}</td>
+              <td>{r.room}</td>
+              <td>{r.phase}</td>
+              <td>{r.now}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
     </section>
   );
 }
@@ -196,6 +248,7 @@ function LeaseRow(props: {
       <td>{l.gpu}</td>
       <td className="jp-GpuPool-stateCell">
         {l.state}
+        {l.borrowed ? <span className="jp-GpuPool-borrowedMark">{l.borrowed}</span> : null}
         {asked ? (
           <span
             className={`jp-GpuPool-asked${asked.pending ? ' jp-mod-pending' : ' jp-mod-refused'}`}
@@ -234,6 +287,7 @@ function LeaseRow(props: {
 
 /** Who waits for a slice, first first. */
 function QueueTable(props: { view: IDashboardView }): JSX.Element {
+  const why = props.view.queue.some(q => q.why);
   return (
     <>
       <h2 className="jp-GpuPool-sectionTitle">{__('Queue (%1)', props.view.queue.length)}</h2>
@@ -249,6 +303,7 @@ function QueueTable(props: { view: IDashboardView }): JSX.Element {
               <th scope="col">{__('For')}</th>
               <th scope="col">{__('Profile')}</th>
               <th scope="col">{__('Waiting')}</th>
+              {why ? <th scope="col">{__('Why there')}</th> : null}
             </tr>
           </thead>
           <tbody>
@@ -260,6 +315,7 @@ function QueueTable(props: { view: IDashboardView }): JSX.Element {
                 <td>{q.what}</td>
                 <td>{q.profile}</td>
                 <td>{q.waiting}</td>
+                {why ? <td className="jp-GpuPool-whyCell">{q.why}</td> : null}
               </tr>
             ))}
           </tbody>
@@ -449,6 +505,37 @@ function BudgetSection(props: { view: IDashboardView }): JSX.Element {
   );
 }
 
+function dashTabs(): Array<{ id: TabId; label: string }> {
+  return [
+    { id: 'gpus', label: __('GPUs and kernels') },
+    { id: 'decisions', label: __('Decision log') },
+    { id: 'budgets', label: __('GPU time') }
+  ];
+}
+
+function DashHeader(props: { view: IDashboardView; error: string | null }): JSX.Element {
+  const { view } = props;
+  return (
+    <header className="jp-GpuPool-dashHeader">
+      <h1 className="jp-GpuPool-panelTitle">{__('GPU pool dashboard')}</h1>
+      <p className="jp-GpuPool-note">
+        {view.note}
+        {view.declared ? (
+          <span className="jp-GpuPool-badge">
+            {__('declared GPUs (demo): kernels hold no real GPU memory')}
+          </span>
+        ) : null}
+      </p>
+      {view.dryRun ? (
+        <p className="jp-GpuPool-dryRun">
+          {__('Policy in dry-run mode: decisions are recorded, not carried out.')}
+        </p>
+      ) : null}
+      {props.error ? <p className="jp-GpuPool-empty">{props.error}</p> : null}
+    </header>
+  );
+}
+
 export function Dashboard(props: {
   pool: IPool | null;
   telemetry: ITelemetry | null;
@@ -468,33 +555,12 @@ export function Dashboard(props: {
     );
   }
   const view = dashboardView(props.pool, props.now, props.profiles);
-  const tabs = [
-    { id: 'gpus', label: __('GPUs and kernels') },
-    { id: 'decisions', label: __('Decision log') },
-    { id: 'budgets', label: __('GPU time') }
-  ];
   return (
     <div className="jp-GpuPool-dashboard">
-      <header className="jp-GpuPool-dashHeader">
-        <h1 className="jp-GpuPool-panelTitle">{__('GPU pool dashboard')}</h1>
-        <p className="jp-GpuPool-note">
-          {view.note}
-          {view.declared ? (
-            <span className="jp-GpuPool-badge">
-              {__('declared GPUs (demo): kernels hold no real GPU memory')}
-            </span>
-          ) : null}
-        </p>
-        {view.dryRun ? (
-          <p className="jp-GpuPool-dryRun">
-            {__('Policy in dry-run mode: decisions are recorded, not carried out.')}
-          </p>
-        ) : null}
-        {props.error ? <p className="jp-GpuPool-empty">{props.error}</p> : null}
-      </header>
+      <DashHeader view={view} error={props.error} />
       <Tabs
         label={__('Dashboard views')}
-        tabs={tabs}
+        tabs={dashTabs()}
         selected={tab}
         onSelect={id => setTab(id as TabId)}
         idPrefix="jp-GpuPool-dash"
@@ -512,7 +578,9 @@ export function Dashboard(props: {
               view={view}
               telemetry={props.telemetry}
               telemetryError={props.telemetryError}
+              bands={reservationBands(props.pool, props.now)}
             />
+            <ReservationTable view={view} />
             <LeaseSection view={view} actions={props.actions} />
           </>
         ) : tab === 'decisions' ? (

@@ -108,6 +108,9 @@ export interface IWorld {
 
 const IN_SLEEP = ['hibernated', 'no_gpu_yet', 'queued', 'resuming'];
 
+/** Warnings that offer Release now: the slice is wanted by someone else (a waiter, a reservation). */
+const GIVE_BACK_NOW = new Set(['pressure', 'reserved']);
+
 function kernelIn(me: IMe | null, kernelId: string) {
   return me?.kernels.find(k => k.kernel_id === kernelId);
 }
@@ -302,11 +305,12 @@ function warningFacts(world: IWorld): IFact[] {
       kernelId: k.kernel_id,
       nature: 'warning',
       type: 'warning',
-      message: warningMessage(k, me.now),
+      message: warningMessage(k, me.now, me.reservations),
       record: null,
       at: me.now,
       keepAlive,
-      release: w.reason === 'pressure' && (k.actions ?? []).includes('release'),
+      // Someone waits, or a reservation's member needs the room: give the slice back now, if they like.
+      release: GIVE_BACK_NOW.has(w.reason) && (k.actions ?? []).includes('release'),
       newKernel: false,
       openPanel: true,
       runAll: false

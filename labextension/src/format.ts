@@ -170,9 +170,17 @@ export function baseName(path: string): string {
   return /[\p{L}\p{N}]/u.test(last) ? last : '';
 }
 
-/** A kernel as the UI names it: its notebook, else "kernel 0b6f5f0e" (its id, short). */
-export function kernelName(path: string | null | undefined, kernelId: string): string {
-  return baseName(path ?? '') || __('kernel %1', kernelId.slice(0, 8));
+/**
+ * A kernel as the UI names it: its notebook, else "kernel 0b6f5f0e" (its id, short); `atStart`: it
+ * starts a sentence ("Kernel 0b6f5f0e: …"; a notebook's name is written as it is).
+ */
+export function kernelName(
+  path: string | null | undefined,
+  kernelId: string,
+  atStart = false
+): string {
+  const id = kernelId.slice(0, 8);
+  return baseName(path ?? '') || (atStart ? __('Kernel %1', id) : __('kernel %1', id));
 }
 
 /** The short name of a GPU from its label: "GPU 0 · Demo GPU · 40 GiB (declared)" -> "GPU 0". */

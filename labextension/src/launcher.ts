@@ -15,7 +15,9 @@ import type { Widget } from '@lumino/widgets';
 
 import { __ } from './i18n';
 import type { PoolModel } from './model';
+import { shownReservations } from './reservations';
 import type { IMe, IProfile } from './types';
+import { reservationSentence, reservationWords } from './words';
 
 /** Whether kernels of this profile can hibernate at all: NVIDIA MPS clients refuse a checkpoint. */
 export function profileHibernates(profile: IProfile): boolean {
@@ -27,8 +29,15 @@ export function noHibernationNote(): string {
   return __('cannot hibernate');
 }
 
-/** What a profile's slice means, in words. */
-export function profileTooltip(profile: IProfile, declared: boolean): string {
+/**
+ * What a profile's slice means, in words; `reserved`: what the admin's reservations keep from the user
+ * and when (sentences), so that a card that will not start says why before it is clicked.
+ */
+export function profileTooltip(
+  profile: IProfile,
+  declared: boolean,
+  reserved: ReadonlyArray<string> = []
+): string {
   const lines: string[] = [];
   if (profile.description) {
     lines.push(profile.description);
@@ -69,7 +78,37 @@ export function profileTooltip(profile: IProfile, declared: boolean): string {
       )
     );
   }
+  lines.push(...reserved);
   return lines.join('\n');
+}
+
+/**
+ * A member's reservations above the launcher's GPU kernels ("ML 101 lab: 160 GiB reserved until
+ * 12:00"): one line in the section of the cards, kept up to date, gone with the reservation.
+ */
+function showReservations(root: HTMLElement, card: HTMLElement | null, me: IMe): void {
+  const lines = shownReservations(me)
+    .filter(r => r.member)
+    .map(r => ({ words: reservationWords(r, me.now), title: reservationSentence(r, me.now) }));
+  let note = root.querySelector<HTMLElement>('.jp-GpuPool-launcherReservation');
+  if (!lines.length || !card) {
+    note?.remove();
+    return;
+  }
+  const section = card.closest('.jp-Launcher-section');
+  const container = card.closest('.jp-Launcher-cardContainer');
+  if (!note) {
+    note = document.createElement('p');
+    note.className = 'jp-GpuPool-launcherReservation';
+  }
+  if (section && container && note.nextElementSibling !== container) {
+    section.insertBefore(note, container);
+  }
+  const text = lines.map(l => l.words).join(' · ');
+  if (note.textContent !== text) {
+    note.textContent = text;
+  }
+  note.title = lines.map(l => l.title).join('\n');
 }
 
 /** Annotate the GPU kernel cards under `root` (a launcher). */
@@ -79,13 +118,18 @@ export function annotateLauncher(root: HTMLElement, me: IMe | null): void {
   }
   const byName = new Map(me.profiles.map(p => [p.launcher_name, p]));
   const declared = !!me.pool.declared;
+  const reserved = shownReservations(me)
+    .filter(r => !r.member)
+    .map(r => reservationSentence(r, me.now));
+  let first: HTMLElement | null = null;
   for (const card of Array.from(root.querySelectorAll<HTMLElement>('.jp-LauncherCard'))) {
     const label = card.querySelector('.jp-LauncherCard-label p')?.textContent ?? '';
     const profile = byName.get(label);
     if (!profile) {
       continue;
     }
-    const tooltip = profileTooltip(profile, declared);
+    first = first ?? card;
+    const tooltip = profileTooltip(profile, declared, reserved);
     card.title = tooltip;
     card.querySelector('.jp-LauncherCard-label')?.setAttribute('title', tooltip);
     card.classList.add('jp-GpuPool-launcherCard');
@@ -110,6 +154,7 @@ export function annotateLauncher(root: HTMLElement, me: IMe | null): void {
       labelBox.appendChild(note);
     }
   }
+  showReservations(root, first, me);
 }
 
 /**

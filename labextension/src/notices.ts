@@ -8,9 +8,10 @@
 
 import { baseName, formatClock, formatDeadline, formatDuration } from './format';
 import { __ } from './i18n';
-import type { IKernel, IMe } from './types';
+import { warnedFor } from './reservations';
+import type { IKernel, IMe, IReservation } from './types';
 import { canKeepAlive, declaredNote, onMps } from './view';
-import { kindWord, reasonPhrase, sentence } from './words';
+import { kindWord, reasonPhrase, reservedFor, sentence } from './words';
 
 export type NoticeType = 'info' | 'success' | 'warning' | 'error';
 
@@ -314,13 +315,20 @@ export function counted(message: string, times: number): string {
  * The toast before a cull or hibernation: whose kernel, an absolute time (a toast does not tick),
  * what is lost or kept, and what the user can still do (Keep alive only while snoozes are left).
  */
-export function warningMessage(kernel: IKernel, now?: number): string {
+export function warningMessage(
+  kernel: IKernel,
+  now?: number,
+  reservations?: ReadonlyArray<IReservation>
+): string {
   const w = kernel.warning!;
   const who = kernelOf(kernel.name);
   // To the minute, with its seconds when under two minutes away ("at 21:10" read as past at 21:10:55).
   const at = now === undefined ? formatClock(w.deadline) : formatDeadline(w.deadline, now);
   if (w.reason === 'pressure') {
     return pressureMessage(kernel, who, at, now);
+  }
+  if (w.reason === 'reserved') {
+    return reservedMessage(kernel, who, at, warnedFor(kernel, reservations), now ?? w.deadline);
   }
   if (w.reason === 'over_memory') {
     return fit(
@@ -339,6 +347,49 @@ export function warningMessage(kernel: IKernel, now?: number): string {
     return hibernateWarning(kernel, who, at, why);
   }
   return onMps(kernel) ? mpsWarning(kernel, who, at, why) : shutdownWarning(kernel, who, at, why);
+}
+
+/**
+ * A kernel giving back room a reservation keeps for others: when, for which reservation ("reserved for
+ * ML 101 lab from 10:00"), and what it keeps. No Keep alive, and no "run a cell to keep it": neither
+ * keeps reserved room.
+ */
+function reservedMessage(
+  kernel: IKernel,
+  who: string,
+  at: string,
+  r: IReservation | null,
+  now: number
+): string {
+  const why = reservedFor(r, now);
+  const name = r?.name ?? '';
+  if (kernel.warning!.action === 'hibernate') {
+    return fitting(
+      __('%1 hibernates at %2: its GPU room is %3. Its variables are kept.', who, at, why),
+      __('%1 hibernates at %2, variables kept: its room is %3.', who, at, why),
+      ...(name
+        ? [__('%1 hibernates at %2, variables kept: its room is reserved for %3.', who, at, name)]
+        : []),
+      __(
+        '%1 hibernates at %2: its GPU room is reserved for others. Its variables are kept.',
+        who,
+        at
+      )
+    );
+  }
+  return fitting(
+    __(
+      '%1 shuts down at %2: its GPU room is %3. Its variables will be lost: save your work.',
+      who,
+      at,
+      why
+    ),
+    __('%1 shuts down at %2, variables lost: its room is %3.', who, at, why),
+    ...(name
+      ? [__('%1 shuts down at %2, variables lost: its room is reserved for %3.', who, at, name)]
+      : []),
+    __('%1 shuts down at %2: its GPU room is reserved for others. Save your work.', who, at)
+  );
 }
 
 /** A hibernation ahead: variables kept, slice given back. */

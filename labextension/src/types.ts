@@ -123,6 +123,11 @@ export interface IKernel {
    * jupyter/pytorch-notebook: 40 s"); null otherwise.
    */
   progress?: string | null;
+  /**
+   * While it holds room a reservation keeps for others and their window is open: the server's words
+   * for it ("Borrowed from the room reserved for ML 101 lab until 12:00: …"); null otherwise.
+   */
+  borrowed?: string | null;
 }
 
 export interface IQueueEntry {
@@ -130,6 +135,47 @@ export interface IQueueEntry {
   kernel_id: string;
   profile: string;
   for: 'start' | 'resume' | string;
+  name?: string;
+  profile_display_name?: string;
+  enqueued?: number;
+  /**
+   * Where the admin's sharing orders the queue (a fair queue, a reservation's members first), why it
+   * is where it is, in the server's words ("3rd in the queue: group 'research' has used more than its
+   * share lately (2.4x); 2 ahead are from groups under their share"); null first come, first served.
+   */
+  why?: string | null;
+}
+
+/** The phases of a reservation around its window (docs/admin.md, "Reservations"). */
+export type ReservationPhase = 'before' | 'making_room' | 'open' | 'after';
+
+/** One of the admin's reservations as GET me (and GET pool) lists it. */
+export interface IReservation {
+  name: string;
+  phase: ReservationPhase | string;
+  /** The window's occurrence it concerns (the current one, else the next). */
+  start: number;
+  end: number;
+  /** Whether the user reading it may use it. */
+  member: boolean;
+  /** The room it keeps: bytes in all, and whole GPUs (null: none of that kind). */
+  memory: number | null;
+  gpus: number | null;
+  /** GPU models it keeps its room on (glob patterns of GPU names); empty: any GPU. */
+  models: string[];
+  /** The server's own words for it (the UI writes its own from the fields above). */
+  words?: string;
+  /** Seconds before `start` from which it keeps its room (non-members' kernels give it back). */
+  lead?: number;
+  /** Non-members may borrow what members leave unused now. */
+  borrowing?: boolean;
+}
+
+/** A reservation as the dashboard lists it: who it is for, and its window as the admin wrote it. */
+export interface IPoolReservation extends IReservation {
+  groups: string[];
+  users: string[];
+  window: string;
 }
 
 /** A journal entry: what happened to a kernel, and why. */
@@ -198,6 +244,8 @@ export interface IMe {
   recent: IRecent[];
   budget?: IBudget | null;
   profiles?: IProfile[];
+  /** The admin's reservations that are not over, as this user reads them. */
+  reservations?: IReservation[];
 }
 
 export interface IPoolGpu {
@@ -238,6 +286,8 @@ export interface IPoolLease {
   utilization?: number | null;
   warning?: { reason: string; action: string; deadline: number; message: string } | null;
   actions?: AdminAction[];
+  /** The reservations whose unused room it borrowed (their names). */
+  borrowed?: string[];
 }
 
 export interface IPoolWaiter {
@@ -249,6 +299,9 @@ export interface IPoolWaiter {
   lease_id?: string | null;
   label?: string;
   enqueued: number;
+  /** Why it is where it is, where the admin's sharing orders the queue (see IQueueEntry.why). */
+  why?: string | null;
+  groups?: string[];
 }
 
 export interface IPoolBudget extends IBudget {
@@ -265,6 +318,8 @@ export interface IPool {
   decisions: IRecent[];
   budgets?: IPoolBudget[];
   policy?: { dry_run: boolean; rules: unknown[] };
+  /** Every reservation of the admin's, each where it stands now. */
+  reservations?: IPoolReservation[];
 }
 
 /** GET pool/telemetry: readings over time, per GPU and per kernel. */

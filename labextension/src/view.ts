@@ -27,8 +27,27 @@ import {
   trimNumber
 } from './format';
 import { __ } from './i18n';
-import { actionWords, kindWord, reasonPhrase, reasonWords, sentence, stateWord } from './words';
-import type { IBudget, IKernel, IMe, IRecent, KernelAction } from './types';
+import {
+  borrowedFrom,
+  keptForMe,
+  onBorrowedRoom,
+  shownReservations,
+  warnedFor
+} from './reservations';
+import {
+  actionWords,
+  borrowedLine,
+  borrowedWords,
+  kindWord,
+  reasonPhrase,
+  reasonWords,
+  reservationSentence,
+  reservationWords,
+  reservedFor,
+  sentence,
+  stateWord
+} from './words';
+import type { IBudget, IKernel, IMe, IRecent, IReservation, KernelAction } from './types';
 
 /** Use at or above this share of a quota (or budget) turns the status item to "near". */
 export const NEAR_QUOTA = 0.8;
@@ -119,7 +138,8 @@ const PROGRESS_SHOWN = 40;
  * The status bar item, "used / limit" with a label as jupyter-resource-usage writes it:
  * "GPU mem: 10 / 40 GiB · 37%". Where the kernel count is the limit reached it says so
  * ("GPU kernels: 2 / 2"); a GPU-hour budget adds it in words ("GPU time this week: 6.2 of
- * 10 h"); a kernel whose pod is starting, what it does ("starting: Pulling image…").
+ * 10 h"); a kernel whose pod is starting, what it does ("starting: Pulling image…"); a
+ * reservation keeping room for the user now, its words ("ML 101 lab: 160 GiB reserved until 12:00").
  */
 export function statusView(
   me: IMe | null,
@@ -127,133 +147,168 @@ export function statusView(
   now: number,
   unreachableSince: number | null = null
 ): IStatusView {
+  const off = statusWithoutPool(me, error, now, unreachableSince);
+  if (off || !me) {
+    return off!;
+  }
+  const held = heldText(me);
+  const util = meanUtilization(me.kernels);
+  const budget = me.budget ? budgetText(me.budget) : '';
+  const progress = progressText(me);
+  const reserved = keptForMe(me).map(r => reservationWords(r, now));
+  const base = [held, util === null ? '' : formatPercent(util), budget, progress];
+  const parts = [...base, ...reserved];
+  // A narrow window: the budget, what is near its limit, a start's progress (a reservation's words
+  // would push JupyterLab's own items off: the tooltip has them).
+  const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : base;
+  const join = (texts: string[]) => texts.filter(Boolean).join(' · ');
+  return {
+    text: join(parts),
+    short: join(short),
+    level: statusLevel(me),
+    title: statusLines(me, now).join('\n')
+  };
+}
+
+/** The status item where there is no pool to read: unreachable, not read yet, or none. */
+function statusWithoutPool(
+  me: IMe | null,
+  error: string | null,
+  now: number,
+  unreachableSince: number | null
+): IStatusView | null {
+  const plain = (text: string, level: StatusLevel, title: string) => ({
+    text,
+    short: text,
+    level,
+    title
+  });
   if (unreachableSince !== null) {
     // The server is gone (stopped, or the network): what it said last would be a stale story.
-    return {
-      text: __('GPU pool unreachable'),
-      short: __('GPU pool unreachable'),
-      level: 'lost',
-      title: unreachableText(unreachableSince, now)
-    };
+    return plain(__('GPU pool unreachable'), 'lost', unreachableText(unreachableSince, now));
   }
   if (!me) {
-    if (error) {
-      return {
-        text: __('no GPU pool'),
-        short: __('no GPU pool'),
-        level: 'off',
-        title: __('No GPU pool on this server: %1', error)
-      };
-    }
-    return {
-      text: __('GPU …'),
-      short: __('GPU …'),
-      level: 'loading',
-      title: __('Reading the GPU pool…')
-    };
+    return error
+      ? plain(__('no GPU pool'), 'off', __('No GPU pool on this server: %1', error))
+      : plain(__('GPU …'), 'loading', __('Reading the GPU pool…'));
   }
   if (!me.pool.enabled) {
-    return {
-      text: __('no GPU pool'),
-      short: __('no GPU pool'),
-      level: 'off',
-      title: __('No GPU pool on this server: %1', plainNote(me.pool.note))
-    };
+    return plain(
+      __('no GPU pool'),
+      'off',
+      __('No GPU pool on this server: %1', plainNote(me.pool.note))
+    );
   }
+  return null;
+}
+
+/** Whether the kernel count is the limit the user reached. */
+function kernelsBind(me: IMe): boolean {
   const s = shares(me);
-  const kernelsBind =
-    s.kernels !== null && s.kernels >= 1 && (s.memory === null || s.kernels >= s.memory);
-  const held = kernelsBind
+  return s.kernels !== null && s.kernels >= 1 && (s.memory === null || s.kernels >= s.memory);
+}
+
+/** "GPU mem: 10 / 40 GiB", "GPU kernels: 2 / 2", "GPU mem: 10 GiB held". */
+function heldText(me: IMe): string {
+  return kernelsBind(me)
     ? __('GPU kernels: %1 / %2', me.usage.kernels, me.quota.kernels ?? '')
     : me.quota.memory !== null
       ? __('GPU mem: %1', formatUsedOf(me.usage.memory, me.quota.memory))
       : __('GPU mem: %1 held', formatBytes(me.usage.memory));
-  const util = meanUtilization(me.kernels);
-  const budget = me.budget ? budgetText(me.budget) : '';
+}
+
+/** A start's progress (Kubernetes), or a kernel woken in advance: "starting: Pulling image…". */
+function progressText(me: IMe): string {
   const starting = me.kernels.filter(k => k.progress);
   const said = starting.length === 1 ? starting[0].progress! : '';
   const waking = me.kernels.some(k => k.woken_on_hint && k.state === 'resuming');
-  const progress =
-    waking && !starting.length
-      ? __('waking up…')
-      : starting.length > 1
-        ? __('%1 kernels starting', starting.length)
-        : said
-          ? __(
-              'starting: %1',
-              said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
-            )
-          : '';
-  const parts = [held, util === null ? '' : formatPercent(util), budget, progress];
-  // A narrow window: the budget, what is near its limit, a start's progress.
-  const short = budget ? [quotaShare(me) >= NEAR_QUOTA ? held : '', budget, progress] : parts;
+  return waking && !starting.length
+    ? __('waking up…')
+    : starting.length > 1
+      ? __('%1 kernels starting', starting.length)
+      : said
+        ? __(
+            'starting: %1',
+            said.length > PROGRESS_SHOWN ? `${said.slice(0, PROGRESS_SHOWN - 1)}…` : said
+          )
+        : '';
+}
 
-  const lines: string[] = [];
+/** The status item's colour: a pending action, else near a limit or in the queue. */
+function statusLevel(me: IMe): StatusLevel {
+  if (me.kernels.some(k => pendingWarning(k))) {
+    return 'warning';
+  }
+  const near =
+    quotaShare(me) >= NEAR_QUOTA ||
+    me.kernels.some(k => k.state === 'queued') ||
+    (!!me.budget && budgetShare(me.budget) >= NEAR_QUOTA);
+  return near ? 'near' : 'ok';
+}
+
+/** The tooltip, spelt out: what the user holds against their quota, then each kernel's news. */
+function statusLines(me: IMe, now: number): string[] {
   const holding = __(
     'You hold %1 of GPU memory in %2',
     formatBytes(me.usage.memory),
     kernelsText(me.usage.kernels)
   );
-  const limits: string[] = [];
-  if (me.quota.memory !== null) {
-    limits.push(formatBytes(me.quota.memory));
-  }
-  if (me.quota.kernels !== null) {
-    limits.push(kernelsText(me.quota.kernels));
-  }
-  if (me.quota.sm_percent !== null) {
-    limits.push(__('%1% SM share', me.quota.sm_percent));
-  }
-  lines.push(
+  const limits = [
+    me.quota.memory !== null ? formatBytes(me.quota.memory) : '',
+    me.quota.kernels !== null ? kernelsText(me.quota.kernels) : '',
+    me.quota.sm_percent !== null ? __('%1% SM share', me.quota.sm_percent) : ''
+  ].filter(Boolean);
+  const lines = [
     limits.length
       ? __('%1; your quota is %2.', holding, limits.join(', '))
       : __('%1; you have no quota.', holding)
-  );
-  if (kernelsBind) {
+  ];
+  if (kernelsBind(me)) {
     lines.push(
       __('You hold as many GPU kernels as your quota allows: shut one down to start another.')
     );
   }
   if (me.budget) {
-    lines.push(
-      __(
-        '%1 (resets %2).',
-        budgetText(me.budget),
-        new Date(me.budget.resets_at * 1000).toLocaleString()
-      )
-    );
+    const resets = new Date(me.budget.resets_at * 1000).toLocaleString();
+    lines.push(__('%1 (resets %2).', budgetText(me.budget), resets));
   }
+  const util = meanUtilization(me.kernels);
   if (util !== null) {
     lines.push(__('GPU utilization of your kernels: %1.', formatPercent(util)));
   }
-  for (const k of starting) {
-    lines.push(__('%1 is starting: %2.', kernelName(k.name, k.kernel_id), k.progress!));
-  }
-  const warned = me.kernels.filter(k => pendingWarning(k));
-  for (const k of warned) {
-    lines.push(__('%1: %2.', kernelName(k.name, k.kernel_id), countdownText(k, now)));
-  }
-  const queued = me.kernels.filter(k => k.state === 'queued');
-  for (const k of queued) {
-    lines.push(
-      __('%1: queued at position %2.', kernelName(k.name, k.kernel_id), k.queue_position ?? '?')
-    );
-  }
+  lines.push(...kernelLines(me, now));
+  lines.push(...shownReservations(me).map(r => reservationSentence(r, now)));
   lines.push(__('Pool: %1', plainNote(me.pool.note)));
   lines.push(__('Click to open the GPU panel.'));
+  return lines;
+}
 
-  let level: StatusLevel = 'ok';
-  if (warned.length) {
-    level = 'warning';
-  } else if (
-    quotaShare(me) >= NEAR_QUOTA ||
-    queued.length ||
-    (me.budget && budgetShare(me.budget) >= NEAR_QUOTA)
-  ) {
-    level = 'near';
+/** What the tooltip says of each kernel: starting, warned, on borrowed room, queued (and why there). */
+function kernelLines(me: IMe, now: number): string[] {
+  const lines: string[] = [];
+  const name = (k: IKernel) => kernelName(k.name, k.kernel_id, true); // each line starts with it
+  for (const k of me.kernels.filter(k => k.progress)) {
+    lines.push(__('%1 is starting: %2.', name(k), k.progress!));
   }
-  const join = (texts: string[]) => texts.filter(Boolean).join(' · ');
-  return { text: join(parts), short: join(short), level, title: lines.join('\n') };
+  for (const k of me.kernels.filter(k => pendingWarning(k))) {
+    lines.push(__('%1: %2.', name(k), countdownText(k, now)));
+  }
+  for (const k of me.kernels.filter(onBorrowedRoom)) {
+    lines.push(borrowedLine(name(k), borrowedFrom(k, me.reservations), now));
+  }
+  for (const k of me.kernels.filter(k => k.state === 'queued')) {
+    lines.push(__('%1: queued at position %2.', name(k), k.queue_position ?? '?'));
+    const why = queueWhy(me, k.kernel_id);
+    if (why) {
+      lines.push(sentence(why));
+    }
+  }
+  return lines;
+}
+
+/** Why a kernel of `me` waits where it is in the queue, where the admin's sharing orders it (else null). */
+export function queueWhy(me: IMe | null, kernelId: string): string | null {
+  return me?.queue.find(q => q.kernel_id === kernelId)?.why || null;
 }
 
 /** What the panel and the status bar say while the server does not answer. */
@@ -306,6 +361,10 @@ export interface ICardView {
     detail: string;
     level: 'warning';
   } | null;
+  /** It runs on room borrowed from a reservation: what that means (else ""). */
+  borrowed: string;
+  /** Queued where the admin's sharing orders the queue: why it is where it is, as a sentence (else ""). */
+  queueWhy: string;
   actions: IActionView[];
 }
 
@@ -353,14 +412,30 @@ export function onMps(kernel: IKernel): boolean {
 /** Whether the user can still Keep alive (snooze) the pending action. */
 export function canKeepAlive(kernel: IKernel): boolean {
   const w = pendingWarning(kernel);
-  return !!w && w.snoozes_left > 0 && (kernel.actions ?? []).includes('snooze');
+  // Room reserved for others is given back at its time: a snooze cannot keep it (the server refuses).
+  return (
+    !!w &&
+    w.reason !== 'reserved' &&
+    w.snoozes_left > 0 &&
+    (kernel.actions ?? []).includes('snooze')
+  );
 }
 
-/** The line under a countdown: why, what it costs, and what the user can still do. */
-export function warningConsequence(kernel: IKernel): string {
+/**
+ * The line under a countdown: why, what it costs, and what the user can still do. `reservations`
+ * (GET me's) name the reservation a kernel gives its room back for; `now`, the time its words say.
+ */
+export function warningConsequence(
+  kernel: IKernel,
+  reservations?: ReadonlyArray<IReservation>,
+  now?: number
+): string {
   const w = pendingWarning(kernel);
   if (!w) {
     return '';
+  }
+  if (w.reason === 'reserved') {
+    return reservedConsequence(kernel, warnedFor(kernel, reservations), now ?? w.deadline);
   }
   const why = reasonPhrase(w.reason);
   const Why = why.charAt(0).toUpperCase() + why.slice(1);
@@ -399,6 +474,23 @@ export function warningConsequence(kernel: IKernel): string {
   return keep
     ? __('%1: its variables will be lost. Run a cell or Keep alive to keep it.', Why)
     : __('%1: its variables will be lost. Run a cell to keep it, or save your work.', Why);
+}
+
+/** A kernel giving its room back to a reservation: when, what it keeps, and that using it keeps nothing. */
+function reservedConsequence(kernel: IKernel, r: IReservation | null, now: number): string {
+  const why = __('Its GPU room is %1', reservedFor(r, now));
+  if (kernel.warning!.action === 'hibernate') {
+    return __(
+      '%1: it gives its GPU slice back at that time and keeps its variables. Running a cell does not keep the room.',
+      why
+    );
+  }
+  return onMps(kernel)
+    ? __(
+        '%1: it cannot hibernate, so it shuts down at that time and its variables will be lost. Save your work.',
+        why
+      )
+    : __('%1: it shuts down at that time and its variables will be lost. Save your work.', why);
 }
 
 /**
@@ -706,45 +798,20 @@ export function complete(kernel: IKernel): IKernel {
   };
 }
 
-export function cardView(given: IKernel, now: number, waiting = false): ICardView {
+/**
+ * A kernel's card. `waiting`: a cell of this browser's notebook waits on it; `me` (GET me) says which
+ * reservation it borrowed room from or gives its room back to, and why it waits where it is in the queue.
+ */
+export function cardView(
+  given: IKernel,
+  now: number,
+  waiting = false,
+  me: IMe | null = null
+): ICardView {
   const kernel = complete(given);
   const declared = onDeclaredGpus(kernel);
-  const sliceLabel = kernel.slice?.label ?? '';
-  const limit = kernel.memory_limit ?? kernel.slice?.memory ?? null;
-  const used = kernel.memory_used;
   const holdsGpu =
     kernel.gpus.length > 0 && !['hibernated', 'queued', 'released'].includes(kernel.state);
-  let memory: IMeterView;
-  if (!holdsGpu) {
-    memory = {
-      label: __('Memory'),
-      text: limit === null ? __('none held') : __('0 of %1', formatBytes(limit)),
-      fraction: 0,
-      level: 'ok',
-      note: ''
-    };
-  } else if (used === null) {
-    memory = {
-      label: __('Memory'),
-      text: limit === null ? '–' : __('%1 slice', formatBytes(limit)),
-      fraction: null,
-      level: 'ok',
-      note: declared ? __('no reading (declared GPU)') : __('no reading')
-    };
-  } else {
-    const fraction = limit ? Math.min(1, Math.max(0, used / limit)) : null;
-    memory = {
-      label: __('Memory'),
-      text:
-        limit === null ? formatBytes(used) : __('%1 of %2', formatBytes(used), formatBytes(limit)),
-      fraction,
-      level: fraction !== null && fraction >= 0.9 ? 'near' : 'ok',
-      note: ''
-    };
-  }
-  const util = kernel.utilization;
-  const current = holdsGpu ? (util?.current ?? null) : null;
-  const samples = util?.samples ?? [];
   // "declared" once per card (the memory line's "no reading (declared GPU)"): the GPU's label
   // without it, short enough not to be cut in a narrow panel.
   const gpu = holdsGpu
@@ -754,47 +821,98 @@ export function cardView(given: IKernel, now: number, waiting = false): ICardVie
     : kernel.state === 'queued'
       ? __('waiting for a GPU')
       : __('no GPU held');
-  const recentValues = samples
-    .filter(([t, p]) => t >= now - SPARKLINE_WINDOW && p !== null)
-    .map(([, p]) => p as number);
+  const warned = pendingWarning(kernel);
+  const why = kernel.state === 'queued' ? queueWhy(me, kernel.kernel_id) : null;
   return {
     kernelId: kernel.kernel_id,
     title: kernelName(kernel.name, kernel.kernel_id),
     path: kernel.name,
     profile: kernel.profile_display_name || kernel.profile,
-    sliceLabel,
+    sliceLabel: kernel.slice?.label ?? '',
     gpu,
     declared,
-    memory,
-    utilization: {
-      text: current === null ? __('no reading') : formatPercent(current),
-      points: sparklinePoints(samples, now, SPARKLINE_WINDOW, 100, 24),
-      label:
-        current === null
-          ? __('GPU utilization: no reading')
-          : __(
-              'GPU utilization %1 now; last %2: %3',
-              formatPercent(current),
-              formatDuration(SPARKLINE_WINDOW),
-              recentValues.length
-                ? __(
-                    'min %1, max %2',
-                    formatPercent(Math.min(...recentValues)),
-                    formatPercent(Math.max(...recentValues))
-                  )
-                : __('no samples')
-            )
-    },
+    memory: memoryMeter(kernel, holdsGpu, declared),
+    utilization: utilizationView(kernel, holdsGpu, now),
     state: stateView(kernel, now, waiting),
-    countdown: pendingWarning(kernel)
+    countdown: warned
       ? {
           text: countdownText(kernel, now),
-          message: warningConsequence(kernel),
-          detail: pendingWarning(kernel)!.message,
+          message: warningConsequence(kernel, me?.reservations, now),
+          detail: warned.message,
           level: 'warning'
         }
       : null,
+    borrowed: onBorrowedRoom(kernel)
+      ? borrowedWords(borrowedFrom(kernel, me?.reservations), now)
+      : '',
+    queueWhy: why ? sentence(why) : '',
     actions: actionViews(kernel)
+  };
+}
+
+/** The card's memory bar: used of the slice, its size where there is no reading, 0 where none is held. */
+function memoryMeter(kernel: IKernel, holdsGpu: boolean, declared: boolean): IMeterView {
+  const limit = kernel.memory_limit ?? kernel.slice?.memory ?? null;
+  const used = kernel.memory_used;
+  if (!holdsGpu) {
+    return {
+      label: __('Memory'),
+      text: limit === null ? __('none held') : __('0 of %1', formatBytes(limit)),
+      fraction: 0,
+      level: 'ok',
+      note: ''
+    };
+  }
+  if (used === null) {
+    return {
+      label: __('Memory'),
+      text: limit === null ? '–' : __('%1 slice', formatBytes(limit)),
+      fraction: null,
+      level: 'ok',
+      note: declared ? __('no reading (declared GPU)') : __('no reading')
+    };
+  }
+  const fraction = limit ? Math.min(1, Math.max(0, used / limit)) : null;
+  return {
+    label: __('Memory'),
+    text:
+      limit === null ? formatBytes(used) : __('%1 of %2', formatBytes(used), formatBytes(limit)),
+    fraction,
+    level: fraction !== null && fraction >= 0.9 ? 'near' : 'ok',
+    note: ''
+  };
+}
+
+/** The card's utilization: now, and the sparkline of the last minutes with its summary. */
+function utilizationView(
+  kernel: IKernel,
+  holdsGpu: boolean,
+  now: number
+): ICardView['utilization'] {
+  const util = kernel.utilization;
+  const current = holdsGpu ? (util?.current ?? null) : null;
+  const samples = util?.samples ?? [];
+  const recentValues = samples
+    .filter(([t, p]) => t >= now - SPARKLINE_WINDOW && p !== null)
+    .map(([, p]) => p as number);
+  return {
+    text: current === null ? __('no reading') : formatPercent(current),
+    points: sparklinePoints(samples, now, SPARKLINE_WINDOW, 100, 24),
+    label:
+      current === null
+        ? __('GPU utilization: no reading')
+        : __(
+            'GPU utilization %1 now; last %2: %3',
+            formatPercent(current),
+            formatDuration(SPARKLINE_WINDOW),
+            recentValues.length
+              ? __(
+                  'min %1, max %2',
+                  formatPercent(Math.min(...recentValues)),
+                  formatPercent(Math.max(...recentValues))
+                )
+              : __('no samples')
+          )
   };
 }
 
@@ -915,8 +1033,11 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
     );
   }
   lines.push(__('State: %1.', stateView(k, me.now).label));
+  const why = k.state === 'queued' ? queueWhy(me, k.kernel_id) : null;
+  lines.push(why ? sentence(why) : '');
+  lines.push(onBorrowedRoom(k) ? borrowedWords(borrowedFrom(k, me.reservations), me.now) : '');
   lines.push(__('Click to open the GPU panel.'));
-  return { visible: true, text, title: lines.join('\n'), kind: k.state };
+  return { visible: true, text, title: lines.filter(Boolean).join('\n'), kind: k.state };
 }
 
 /**

@@ -9,7 +9,9 @@
  * test then renders it in every sentence. No DOM here.
  */
 
-import { __ } from './i18n';
+import { formatBytes, formatWhen } from './format';
+import { __, _n } from './i18n';
+import type { IReservation } from './types';
 
 /** A reason for what the pool did or refused, in the forms the sentences use. */
 export interface IReasonWords {
@@ -76,6 +78,11 @@ const REASONS: Record<string, () => IReasonWords> = {
   pressure: () => ({
     tag: __('someone is waiting for a GPU slice'),
     because: __('someone was waiting for a GPU slice')
+  }),
+  // Chosen to give back room a reservation keeps for others (its name and times: reservedFor).
+  reserved: () => ({
+    tag: __('its GPU room is reserved for others'),
+    because: __('its GPU room was reserved for others')
   }),
   cell: () => ({ tag: __('a cell ran on it'), because: __('a cell ran on it') }),
   first_cell: () => ({
@@ -235,4 +242,176 @@ export function sentence(text: string): string {
   }
   const capital = trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
   return /[.!?…]$/.test(capital) ? capital : `${capital}.`;
+}
+
+/* ---- reservations: room the admin keeps for a group in a window ------------------------------ */
+
+/** What a reservation keeps: "160 GiB", "1 GPU", "2 GPUs and 40 GiB". */
+export function amountWords(
+  memory: number | null | undefined,
+  gpus: number | null | undefined
+): string {
+  const whole = gpus ? _n('%1 GPU', '%1 GPUs', gpus) : '';
+  const bytes = memory ? formatBytes(memory) : '';
+  if (whole && bytes) {
+    return __('%1 and %2', whole, bytes);
+  }
+  return whole || bytes || __('some GPU room');
+}
+
+/** A reservation's phase in a word or two: "open", "making room". */
+export function phaseWord(phase: string): string {
+  switch (phase) {
+    case 'before':
+      return __('upcoming');
+    case 'making_room':
+      return __('making room');
+    case 'open':
+      return __('open');
+    case 'after':
+      return __('over');
+    default:
+      return __('unknown phase (%1)', phase.replace(/_/g, ' '));
+  }
+}
+
+/** Its window as one reads it beside `now`: the end said on its own day ("from 10:00 to 12:00"). */
+function span(r: IReservation, now: number): { from: string; to: string; until: string } {
+  return {
+    from: formatWhen(r.start, now),
+    to: formatWhen(r.end, r.start),
+    until: formatWhen(r.end, now)
+  };
+}
+
+/**
+ * A reservation in a few words, for the status bar, the launcher and the panel: to a member "ML 101
+ * lab: 160 GiB reserved until 12:00" (before its window: "from 10:00 to 12:00"), to others "160 GiB
+ * reserved for ML 101 lab until 12:00".
+ */
+export function reservationWords(r: IReservation, now: number): string {
+  const amount = amountWords(r.memory, r.gpus);
+  const t = span(r, now);
+  const open = r.phase === 'open';
+  if (r.member) {
+    return open
+      ? __('%1: %2 reserved until %3', r.name, amount, t.until)
+      : __('%1: %2 reserved from %3 to %4', r.name, amount, t.from, t.to);
+  }
+  return open
+    ? __('%1 reserved for %2 until %3', amount, r.name, t.until)
+    : __('%1 reserved for %2 from %3 to %4', amount, r.name, t.from, t.to);
+}
+
+/**
+ * A reservation as a whole sentence (a tooltip, the panel's list): for members that the room is
+ * theirs first; for others when the room is kept from them, and whether they may borrow it.
+ */
+export function reservationSentence(r: IReservation, now: number): string {
+  const amount = amountWords(r.memory, r.gpus);
+  const t = span(r, now);
+  if (r.member) {
+    return r.phase === 'open'
+      ? __(
+          '%1: %2 reserved for you and your group until %3; you go first.',
+          r.name,
+          amount,
+          t.until
+        )
+      : __('%1: %2 reserved for you and your group from %3 to %4.', r.name, amount, t.from, t.to);
+  }
+  switch (r.phase) {
+    case 'open':
+      return r.borrowing
+        ? __(
+            'The pool keeps %1 for %2 until %3; you may borrow what its members leave unused, until one of them needs it.',
+            amount,
+            r.name,
+            t.until
+          )
+        : __('The pool keeps %1 for %2 until %3.', amount, r.name, t.until);
+    case 'making_room':
+      return __(
+        'The pool keeps %1 for %2 from %3 to %4, and is making that room now.',
+        amount,
+        r.name,
+        t.from,
+        t.to
+      );
+    default:
+      return __('The pool keeps %1 for %2 from %3 to %4.', amount, r.name, t.from, t.to);
+  }
+}
+
+/**
+ * Why a kernel gives its room back, after "its GPU room is": "reserved for ML 101 lab from 10:00"
+ * (before the window), "reserved for ML 101 lab until 12:00, and a member needs it" (in the window,
+ * where the kernel borrowed the room); "reserved for others" where the reservation is not known here.
+ */
+export function reservedFor(r: IReservation | null, now: number): string {
+  if (!r) {
+    return __('reserved for others');
+  }
+  const t = span(r, now);
+  return r.phase === 'open'
+    ? __('reserved for %1 until %2, and a member needs it', r.name, t.until)
+    : __('reserved for %1 from %2', r.name, t.from);
+}
+
+/** What a kernel that borrowed reserved room is told (its card, its notebook's toolbar). */
+export function borrowedWords(r: IReservation | null, now: number): string {
+  return r
+    ? __(
+        'Borrowed from the room reserved for %1 until %2: it may be hibernated, its variables kept, with a warning when a member needs the room.',
+        r.name,
+        formatWhen(r.end, now)
+      )
+    : __(
+        'Borrowed from room reserved for others: it may be hibernated, its variables kept, with a warning when a member needs the room.'
+      );
+}
+
+/** A line of the status bar's tooltip: which kernel borrowed reserved room, and what that means. */
+export function borrowedLine(who: string, r: IReservation | null, now: number): string {
+  return r
+    ? __(
+        '%1 runs on room borrowed from %2 until %3: it may be hibernated, its variables kept, when a member needs it.',
+        who,
+        r.name,
+        formatWhen(r.end, now)
+      )
+    : __(
+        '%1 runs on room borrowed from a reservation: it may be hibernated, its variables kept, when a member needs it.',
+        who
+      );
+}
+
+/**
+ * Where a reservation stands now, for the admin's list: what it does now and what comes next ("open
+ * until 12:00: members first; others may borrow from 10:10", "making room: opens at 10:00").
+ */
+export function reservationNow(r: IReservation, now: number): string {
+  const t = span(r, now);
+  const lead = r.lead ?? 0;
+  switch (r.phase) {
+    case 'open':
+      return r.borrowing
+        ? __('open until %1: others may borrow what members leave unused', t.until)
+        : __(
+            'open until %1: members first; others may borrow from %2',
+            t.until,
+            formatWhen(r.start + lead, now)
+          );
+    case 'making_room':
+      return __('making room: the kernels of non-members give it back; opens at %1', t.from);
+    case 'before':
+      return __(
+        'next from %1 to %2; making room from %3',
+        t.from,
+        t.to,
+        formatWhen(r.start - lead, now)
+      );
+    default:
+      return __('over since %1', formatWhen(r.end, now));
+  }
 }

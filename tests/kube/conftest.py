@@ -128,12 +128,31 @@ async def kube_sessions():
 async def node(request, cluster, tmp_path):
     """A GPU node's side: the stand-in GPUs and driver (or, parametrised ``gpu``, this machine's real ones), a
     /proc stand-in and the real node agent on them (``test_kube_hibernation_e2e.Node``; its ``start`` runs the
-    agent)."""
+    agent).  On a real cluster, the node ``GPU_POOL_TEST_NODE`` names (see ``RealCluster``), or a skip."""
     from test_kube_hibernation_e2e import Node
 
-    n = Node(cluster, tmp_path, getattr(request, "param", "standin"))
+    n = Node(cluster, tmp_path, getattr(request, "param", "standin"), name=Node.name_on(cluster))
     yield n
     await n.close()
+
+
+@pytest.fixture
+async def drain(kube):
+    """``drain(node, pod)``: what ``kubectl drain`` does to a node with one kernel pod on it: cordon, then
+    evict the pod (deleted with its grace period).  A node this cordoned is uncordoned when the test ends,
+    however it ends: on a real cluster (``k8s``) a test leaves the nodes as it found them."""
+    cordoned: list[str] = []
+
+    async def drain_(node: str, pod: str) -> None:
+        if not (await kube.core.read_node(node)).spec.unschedulable:
+            cordoned.append(node)
+        await kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+        await kube.core.create_namespaced_pod_eviction(pod, kube.namespace, {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": kube.namespace}})
+
+    yield drain_
+    for name in cordoned:
+        await kube.core.patch_node(name, {"spec": {"unschedulable": None}})
 
 
 @pytest.fixture

@@ -56,11 +56,17 @@ class TestCluster:
 
     def __init__(self, root: Path, nodes: list[dict] | None = None, images: list[str] | None = None,
                  namespace: str = NS, port: int = 0, slow_images: dict[str, float] | None = None,
-                 feature_gates: dict[str, bool] | None = None):
+                 feature_gates: dict[str, bool] | None = None, hollow_nodes: int = 0, pid1: bool = False,
+                 gc_delay: float = 0.0, spread: bool = False):
         self.root = root
         self.feature_gates = feature_gates or {}  # over Kubernetes 1.34's defaults (testcluster/store.py)
         self.state = root / "cluster"
-        self.nodes = nodes or [HAMI_NODE]
+        # ``hollow_nodes``: that many hollow GPU nodes (testcluster/hollow.py), alone unless ``nodes`` are given
+        self.nodes = nodes if nodes is not None else ([] if hollow_nodes else [HAMI_NODE])
+        self.hollow_nodes = hollow_nodes
+        self.pid1 = pid1  # a container's process ignores a SIGTERM it has no handler for (testcluster/kubelet.py)
+        self.gc_delay = gc_delay  # the garbage collector acts this long after an owner went (testcluster/garbage.py)
+        self.spread = spread  # the scheduler spreads pods over nodes (testcluster/scheduler.py)
         self.images = images or ["quay.io/jupyter/*"]
         self.slow_images = slow_images or {}
         self.namespace = namespace
@@ -81,12 +87,14 @@ class TestCluster:
         path.write_text(json.dumps(config))
         return str(path)
 
-    async def audit(self) -> list[dict]:
-        """Every resource request the API server served: user (bearer token), verb, resource, namespace."""
+    async def audit(self, user: str | None = None, since: int = 0) -> list[dict]:
+        """Every resource request the API server served (from the ``since``-th on; of one ``user`` only):
+        when (``at``), user (bearer token), verb, resource, namespace."""
         import aiohttp
 
+        query = {"since": str(since), **({"user": user} if user is not None else {})}
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{self.url}/testcluster/audit") as r:
+            async with http.get(f"{self.url}/testcluster/audit", params=query) as r:
                 return await r.json()
 
     def start(self) -> TestCluster:
@@ -101,6 +109,9 @@ class TestCluster:
             args += ["--slow-image", f"{image}={seconds}"]
         if self.feature_gates:
             args += ["--feature-gates", ",".join(f"{k}={str(v).lower()}" for k, v in self.feature_gates.items())]
+        if self.hollow_nodes:
+            args += ["--hollow-nodes", str(self.hollow_nodes)]
+        args += ["--gc-delay", str(self.gc_delay)] + ["--pid1"] * self.pid1 + ["--spread"] * self.spread
         # the caller's path after its own: where the packages come from a folder of wheels (the GPU machine's
         # scripts/gpu-check), the cluster finds aiohttp, kubernetes_validate and celpy there too
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)}
@@ -143,7 +154,8 @@ class TestCluster:
 
     async def fault(self, **body) -> None:
         """Inject a fault into the API server (see testcluster/faults.py): ``resources=[...], status=503,
-        seconds=3``; ``hang=True``; ``stall=[...]``; ``resume=True``; ``clear=True``."""
+        seconds=3``; ``hang=True``; ``stall=[...]``; ``resume=True``; ``restart=True, seconds=2`` (its state
+        kept); ``gc_delay=5``; ``clear=True``."""
         import aiohttp
 
         async with aiohttp.ClientSession() as http:
@@ -204,14 +216,18 @@ def write_pool_config(directory: Path, **settings) -> Path:
 
 
 class OperatorProcess:
-    """``python -m jupyter_gpu_pool.operator`` against the test cluster, logging at DEBUG to a file."""
+    """``python -m jupyter_gpu_pool.operator`` against the test cluster, logging to a file (at DEBUG, or
+    ``log_level``: None for the operator's default), with the tests' quick settings (``FAST``) unless
+    ``fast`` is off (a benchmark runs the operator as deployed)."""
 
-    def __init__(self, cluster: TestCluster | RealCluster, root: Path, settings: dict, kubeconfig: str | None = None):
+    def __init__(self, cluster: TestCluster | RealCluster, root: Path, settings: dict, kubeconfig: str | None = None,
+                 fast: bool = True, log_level: str | None = "DEBUG"):
         self.cluster = cluster
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.config_dir = root / "operator-config"
         self.log_path = root / "operator.log"
-        write_pool_config(self.config_dir, **{"GPUPool.profiles": PROFILES, **FAST,
+        self.log_level = log_level
+        write_pool_config(self.config_dir, **{"GPUPool.profiles": PROFILES, **(FAST if fast else {}),
                                               **getattr(cluster, "operator_settings", {}), **settings})
         self.proc: subprocess.Popen | None = None
 
@@ -222,7 +238,8 @@ class OperatorProcess:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_gpu_pool.operator", "run", f"--kubeconfig={self.kubeconfig}",
-             "--log-level=DEBUG"], env=env, stdout=self._log, stderr=subprocess.STDOUT)
+             *([f"--log-level={self.log_level}"] if self.log_level else [])],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
     def logs(self) -> str:
@@ -343,12 +360,27 @@ class Kube:
             response.release()
 
 
-def pod_processes(pod: str) -> list[psutil.Process]:
-    """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name)."""
+async def follow_pod(url: str, namespace: str, name: str, events: list[dict], timeout: float = 60) -> None:
+    """Append one pod's watch events (from its current state on) to ``events`` until it is deleted."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/api/v1/namespaces/{namespace}/pods", params={
+                "watch": "1", "fieldSelector": f"metadata.name={name}", "timeoutSeconds": str(int(timeout))}) as r:
+            async for line in r.content:
+                events.append(json.loads(line))
+                if events[-1]["type"] == "DELETED":
+                    return
+
+
+def pod_processes(pod: str, anywhere: bool = False) -> list[psutil.Process]:
+    """The test kubelet's processes of one pod (it sets HOSTNAME to the pod's name); ``anywhere``: any container's
+    on this machine (a container runtime sets HOSTNAME to the pod's name too: seen from the node's host)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("HOSTNAME") == pod and proc.environ().get("TESTCLUSTER_POD_IP"):
+            env = proc.environ()
+            if env.get("HOSTNAME") == pod and (anywhere or env.get("TESTCLUSTER_POD_IP")):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

@@ -9,7 +9,7 @@ from kube_helpers import GiB
 from jupyter_gpu_pool.cluster.quotas import QuotaMisconfigured, read_quotas
 from jupyter_gpu_pool.operator.admission import admit
 from jupyter_gpu_pool.operator.diagnosis import diagnose
-from jupyter_gpu_pool.cluster.kernels import as_lease
+from jupyter_gpu_pool.cluster.kernels import as_lease, as_of
 from jupyter_gpu_pool.operator.sharing import Sharing, render
 from jupyter_gpu_pool.pool import QuotaExceeded, parse_profile
 
@@ -171,7 +171,7 @@ CREATING = {"waiting": {"reason": "ContainerCreating"}}
 
 @pytest.mark.parametrize("p, events, node, reason, words", [
     (placed(), [], NOT_READY, "NodeNotReady",
-     "placed on node 'gpu-node-1' 42 s ago, but that node is not ready (NodeStatusUnknown Kubelet stopped posting"),
+     "waits on node 'gpu-node-1', 42 s so far, but that node is not ready (NodeStatusUnknown Kubelet stopped posting"),
     (placed(), [], READY, "ContainerCreating", "node 'gpu-node-1' is creating its container, 42 s so far"),
     (placed(state=CREATING), [event("Scheduled", T0), event("Pulling", T0 + 2)], READY, "PullingImage",
      "Node 'gpu-node-1' is pulling the kernel image 'img:1': 40 s so far"),
@@ -184,6 +184,11 @@ CREATING = {"waiting": {"reason": "ContainerCreating"}}
      "is creating its container"),  # mounted since
 ])
 def test_a_slow_start_says_why_with_the_clusters_own_numbers(p, events, node, reason, words):
+    """The words name when each wait began (the cluster's own timestamps), so they stay the same while it goes
+    on; a reader shows how long, as of its reading."""
     v = diagnose(p, "small", SMALL.description, T0 + 42, 0, events, node)
     assert (v.phase, v.reason) == ("Starting", reason)
-    assert words in v.message
+    assert words in as_of(v.message, T0 + 42)
+    assert diagnose(p, "small", SMALL.description, T0 + 50, 0, events, node) == v  # a later look: nothing to write
+    if "so far" in words:
+        assert words.replace("42 s", "50 s").replace("40 s", "48 s").replace("30 s", "38 s") in as_of(v.message, T0 + 50)

@@ -20,9 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from jupyter_gpu_pool.cluster.kernels import as_lease
 from jupyter_gpu_pool.cluster.resources import (API_VERSION, DESIRED_HIBERNATED, DESIRED_RUNNING, FAILED, GROUP,
-                                                HIBERNATED, HIBERNATION_REFUSED, KERNEL_KIND, KERNELS, PREEMPTED,
-                                                RUNNING, VERSION, WAITING_FOR_ROOM, kernel_name)
+                                                HIBERNATED, HIBERNATION_REFUSED, KERNEL_KIND, KERNELS, LABEL_LAUNCH,
+                                                PREEMPTED, RUNNING, VERSION, WAITING_FOR_ROOM, kernel_name)
 from jupyter_gpu_pool.operator import hibernation as sleep
+from jupyter_gpu_pool.operator.plan import Write
 from jupyter_gpu_pool.operator.sharing import Sharing
 from jupyter_gpu_pool.pool import HIBERNATED as LEASE_HIBERNATED
 
@@ -348,16 +349,8 @@ async def test_a_pod_deleted_while_hibernated_or_resuming_ends_the_kernel_with_i
     await start(kms, kube)  # its memory and its kernel count are free: a new kernel fits the 1-kernel quota
 
 
-async def drain(kube: Kube, node: str, pod: str) -> None:
-    """What ``kubectl drain`` does to a node with one kernel pod on it: cordon, then evict the pod (deleted
-    with its grace period)."""
-    await kube.core.patch_node(node, {"spec": {"unschedulable": True}})
-    await kube.core.create_namespaced_pod_eviction(pod, kube.namespace, {
-        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": kube.namespace}})
-
-
 async def test_a_hibernated_kernels_node_drained_ends_the_kernel_with_its_slice_freed(cluster, operator_factory, kms,
-                                                                                      kube, agent):
+                                                                                      kube, agent, drain):
     """The node of a hibernated kernel is drained (cordoned, its pod evicted): the process that held the
     kernel's memory is gone, so the kernel fails with words, nothing starts a new, empty pod for it, and
     its memory and kernel count are free (a new kernel fits a quota of one once the node is back)."""
@@ -366,7 +359,7 @@ async def test_a_hibernated_kernels_node_drained_ends_the_kernel_with_its_slice_
     _, name = await start(kms, kube)
     await hibernate(kube, name)
     pod = (await kernel(kube, name))["status"]["pod"]
-    await drain(kube, NODE, pod)
+    await drain(NODE, pod)
     assert (await kube.core.read_node(NODE)).spec.unschedulable is True
     await wait_until(lambda: phase_is(kube, name, FAILED, PREEMPTED), timeout=30, what="the kernel to end")
     message = (await kernel(kube, name))["status"]["message"]
@@ -534,18 +527,38 @@ async def test_an_operator_write_on_a_stale_read_is_refused_read_again_and_the_a
     api = await cluster.api()
     controller = Controller(settings, api)
     try:
-        controller._remember(read)  # its watch has not delivered the newer versions yet
+        controller.cache.remember(read)  # its watch has not delivered the newer versions yet
         before = await _status_writes(cluster, name)
-        await controller._hibernation(read, pod_with("1Gi", "16Gi"), time.time())
+        decided = _decide_on(read, settings)
+        assert any(isinstance(a, Write) and a.compare for a in decided.actions)  # it would write, on that version
+        await controller.carry_out(read, decided)
         after = await kernel(kube, name)
         assert after["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]  # nothing written
         assert after["status"] == now["status"]
         assert after["status"]["reason"] == "" and after["status"]["message"] == world[-1]["message"]
-        assert controller.kernels[(ns, name)]["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]
+        kept = controller.cache.kernels[(ns, name)]
+        assert kept["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"]
         assert await _status_writes(cluster, name) - before == 2  # the write refused (409), and the read again
     finally:
         await controller.stop()
         await api.close()
+
+
+def _decide_on(read: dict, settings):
+    """The operator's decision on a kernel as it read it: a running one asked to hibernate goes to the
+    hibernation admission (its pod's memory limit, 16 GiB, cannot hold 20 GiB); a hibernated one asked to stay
+    so, with a place in the queue, to the plan (its pod runs)."""
+    from jupyter_gpu_pool.operator import hibernation_admission
+    from jupyter_gpu_pool.operator.plan import Facts, Plan, plan
+
+    if read["status"]["phase"] == RUNNING:
+        return Plan(hibernation_admission.plan_hibernation(read, pod_with("1Gi", "16Gi"), [read], None, settings,
+                                                           time.time()))
+    pod = {**pod_with("1Gi", "16Gi"), "metadata": {"name": "k-stale-1", "namespace": read["metadata"]["namespace"],
+                                                   "uid": "uid-of-its-pod", "labels": {LABEL_LAUNCH: "1"}}}
+    pod["spec"]["nodeName"] = NODE
+    pod["status"] = {"phase": "Running", "containerStatuses": [{"name": "kernel", "state": {"running": {}}}]}
+    return plan(Facts(kernel=read, settings=settings, now=time.time(), pods={"k-stale-1": pod}))
 
 
 async def test_the_same_operator_write_on_a_current_read_is_made(cluster, kube):
@@ -569,8 +582,8 @@ async def test_the_same_operator_write_on_a_current_read_is_made(cluster, kube):
     api = await cluster.api()
     controller = Controller(settings, api)
     try:
-        controller._remember(read)
-        await controller._hibernation(read, pod_with("1Gi", "16Gi"), time.time())
+        controller.cache.remember(read)
+        await controller.carry_out(read, _decide_on(read, settings))
         after = await kernel(kube, name)
         assert after["status"]["phase"] == RUNNING and after["status"]["reason"] == HIBERNATION_REFUSED
         assert "cannot hold it" in after["status"]["message"]

@@ -8,7 +8,16 @@ phase after the operator's admission is the real agent's write, and every free-m
 queues on is the agent's own annotation on its Node.
 
 The last test runs twice: so, and, marked ``gpu``, on the GPU machine with the real checkpoint driver and NVML
-(the process kubelet runs the kernel pod as a local process there; only its cgroup file is the stand-in's)."""
+(the process kubelet runs the kernel pod as a local process there; only its cgroup file is the stand-in's).
+
+Every test runs again, marked ``k8s``, on the cluster ``KUBECONFIG`` names, where the node stand-in allows it:
+the agent runs here, so the kernel pods' processes must be processes of this machine (``GPU_POOL_TEST_NODE``
+names a node whose kubelet runs its pods here: this machine, or the test cluster's kubelet under a real
+control plane; the operator places the test's kernels there) and the cluster's sharing must hand a hibernated
+kernel's memory back (``GPU_POOL_TEST_SHARING=hami``, its deviceMemoryScaling above 1, as the tests' operator
+is told); else they are skipped, saying which.  They leave the node as they found it: uncordoned where they
+drained it, its free-memory annotation as it was.  The first test writes the GPUPoolPolicy ``default``, which
+is the admin's on a real cluster: it runs on the test cluster only."""
 
 from __future__ import annotations
 
@@ -34,6 +43,7 @@ from jupyter_gpu_pool.cluster.resources import (ANNOTATION_GPU_FREE, HIBERNATED,
 from jupyter_gpu_pool.devices import checkpoint as cp  # noqa: E402
 from jupyter_gpu_pool.operator.agent import Agent  # noqa: E402
 
+REAL_CLUSTER_TOO = True  # also run, marked k8s, on the cluster KUBECONFIG names (see above)
 NODE = "gpu-node-1"
 GPU0, GPU1 = STANDIN_GPUS[0].uuid, STANDIN_GPUS[1].uuid
 S = cp.ProcessState
@@ -43,8 +53,10 @@ class Node:
     """The node's side: its GPUs, the /proc stand-in and the real agent on them.  ``machine``: ``standin`` (the
     stand-in GPUs, checkpoint driver and NVML) or ``gpu`` (this machine's GPUs, the real driver and NVML)."""
 
-    def __init__(self, cluster, tmp_path: Path, machine: str = "standin", driver: StandInDriver | None = None):
-        self.cluster, self.tmp_path, self.machine = cluster, tmp_path, machine
+    def __init__(self, cluster, tmp_path: Path, machine: str = "standin", driver: StandInDriver | None = None,
+                 name: str = NODE):
+        self.cluster, self.tmp_path, self.machine, self.name = cluster, tmp_path, machine, name
+        self.annotation: tuple[str | None] | None = None  # the Node's free-memory annotation before the agent's
         if machine == "gpu":
             from jupyter_gpu_pool.devices.nvml import NVMLMemory, discover
             from jupyter_gpu_pool.devices.telemetry import NVMLSource
@@ -59,9 +71,33 @@ class Node:
         self.task: asyncio.Task | None = None
         self.api = None
 
+    @staticmethod
+    def name_on(cluster) -> str:
+        """The node the tests' kernels run on: the test cluster's, or on a real one ``GPU_POOL_TEST_NODE`` where
+        the stand-in can work there (else the test is skipped, saying why)."""
+        if cluster.local:
+            return NODE
+        name, sharing = os.environ.get("GPU_POOL_TEST_NODE", ""), os.environ.get("GPU_POOL_TEST_SHARING", "whole")
+        if not name or sharing != "hami":
+            pytest.skip("on a real cluster the node stand-in needs GPU_POOL_TEST_NODE (a node whose kernel pods' "
+                        "processes are processes of this machine) and GPU_POOL_TEST_SHARING=hami (deviceMemoryScaling "
+                        f"above 1, so a hibernation hands memory back); here: {name or 'unset'!r}, {sharing!r}")
+        return name
+
+    def operator_settings(self, **more) -> dict:
+        """The tests' operator: HAMi oversubscribed (memory is handed back), and on a real cluster kernels placed on
+        this node."""
+        placed = {} if self.cluster.local else {"GPUPoolOperator.node_selector": {"kubernetes.io/hostname": self.name}}
+        return {"GPUPoolOperator.hami_memory_scaling": 2.0, **placed, **more}
+
     async def start(self) -> Agent:
         self.api = await self.cluster.api()
-        self.agent = Agent(NODE, self.api, self.source, self.gpus, proc_root=str(self.tmp_path / "proc"),
+        if not self.cluster.local:  # put back as it was when the test ends
+            from kubernetes_asyncio import client
+
+            found = await client.CoreV1Api(self.api).read_node(self.name)
+            self.annotation = ((found.metadata.annotations or {}).get(ANNOTATION_GPU_FREE),)
+        self.agent = Agent(self.name, self.api, self.source, self.gpus, proc_root=str(self.tmp_path / "proc"),
                            min_report=0.5, driver=self.driver, memory=self.memory, lock_timeout=1.0)
         self.task = asyncio.create_task(self.agent.run(0.3, self.stop))
         return self.agent
@@ -70,7 +106,7 @@ class Node:
         """The pid of the kernel's pod process, written into the /proc stand-in under its pod's cgroup."""
         [pod] = [p for p in await kube.pods() if p["metadata"]["labels"].get(
             "jupyter-gpu-pool.readthedocs.io/kernel") == name]
-        [proc] = pod_processes(pod["metadata"]["name"])
+        [proc] = pod_processes(pod["metadata"]["name"], anywhere=not self.cluster.local)
         self.cgroups[proc.pid] = pod["metadata"]["uid"]
         fake_proc(self.tmp_path / "proc", self.cgroups)
         return proc.pid
@@ -88,6 +124,11 @@ class Node:
             await asyncio.gather(self.task, return_exceptions=True)
             await asyncio.gather(*self.agent.moves.values(), return_exceptions=True)
         if self.api is not None:
+            if self.annotation is not None:
+                from kubernetes_asyncio import client
+
+                await client.CoreV1Api(self.api).patch_node(
+                    self.name, {"metadata": {"annotations": {ANNOTATION_GPU_FREE: self.annotation[0]}}})
             await self.api.close()
 
 
@@ -101,8 +142,8 @@ async def start_on_gpu(jp_fetch, kube: Kube, node) -> tuple[str, str, int]:
     return kid, name, pid
 
 
-async def _free(kube: Kube) -> dict:
-    annotations = (await kube.core.read_node(NODE)).metadata.annotations or {}
+async def _free(kube: Kube, node: str = NODE) -> dict:
+    annotations = (await kube.core.read_node(node)).metadata.annotations or {}
     return json.loads(annotations.get(ANNOTATION_GPU_FREE) or "{}").get("devices") or {}
 
 
@@ -110,9 +151,17 @@ async def _usage(kube: Kube, name: str) -> int:
     return int(((await kernel(kube, name)).get("status") or {}).get("usage", {}).get("memoryUsed") or 0)
 
 
+@pytest.fixture
+def policy_of_its_own(cluster):
+    """A test that writes the GPUPoolPolicy ``default``: the admin's on a real cluster, so the test cluster only."""
+    if not cluster.local:
+        pytest.skip("it writes the GPUPoolPolicy 'default', which is the admin's on a real cluster")
+
+
+@pytest.mark.usefixtures("policy_of_its_own")
 async def test_an_idle_kernel_is_warned_hibernated_by_the_real_agent_and_a_cell_resumes_it_after_the_queue(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
-    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await operator_factory(cluster, **node.operator_settings())
     ext = await extension(jp_serverapp)
     try:
         await node.start()
@@ -139,7 +188,8 @@ async def test_an_idle_kernel_is_warned_hibernated_by_the_real_agent_and_a_cell_
         assert h["bytes"] == 6 * GiB and h["devices"] == [GPU0] and h["checkpointSeconds"] >= 0
         assert node.driver.procs[pid].state == S.CHECKPOINTED
         assert ("cuCheckpointProcessCheckpoint", pid) in node.driver.calls
-        await wait_until(lambda: _free_is(kube, GPU0, 80 * GiB), timeout=10, what="the Node to show GPU 0 free")
+        await wait_until(lambda: _free_is(kube, node.name, GPU0, 80 * GiB), timeout=10,
+                         what="the Node to show GPU 0 free")
 
         async def shown_hibernated():
             me = body(await jp_fetch(*API, "me"))
@@ -155,7 +205,8 @@ async def test_an_idle_kernel_is_warned_hibernated_by_the_real_agent_and_a_cell_
         kid2 = body(await jp_fetch("api", "kernels", method="POST",
                                    body=json.dumps({"name": "gpu-pool-kubernetes-small"})))["id"]
         pid2 = await node.on_gpu(kube, kernel_name(kid2), 76 * GiB)
-        await wait_until(lambda: _free_is(kube, GPU0, 4 * GiB), timeout=10, what="the Node to show GPU 0 full")
+        await wait_until(lambda: _free_is(kube, node.name, GPU0, 4 * GiB), timeout=10,
+                         what="the Node to show GPU 0 full")
 
         # the first user runs a cell: the resume waits with its position until room frees
         cell = Cell(ws, "print(x + 1)")
@@ -183,7 +234,7 @@ async def test_a_checkpoint_the_agent_undid_reaches_the_user_in_its_words_and_is
     again (the stand-in fails only one checkpoint: a second admission would hibernate the kernel).  The
     server's policy for a failed hibernation stands: the user's Release shuts the kernel down, saying why in
     the agent's words, and its slice is counted once, then not at all."""
-    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await operator_factory(cluster, **node.operator_settings())
     ext = await extension(jp_serverapp)
     try:
         await node.start()
@@ -227,7 +278,7 @@ async def test_the_operator_keeps_the_agents_failure_and_admits_the_same_request
 
     from jupyter_gpu_pool.cluster.resources import HIBERNATION_FAILED
 
-    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await operator_factory(cluster, **node.operator_settings())
     await node.start()
     km = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
     await km.start_kernel()
@@ -262,7 +313,7 @@ async def test_the_operator_keeps_the_agents_failure_and_admits_the_same_request
 
 @pytest.mark.parametrize("how", ["stopped by its server", "its node drained"])
 async def test_a_kernel_pod_ended_right_after_its_resume_is_checkpointed_again_before_its_kill(
-        cluster, operator_factory, server_config, kube_sessions, kube, node, how):
+        cluster, operator_factory, server_config, kube_sessions, kube, node, drain, how):
     """Killing a just-restored process hung a host on one driver (cuda-checkpoint issue 53): the operator
     admits a resume, the real agent restores the pod's process, and the pod is then stopped with a grace
     period, by its server (the provisioner's terminate: spec.stopped; the operator asks the agent through
@@ -272,9 +323,8 @@ async def test_a_kernel_pod_ended_right_after_its_resume_is_checkpointed_again_b
     refusals: test_kube_kill_precaution.py."""
     from agent_standin import ask
     from jupyter_client.manager import AsyncKernelManager
-    from test_kube_hibernation import drain
 
-    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await operator_factory(cluster, **node.operator_settings())
     await node.start()
     km = AsyncKernelManager(kernel_name="gpu-pool-kubernetes-small")
     await km.start_kernel()
@@ -292,7 +342,7 @@ async def test_a_kernel_pod_ended_right_after_its_resume_is_checkpointed_again_b
         if how == "stopped by its server":
             await km.provisioner.terminate()  # spec.stopped, with its grace: the operator deletes the pod
         else:
-            await drain(kube, NODE, pod)
+            await drain(node.name, pod)  # the node is uncordoned when the test ends (the drain fixture)
         await wait_until(lambda: node.driver.procs[pid].checkpoints == 2, timeout=15,
                          what="the restored process to be checkpointed again before its kill")
         moves = [c for c in node.driver.calls[restored_at:] if c[0] != "cuCheckpointProcessGetState"]
@@ -310,7 +360,7 @@ async def test_a_hint_has_the_real_agent_restore_a_kernel_pod_before_its_cell_ru
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
     """Its user opens the notebook: the hint's resume is admitted into the room the agent reads free, the real
     agent restores the pod's process, and the cell that follows finds it running, with its variables."""
-    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
+    await operator_factory(cluster, **node.operator_settings())
     ext = await extension(jp_serverapp)
     try:
         await node.start()
@@ -344,8 +394,8 @@ async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return phase_of(await kernel(kube, name)) == phase
 
 
-async def _free_is(kube: Kube, gpu: str, free: int) -> bool:
-    return (await _free(kube)).get(gpu) == free
+async def _free_is(kube: Kube, node: str, gpu: str, free: int) -> bool:
+    return (await _free(kube, node)).get(gpu) == free
 
 
 async def _queued(kube: Kube, name: str) -> bool:
@@ -421,8 +471,7 @@ async def test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_
     """The whole cluster path: the user's Release (the server), the operator's admission, the agent's checkpoint
     of the pod's processes (found through the pod's cgroup), NVML showing its memory gone, another process
     using that memory, and a cell that resumes the kernel with every value as it was."""
-    await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0,
-                                       "GPUPoolOperator.kernel_command": kernel_command()})
+    await operator_factory(cluster, **node.operator_settings(**{"GPUPoolOperator.kernel_command": kernel_command()}))
     ext = await extension(jp_serverapp)
     try:
         await node.start()

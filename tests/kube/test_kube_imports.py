@@ -29,7 +29,8 @@ def test_the_server_side_loads_no_operator_module_and_no_kopf():
 def test_periodic_jobs_run_on_the_one_loop():
     """The Kubernetes side's periodic jobs (the operator's sweep, the agent's samples, the server's
     heartbeats and cluster reads) run on ``jupyter_gpu_pool.periodic.every``: no hand-written loop that
-    sleeps, but for the one list + watch loop (a watch, with its own back-off)."""
+    sleeps, but for the one list + watch loop (a watch, with its own back-off).  ``sleep(0)`` is no period
+    but a turn given to the other tasks (the operator's workers between two passes)."""
     import ast
     from pathlib import Path
 
@@ -49,7 +50,8 @@ def test_periodic_jobs_run_on_the_one_loop():
                 continue
             for loop in (n for n in ast.walk(func) if isinstance(n, ast.While)):
                 sleeps = [c for c in ast.walk(loop) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                          and c.func.attr == "sleep"]
+                          and c.func.attr == "sleep" and not (len(c.args) == 1 and isinstance(c.args[0], ast.Constant)
+                                                              and c.args[0].value == 0)]
                 if sleeps and (path.name, func.name) not in allowed:
                     found.append(f"{path.relative_to(root)}::{func.name}")
     assert found == []

@@ -11,7 +11,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from kube_helpers import GiB, PROFILES, REPO, kustomize
-from testcluster.store import Kind, prune, validate_custom
+from testcluster.kinds import Kind
+from testcluster.schemas import prune, validate_custom
 
 from jupyter_gpu_pool.config import ConfigError, GPUPool
 from jupyter_gpu_pool.operator.app import OperatorApp
@@ -301,6 +302,46 @@ def test_each_overlay_renders_valid_objects_and_settings_the_operator_accepts(ov
     for name, rendering in settings.renderings.items():
         kubernetes_validate.validate(render_pod(kernel(), settings, rendering, settings.kernel_image, 1), K8S,
                                      strict=True)
+
+
+def _walk(node, path=()):
+    """Every mapping in a manifest, with its path."""
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _walk(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, (*path, i))
+
+
+@pytest.mark.parametrize("where", [f"overlays/{o}" for o in OVERLAYS] + ["examples"])
+def test_every_manifest_writes_what_the_api_server_stores_where_it_compares_whole(where):
+    """Server-side apply (and GitOps tools that diff with it) compares some structures whole, and keys some
+    lists by fields the API server defaults: a manifest that leaves such a field out conflicts with what the
+    server stored (kubectl apply --server-side over the install failed on the agent's fieldRef, to which the
+    server adds apiVersion: v1).  So these are written as stored: every fieldRef's apiVersion, every port's
+    protocol (with the port, its list's key), and every quantity in its canonical form.  Other defaults (a
+    probe's timings) are merged field by field and need not be written."""
+    from testcluster.quantities import canonical_quantity
+
+    docs = kustomize(REPO / "deploy" / where)
+    if where.startswith("overlays/") and where.split("/")[1] in ("mps", "time-slicing"):
+        docs.append(yaml.safe_load((REPO / "deploy" / where / "device-plugin-config.yaml").read_text()))
+    found = {"fieldRef": 0, "ports": 0}
+    for doc in docs:
+        for path, node in _walk(doc):
+            if "fieldRef" in node:
+                found["fieldRef"] += 1
+                assert node["fieldRef"].get("apiVersion") == "v1", (doc["metadata"]["name"], path)
+            if path[-2:-1] == ("ports",) and ("containerPort" in node or "port" in node):
+                found["ports"] += 1
+                assert node.get("protocol") in ("TCP", "UDP", "SCTP"), (doc["metadata"]["name"], path)
+            if path[-1:] in (("requests",), ("limits",)) and "resources" in path:
+                for name, value in node.items():
+                    assert str(value) == canonical_quantity(value), (doc["metadata"]["name"], path, name)
+    if where.startswith("overlays/"):
+        assert found["fieldRef"] >= 1 and found["ports"] >= 4  # the agent's NODE_NAME; the two pods', the Service's
 
 
 def test_the_examples_and_device_plugin_configs_are_valid():

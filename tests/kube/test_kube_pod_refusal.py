@@ -56,7 +56,8 @@ async def test_a_refused_pod_is_retried_with_back_off_and_the_user_reads_the_quo
         assert after["metadata"]["resourceVersion"] == seen["metadata"]["resourceVersion"]
         st = after["status"]
         assert st["phase"] == "Starting" and st["reason"] == "PodRefused"
-        assert st["message"].startswith('The cluster refused the kernel\'s pod: pods "k-refused-1" is forbidden: '
+        pod = f"k-refused-1-{seen['metadata']['uid'][:8]}"  # its launch's, of this GPUKernel object
+        assert st["message"].startswith(f'The cluster refused the kernel\'s pod: pods "{pod}" is forbidden: '
                                         'exceeded quota: no-gpus, requested: requests.nvidia.com/gpu=1, '
                                         'used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=0.')
         assert "Ask your admin to raise the namespace's ResourceQuota" in st["message"]

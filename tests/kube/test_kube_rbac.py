@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from kube_helpers import REPO, GiB, JupyterServer, Kube, OperatorProcess, ScriptedMemory, ScriptedNVML, fake_proc, \
-    kustomize, pod_processes, wait_until
+    KERNEL_IMAGE, kustomize, pod_processes, wait_until
 from test_kube_dra import DRA_MIG, MIG_NODE
 from tornado.httpclient import HTTPClientError
 
@@ -133,7 +133,9 @@ async def _no_kernels(kube: Kube) -> bool:
 
 async def test_the_roles_grant_exactly_the_calls_the_code_makes(cluster_factory, tmp_path):
     rules = bound_rules(kustomize(REPO / "deploy" / "overlays" / "dra"))
-    cluster = cluster_factory(nodes=[MIG_NODE], namespace=KERNELS_NS)
+    # Each kernel's image takes 2 s to pull: a start slower than the operator's progress_interval (0.5 s), whose
+    # story it reads (the pod's Events, its Node) to tell the user; a quick start costs no such read.
+    cluster = cluster_factory(nodes=[MIG_NODE], namespace=KERNELS_NS, slow_images={KERNEL_IMAGE: 2.0})
     from kube_helpers import install
 
     await install(cluster)

@@ -250,14 +250,15 @@ async def test_the_operator_forgets_what_it_kept_about_things_that_are_gone(clus
     try:
         controller.stories.events["uid-of-a-gone-pod"] = (now[0], [])
         controller.stories.nodes["gpu-node-1"] = (now[0] - 10, None)
-        controller.pods[("jhub", "k-unknown")] = {}
-        controller._gone["uid-of-a-deleted-kernel"] = now[0]
+        controller.cache.pods["uid-of-an-unknown-kernel"] = {}
+        controller.cache.gone["uid-of-a-deleted-kernel"] = now[0]
+        controller.cache.deleting.add("uid-of-a-pod-gone-unseen")
         await controller.sweep()
-        assert "uid-of-a-deleted-kernel" in controller._gone  # a late event may still come: kept a while
+        assert "uid-of-a-deleted-kernel" in controller.cache.gone  # a late event may still come: kept a while
         now[0] += 61
         await controller.sweep()
-        assert controller.stories.events == {} and controller.stories.nodes == {} and controller._gone == {}
-        assert ("jhub", "k-unknown") not in controller.pods
+        assert controller.stories.events == {} and controller.stories.nodes == {} and controller.cache.gone == {}
+        assert "uid-of-an-unknown-kernel" not in controller.cache.pods and controller.cache.deleting == set()
     finally:
         await controller.stop()
         await api.close()
@@ -281,8 +282,12 @@ async def test_a_kernel_deleted_while_it_is_admitted_is_let_go_quietly(cluster_f
              "metadata": {"name": "k-ghost", "namespace": "jhub", "uid": "uid-of-a-ghost", "generation": 1},
              "spec": {"owner": "alice", "profile": profile, "launch": 1}, "status": {}}
     try:
-        assert await controller._admit(ghost, profile, settings.renderings[profile], 1000.0) is None
-        assert "uid-of-a-ghost" in controller._gone
+        controller.cache.listed = True  # as after its first listing (which would have forgotten the ghost)
+        controller.cache.remember(ghost)
+        await controller.reconcile(("jhub", "k-ghost"))  # admitted, counted, and its status write finds no object
+        assert "uid-of-a-ghost" in controller.cache.gone and ("jhub", "k-ghost") not in controller.cache.kernels
+        assert controller.cache.holding("alice", (), None) == ()  # its admission no longer counts
+        assert [c for c in await cluster.audit() if c["resource"] in ("pods", "secrets")] == []  # nothing made
     finally:
         await controller.stop()
         await api.close()

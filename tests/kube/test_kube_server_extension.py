@@ -118,7 +118,8 @@ async def test_culling_deletes_the_pod_and_frees_the_slice(ext, jp_fetch, kube):
     with pytest.raises(HTTPClientError) as refused:  # the slice is held: a second kernel is over the quota
         await start(jp_fetch)
     assert refused.value.code == 403
-    pod = kernel_name(kid) + "-1"
+    [gk] = [k for k in await kube.kernels() if k["metadata"]["name"] == kernel_name(kid)]
+    pod = gk["status"]["pod"]
     assert pod in {p["metadata"]["name"] for p in await kube.pods()}
 
     async def culled():

@@ -112,6 +112,10 @@ class HibernationHook(ABC):
         """Why the kernel's queued resume waits, where not for a free slice (no I/O)."""
         return None
 
+    def queue_why(self, kernel_id: str) -> str | None:
+        """Why the kernel's queued resume is where it is in the queue, where sharing orders it (no I/O)."""
+        return None
+
     def queue_position(self, kernel_id: str) -> int | None:
         """The kernel's place in the queue while its resume waits there (no I/O)."""
         return None
@@ -133,7 +137,12 @@ class HibernationHook(ABC):
     def resume_notice(self, kernel_id: str) -> str:
         """What a cell held for the kernel's resume shows meanwhile (no I/O)."""
         position, reason = self.queue_position(kernel_id), self.queue_reason(kernel_id)
+        why = self.queue_why(kernel_id) if position is not None else None
+        why = f"{why[0].upper()}{why[1:]}" if why else None  # "2nd in the queue: …", a sentence of its own
         if self.first_slice(kernel_id):
+            if why:
+                return (f"Waiting for a GPU slice for this kernel's first cell. {why}. The cell "
+                        "runs as soon as the kernel has its GPU.")
             if position is not None:
                 return (f"Waiting for a GPU slice for this kernel's first cell: position {position} in the queue. "
                         "The cell runs as soon as the kernel has its GPU.")
@@ -141,6 +150,9 @@ class HibernationHook(ABC):
         if position is not None and reason:
             return (f"This kernel's resume is {reason}. Position {position} in the queue; the cell runs as soon "
                     "as the kernel has resumed.")
+        if why:  # where the admin's sharing orders the queue: why it is where it is
+            return (f"Waiting for a GPU slice to resume this kernel. {why}. The cell runs as "
+                    "soon as the kernel has resumed.")
         if position is not None:
             return (f"Waiting for a GPU slice to resume this kernel: position {position} in the queue. "
                     "The cell runs as soon as the kernel has resumed.")
@@ -224,6 +236,9 @@ class PoolHibernation(HibernationHook):
 
     def queue_reason(self, kernel_id: str) -> str | None:
         return self.hibernator.queue_reason(kernel_id)
+
+    def queue_why(self, kernel_id: str) -> str | None:
+        return self.hibernator.queue_why(kernel_id)
 
     def queue_position(self, kernel_id: str) -> int | None:
         return self.hibernator.queue_position(kernel_id)

@@ -125,6 +125,9 @@ describe('small words', () => {
     assert.equal(baseName('/'), '');
     assert.equal(kernelName('.', '0b6f5f0e-1111'), 'kernel 0b6f5f0e');
     assert.equal(kernelName('a/b.ipynb', '0b6f5f0e-1111'), 'b.ipynb');
+    // at a sentence's start (the status bar's tooltip), the id's word has its capital; a file name is as it is
+    assert.equal(kernelName('', '0b6f5f0e-1111', true), 'Kernel 0b6f5f0e');
+    assert.equal(kernelName('a/b.ipynb', '0b6f5f0e-1111', true), 'b.ipynb');
     assert.equal(baseName('a.ipynb'), 'a.ipynb');
   });
   it('trimNumber', () => {

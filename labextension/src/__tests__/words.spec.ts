@@ -22,8 +22,23 @@ import {
   statusView,
   warningConsequence
 } from '../view';
-import { KNOWN_REASONS, kindWord, reasonWords, stateWord } from '../words';
-import { kernel, me, NOW, profiles, Screen, warning } from './fixtures';
+import { reservationBands, reservationRows } from '../reservations';
+import type { IReservation } from '../types';
+import {
+  amountWords,
+  borrowedLine,
+  borrowedWords,
+  KNOWN_REASONS,
+  kindWord,
+  phaseWord,
+  reasonWords,
+  reservationNow,
+  reservationSentence,
+  reservationWords,
+  reservedFor,
+  stateWord
+} from '../words';
+import { GiB, kernel, me, NOW, pool, profiles, Screen, warning } from './fixtures';
 
 const REASONS: Array<string | undefined> = [...KNOWN_REASONS, undefined, 'novel_reason'];
 const KINDS = [...HISTORY_KINDS, 'warned', 'snoozed', 'novel_kind'];
@@ -46,6 +61,46 @@ const STATES = [
   'novel_state'
 ];
 const NAMES = ['Untitled.ipynb', 'results/A-very-long-notebook-name-for-week-twelve.ipynb', ''];
+
+/** Reservations in every phase, member or not, each kind of room, windows today and days away. */
+function reservations(): IReservation[] {
+  const found: IReservation[] = [];
+  for (const phase of ['before', 'making_room', 'open', 'after', 'novel_phase']) {
+    for (const member of [false, true]) {
+      for (const [memory, gpus] of [
+        [160 * GiB, null],
+        [null, 1],
+        [null, 2],
+        [40 * GiB, 2],
+        [null, null]
+      ]) {
+        for (const name of ['ML 101 lab', 'Advanced Deep Learning for Biology, Tuesday group B']) {
+          for (const [start, end] of [
+            [NOW - 400, NOW + 6800],
+            [NOW + 3 * 86400, NOW + 3 * 86400 + 7200],
+            [NOW - 3600, NOW + 86400]
+          ]) {
+            for (const borrowing of [false, true]) {
+              found.push({
+                name,
+                phase,
+                member,
+                memory,
+                gpus,
+                models: [],
+                start,
+                end,
+                lead: 600,
+                borrowing
+              });
+            }
+          }
+        }
+      }
+    }
+  }
+  return found;
+}
 
 /** Words that start a clause: what may follow "because". */
 const SUBJECT = /^(it|its|someone|you|your|an|the|no|every|host|a)\b/;
@@ -350,6 +405,76 @@ describe('the catalogue of words', () => {
       }
     }
     r.assertAllRead(60);
+  });
+
+  it('writes every reservation, and every warning and card of a kernel giving reserved room back, in words that read right', () => {
+    const r = new Rendered();
+    const all = reservations();
+    for (const res of all) {
+      r.fragment(`reservation ${res.phase}/${res.member}`, reservationWords(res, NOW));
+      r.sentence(`reservation sentence ${res.phase}/${res.member}`, reservationSentence(res, NOW));
+      r.fragment(`reserved for ${res.phase}`, reservedFor(res, NOW));
+      r.fragment(`admin ${res.phase}`, reservationNow(res, NOW));
+      r.fragment(`amount ${res.memory}/${res.gpus}`, amountWords(res.memory, res.gpus));
+      r.fragment(`phase ${res.phase}`, phaseWord(res.phase));
+      r.sentence('borrowed', borrowedWords(res, NOW));
+      r.sentence('borrowed line', borrowedLine('Untitled.ipynb', res, NOW));
+    }
+    r.fragment('reserved for nobody known', reservedFor(null, NOW));
+    r.sentence('borrowed nobody known', borrowedWords(null, NOW));
+    r.sentence('borrowed line nobody known', borrowedLine('Kernel 0b6f5f0e', null, NOW));
+    // A warning to give reserved room back, with the reservation it names (or none known), for every
+    // kind of kernel, name and deadline: a toast within 140 characters, and its card's line.
+    const named = all.filter(res => !res.member && ['making_room', 'open'].includes(res.phase));
+    for (const res of [...named.slice(0, 40), null]) {
+      for (const action of ['hibernate', 'shutdown'] as const) {
+        for (const isolation of ['soft', 'mps']) {
+          for (const name of NAMES) {
+            for (const left of [30, 600, 3 * 86400]) {
+              const k = kernel({
+                name,
+                isolation,
+                warning: {
+                  ...warning,
+                  action,
+                  reason: 'reserved',
+                  deadline: NOW + left,
+                  message: res
+                    ? `The GPU room this kernel holds is reserved for ${res.name} …`
+                    : '…'
+                }
+              });
+              const list = res ? [res] : [];
+              r.sentence(`reserved warning ${action}`, warningMessage(k, NOW, list), true);
+              r.sentence(`reserved consequence ${action}`, warningConsequence(k, list, NOW));
+              const state = me({ reservations: list, kernels: [{ ...k, borrowed: 'Borrowed …' }] });
+              for (const line of statusView(state, null, NOW).title.split('\n')) {
+                if (!line.startsWith('Pool:')) {
+                  r.sentence('status with a reservation', line);
+                }
+              }
+              r.sentence('card borrowed', cardView(state.kernels[0], NOW, false, state).borrowed);
+            }
+          }
+        }
+      }
+    }
+    // The dashboard: each reservation's row and its band on the GPU timeline.
+    const listed = all.map(res => ({ ...res, groups: ['ml101'], users: ['teacher'], window: 'w' }));
+    const p = pool({ reservations: listed });
+    for (const row of reservationRows(p, NOW)) {
+      r.fragment('dashboard room', row.room);
+      r.fragment('dashboard now', row.now);
+      r.fragment('dashboard who', row.who);
+    }
+    for (const band of reservationBands(p, NOW).get('GPU-1') ?? []) {
+      r.fragment('band', band.label);
+    }
+    r.assertAllRead(8000);
+    assert.equal(
+      reservationWords({ ...all[0], member: true, phase: 'open' }, NOW),
+      'ML 101 lab: 160 GiB reserved until 12:00'
+    );
   });
 
   it('writes the notifications of a whole sequence as sentences', () => {

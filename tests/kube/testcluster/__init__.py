@@ -1,11 +1,12 @@
 """A Kubernetes test cluster in one process, for this project's tests only.
 
 No kube-apiserver can be installed where our tests run, so this package stands
-in for one: an API server (``apiserver.py`` + ``store.py``) that speaks the
-Kubernetes REST and watch protocol closely enough for ``kubernetes_asyncio`` and
-kopf to run against it unchanged, a scheduler (``scheduler.py``) and a kubelet
+in for one: an API server (``apiserver.py`` + ``store.py``, ``schemas.py``, ``watches.py``,
+``garbage.py``) that speaks the Kubernetes REST and watch protocol closely enough for
+``kubernetes_asyncio`` and kopf to run against it unchanged, a scheduler (``scheduler.py``), a kubelet
 (``kubelet.py``) that "runs" a pod by starting its container's command as a
-local process.  Run it with ``python -m testcluster`` (see ``__main__.py``).
+local process, and hollow nodes (``hollow.py``) whose kubelet marks pods Running without running them,
+for hundreds or thousands of kernels.  Run it with ``python -m testcluster`` (see ``__main__.py``).
 
 Why not KMock: its ``KubernetesEmulator`` stores objects and streams watches,
 but has no resource versions (lists answer ``"..."``, so a watch cannot resume),
@@ -56,10 +57,16 @@ What it does as a real API server does:
   RBAC it is granted.
 - Deletion: finalizers and ``deletionTimestamp``; graceful deletion of running
   pods (the kubelet stops them); propagation ``Background`` / ``Foreground`` /
-  ``Orphan`` through owner references by a garbage collector; terminating
+  ``Orphan`` through owner references by a garbage collector (owners matched by uid), after a delay
+  where one is set (``--gc-delay``: a real collector acts seconds after the owner went); terminating
   namespaces empty themselves.  A pod's ``eviction`` subresource (what
   ``kubectl drain`` sends after cordoning the node) deletes it gracefully; no
-  PodDisruptionBudgets are modelled.
+  PodDisruptionBudgets are modelled.  An object on its way out (a pod in its grace period, a dependent
+  the collector has not reached) still holds its name: a POST of that name answers 409 AlreadyExists.
+- With ``--pid1``, a container's process is treated as its PID 1: a SIGTERM it has no handler for does
+  nothing, so its pod takes its whole grace period and is killed (137), as a kernel pod is on a node.
+- A restart with its state kept (the ``restart`` fault): connections closed, nothing listening for a
+  while, then the same address with a compacted history (a watch resuming from before gets a 410).
 
 Where it differs (and so what these tests cannot show):
 
@@ -78,10 +85,14 @@ Where it differs (and so what these tests cannot show):
 - A ``continue`` token lists the current state from an offset, not the
   snapshot of the first page.
 - The history kept for watch resumption is the last 100,000 writes, not a time window.
-- The garbage collector sweeps every 0.25 s; the real one reacts to events.
+- The garbage collector sweeps every 0.25 s (plus its delay); the real one reacts to events.
 - Scheduling, the kubelet and DRA are simplified; see ``scheduler.py``,
   ``kubelet.py`` and ``dra.py`` for exactly how.  Killed, the server keeps no
-  state: started again on its address (``--port``), it is a fresh cluster.  The scheduler and kubelet read and write the
-  store in-process, not over HTTP (their writes still bump resource versions
-  and reach every watch).
+  state: started again on its address (``--port``), it is a fresh cluster (the ``restart`` fault keeps it).
+  The scheduler and kubelets read and write the store in-process, not over HTTP (their writes still bump
+  resource versions and reach every watch), and go on working while a ``restart`` has the HTTP face down.
+- The store keeps every object in memory, indexed by resource, uid and owner; the cluster's own
+  components (scheduler, kubelets, claim controller) read stored objects without copying them, and
+  built-in schemas are compiled once per kind, so that thousands of pods do not make the cluster the
+  bottleneck of what is measured against it (``benchmarks/operator_burst.py`` reports its CPU).
 """

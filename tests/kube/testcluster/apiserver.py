@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 from aiohttp import web
 
 from .errors import ApiError
 from .faults import Faults
-from .store import KUBERNETES_VERSION, Kind, Store
+from .kinds import Kind
+from .schemas import KUBERNETES_VERSION
+from .store import Store
 
 log = logging.getLogger("testcluster.apiserver")
 
@@ -42,6 +45,14 @@ def _error(e: ApiError) -> web.Response:
     return web.json_response(e.status(), status=e.code)
 
 
+def _ready(queue: asyncio.Queue) -> list:
+    """What a queue holds now, without waiting."""
+    ready = []
+    while not queue.empty():
+        ready.append(queue.get_nowait())
+    return ready
+
+
 def verb_of(method: str, name: str | None, watch: bool) -> str:
     """The authorization verb of a request, as the real server derives it."""
     if method == "GET":
@@ -53,16 +64,64 @@ def verb_of(method: str, name: str | None, watch: bool) -> str:
 class ApiServer:
     def __init__(self, store: Store):
         self.store = store
-        self.audit: list[dict] = []  # every resource request: who (bearer token), verb, resource, namespace
-        self.faults = Faults(store)
-        self.app = web.Application(client_max_size=16 * 2**20)
-        self.app.router.add_get("/testcluster/audit", self.serve_audit)
-        self.app.router.add_post("/testcluster/faults", self.serve_faults)
-        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        # every resource request: when (Unix seconds), who (bearer token), verb, resource, namespace
+        self.audit: list[dict] = []
+        self.faults = Faults(store, restart=self.restart)
+        self.app = self._application()
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    def _application(self) -> web.Application:
+        app = web.Application(client_max_size=16 * 2**20)
+        app.router.add_get("/testcluster/audit", self.serve_audit)
+        app.router.add_post("/testcluster/faults", self.serve_faults)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    # -- listening --------------------------------------------------------------------------------
+
+    async def start(self, port: int = 0) -> int:
+        """Listen on 127.0.0.1 (``port``, or a free one); the port."""
+        runner = web.AppRunner(self.app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", port or self.port, shutdown_timeout=2.0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner = runner
+        return self.port
+
+    async def stop(self) -> None:
+        """End every client's watch stream, then close the listening socket and every connection."""
+        self.store.watches.cut()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def restart(self, seconds: float) -> None:
+        """A restart with the state kept (the ``restart`` fault): every connection closed, nothing listening
+        for ``seconds``, then the same address again, with the history compacted as a restarted server's
+        watch cache starts afresh (a watch resuming from before gets a 410)."""
+        await asyncio.sleep(0.05)  # the fault request's own answer goes out first
+        await self.stop()
+        self.store.watches.compact()
+        self.app = self._application()  # an application runs once
+        await asyncio.sleep(seconds)
+        await self.start(self.port)
 
     async def serve_audit(self, request: web.Request) -> web.Response:
-        """The audit log (tests only): what each client asked, to compare with the RBAC it is granted."""
-        return web.json_response(self.audit)
+        """The audit log (tests only): what each client asked, to compare with the RBAC it is granted;
+        ``?user=`` those of one client (bearer token), ``?since=N`` from the Nth entry on (entries are
+        numbered from 0 and never removed, so a reader can follow the log)."""
+        entries = self.audit
+        try:
+            since = int(request.query.get("since") or 0)
+        except ValueError:
+            return _error(ApiError(400, "BadRequest", f"invalid since {request.query.get('since')!r}"))
+        entries = entries[since:]
+        user = request.query.get("user")
+        if user is not None:
+            entries = [e for e in entries if e["user"] == user]
+        return web.json_response(entries)
 
     async def serve_faults(self, request: web.Request) -> web.Response:
         """Inject a fault (tests only; see faults.py)."""
@@ -77,6 +136,7 @@ class ApiServer:
         q = request.query
         watch = q.get("watch") in _TRUE
         self.audit.append({
+            "at": time.time(),
             "user": auth[len("Bearer "):] if auth.startswith("Bearer ") else "anonymous",
             "verb": verb_of(request.method, name, watch), "group": kind.group, "version": kind.version,
             "resource": kind.plural + (f"/{sub}" if sub else ""), "namespace": namespace, "name": name,
@@ -230,8 +290,9 @@ class ApiServer:
 
     async def stream(self, request: web.Request, kind: Kind, namespace: str | None) -> web.StreamResponse:
         q = request.query
+        initial = parse_bool(q.get("sendInitialEvents"), "sendInitialEvents")
         watcher = self.store.watch(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"),
-                                   q.get("resourceVersion"), parse_bool(q.get("sendInitialEvents"), "sendInitialEvents"))
+                                   q.get("resourceVersion"), initial, remote=True)
         bookmarks = parse_bool(q.get("allowWatchBookmarks"), "allowWatchBookmarks")
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
         response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
@@ -246,19 +307,17 @@ class ApiServer:
                     if wait <= 0:
                         break
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), wait)
+                    events = [await asyncio.wait_for(watcher.queue.get(), wait)]
                 except asyncio.TimeoutError:
                     if request.transport is None or request.transport.is_closing():
                         break  # the client went away
                     if bookmarks and (deadline is None or loop.time() < deadline):
-                        event = {"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
-                                                                "metadata": {"resourceVersion": str(self.store.rv)}}}
+                        events = [{"type": "BOOKMARK", "object": {
+                            "kind": kind.kind, "apiVersion": kind.api_version,
+                            "metadata": {"resourceVersion": str(self.store.rv)}}}]
                     else:
                         continue
-                if event is None:  # the server is stopping
-                    break
-                await response.write(json.dumps(event).encode() + b"\n")
-                if event["type"] == "ERROR":
+                if not await self._send(response, events + _ready(watcher.queue)):
                     break
         except ConnectionResetError:
             pass
@@ -269,3 +328,21 @@ class ApiServer:
         except (ConnectionResetError, RuntimeError):
             pass
         return response
+
+    @staticmethod
+    async def _send(response: web.StreamResponse, events: list[dict | None]) -> bool:
+        """Write events in one chunk (all that were waiting: a watch that fell behind a busy server catches up
+        in one write, not one event a turn of the loop); False once the stream is over (the server stops, or
+        an ERROR was sent)."""
+        lines, more = [], True
+        for event in events:
+            if event is None:  # the server is stopping
+                more = False
+                break
+            lines.append(json.dumps(event).encode() + b"\n")
+            if event["type"] == "ERROR":
+                more = False
+                break
+        if lines:
+            await response.write(b"".join(lines))
+        return more

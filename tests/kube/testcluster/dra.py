@@ -259,7 +259,8 @@ class Allocator:
 
 
 class ClaimController:
-    """Makes each pod's claims from their templates, and deletes the claims of pods that are done."""
+    """Makes each pod's claims from their templates, and deletes the claims of pods that are done.  It keeps
+    the pods that claim from templates from its watch (the others are none of its business)."""
 
     def __init__(self, store: Store):
         self.store = store
@@ -267,9 +268,17 @@ class ClaimController:
         self.claims = store.kind("resource.k8s.io", "v1", "resourceclaims")
         self.templates = store.kind("resource.k8s.io", "v1", "resourceclaimtemplates")
         self._reported: set[tuple[str, str]] = set()
+        self._claiming: dict[str, dict] = {}  # pod uid -> the pod (as stored, read-only)
+
+    def observe(self, event: dict) -> None:
+        pod = event["object"]
+        if event["type"] == "DELETED":
+            self._claiming.pop(pod["metadata"]["uid"], None)
+        elif any(r.get("resourceClaimTemplateName") for r in pod["spec"].get("resourceClaims") or []):
+            self._claiming[pod["metadata"]["uid"]] = pod
 
     def sync_once(self) -> None:
-        for pod in self.store.list(self.pods, None)[0]:
+        for pod in list(self._claiming.values()):
             refs = [r for r in pod["spec"].get("resourceClaims") or [] if r.get("resourceClaimTemplateName")]
             if not refs:
                 continue
@@ -322,12 +331,16 @@ class ClaimController:
         wake = self.store.watch(self.pods, None, None, None, None, False)
         try:
             while True:
+                while not wake.queue.empty():
+                    event = wake.queue.get_nowait()
+                    if event is not None:
+                        self.observe(event)
                 self.sync_once()
                 try:
-                    await asyncio.wait_for(wake.queue.get(), 1.0)
+                    event = await asyncio.wait_for(wake.queue.get(), 1.0)
+                    if event is not None:
+                        self.observe(event)
                 except asyncio.TimeoutError:
                     pass
-                while not wake.queue.empty():
-                    wake.queue.get_nowait()
         finally:
             self.store.unwatch(wake)

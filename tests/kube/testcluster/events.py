@@ -19,6 +19,6 @@ def record_event(store: Store, obj: dict, type_: str, reason: str, message: str,
         "firstTimestamp": at, "lastTimestamp": at, "count": 1,
     }
     try:
-        store.create(store.kind("", "v1", "events"), meta["namespace"], event)
+        store.create(store.kind("", "v1", "events"), meta["namespace"], event, validate=False)
     except ApiError:  # the namespace is going away
         pass

@@ -14,6 +14,14 @@ A body is one of:
 - ``{"resume": true}``: the history is compacted, as etcd's is while a client is away, and every quiet
   watch gets a ``410 Gone``: its client must list afresh, and an object deleted meanwhile is simply not
   listed (no DELETED event reaches it);
+- ``{"restart": true, "seconds": 2}``: the API server restarts, its state kept (as etcd keeps it): every
+  connection is closed and every watch stream cut at once, nothing answers (connections are refused) for
+  that long, and it comes back on the same address with its history compacted (a restarted server's
+  watch cache starts afresh), so a watch resuming from before the restart gets a ``410 Gone``.  The
+  cluster's own controllers (scheduler, kubelets, garbage collector) carry on meanwhile, as they do
+  where several API servers serve one cluster and the one the clients use restarts;
+- ``{"gc_delay": 5}``: the garbage collector acts on a dependent that long after its owner went
+  (``garbage.py``; ``--gc-delay`` sets it at start);
 - ``{"clear": true}``: no more faults.
 """
 
@@ -22,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from .errors import ApiError
 from .store import Store
@@ -40,19 +49,30 @@ class Fault:
 
 
 class Faults:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, restart: Callable[[float], Awaitable[None]] | None = None):
         self.store = store
+        self.restart = restart  # the HTTP face's restart (apiserver.py)
         self.active: list[Fault] = []
+        self._restarting: asyncio.Task | None = None
 
     def apply(self, body: dict) -> None:
         if body.get("clear"):
             self.active.clear()
             return
         if "stall" in body:
-            self.store.stall(set(body["stall"]))
+            self.store.watches.stall(set(body["stall"]))
             return
         if body.get("resume"):
-            self.store.resume()
+            self.store.watches.resume(self.store.rv)
+            return
+        if "gc_delay" in body:
+            self.store.gc.delay = _seconds(body["gc_delay"], "gc_delay")
+            return
+        if body.get("restart"):
+            if self.restart is None or (self._restarting is not None and not self._restarting.done()):
+                raise ApiError(409, "Conflict", "the API server cannot restart now")
+            self._restarting = asyncio.get_running_loop().create_task(
+                self.restart(_seconds(body.get("seconds", 1), "seconds")))
             return
         resources = frozenset(body.get("resources") or ())
         if not resources or not (body.get("status") or body.get("hang")):
@@ -62,7 +82,7 @@ class Faults:
                       bool(body.get("hang")))
         self.active.append(fault)
         if fault.status and (fault.verbs is None or "watch" in fault.verbs):
-            self.store.cut_watches(resources)
+            self.store.watches.cut(resources)
 
     async def check(self, plural: str, verb: str) -> None:
         """Raise the status a fault answers for this request, or hold it while a hang lasts."""
@@ -76,3 +96,13 @@ class Faults:
             raise ApiError(fault.status, "ServiceUnavailable" if fault.status == 503 else "InternalError",
                            f"the test cluster's injected fault: {fault.status} for {plural}")
         self.active = [f for f in self.active if f.until > time.monotonic()]
+
+
+def _seconds(value, name: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise ApiError(400, "BadRequest", f"{name} must be a number of seconds from 0 to 3600, not {value!r}")
+    return seconds

@@ -43,6 +43,13 @@ Where it differs from a real node (each difference is on purpose, and small):
 - No cgroups, no resource limits, no probes: a container is ready once its
   process runs.  ``HOME`` is a fresh directory per pod.
 - Processes get ``PR_SET_PDEATHSIG`` so that they die with the cluster process.
+- A container's process is not its pid namespace's PID 1, so a SIGTERM it has no handler for ends it at
+  once, where in a real container it does nothing (the kernel ignores a signal's default action for PID 1:
+  a kernel pod whose command is ``python -m ipykernel_launcher`` takes its whole grace period and is then
+  killed, exit code 137).  With ``pid1`` (``--pid1``), the kubelet stops a container as a real node does
+  for a PID 1: SIGTERM only where the process handles it (its ``SigCgt`` in ``/proc``), else nothing until
+  the grace period is over, then SIGKILL.  Off by default, so that tests stay quick.
+- Pods on hollow nodes (``hollow.py``) are the hollow kubelet's, not this one's.
 """
 
 from __future__ import annotations
@@ -86,18 +93,31 @@ def _pdeathsig() -> None:
         pass
 
 
+def handles(pid: int, signum: int) -> bool:
+    """Whether a process has a handler for a signal (its ``SigCgt`` mask in ``/proc/<pid>/status``)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            caught = next((line.split()[1] for line in status if line.startswith("SigCgt:")), "0")
+    except OSError:
+        return False
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
 class ContainerConfigError(Exception):
     pass
 
 
 class Kubelet:
     def __init__(self, store: Store, state_dir: Path, images: list[str], node_ip: str = "127.0.0.1",
-                 slow_images: dict[str, float] | None = None, dead_nodes: set[str] | None = None):
+                 slow_images: dict[str, float] | None = None, dead_nodes: set[str] | None = None,
+                 hollow_nodes: set[str] | None = None, pid1: bool = False):
         self.store = store
         self.state_dir = state_dir
         self.images = images
         self.slow_images = slow_images or {}  # image pattern -> seconds a pull takes
         self.dead_nodes = dead_nodes or set()  # nodes whose kubelet never runs anything
+        self.hollow_nodes = hollow_nodes or set()  # nodes whose pods the hollow kubelet marks running
+        self.pid1 = pid1  # a container's process ignores a SIGTERM it has no handler for, as a PID 1 does
         self.node_ip = node_ip
         self.pods_kind = store.kind("", "v1", "pods")
         self.runners: dict[str, PodRunner] = {}
@@ -141,7 +161,8 @@ class Kubelet:
                     if runner:
                         runner.removed()
                     continue
-                if not pod["spec"].get("nodeName") or pod["spec"]["nodeName"] in self.dead_nodes:
+                node = pod["spec"].get("nodeName")
+                if not node or node in self.dead_nodes or node in self.hollow_nodes:
                     continue
                 if runner is None:
                     runner = self.runners[uid] = PodRunner(self, pod)
@@ -208,7 +229,7 @@ class PodRunner:
         fields["conditions"] = list(self.conditions.values())
         try:
             self.pod = self.store.patch(self.kubelet.pods_kind, meta["namespace"], meta["name"],
-                                        "application/merge-patch+json", {"status": fields}, "status")
+                                        "application/merge-patch+json", {"status": fields}, "status", validate=False)
         except ApiError:
             self.gone = True
 
@@ -546,7 +567,10 @@ class PodRunner:
         if self.proc is None or self.proc.returncode is not None:
             return
         grace = 0 if self.gone else self.pod["metadata"].get("deletionGracePeriodSeconds", 30)
-        self.signal(signal.SIGTERM if grace else signal.SIGKILL)
+        if not grace:
+            self.signal(signal.SIGKILL)
+        elif not self.kubelet.pid1 or handles(self.proc.pid, signal.SIGTERM):
+            self.signal(signal.SIGTERM)  # else, as a container's PID 1, the process would ignore it
         try:
             await asyncio.wait_for(self.proc.wait(), max(grace, 0.1))
         except asyncio.TimeoutError:

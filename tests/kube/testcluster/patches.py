@@ -1,21 +1,37 @@
-"""JSON merge patch (RFC 7386) and JSON patch (RFC 6902), as the API server applies them."""
+"""JSON documents as the API server handles them: a copy, JSON merge patch (RFC 7386) and JSON patch
+(RFC 6902)."""
 
 from __future__ import annotations
-
-import copy
 
 from .errors import ApiError
 
 
+def clone(value):
+    """A copy of a JSON value (dicts, lists and scalars): what ``copy.deepcopy`` makes, several times faster
+    (no memo, no other types)."""
+    if type(value) is dict:
+        return {k: clone(v) for k, v in value.items()}
+    if type(value) is list:
+        return [clone(v) for v in value]
+    return value
+
+
 def merge_patch(target, patch):
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    return _merge(clone(target) if isinstance(target, dict) else {}, patch)
+
+
+def _merge(result: dict, patch: dict) -> dict:
+    """``patch`` merged into ``result``, a document of the caller's own that it changes."""
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
+        elif isinstance(value, dict):
+            current = result.get(key)
+            result[key] = _merge(current if isinstance(current, dict) else {}, value)
         else:
-            result[key] = merge_patch(result.get(key), value)
+            result[key] = clone(value)
     return result
 
 
@@ -52,7 +68,7 @@ def _get(doc, parts: list[str]):
 def json_patch(doc, ops):
     if not isinstance(ops, list):
         raise ApiError(400, "BadRequest", "a JSON patch must be a list of operations")
-    doc = copy.deepcopy(doc)
+    doc = clone(doc)
     for op in ops:
         kind, parts = op.get("op"), _pointer(op.get("path", ""))
         if kind == "test":
@@ -60,28 +76,28 @@ def json_patch(doc, ops):
                 raise ApiError(422, "Invalid", f"the test operation on {op['path']!r} failed")
             continue
         if kind in ("move", "copy"):
-            value = copy.deepcopy(_get(doc, _pointer(op["from"])))
+            value = clone(_get(doc, _pointer(op["from"])))
             if kind == "move":
                 doc = json_patch(doc, [{"op": "remove", "path": op["from"]}])
             doc = json_patch(doc, [{"op": "add", "path": op["path"], "value": value}])
             continue
         if not parts:
             if kind in ("add", "replace"):
-                doc = copy.deepcopy(op["value"])
+                doc = clone(op["value"])
                 continue
             raise ApiError(422, "Invalid", "cannot remove the whole document")
         parent, last = _parent(doc, parts), parts[-1]
         if kind == "add":
             if isinstance(parent, list):
-                parent.insert(len(parent) if last == "-" else int(last), copy.deepcopy(op["value"]))
+                parent.insert(len(parent) if last == "-" else int(last), clone(op["value"]))
             else:
-                parent[last] = copy.deepcopy(op["value"])
+                parent[last] = clone(op["value"])
         elif kind == "replace":
             _get(doc, parts)
             if isinstance(parent, list):
-                parent[int(last)] = copy.deepcopy(op["value"])
+                parent[int(last)] = clone(op["value"])
             else:
-                parent[last] = copy.deepcopy(op["value"])
+                parent[last] = clone(op["value"])
         elif kind == "remove":
             _get(doc, parts)
             if isinstance(parent, list):

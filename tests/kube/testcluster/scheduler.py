@@ -53,23 +53,66 @@ def _tolerates(pod: dict, taint: dict) -> bool:
 
 
 class Scheduler:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, spread: bool = False):
         self.store = store
+        self.spread = spread
         self.pods = store.kind("", "v1", "pods")
         self.nodes = store.kind("", "v1", "nodes")
         self.allocator = Allocator(store)
         self._reported: dict[str, str] = {}  # pod uid -> last Unschedulable message
+        self._pending: dict[str, dict] = {}  # pod uid -> the pod (as stored), waiting for a node
+        self._placed: dict[str, tuple[str, dict[str, Fraction]]] = {}  # pod uid -> (node, its requests)
+        self._used: dict[str, Counter] = {}  # node name -> what its pods request
+        self._seen: dict[str, int] = {}  # pod uid -> the resourceVersion the cache holds
+        self._allocatable: dict[str, tuple[str, dict[str, Fraction]]] = {}  # node -> (resourceVersion, allocatable)
 
-    def _free(self, node: dict, pods: list[dict]) -> dict[str, Fraction]:
-        free = {k: parse_quantity(v) for k, v in (node.get("status", {}).get("allocatable") or {}).items()}
-        for pod in pods:
-            if pod["spec"].get("nodeName") == node["metadata"]["name"] and \
-                    pod.get("status", {}).get("phase") not in TERMINAL:
-                for name, value in pod_requests(pod).items():
-                    free[name] = free.get(name, Fraction(0)) - value
-        return free
+    # -- the cache --------------------------------------------------------------------------------
 
-    def _why_not(self, pod: dict, node: dict, free: dict[str, Fraction]) -> list[str]:
+    def observe(self, event_type: str, pod: dict) -> None:
+        """One pod event (ignored when the cache holds a newer version of the pod)."""
+        meta = pod["metadata"]
+        uid, rv = meta["uid"], int(meta["resourceVersion"])
+        if event_type != "DELETED" and rv < self._seen.get(uid, 0):
+            return
+        self._unplace(uid)
+        self._pending.pop(uid, None)
+        if event_type == "DELETED":
+            self._seen.pop(uid, None)
+            self._reported.pop(uid, None)
+            return
+        self._seen[uid] = rv
+        if pod.get("status", {}).get("phase") in TERMINAL:
+            return
+        if pod["spec"].get("nodeName"):
+            self._place(uid, pod["spec"]["nodeName"], pod_requests(pod))
+        elif not meta.get("deletionTimestamp"):
+            self._pending[uid] = pod
+
+    def _place(self, uid: str, node: str, requests: dict[str, Fraction]) -> None:
+        self._placed[uid] = (node, requests)
+        used = self._used.setdefault(node, Counter())
+        for name, value in requests.items():
+            used[name] += value
+
+    def _unplace(self, uid: str) -> None:
+        placed = self._placed.pop(uid, None)
+        if placed is not None:
+            used = self._used[placed[0]]
+            for name, value in placed[1].items():
+                used[name] -= value
+
+    def _free(self, node: dict) -> dict[str, Fraction]:
+        name, rv = node["metadata"]["name"], node["metadata"]["resourceVersion"]
+        held = self._allocatable.get(name)
+        if held is None or held[0] != rv:
+            held = self._allocatable[name] = (rv, {k: parse_quantity(v) for k, v in
+                                                   (node.get("status", {}).get("allocatable") or {}).items()})
+        used = self._used.get(name) or {}
+        return {k: v - used.get(k, 0) for k, v in held[1].items()}
+
+    # -- deciding ---------------------------------------------------------------------------------
+
+    def _why_not(self, pod: dict, requests: dict[str, Fraction], node: dict, free: dict[str, Fraction]) -> list[str]:
         if node.get("spec", {}).get("unschedulable"):
             return ["node(s) were unschedulable"]
         labels = node["metadata"].get("labels") or {}
@@ -80,28 +123,30 @@ class Scheduler:
             if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(pod, taint):
                 return [f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"]
         reasons = []
-        for name, value in sorted(pod_requests(pod).items()):
+        for name, value in sorted(requests.items()):
             if value > free.get(name, Fraction(0)):
                 reasons.append("Too many pods" if name == "pods" else f"Insufficient {name}")
         return reasons
 
+    def _candidates(self, nodes: list[dict]) -> list[dict]:
+        """The nodes in the order they are tried: by name, or (spread) the fewest pods first."""
+        if not self.spread:
+            return nodes
+        return sorted(nodes, key=lambda n: ((self._used.get(n["metadata"]["name"]) or {}).get("pods", 0),
+                                            n["metadata"]["name"]))
+
     def schedule_once(self) -> None:
-        pods, _ = self.store.list(self.pods, None)
-        nodes, _ = self.store.list(self.nodes, None)
-        for pod in pods:
-            meta = pod["metadata"]
-            if pod["spec"].get("nodeName") or meta.get("deletionTimestamp") or \
-                    pod.get("status", {}).get("phase") in TERMINAL:
-                continue
+        nodes = self.store.scan(self.nodes)
+        for pod in sorted(self._pending.values(), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
             claims = None
             if pod["spec"].get("resourceClaims"):
                 claims = self.allocator.claims_of(pod)
                 if claims is None:
                     continue  # not schedulable before its claims exist (as the real scheduler gates it)
             reasons: Counter = Counter()
-            chosen, allocations = None, []
-            for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-                why = self._why_not(pod, node, self._free(node, pods))
+            chosen, allocations, requests = None, [], pod_requests(pod)
+            for node in self._candidates(nodes):
+                why = self._why_not(pod, requests, node, self._free(node))
                 if not why and claims is not None:
                     try:
                         allocations = self.allocator.allocate(pod, claims, node["metadata"]["name"])
@@ -114,23 +159,24 @@ class Scheduler:
             try:
                 if chosen is not None:
                     self.allocator.commit(allocations)
-                    self._bind(pod, chosen)
-                    pod["spec"]["nodeName"] = chosen["metadata"]["name"]  # counts against the node for the next pod
+                    self.observe("MODIFIED", self._bind(pod, chosen))  # counts against the node for the next pod
                 else:
                     self._unschedulable(pod, len(nodes), reasons)
             except ApiError as e:  # deleted meanwhile
-                log.debug("could not schedule %s: %s", meta["name"], e.message)
+                log.debug("could not schedule %s: %s", pod["metadata"]["name"], e.message)
 
-    def _bind(self, pod: dict, node: dict) -> None:
+    def _bind(self, pod: dict, node: dict) -> dict:
         meta, node_name = pod["metadata"], node["metadata"]["name"]
         self.store.patch(self.pods, meta["namespace"], meta["name"], "application/merge-patch+json",
-                         {"spec": {"nodeName": node_name}})
-        self.store.patch(self.pods, meta["namespace"], meta["name"], "application/merge-patch+json",
-                         {"status": {"conditions": [{"type": "PodScheduled", "status": "True",
-                                                     "lastTransitionTime": now_rfc3339()}]}}, "status")
+                         {"spec": {"nodeName": node_name}}, validate=False)
+        bound = self.store.patch(self.pods, meta["namespace"], meta["name"], "application/merge-patch+json",
+                                 {"status": {"conditions": [{"type": "PodScheduled", "status": "True",
+                                                             "lastTransitionTime": now_rfc3339()}]}}, "status",
+                                 validate=False)
         self._reported.pop(meta["uid"], None)
         record_event(self.store, pod, "Normal", "Scheduled",
                      f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name}", "default-scheduler")
+        return bound
 
     def _unschedulable(self, pod: dict, node_count: int, reasons: Counter) -> None:
         meta = pod["metadata"]
@@ -143,23 +189,33 @@ class Scheduler:
         self.store.patch(self.pods, meta["namespace"], meta["name"], "application/merge-patch+json",
                          {"status": {"phase": "Pending", "conditions": [{
                              "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                             "message": message, "lastTransitionTime": now_rfc3339()}]}}, "status")
+                             "message": message, "lastTransitionTime": now_rfc3339()}]}}, "status", validate=False)
         record_event(self.store, pod, "Warning", "FailedScheduling", message, "default-scheduler")
 
     async def run(self) -> None:
         """Schedule on every pod or node change, and retry the pending ones every second."""
-        wake_pods = self.store.watch(self.pods, None, None, None, None, False)
-        wake_nodes = self.store.watch(self.nodes, None, None, None, None, False)
+        pods = self.store.watch(self.pods, None, None, None, None, False)
+        nodes = self.store.watch(self.nodes, None, None, None, None, False)
         try:
             while True:
+                self._drain(pods, nodes)
                 self.schedule_once()
-                getters = [asyncio.ensure_future(w.queue.get()) for w in (wake_pods, wake_nodes)]
-                await asyncio.wait(getters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
-                for g in getters:
+                getters = {asyncio.ensure_future(w.queue.get()): w for w in (pods, nodes)}
+                done, waiting = await asyncio.wait(getters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                for g in waiting:
                     g.cancel()
-                for w in (wake_pods, wake_nodes):
-                    while not w.queue.empty():
-                        w.queue.get_nowait()
+                for g in done:
+                    event = g.result()
+                    if event is not None and getters[g] is pods:
+                        self.observe(event["type"], event["object"])
         finally:
-            self.store.unwatch(wake_pods)
-            self.store.unwatch(wake_nodes)
+            self.store.unwatch(pods)
+            self.store.unwatch(nodes)
+
+    def _drain(self, pods, nodes) -> None:
+        while not pods.queue.empty():
+            event = pods.queue.get_nowait()
+            if event is not None:
+                self.observe(event["type"], event["object"])
+        while not nodes.queue.empty():
+            nodes.queue.get_nowait()

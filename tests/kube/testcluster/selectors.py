@@ -72,7 +72,8 @@ FIELDS = {
 DEFAULT_FIELDS = {"metadata.name", "metadata.namespace"}
 
 
-def _field(obj: dict, path: str) -> str:
+def field_value(obj: dict, path: str) -> str:
+    """A field of an object as a field selector compares it (a string)."""
     value: object = obj
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
@@ -83,6 +84,17 @@ def _field(obj: dict, path: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def field_equalities(text: str | None) -> dict[str, str]:
+    """The ``path=value`` terms of a field selector (for an index to narrow a list; ``field_matcher`` judges
+    the whole selector, and refuses a bad one)."""
+    found = {}
+    for part in _split(text or ""):
+        m = re.match(r"^\s*([A-Za-z0-9._]+)\s*(==|=)\s*(.*?)\s*$", part)
+        if m:
+            found[m.group(1)] = m.group(3)
+    return found
 
 
 def field_matcher(text: str | None, kind: str):
@@ -98,7 +110,7 @@ def field_matcher(text: str | None, kind: str):
         if path not in allowed:
             raise ApiError(400, "BadRequest", f'field label not supported: {path}')
         if op == "!=":
-            tests.append(lambda obj, p=path, v=value: _field(obj, p) != v)
+            tests.append(lambda obj, p=path, v=value: field_value(obj, p) != v)
         else:
-            tests.append(lambda obj, p=path, v=value: _field(obj, p) == v)
+            tests.append(lambda obj, p=path, v=value: field_value(obj, p) == v)
     return lambda obj: all(t(obj) for t in tests)
