@@ -24,7 +24,7 @@ from .profiles import SOFT
 from .rules import HIBERNATE, SHUTDOWN, Rule
 from .units import format_duration, format_size
 from .words import (ACTIONS, BUDGET, GPU_IDLE, IDLE, MAX_AGE, MAX_BUSY, MAX_HIBERNATED, OVER_MEMORY, PRESSURE,
-                    RESERVED, REASONS as CATALOGUE, seconds_text, snooze_limit)
+                    RESERVED, REASONS as CATALOGUE, seconds_text, shut_down_instead, snooze_limit, this_period)
 
 # The policy's reasons, as recorded and sent to the UI: their words are the catalogue's (``words``).
 # RESERVED: chosen (pool.reclaim.choose_for_reservations) to give back room reserved for others, before their
@@ -104,7 +104,7 @@ def release_action(rule: Rule, can_hibernate: bool, why_not: str | None) -> tupl
     if rule.action == HIBERNATE:
         if can_hibernate:
             return HIBERNATE, None
-        return SHUTDOWN, f"hibernation unavailable ({why_not or 'unknown reason'}), so shut down instead"
+        return SHUTDOWN, shut_down_instead(why_not)
     return SHUTDOWN, None
 
 
@@ -334,7 +334,7 @@ def _what(reason: str, facts: Facts, rule: Rule, now: float, reserved: str = "")
         max_hibernated=format_duration(rule.max_hibernated),
         used=format_size(facts.memory_used),
         limit=format_size(facts.memory_limit),
-        period=facts.budget_period,
+        this_period=this_period(facts.budget_period or "week"),
         spent=f"{facts.budget_used or 0:.1f}",
         budget=f"{facts.budget_limit or 0:g}",
     )

@@ -41,6 +41,7 @@ from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.rules import Policy
 from ..pool.units import unix_time
+from ..pool.words import cannot_hibernate, shut_down_instead
 from . import messages, metrics
 from .activity import ActivityRecorder
 from .backends.base import PoolBackend
@@ -364,7 +365,7 @@ class Culler:
                         await self.recorder.record("refused", lease, reason=e.reason, message=e.message,
                                                    rule=rule.name, action=P.HIBERNATE)
                         return
-                    note = f"hibernation unavailable ({e.message}), so shut down instead"
+                    note = shut_down_instead(e.message)
                 except HibernationFailed as e:
                     extra = {"states": {str(p): s for p, s in e.states.items()}, "recovered": e.recovered}
                     if e.recovered and not user_release:  # our failure: the kernel runs on, its variables kept
@@ -461,7 +462,7 @@ class Culler:
             if lease.state == HIBERNATED:
                 raise ValueError("it is hibernated already")
             if not can:
-                raise ValueError(f"it cannot hibernate: {why}")
+                raise ValueError(cannot_hibernate(why or "for a reason not known"))
             done = P.HIBERNATE
         elif action == "release":
             done, note = P.release_action(rule, can, why)
