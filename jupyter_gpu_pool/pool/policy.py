@@ -71,6 +71,7 @@ class Warning:
     warned_at: float
     deadline: float
     message: str
+    reservation: str = ""  # reason ``reserved``: the reservation whose room the kernel gives back (by name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,13 +187,14 @@ def _reclaiming(reclaim: bool, rule: Rule, now: float, state: KernelState, reaso
 
 
 def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
-           reclaim: bool = False, dry_run: bool = False, reserved: str = "") -> Decision:
+           reclaim: bool = False, dry_run: bool = False, reserved: str = "", reservation: str = "") -> Decision:
     """What to do with one kernel now.  Pure: same inputs, same decision.
 
     ``reclaim``: the kernel is chosen to give its slice back to a waiter (``pool.reclaim``); it is
     warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more.
     ``reserved``: it is chosen to give back room a reservation keeps, and why in words ("reserved for ML
-    101 lab from 10:00"); warned for that (reason ``reserved``, no snooze), withdrawn once not chosen."""
+    101 lab from 10:00"); warned for that (reason ``reserved``, no snooze, ``Warning.reservation``: the
+    ``reservation``'s name), withdrawn once not chosen."""
     conditions = _conditions(facts, rule, _reclaiming(reclaim, rule, now, state),
                              _reclaiming(bool(reserved), rule, now, state, RESERVED))
     best = _earliest(conditions, state)
@@ -224,7 +226,7 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
     if warning is None or warning.reason != reason:
         deadline = max(effective, now + lead)
         message = _warning_message(reason, action, facts, rule, now, deadline, reserved)
-        warning = Warning(reason, action, now, deadline, message)
+        warning = Warning(reason, action, now, deadline, message, reservation if reason == RESERVED else "")
         return Decision(WARN, replace(state, warning=warning), reason=reason, action=action, deadline=deadline,
                         message=message, note=note, dry_run=dry_run)
 

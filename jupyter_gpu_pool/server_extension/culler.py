@@ -40,6 +40,7 @@ from ..pool.phases import HIBERNATING, STOPPING
 from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.rules import Policy
+from ..pool.reservations import named_in
 from ..pool.units import unix_time
 from ..pool.words import cannot_hibernate, shut_down_instead
 from . import messages, metrics
@@ -208,7 +209,8 @@ class Culler:
         """Ask the policy about one kernel, keep its answer, carry it out, and keep the kernel's deadline
         timer in step with its warning."""
         decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=reclaim,
-                            dry_run=self.policy.dry_run, reserved=reserved)
+                            dry_run=self.policy.dry_run, reserved=reserved,
+                            reservation=named_in(reserved, self.backend.sharing.reservations) if reserved else "")
         self.states[kid] = decision.state
         self.seen[kid] = Seen(rule, facts, decision)
         if decision.verb != P.NONE:

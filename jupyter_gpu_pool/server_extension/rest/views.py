@@ -58,7 +58,8 @@ def warning_shown(kstate: P.KernelState, rule: Rule, context: ServerContext) -> 
     if w is None or context.policy.dry_run:
         return None
     return {"action": w.action, "reason": w.reason, "message": w.message, "deadline": w.deadline,
-            "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze}
+            "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze,
+            "reservation": w.reservation or None}  # reason reserved: the reservation it gives room back for
 
 
 def next_idle_action(lease: Lease, rule: Rule, kstate: P.KernelState, context: ServerContext, *, now: float,
@@ -79,12 +80,12 @@ def next_idle_action(lease: Lease, rule: Rule, kstate: P.KernelState, context: S
 def user_actions(lease: Lease, rule: Rule, kstate: P.KernelState, context: ServerContext, *,
                  warning: dict | None) -> list[str]:
     """What the user may do to a kernel of this server: nothing while a move is under way; a snooze while
-    any is left (never of an over-memory warning); Release a held slice, Resume a hibernated kernel (a
-    first slice is taken by a cell); Shut down."""
+    any is left (never of an over-memory warning, nor of a reserved one: the server refuses both); Release
+    a held slice, Resume a hibernated kernel (a first slice is taken by a cell); Shut down."""
     if lease.phase or context.busy(lease.kernel_id):
         return []
     actions = []
-    if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] == P.OVER_MEMORY):
+    if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] in (P.OVER_MEMORY, P.RESERVED)):
         actions.append("snooze")
     if lease.state != HIBERNATED:
         actions.append("release")
@@ -158,8 +159,9 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
         "here": here,
         "actions": actions,
         "progress": lease.extra.get("progress"),  # a cluster kernel's start, in words, while it starts
-        # it borrowed room reserved for others, in words, while their window is open (else null)
-        "borrowed": backend.sharing.borrowed(lease, now) or None,
+        # it borrowed room reserved for others, in words, while their window is open and it holds the room
+        # (else null: a hibernated kernel gave it back, whatever its lease remembers)
+        "borrowed": (backend.sharing.borrowed(lease, now) or None) if lease.state == ACTIVE else None,
     }
 
 
@@ -311,9 +313,7 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         "queue": [{**w.to_dict(), "label": notebooks.get(w.kernel_id, w.label)} for w in snapshot.waiters],
         "decisions": decisions,
         "policy": context.policy.to_dict(),
-        "reservations": [{**s.to_dict(now, member=False), "groups": list(s.reservation.groups),
-                          "users": list(s.reservation.users), "window": s.reservation.window.words()}
-                         for s in backend.sharing.slots(now)],
+        "reservations": [s.listed(now) for s in backend.sharing.slots(now)],
         "pressure": bool(snapshot.waiters),
         "passes": context.passes(),
     }
