@@ -159,8 +159,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
         "here": here,
         "actions": actions,
         "progress": lease.extra.get("progress"),  # a cluster kernel's start, in words, while it starts
-        # it borrowed room reserved for others, in words, while their window is open and it holds the room
-        # (else null: a hibernated kernel gave it back, whatever its lease remembers)
+        # room reserved for others it holds, in words, while their window is open (a hibernated kernel gave it back)
         "borrowed": (backend.sharing.borrowed(lease, now) or None) if lease.state == ACTIVE else None,
     }
 
