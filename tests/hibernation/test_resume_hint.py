@@ -217,9 +217,11 @@ async def test_a_kernel_woken_on_a_hint_gives_its_slice_back_unwarned_as_soon_as
     served = pool.ledger.allocate(LeaseRequest(owner="bob", kernel_id="bobs-start", profile=small),
                                   pool.settings.quotas, waiter_id=waiter.id)
     assert served.gpus == gpu  # the room the hint had taken
-    entries = journal(server, kid, since)
-    assert "warned" not in [e.kind for e in entries]
-    [again] = [e for e in entries if e.kind == "hibernated" and e.detail.get("source") == "policy"]
+    # the policy's entry (why it slept) is written once the move is done: wait for it, not for the state alone
+    policy_slept = await wait_until(lambda: [e for e in journal(server, kid, since) if e.kind == "hibernated"
+                                             and e.detail.get("source") == "policy"], timeout=10, what="its entry")
+    assert "warned" not in [e.kind for e in journal(server, kid, since)]
+    [again] = policy_slept
     assert again.reason == "hint_unused" and "someone is waiting for a GPU slice" in again.detail["message"]
 
 
