@@ -78,14 +78,21 @@ def build_registry(controller: Controller) -> kopf.OperatorRegistry:
     return registry
 
 
+YOUNG_OBJECTS = 20_000  # allocations between two collections of the youngest generation (CPython: 700)
+
+
 def freeze_what_lasts() -> None:
-    """Move what is made by now (modules, classes, kopf's and the API client's machinery: some 200,000
-    objects, as long-lived as the process) out of the garbage collector's sight.  A full collection holds
-    the event loop while it walks every object it sees; with these frozen it walks only what the operator
-    keeps of the cluster (measured with 2,000 kernels' objects: about half the pause).  Called once, at
-    start, after a collection, so no garbage is frozen with them."""
+    """Keep the garbage collector's full collections short and rare: each holds the event loop while it
+    walks every object it tracks.  What is made by now (modules, classes, kopf's and the API client's
+    machinery: some 200,000 objects, as long-lived as the process) is moved out of its sight, so a full
+    collection walks only what the operator keeps of the cluster (about 50 objects a kernel); and the
+    youngest generation is collected every ``YOUNG_OBJECTS`` allocations, not 700, so what a watch event
+    or a listing's page makes and drops (most of what the operator allocates) dies before it is promoted
+    towards a full collection.  Called once, at start, after a collection, so no garbage is frozen."""
     gc.collect()
     gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_OBJECTS, middle, old)
 
 
 class EndlessBackoffs:
