@@ -71,6 +71,23 @@ def _gpu_present() -> tuple[bool, str]:
     return True, ""
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="leave out the slow runs (marked slow; the browser and Binder tests are): ./scripts/test --fast")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long run (a soak, a build, a real browser): left out by --fast")
+    # Groups go to the workers in the order pytest_collection_modifyitems puts them (the longest first),
+    # not sorted by their number of tests as pytest-xdist would.
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
+
+
+# Under pytest-xdist's loadgroup, xdist names each test's group from the xdist_group marker in its own
+# pytest_collection_modifyitems: this one must run first, or no test has a group and a file's tests (and their
+# module fixtures: a lab server, a built environment) are spread over every worker.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     gpu_ok, gpu_why = _gpu_present() if any("gpu" in i.keywords for i in items) else (True, "")
     for item in items:
@@ -80,10 +97,32 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="no real cluster: KUBECONFIG is not set"))
         if "browser" in item.keywords and not Path("/usr/bin/chromium").exists():
             item.add_marker(pytest.mark.skip(reason="no /usr/bin/chromium (apt-get install chromium)"))
-        # Under pytest-xdist (scripts/test runs with --dist loadgroup): a file's tests run in one worker, so
-        # its module fixtures (a lab server, a built environment) are made once; the service tests share
-        # the real Unix users their session creates, so they all run in one worker (and the GPU tests share a GPU).
-        item.add_marker(pytest.mark.xdist_group(_group_of(item)))
+        if "browser" in item.keywords or "binder" in item.keywords:
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("fast"):
+        slow = [item for item in items if "slow" in item.keywords]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if "slow" not in item.keywords]
+    # A file's tests run in one worker, so its module fixtures are made once; the service tests share the real
+    # Unix users their session creates, so they all run in one worker (and the GPU tests share a GPU).
+    groups: dict[str, list] = {}
+    for item in items:
+        group = _group_of(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    # The longest groups first, so that none starts last and keeps one worker busy after the others are done.
+    items[:] = [item for group in sorted(groups.values(), key=_estimated_seconds, reverse=True) for item in group]
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """Tests that come from a worker without their group stop the run (pytest-xdist appends ``@group`` to each
+    test's id; pytest 9.2 ignores how it does so: pytest-dev/pytest-xdist#1386), rather than let every file's
+    tests be spread over the workers, each building the same servers and environments again."""
+    ungrouped = [nodeid for nodeid in ids if nodeid.rfind("@") <= nodeid.rfind("]")]
+    if node.config.getvalue("dist") == "loadgroup" and ungrouped:
+        pytest.exit(f"pytest-xdist put no group on {len(ungrouped)} tests (e.g. {ungrouped[0]}): this pytest "
+                    "and pytest-xdist do not work together (see the pytest pin in pyproject.toml)", returncode=3)
 
 
 def _group_of(item) -> str:
@@ -91,6 +130,17 @@ def _group_of(item) -> str:
         return "gpu"  # one at a time: some fill the GPU's memory on purpose
     path = Path(str(item.fspath))
     return "unix-users" if "service" in path.parts else str(path)
+
+
+def _estimated_seconds(group: list) -> float:
+    """A rough cost of a group on a 2-CPU machine, for ordering only: what its tests start costs more than
+    what they run (a Binder environment built once, a lab server and Chromium per browser file, a test API
+    server and an operator per Kubernetes test, a user's Jupyter server per service test)."""
+    first = group[0]
+    if "binder" in first.keywords:
+        return 1e6  # builds a whole environment before its first test: always first
+    per_test = 30 if "browser" in first.keywords else 8 if ("kube" in first.keywords or "service" in first.keywords) else 1
+    return per_test * len(group)
 
 
 class PoolHome:

@@ -183,16 +183,16 @@ def test_only_plans_the_one_part_it_names_within_3_minutes(only, step):
     ("resume", ["tests/hibernation/test_first_cell_and_resume_feel.py::"
                 "test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept_and_resume_on_run[gpu]"]),
     ("cluster", ["tests/kube/test_kube_hibernation_e2e.py::"
-                 "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_intact[gpu]"]),
+                 "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_intact[test-gpu]"]),
     ("flows", ["tests/hibernation/test_first_cell_and_resume_feel.py::"
                "test_a_kernel_holds_no_gpu_until_its_first_cell_which_takes_the_slice_and_sees_only_its_gpu[gpu]",
                "tests/hibernation/test_first_cell_and_resume_feel.py::"
                "test_what_the_user_feels_of_a_resume_with_the_hint_against_never_slept_and_resume_on_run[gpu]",
                "tests/kube/test_kube_hibernation_e2e.py::"
-               "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_intact[gpu]"]),
+               "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_intact[test-gpu]"]),
     ("goes_to_host_memory", ["tests/kube/test_kube_hibernation_e2e.py::"
                              "test_a_kernel_pods_gpu_memory_goes_to_host_memory_for_another_process_and_comes_back_"
-                             "intact[gpu]"]),  # a name fragment reaches the first step's tests too
+                             "intact[test-gpu]"]),  # a name fragment reaches the first step's tests too
 ])
 def test_only_selects_exactly_the_tests_it_names_under_a_real_pytest(tmp_path, only, selected):
     """The plan's own pytest command, collecting only (the gpu tests collect without a GPU): what the check's

@@ -141,6 +141,7 @@ def as_lease(kernel: dict) -> Lease:
         label=s.get("label", ""), created=created, updated=since, state_since=since, host=st.get("node", ""),
         host_bytes=int(hibernation(kernel).get("bytes") or 0) if state == HIBERNATED else 0,
         phase=_lease_phase(kernel) if state != RELEASED else "",
+        borrowed=tuple(st.get("borrowed") or ()) if state != RELEASED else (),
         reason=st.get("reason", "") if st.get("phase") in (FAILED, STOPPED) else "",
         extra={"namespace": m.get("namespace", ""), "name": m.get("name", ""), "phase": st.get("phase", ""),
                "pod": st.get("pod", ""), "message": st.get("message", ""), "progress": progress(kernel)},

@@ -63,7 +63,9 @@ POD_REFUSED = "PodRefused"  # the API server refused the kernel's pod (a Resourc
 HIBERNATION_REFUSED = "HibernationRefused"  # nothing moved: the backend, host memory or the node's cap says no
 HIBERNATION_FAILED = "HibernationFailed"  # the agent's checkpoint or restore failed (the message says what state it left)
 KILL_PRECAUTION_TIMED_OUT = "KillPrecautionTimedOut"  # the agent did not answer: a resumed kernel's pod deleted anyway
-WAITING_FOR_ROOM = "WaitingForRoom"  # a resume waits until its node's GPU has the room (queuePosition)
+WAITING_FOR_ROOM = "WaitingForRoom"  # a resume waits for room on its node's GPU (queuePosition), or reserved
+# room; a member's start waits for the room reserved for them, others' kernels holding it (status.waiting)
+ROOM_RESERVED = "RoomReserved"  # a start refused: the room it would fit in is reserved for others
 RESUME_DECLINED = "ResumeDeclined"  # a resume asked on a hint (spec.resumeHint) that would have had to wait
 
 _LABEL_OK = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")

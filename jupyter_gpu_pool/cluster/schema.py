@@ -90,6 +90,8 @@ KERNEL_SCHEMA = {
                                    "checkpointSeconds": {"type": "number"}, "restoreSeconds": {"type": "number"},
                                    "devices": _NAMES, "queuePosition": {**_INT, "nullable": True},
                                    "reason": _STR, "message": _STR,
+                                   "why": {**_STR, "description": "Why a waiting resume is where it is in a "
+                                                                 "shared queue (a fair queue)."},
                                    "declined": {**_STR, "description": "Why a resume asked on a hint was "
                                                                        "declined: no_room, others_waiting, "
                                                                        "not_now (its owner's quota)."}},
@@ -101,6 +103,16 @@ KERNEL_SCHEMA = {
                                    "the agent answers here.",
                     "properties": {"pod": _STR, "requestedAt": {"type": "number"},
                                    "answeredAt": {"type": "number"}, "message": _STR},
+                },
+                "borrowed": {**_NAMES, "description": "The reservations whose room, unused by their members, "
+                                                    "the kernel borrows: it is hibernated, with a warning, when a "
+                                                    "member needs the room."},
+                "waiting": {
+                    "type": "object",
+                    "description": "A start waiting for room reserved for its owner, while others' kernels give it "
+                                   "back (reason WaitingForRoom): since when, what it asks, its place and why.",
+                    "properties": {"since": {"type": "number"}, "memory": _INT, "groups": _NAMES,
+                                   "position": _INT, "why": _STR},
                 },
                 "startedAt": {"type": "number"},
                 "runningAt": {"type": "number"},
@@ -147,11 +159,41 @@ _RULE = {
     },
 }
 
+_RESERVATION = {
+    "type": "object",
+    "required": ["name", "start", "end", "timezone"],
+    "description": "Room kept for a group (or users) in a window: the same fields as c.GPUPool.reservations.",
+    "properties": {
+        "name": _STR, "groups": _NAMES, "users": _NAMES,
+        "days": {**_NAMES, "description": "Weekly on these days (mon ... sun), times of day; none: once, dates."},
+        "start": {**_STR, "description": "10:00 (weekly), or 2025-03-04 10:00 (once)."}, "end": _STR,
+        "timezone": {**_STR, "description": "An IANA time zone such as Europe/Paris."},
+        "memory": {**_STR, "description": "GPU memory in all, such as 160GiB."},
+        "gpus": {**_INT, "minimum": 1, "description": "Whole GPUs (counted as their memory on a cluster)."},
+        "models": {**_NAMES, "description": "Glob patterns of GPU models (the nodes' nvidia.com/gpu.product)."},
+        "lead": {"x-kubernetes-int-or-string": True, "description": "Seconds (or 10m) before the window that "
+                                                                   "the room is made; default 10 minutes."},
+    },
+}
+
 POLICY_SCHEMA = {
     "type": "object",
     "required": ["spec"],
     "properties": {
-        "spec": {"type": "object", "properties": {"dryRun": _BOOL, "rules": {"type": "array", "items": _RULE}}},
+        "spec": {"type": "object", "properties": {
+            "dryRun": _BOOL, "rules": {"type": "array", "items": _RULE},
+            "reservations": {"type": "array", "items": _RESERVATION},
+            "queueOrder": {**_STR, "enum": ["fifo", "fair"], "description": "fifo (default): first come, first "
+                                                                           "served; fair: by fair share."},
+            "fairShare": {"type": "object", "properties": {
+                "weights": {"type": "object", "additionalProperties": {"type": "number"},
+                            "description": "Each group's weight, such as {ml101: 2, research: 1}."},
+                "othersWeight": {"type": "number"},
+                "halfLife": {"x-kubernetes-int-or-string": True, "description": "Seconds or 1d: how fast use is "
+                                                                                "forgotten."},
+                "aging": {"x-kubernetes-int-or-string": True, "description": "Seconds or 30m: waiting this long "
+                                                                            "counts as a whole share."}}},
+        }},
         "status": {"type": "object", "properties": {"valid": _BOOL, "message": _STR}},
     },
 }

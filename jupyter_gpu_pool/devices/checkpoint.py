@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..pool import GPU, MPS
+from ..pool.words import (MIG_CANNOT_HIBERNATE, MPS_CANNOT_HIBERNATE, NOTHING_TO_HIBERNATE, ONLY_SHUT_DOWN,
+                          cannot_hibernate_sentence, no_checkpoint_driver, old_checkpoint_driver)
 
 LIBRARY = "libcuda.so.1"
 
@@ -418,7 +420,8 @@ DECLARED_NOTE = "declared: no GPU memory to move"
 
 @dataclass(frozen=True)
 class Capability:
-    """Whether a kernel can hibernate; when not, ``reason`` (a word) and ``message`` (for the user).
+    """Whether a kernel can hibernate; when not, ``reason`` (a word), ``why`` (a clause, as the pool's words
+    embed it: ``pool.words.cannot_hibernate``) and ``message`` (the sentence a refusal says).
 
     ``declared``: the kernel's GPUs are declared in the inventory, not real, so it holds no GPU
     memory: it hibernates through the same moves with nothing to checkpoint (``message`` says so)."""
@@ -428,10 +431,16 @@ class Capability:
     message: str | None = None
     remap: bool = False  # may resume on another GPU of the same model
     declared: bool = False
+    why: str | None = None
 
     def to_dict(self) -> dict:
         return {"available": self.available, "reason": self.reason, "message": self.message, "remap": self.remap,
                 "declared": self.declared}
+
+
+def cannot(reason: str, why: str, then: str = ONLY_SHUT_DOWN) -> Capability:
+    """A kernel that cannot hibernate: ``why`` as a clause, its sentence with ``then`` (what it can do)."""
+    return Capability(False, reason, cannot_hibernate_sentence(why, then), why=why)
 
 
 def driver_branch(driver_version: str | None) -> int | None:
@@ -448,23 +457,18 @@ def capability(isolation: str, gpus: list[GPU], info: DriverInfo, driver_version
     GPUs can, whatever the driver: their kernels hold no GPU memory (MPS profiles still cannot, as
     on real GPUs)."""
     if isolation == MPS:
-        return Capability(False, "mps", "This kernel runs under NVIDIA MPS (its profile guarantees a share of the GPU's "
-                          "compute), and the CUDA driver cannot checkpoint an MPS kernel's GPU memory: it can only be "
-                          "shut down to free its slice, and its variables are then lost. Pick a 'soft' or whole-GPU "
-                          "profile to be able to hibernate.")
+        return cannot("mps", MPS_CANNOT_HIBERNATE, "It can only be shut down to free its slice, and its variables are "
+                      "then lost. Pick a 'soft' or whole-GPU profile to be able to hibernate.")
     if not gpus:
-        return Capability(False, "no_gpu", "This kernel holds no GPU right now, so there is nothing to hibernate.")
+        return cannot("no_gpu", NOTHING_TO_HIBERNATE, "")
     if all(g.declared for g in gpus):  # no driver needed: nothing to move
         return Capability(True, message=DECLARED_NOTE, declared=True)
     if any(g.mig for g in gpus):
-        return Capability(False, "mig", "This kernel's GPU is in MIG mode, and the CUDA driver cannot checkpoint "
-                          "processes on MIG instances: it can only be shut down to free its slice.")
+        return cannot("mig", MIG_CANNOT_HIBERNATE)
     if not info.available:
-        return Capability(False, "driver", f"Hibernation is unavailable on this machine: {info.reason}. "
-                          "The kernel can only be shut down to free its slice.")
+        return cannot("driver", no_checkpoint_driver(info.reason or "no reason given"))
     branch = driver_branch(driver_version)
     if branch is not None and branch < MIN_DRIVER:
-        return Capability(False, "driver", f"Hibernation needs NVIDIA driver {MIN_DRIVER} or newer; this machine "
-                          f"has {driver_version}. The kernel can only be shut down to free its slice.")
+        return cannot("driver", old_checkpoint_driver(MIN_DRIVER, str(driver_version)))
     remap = info.remap and (branch is None or branch >= MIN_DRIVER_REMAP)
     return Capability(True, remap=remap)

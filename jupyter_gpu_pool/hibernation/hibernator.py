@@ -107,8 +107,9 @@ class Hibernator:
                                          self.pool.inventory.discovery.driver_version)
 
     def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
+        """Whether the lease's kernel can hibernate, and why not as a clause (``Capability.why``)."""
         cap = self.capability(lease)
-        return cap.available, None if cap.available else cap.message
+        return cap.available, None if cap.available else cap.why
 
     # -- what the UI shows (no I/O: cheap enough for every websocket message) --------------------------
 

@@ -12,6 +12,7 @@ from ..devices import checkpoint as cp
 from ..devices import moves
 from ..pool import Lease
 from ..pool.hibernation import HibernationSettings
+from ..pool.words import driver_refuses
 from .errors import HibernationFailed, HibernationRefused
 
 
@@ -29,7 +30,7 @@ class Processes:
     def __init__(self, driver: Callable[[], cp.Driver], settings: HibernationSettings):
         self._driver = driver
         self.settings = settings
-        self.unsupported: dict[str, str] = {}  # kernel → the driver's own refusal (801 on a kernel we let try)
+        self.unsupported: dict[str, cp.Capability] = {}  # kernel → the driver's own refusal (801 on a kernel we let try)
 
     @property
     def driver(self) -> cp.Driver:
@@ -42,7 +43,7 @@ class Processes:
         if not pre.available or pre.declared:
             return pre
         if lease.kernel_id in self.unsupported:
-            return cp.Capability(False, "not_supported", self.unsupported[lease.kernel_id])
+            return self.unsupported[lease.kernel_id]
         return cp.capability(lease.isolation, gpus, self.driver.info(), driver_version)
 
     async def states(self, cap: cp.Capability, tree: list[int]) -> dict[int, cp.ProcessState]:
@@ -64,11 +65,10 @@ class Processes:
         except cp.LockTimeout:
             raise self.gpu_busy() from None
         except cp.NotSupported as e:
-            message = (f"The CUDA driver cannot checkpoint this kernel ({e.error_name}): it may use MPS, MIG, "
-                       "CUDA IPC or multi-process NCCL. It was left running, untouched, and can only be shut down "
-                       "to free its slice.")
-            self.unsupported[kernel_id] = message
-            raise HibernationRefused("not_supported", message, keep_running=False) from None
+            refused = cp.cannot("not_supported", driver_refuses(e.error_name),
+                                "It was left running, untouched, and can only be shut down to free its slice.")
+            self.unsupported[kernel_id] = refused
+            raise HibernationRefused("not_supported", refused.message, keep_running=False) from None
         except cp.CheckpointError as e:
             raise HibernationRefused("lock_failed", f"Could not pause this kernel's GPU work ({e}); it was left "
                                      "running, untouched.") from None

@@ -68,6 +68,7 @@ from ..cluster.resources import (
     PART_OF,
     QUOTA_EXCEEDED,
     RESUMING,
+    ROOM_RESERVED,
     RUNNING,
     STARTING,
     STOPPED,
@@ -96,7 +97,7 @@ _PRECAUTION_WAIT = 300.0  # at most, for the operator's kill precaution (its own
 MERGE = "application/merge-patch+json"
 PROVISIONER = "gpu-pool-kubernetes"
 _STATUS_OF = {QUOTA_EXCEEDED: 403, "QuotaMisconfigured": 403, INVALID: 400, UNSCHEDULABLE: 503, IMAGE_PULL: 502,
-              UNSUPPORTED: 503}
+              UNSUPPORTED: 503, ROOM_RESERVED: 503}
 
 
 def _status(body: dict | None) -> dict:

@@ -40,3 +40,9 @@ def remove_for_lease(db: sqlite3.Connection, lease_id: str) -> None:
 
 def prune(db: sqlite3.Connection, now: float, ttl: float) -> None:
     db.execute("DELETE FROM waiters WHERE heartbeat < ?", (now - ttl,))
+
+
+def owner(db: sqlite3.Connection, waiter_id: str) -> str | None:
+    """Whose place ``waiter_id`` is, live or past its heartbeat (None: no such place)."""
+    row = db.execute("SELECT owner FROM waiters WHERE id=?", (waiter_id,)).fetchone()
+    return row[0] if row else None

@@ -7,9 +7,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from ..pool import GPUUsage, Lease, Waiter
+from ..pool import HELD, GPUUsage, Lease, Waiter
 from ..pool.fairshare import FAIR, FairShare, decayed
 from ..pool.sharing import Sharing
+from . import inventory, leases, queue
 
 
 def shared(db: sqlite3.Connection, sharing: Sharing, now: float, waiters: list[Waiter],
@@ -43,3 +44,16 @@ def told(sharing: Sharing, now: float, waiters: list[Waiter], usage: list[GPUUsa
     line = sharing.line(waiters, now=now, gpus=usage, use=inputs.get("group_use", {}),
                         everyone=inputs.get("everyone", ()))
     return list(line.told())
+
+
+def places(db: sqlite3.Connection, sharing: Sharing, now: float, ttl: float) -> list[Waiter]:
+    """The live queue with each waiter's place as it is served (sharing's order, and why), else by arrival."""
+    waiters = queue.live(db, now, ttl)
+    if sharing.plain or not waiters:
+        return waiters
+    return told(sharing, now, waiters, inventory.usage(db), shared(db, sharing, now, waiters, held_now(db)))
+
+
+def held_now(db: sqlite3.Connection) -> Callable[[], list[Lease]]:
+    """Every held lease, read only where sharing asks for them."""
+    return lambda: leases.in_states(db, None, HELD)

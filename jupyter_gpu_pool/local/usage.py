@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from ..pool.budgets import Scope
+from ..pool.budgets import BudgetBook, Scope, Standing
 
 # The spending of a scope's intervals within [start, now]: SQLite sums the overlap of each.
 _SPENT = """SELECT COALESCE(SUM(u.share * (MIN(COALESCE(u.stop, :now), :now) - MAX(u.start, :start))), 0)
@@ -42,3 +42,18 @@ def rate(db: sqlite3.Connection, scope: Scope, user: str) -> float:
 
 def prune(db: sqlite3.Connection, before: float) -> None:
     db.execute("DELETE FROM usage WHERE stop IS NOT NULL AND stop < ?", (before,))
+
+
+def standing(db: sqlite3.Connection, budgets: BudgetBook, owner: str, groups: tuple[str, ...],
+             now: float) -> Standing | None:
+    """Where ``owner`` stands against their tightest GPU-hour budget now (None: no budget applies)."""
+    if not budgets.budgets:
+        return None
+    return budgets.standing(owner, groups, lambda scope, start: spent_hours(db, scope, owner, start, now),
+                            lambda scope: rate(db, scope, owner), now)
+
+
+def spenders(db: sqlite3.Connection, since: float, now: float) -> list[str]:
+    """The users whose slices were active at some time since ``since``."""
+    return [r[0] for r in db.execute("SELECT DISTINCT owner FROM usage WHERE COALESCE(stop, ?) > ? ORDER BY owner",
+                                     (now, since))]

@@ -9,7 +9,9 @@ is seen as nothing new), with the indexes that keep each decision's cost to what
   in their labels: a GPUKernel made again under an old name never sees the pods of the one before it.
 - The leases that count against quotas (those that hold a slice, and the admissions on their way to the
   API server) are indexed by owner and by group; the kernels by node (hibernation and resumes); the
-  kernels by phase (the metric), each kept up to date on every change instead of counted afresh.
+  kernels by phase (the metric), each kept up to date on every change instead of counted afresh; and what
+  the admin's sharing reads of the room (``room.py``: each node's memory held, share groups' decayed use,
+  the starts waiting for room).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from typing import Callable
 from ..cluster import resources
 from ..cluster.kernels import as_lease, controller_uid, holds_quota, key, meta, status
 from ..cluster.quotas import Quotas, read_quotas
+from ..cluster.room import start_waiter
 from ..pool import Lease
+from ..pool.sharing import Sharing
+from .admission import Shared
 from .plan import Refusal
+from .room import RoomBook
 
 Key = tuple[str, str]  # (namespace, name) of a GPUKernel
 
@@ -50,8 +56,9 @@ def is_kernel_owned(obj: dict) -> bool:
 
 
 class Cache:
-    def __init__(self, clock: Callable[[], float]):
+    def __init__(self, clock: Callable[[], float], sharing: Sharing | None = None):
         self.clock = clock
+        self.room = RoomBook(clock, sharing or Sharing())  # what reservations and a fair queue read
         self.kernels: dict[Key, dict] = {}
         self.pods: dict[str, dict[str, dict]] = defaultdict(dict)  # owning kernel's uid -> pod name -> pod
         self.quotas: dict[str, dict] = {}
@@ -102,6 +109,8 @@ class Cache:
         self._unindex(k)
         if uid:
             self._drop_lease(uid)
+            self.room.count(uid, None)
+            self.room.wait(uid, None)
 
     def heartbeat_seen(self, k: Key) -> float | None:
         """When this operator last saw the kernel's heartbeat change (its own clock: skew does not matter)."""
@@ -117,8 +126,11 @@ class Cache:
             self._by_node[node].add(k)
         uid = meta(kernel).get("uid", "")
         self._drop_lease(uid)
-        if holds_quota(kernel):
-            self._add_lease(uid, as_lease(kernel))
+        lease = as_lease(kernel) if holds_quota(kernel) else None
+        if lease is not None:
+            self._add_lease(uid, lease)
+        self.room.count(uid, lease, seed=not self.listed)
+        self.room.wait(uid, start_waiter(kernel, self.clock()))
 
     def _unindex(self, k: Key) -> None:
         if k not in self._indexed:
@@ -155,20 +167,42 @@ class Cache:
         uids.discard(but)
         return tuple(self._leases[u] for u in uids)
 
-    def hold(self, kernel: dict, admitted: dict) -> None:
+    def hold(self, kernel: dict, admitted: dict, on: str = "") -> None:
         """Count an admission from the moment it is decided, before its status write lands (so that the
-        next admission, decided meanwhile, counts it); the write's answer, or :meth:`unhold`, replaces it."""
+        next admission, decided meanwhile, counts it); the write's answer, or :meth:`unhold`, replaces it.
+        ``on``: the node entry the admission counted it on, where its pod is not placed yet."""
         held = {**kernel, "status": {**status(kernel), "admitted": admitted, "phase": resources.STARTING}}
-        self._drop_lease(meta(kernel)["uid"])
-        self._add_lease(meta(kernel)["uid"], as_lease(held))
+        uid, lease = meta(kernel)["uid"], as_lease(held)
+        self._drop_lease(uid)
+        self._add_lease(uid, lease)
+        self.room.wait(uid, None)
+        if on:
+            self.room.guess(uid, on, lease)
+        else:
+            self.room.count(uid, lease)
 
     def unhold(self, kernel: dict) -> None:
         """An admission whose write failed: count the kernel as it is kept."""
         uid = meta(kernel)["uid"]
         self._drop_lease(uid)
         kept = self.kernels.get(key(kernel))
-        if kept is not None and meta(kept).get("uid") == uid and holds_quota(kept):
-            self._add_lease(uid, as_lease(kept))
+        lease = as_lease(kept) if kept is not None and meta(kept).get("uid") == uid and holds_quota(kept) else None
+        if lease is not None:
+            self._add_lease(uid, lease)
+        self.room.count(uid, lease)
+
+    def shared(self, now: float) -> Shared:
+        """What an admission reads for the admin's sharing while a reservation keeps room."""
+        return self.room.shared(now, self._members)
+
+    def _members(self, users: tuple[str, ...], groups: tuple[str, ...]) -> list[tuple[Lease, str]]:
+        """The leases of ``users`` and of the members of ``groups``, each with the node it counts on."""
+        uids: set[str] = set()
+        for user in users:
+            uids |= self._by_owner.get(user, set())
+        for group in groups:
+            uids |= self._by_group.get(group, set())
+        return [(self._leases[u], self.room.where(u, self._leases[u])) for u in uids]
 
     def kernels_on(self, node: str) -> list[dict]:
         return [self.kernels[k] for k in self._by_node.get(node, ()) if k in self.kernels]

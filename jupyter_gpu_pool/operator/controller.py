@@ -79,7 +79,7 @@ class Controller:
         self.core = client.CoreV1Api(api)
         self.metrics = metrics or OperatorMetrics()
         self.clock = clock
-        self.cache = Cache(clock)
+        self.cache = Cache(clock, settings.pool.sharing)
         self.queue = WorkQueue(self.reconcile, settings.workers, retry_first=settings.api_retry_first,
                                retry_max=settings.reconcile_interval, failed=self._failed)
         self.writer = Writer(api, self.cache, settings, self.mark)
@@ -137,6 +137,8 @@ class Controller:
             self.validity.quotas_changed()
 
     async def policy_event(self, event_type: str | None, body: dict) -> None:
+        if event_type != "DELETED" and (spec(body).get("reservations") or self.cache.room.sharing.reservations):
+            await self._read_nodes_safely()  # a reservation's fit is judged on the nodes as they are
         await self.validity.policy_event(event_type, body)
 
     async def prepare_namespace(self, namespace: str) -> None:
@@ -176,6 +178,8 @@ class Controller:
         except Exception:  # the cluster may blink: reconcile what is known, list again next sweep
             self.metrics.errors.inc()
             log.exception("listing the kernels and quotas failed")
+        if self.cache.room.sharing.reservations:
+            await self._read_nodes_safely()
         self._prune()
         self.validity.quotas_changed()
         for k in list(self.cache.kernels):  # (marks only: the passes come one by one, after every event's)
@@ -216,6 +220,17 @@ class Controller:
         for item in quotas:
             self.cache.quota_seen("MODIFIED", item)
         self.cache.listed = True
+
+    async def _read_nodes_safely(self) -> None:
+        """The GPU nodes, whose memory a reservation's room is counted against (``cluster/room.py``): read while
+        a reservation is configured, every sweep (nodes come and go rarely; the last listing stands meanwhile)."""
+        try:
+            nodes = await self.core.list_node()
+        except Exception:  # the last listing stands; the next sweep reads them again
+            self.metrics.errors.inc()
+            log.exception("listing the nodes (the room reservations keep) failed")
+            return
+        self.cache.room.set_nodes(self.core.api_client.sanitize_for_serialization(nodes).get("items") or [])
 
     async def _list_everything_once(self) -> None:
         """Read every kernel and quota before the first admission: at start the watches' first events arrive
@@ -281,8 +296,9 @@ class Controller:
             return None
         pods = dict(self.cache.pods_of(kernel))
         quotas = self.cache.quota_book()
-        owner = s.get("owner", "")
-        return Facts(kernel=kernel, settings=self.settings, now=self.clock(), pods=pods,
+        owner, now = s.get("owner", ""), self.clock()
+        shared = self.cache.shared(now) if not status(kernel).get("admitted") and self.cache.room.keeps(now) else None
+        return Facts(kernel=kernel, settings=self.settings, now=now, pods=pods, shared=shared,
                      going=frozenset(n for n, p in pods.items() if self.cache.going(p)),
                      pods_listed=k[0] in self.cache.pods_listed, heartbeat_seen=self.cache.heartbeat_seen(k),
                      refusal=self.cache.refused.get(k), events=tuple(events), node=node, shortfall=shortfall,
@@ -293,8 +309,8 @@ class Controller:
         """The plan's actions in order; a status write that finds the kernel gone or changed ends it (the
         kernel is then looked at again as it is now)."""
         k = key(kernel)
-        if decided.admitted is not None:
-            self.cache.hold(kernel, decided.admitted)  # counted from now: no wait since it was decided
+        if decided.admitted is not None:  # counted from now: no wait since it was decided
+            self.cache.hold(kernel, decided.admitted, decided.on)
         try:
             for step in together(decided.actions):
                 kernel = await self._step(kernel, step, facts)
@@ -405,17 +421,19 @@ class Controller:
         kernels, quotas = self.cache.kernels_on(node), self.cache.quota_book()
         holding = {meta(k)["uid"]: self.cache.holding(spec(k).get("owner", ""), quotas.book.groups_of(
             spec(k).get("owner", "")), meta(k)["uid"]) for k in kernels}
-        return sleep.quota_pass(kernels, node, quotas, holding, self.settings, now)
+        shared = None if self.cache.room.decided.plain else self.cache.shared(now)
+        return (*sleep.quota_pass(kernels, node, quotas, holding, self.settings, now, shared), shared)
 
     async def _admit_resumes(self, node: str) -> None:
-        fit, hinted, parts = self._quota_pass(node, self.clock())
+        fit, hinted, parts, _borrowed, _shared = self._quota_pass(node, self.clock())
         if fit or hinted:  # the room on their GPUs: the agent's reading on the Node
             node_obj = await self._read_node(node)
             reading = FreeReading.parse(((node_obj or {}).get("metadata", {}).get("annotations") or {}).get(
                 resources.ANNOTATION_GPU_FREE))
             now = self.clock()
-            fit, hinted, parts = self._quota_pass(node, now)  # again, as kept now: nothing waited in between
-            parts += sleep.room_pass(fit, hinted, self.cache.kernels_on(node), node, reading, self.settings, now)
+            fit, hinted, parts, borrowed, shared = self._quota_pass(node, now)  # again, as kept now
+            parts += sleep.room_pass(fit, hinted, self.cache.kernels_on(node), node, reading, self.settings, now,
+                                     shared, borrowed)
         held = set()
         for k, actions, _ in parts:
             if any(isinstance(a, Write) and a.changes.get("phase") == resources.RESUMING for a in actions):

@@ -10,6 +10,9 @@ node at a time (a resume's room and the node's cap are questions about every ker
   its owner's quota (a resume waiting for its quota does not hold up the node's queue), then against the
   node agent's fresh NVML reading of its GPU (read only where some resume passed its quota); the resumes
   asked on a hint go behind every real waiter, and are admitted only into the room left, else declined.
+  Where the admin shares the pool (``Shared``): a non-member's resume into the room a reservation keeps
+  waits without holding up the node's queue (one that borrows says so: ``status.borrowed``), and the
+  node's waiters are served in the order sharing gives them (a fair queue), each told why.
 
 Each answer is a step of the shared residency model (:mod:`jupyter_gpu_pool.pool.residency`, the lifecycle the
 local hibernator, the server's hook and the node agent step through too): a hibernation request takes an
@@ -28,9 +31,11 @@ from ..cluster.hibernation import HOST_MEMORY, NODE_CAP, UNSUPPORTED
 from ..cluster.kernels import PHASE_OF, desired, gpu_devices, hibernation, meta, resume_hint, spec, status
 from ..cluster.quotas import Quotas
 from ..cluster.resources import DESIRED_HIBERNATED, RUNNING
-from ..pool import Lease, PoolError
+from ..cluster.room import resume_waiter
+from ..pool import Lease, PoolError, PoolExhausted
 from ..pool import residency as life
 from . import admission
+from .admission import Shared
 from . import hibernation as rules
 from .plan import Announce, Count, Steps, hibernation_changes
 from .settings import OperatorSettings
@@ -111,38 +116,60 @@ def asked_now(node_kernels: list[dict], node: str, now: float) -> dict[str, floa
 
 
 def quota_pass(node_kernels: list[dict], node: str, quotas: Quotas, holding: Mapping[str, tuple[Lease, ...]],
-               settings: OperatorSettings, now: float) -> tuple[list[dict], list[dict], list[Part]]:
-    """The node's asked resumes against their owners' quotas: those that pass (real ones in queue order,
-    then the hinted ones), and the parts of those that do not: asleep again, a real one warned (it waits for
-    its quota without holding up the node's queue), a hint quietly (declined).  ``holding``: each asker's
-    counted leases, by uid."""
+               settings: OperatorSettings, now: float, shared: Shared | None = None
+               ) -> tuple[list[dict], list[dict], list[Part], dict[str, tuple[str, ...]]]:
+    """The node's asked resumes against their owners' quotas (and, where a reservation keeps room, that room):
+    those that pass (real ones in queue order, then the hinted ones), the parts of those that do not: asleep
+    again, a real one warned (it waits for its quota, or for reserved room, without holding up the node's
+    queue), a hint quietly (declined); and what each one that passed borrows (by uid).  ``holding``: each
+    asker's counted leases, by uid."""
     asked = asked_now(node_kernels, node, now)
     real = sorted(rules.resume_order(node_kernels, node), key=lambda k: (
         asked.get(meta(k)["uid"], float(hibernation(k).get("requestedAt") or 0)), meta(k)["name"]))
     hints = rules.hinted_resumes(node_kernels, node)
+    room = shared if shared is not None and shared.sharing.needs_everyone(now) else None
     passed: dict[str, list[dict]] = {"real": [], "hint": []}
     parts: list[Part] = []
+    borrowed: dict[str, tuple[str, ...]] = {}
     for k in [*real, *hints]:
         try:
-            admission.admit_resume(k, quotas, holding[meta(k)["uid"]], now)
+            borrowed[meta(k)["uid"]] = admission.admit_resume(k, quotas, holding[meta(k)["uid"]], now, room)
         except PoolError as refusal:
             if life.WARN in resume_answer(k, quota=False, room=False).effects:
-                why = rules.quota_wait(refusal)
-                parts.append(_wait(k, asked, None, resources.QUOTA_EXCEEDED, f"This kernel's resume is {why}.",
-                                   why, settings))
+                reason, why = resources.QUOTA_EXCEEDED, rules.quota_wait(refusal)
+                if isinstance(refusal, PoolExhausted):  # the room it would resume in is reserved for others
+                    reason, why = resources.WAITING_FOR_ROOM, f"waiting: the room it would resume in is reserved " \
+                                                              f"({refusal.reserved})"
+                parts.append(_wait(k, asked, None, reason, f"This kernel's resume is {why}.", why, settings))
             else:
                 parts.append(_decline(k, "not_now", f"This kernel was not woken in advance: {refusal}"))
             continue
         passed["hint" if resume_hint(k) else "real"].append(k)
-    return passed["real"], passed["hint"], parts
+    return passed["real"], passed["hint"], parts, borrowed
+
+
+def in_line(fit: list[dict], shared: Shared | None, now: float) -> tuple[list[dict], dict[str, str]]:
+    """The node's real resume waiters in the order the admin's sharing serves them (a fair queue; members of a
+    reservation keeping room first), and why each is where it is (by uid); first asked first without it."""
+    if shared is None or shared.sharing.plain or len(fit) < 2:
+        return fit, {}
+    line = shared.sharing.line([resume_waiter(k, now) for k in fit], now=now, gpus=shared.gpus,
+                               everyone=shared.everyone, use=shared.group_use)
+    by_uid = {meta(k)["uid"]: k for k in fit}
+    told = line.told()
+    return [by_uid[w.id] for w in told], {w.id: w.why.split(": ", 1)[-1] for w in told if w.why}
 
 
 def room_pass(fit: list[dict], hinted: list[dict], node_kernels: list[dict], node: str, reading: rules.FreeReading | None,
-              settings: OperatorSettings, now: float) -> list[Part]:
+              settings: OperatorSettings, now: float, shared: Shared | None = None,
+              borrowed: Mapping[str, tuple[str, ...]] | None = None) -> list[Part]:
     """The resumes that passed their quotas, against the room on their GPUs (safe wake), first come, first
-    served, the hints behind every real waiter: restoring (phase Resuming), queued (with its place), or, a
-    hint without room, asleep (declined, saying whether others wait)."""
+    served (or in the order the admin's sharing gives: ``shared``), the hints behind every real waiter:
+    restoring (phase Resuming, with what it borrows), queued (with its place, and why where sharing orders the
+    queue), or, a hint without room, asleep (declined, saying whether others wait)."""
     asked = asked_now(node_kernels, node, now)
+    fit, whys = in_line(fit, shared, now)
+    borrowed = borrowed or {}
     admitted, waiting = rules.plan_resumes(fit + hinted, node_kernels, reading, now, settings.gpu_free_max_age,
                                            settings.resume_margin)
     others = any(meta(k)["uid"] in waiting for k in fit)
@@ -154,15 +181,18 @@ def room_pass(fit: list[dict], hinted: list[dict], node_kernels: list[dict], nod
             steps = Steps(k)
             steps.write({"phase": PHASE_OF[life.RESTORING], "reason": "",
                          "observedGeneration": meta(k).get("generation"),
+                         "borrowed": list(borrowed.get(meta(k)["uid"], ())) or None,
                          "message": f"Resuming on node {node}: its GPU memory comes back from host memory.",
                          "hibernation": {"queuePosition": None, "requestedAt": asked.get(meta(k)["uid"]),
-                                         "message": "", "declined": None}}, compare=True)
+                                         "message": "", "declined": None, "why": None}}, compare=True)
             steps.add(Count("admissions", "resume"))
             parts.append((k, tuple(steps.actions), None))
         elif answer.state.stage == life.QUEUED:
+            why = whys.get(meta(k)["uid"])
             parts.append(_wait(k, asked, place.position, resources.WAITING_FOR_ROOM,
-                               f"Waiting to resume: position {place.position} in the queue of node {node}, "
-                               f"{place.message}.", place.message, settings))
+                               f"Waiting to resume: position {place.position} in the queue of node {node}"
+                               + (f" ({why})" if why else "") + f", {place.message}.", place.message, settings,
+                               why=why))
         elif others:
             parts.append(_decline(k, "others_waiting", f"Others are waiting to resume on node {node}, so this kernel "
                                   "was not woken in advance: it resumes when a cell runs, in its turn."))
@@ -184,12 +214,12 @@ def _decline(kernel: dict, word: str, message: str) -> Part:
     return kernel, tuple(steps.actions), None
 
 
-def _wait(kernel: dict, asked: dict[str, float], position: int | None, reason: str, message: str, why: str,
-          settings: OperatorSettings) -> Part:
+def _wait(kernel: dict, asked: dict[str, float], position: int | None, reason: str, message: str, what: str,
+          settings: OperatorSettings, why: str | None = None) -> Part:
     """A resume left waiting, with its place and words (status.message the sentence, hibernation.message what
-    it waits for; written only when they change), looked at again soon: room frees as the node's agent
-    reports."""
-    changes = {"queuePosition": position, "message": why, "declined": None}
+    it waits for, hibernation.why why it is where it is in a shared queue; written only when they change),
+    looked at again soon: room frees as the node's agent reports."""
+    changes = {"queuePosition": position, "message": what, "declined": None, "why": why}
     if meta(kernel)["uid"] in asked:
         changes["requestedAt"] = asked[meta(kernel)["uid"]]
     steps = Steps(kernel)

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..cluster import resources
 from ..cluster.kernels import desired, hibernation, meta, spec, status
 from ..cluster.quotas import Quotas
 from ..cluster.resources import (DESIRED_HIBERNATED, DESIRED_RUNNING, FAILED, HIBERNATED, HIBERNATING, RESUMING,
                                  RUNNING, STARTING, STOPPED)
-from ..pool import Lease, PoolError, QuotaExceeded
+from ..pool import Lease, PoolError, PoolExhausted, QuotaExceeded
 from . import admission
 from .diagnosis import DeviceShortfall, Verdict, diagnose
 from .settings import OperatorSettings
@@ -98,6 +98,7 @@ class Plan:
     actions: tuple = ()
     look_again: float | None = None  # seconds from now
     admitted: dict | None = None  # an admission decided here: it counts against quotas from now on
+    on: str = ""  # the node entry that admission counted it on (a reservation's room), until its pod is placed
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class Facts:
     unsupported: str | None = None  # dra: why the profile's claim cannot be held at all
     quotas: Quotas | None = None  # for an admission
     holding: tuple[Lease, ...] = ()  # the leases an admission counts (the owner's, their groups')
+    shared: admission.Shared | None = None  # where a reservation keeps room: what the admin's sharing reads
 
 
 class Steps:
@@ -199,12 +201,13 @@ def plan(f: Facts) -> Plan:
     profile = f.settings.profile(s.get("profile", ""))
     assert profile is not None  # _invalid said so
     rendering = f.settings.renderings[profile.name]
-    admitted = None
-    if not status(kernel).get("admitted"):
-        admitted = _admit(f, steps, profile.name, rendering)
-        if admitted is None:
-            return steps.plan()
-    return _launch(f, steps, profile.name, rendering, admitted)
+    if status(kernel).get("admitted"):
+        return _launch(f, steps, profile.name, rendering, None)
+    decided = _admit(f, steps, profile.name, rendering)
+    if decided is None:
+        waits = status(steps.kernel).get("waiting") and status(steps.kernel).get("phase") != FAILED
+        return steps.plan(f.settings.progress_interval if waits else None)
+    return replace(_launch(f, steps, profile.name, rendering, decided.record), on=decided.on)
 
 
 def orphaned(f: Facts) -> bool:
@@ -224,24 +227,41 @@ def _invalid(f: Facts) -> str | None:
     return None
 
 
-def _admit(f: Facts, steps: Steps, profile: str, rendering) -> dict | None:
-    """The admission against quotas: its record (written with the launch's start), or None (refused)."""
+def _admit(f: Facts, steps: Steps, profile: str, rendering) -> admission.Admitted | None:
+    """The admission against quotas (and, where a reservation keeps room, the room): its record (written with
+    the launch's start), or None (refused, or waiting for room reserved for its owner)."""
     assert f.quotas is not None, "an admission needs the quotas"
     try:
-        admitted = admission.admit_against(f.kernel, profile, f.settings.sharing.backend, rendering, f.quotas,
-                                           f.holding, f.now)
+        admitted = admission.admit_start(f.kernel, profile, f.settings.sharing.backend, rendering, f.quotas,
+                                         f.holding, f.now, shared=f.shared)
+    except admission.WaitForRoom as e:
+        _wait_for_room(f, steps, e)
+        return None
     except PoolError as e:
         steps.add(Count("admissions", e.reason))
-        fail(steps, resources.QUOTA_EXCEEDED if isinstance(e, QuotaExceeded) else "QuotaMisconfigured", str(e))
+        reason = resources.QUOTA_EXCEEDED if isinstance(e, QuotaExceeded) else \
+            resources.ROOM_RESERVED if isinstance(e, PoolExhausted) else "QuotaMisconfigured"
+        fail(steps, reason, str(e))
         return None
     steps.add(Count("admissions", "admitted"))
     gpu = {"sharing": f.settings.sharing.backend, "resources": dict(rendering.limits)}
     if rendering.claim is not None:
         gpu["claimTemplate"] = resources.claim_template_name(profile)
-    steps.write({"admitted": admitted, "phase": STARTING, "reason": "",
-                 "message": f"Admitted: {rendering.description}.", "gpu": gpu,
-                 "observedGeneration": meta(f.kernel).get("generation")})
+    steps.write({"admitted": admitted.record, "phase": STARTING, "reason": "",
+                 "message": f"Admitted: {rendering.description}.", "gpu": gpu, "waiting": None,
+                 "borrowed": list(admitted.borrowed) or None, "observedGeneration": meta(f.kernel).get("generation")})
     return admitted
+
+
+def _wait_for_room(f: Facts, steps: Steps, e: admission.WaitForRoom) -> None:
+    """A member's start waits for the room reserved for them (others hold it): its place and why, written
+    when they change, and looked at again every ``progress_interval`` (others' kernels give the room back)."""
+    since = (status(f.kernel).get("waiting") or {}).get("since", f.now)
+    steps.write({"phase": resources.PENDING, "reason": resources.WAITING_FOR_ROOM, "message": e.message,
+                 "waiting": {"since": since, "memory": e.memory, "groups": list(e.groups), "position": e.position,
+                             "why": e.why}})
+    if not status(f.kernel).get("waiting"):
+        steps.add(Count("admissions", "waiting_for_room"))
 
 
 def launch_pod(kernel: dict, pods: Mapping[str, dict]) -> tuple[str, dict | None]:
@@ -396,7 +416,7 @@ def _moves(f: Facts, steps: Steps, pod: dict, waits: list) -> Plan:
             or status(kernel).get("reason") in (resources.WAITING_FOR_ROOM, resources.QUOTA_EXCEEDED,
                                                 resources.RESUME_DECLINED)):
         steps.write({"reason": "", "message": "Hibernated: asked to stay so.",
-                     **hibernation_changes(kernel, {"queuePosition": None, "declined": None})})
+                     **hibernation_changes(kernel, {"queuePosition": None, "declined": None, "why": None})})
     return steps.plan(_soonest(*waits))
 
 

@@ -1,5 +1,5 @@
 """Each GPUQuota's and GPUPoolPolicy's ``status``: whether it parses, and if not why (one quota's problem can
-be another's: two that set the same subject).
+be another's: two that set the same subject; a policy's reservations that cannot fit the GPU nodes).
 
 Quota events only mark the quotas for a check; one check at a time reads them all once and writes the
 status of each quota whose own status says otherwise, keeping each write's answer, so that a quota's
@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..cluster.kernels import meta, spec, status
-from ..cluster.resources import GROUP, POLICIES, QUOTAS, VERSION
+from ..cluster.resources import GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
+from ..cluster.room import SharingError, on_cluster, read_sharing
+from ..pool.reservations import ReservationError, check_fit
 from ..pool.rules import PolicyError, parse_policy
+from ..pool.sharing import Sharing
 from .cache import Cache
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
@@ -65,18 +69,42 @@ class Validity:
             await asyncio.gather(self._check, return_exceptions=True)
 
     async def policy_event(self, event_type: str | None, body: dict) -> None:
+        """Keep a GPUPoolPolicy and write whether it parses; the one named ``default`` sets the sharing the
+        operator decides with (its reservations, queue order and fair share), where it sets any and is valid:
+        an invalid one changes nothing, and the sharing in force stays."""
+        name = meta(body)["name"]
         if event_type == "DELETED":
-            self.cache.policies.pop(meta(body)["name"], None)
+            self.cache.policies.pop(name, None)
+            if name == POLICY_NAME:
+                self.cache.room.set_sharing(None)  # the config file's again
             return
-        self.cache.policies[meta(body)["name"]] = body
+        self.cache.policies[name] = body
+        sharing = None
         try:
             parse_policy(spec(body).get("rules") or [], bool(spec(body).get("dryRun", False)), self.profiles)
-            problem = None
+            sharing = read_sharing(spec(body))
+            problem = self._unfit(sharing)
         except PolicyError as e:
             problem = f"rules{e}" if str(e).startswith("[") else str(e)
+        except SharingError as e:
+            problem = str(e)
+        if problem is None and name == POLICY_NAME:
+            self.cache.room.set_sharing(sharing)
         written = await self._write(POLICIES, body, {"valid": problem is None, "message": problem or ""})
         if written is not None:
             self.cache.policies[meta(body)["name"]] = written
+
+    def _unfit(self, sharing: Sharing | None) -> str | None:
+        """Why the reservations cannot fit the GPU nodes as last listed, alone or with those they overlap (the
+        room counted in memory: ``cluster.room``); None where they fit, or no node is known yet."""
+        gpus = self.cache.room.gpus
+        if sharing is None or not sharing.reservations or not gpus:
+            return None
+        try:
+            check_fit(on_cluster(sharing, gpus).reservations, gpus, time.time())
+        except ReservationError as e:
+            return f"reservations{e}"
+        return None
 
     async def _write(self, plural: str, obj: dict, wanted: dict) -> dict | None:
         """The object's status where it says otherwise; what was written (None: nothing, or it is gone)."""

@@ -7,8 +7,9 @@ count (``jupyter gpu-pool simulate``; docs/planning.md).
   ``jupyter gpu-pool trace export``) and the workload it describes;
 - ``synthetic``: generated workloads (a teaching lab, a hub's week), deterministic with a seed;
 - ``configuration``: the admin's settings as a replay uses them;
-- ``virtual_pool`` and ``simulator``: the discrete-event replay, calling the pool core's allocation,
-  queue rules, budget accounting, ``pool.culling`` and ``pool.policy.decide``, never a copy of them;
+- ``virtual_pool`` and ``simulator`` (with ``agenda``, ``kernels``, ``waiters``, ``culler``): the
+  discrete-event replay, calling the pool core's allocation, queue rules, budget accounting,
+  ``pool.culling``, ``pool.policy.decide`` and ``pool.residency``, never a copy of them;
 - ``metrics``, ``report``: what a replay found, as JSON and as an HTML page with plots.
 
 Everything but ``report`` (matplotlib) and ``cli`` is pure: no file, socket or clock.

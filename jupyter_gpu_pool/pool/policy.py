@@ -24,7 +24,7 @@ from .profiles import SOFT
 from .rules import HIBERNATE, SHUTDOWN, Rule
 from .units import format_duration, format_size
 from .words import (ACTIONS, BUDGET, GPU_IDLE, IDLE, MAX_AGE, MAX_BUSY, MAX_HIBERNATED, OVER_MEMORY, PRESSURE,
-                    RESERVED, REASONS as CATALOGUE, seconds_text, snooze_limit)
+                    RESERVED, REASONS as CATALOGUE, seconds_text, shut_down_instead, snooze_limit, this_period)
 
 # The policy's reasons, as recorded and sent to the UI: their words are the catalogue's (``words``).
 # RESERVED: chosen (pool.reclaim.choose_for_reservations) to give back room reserved for others, before their
@@ -71,6 +71,7 @@ class Warning:
     warned_at: float
     deadline: float
     message: str
+    reservation: str = ""  # reason ``reserved``: the reservation whose room the kernel gives back (by name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,7 @@ def release_action(rule: Rule, can_hibernate: bool, why_not: str | None) -> tupl
     if rule.action == HIBERNATE:
         if can_hibernate:
             return HIBERNATE, None
-        return SHUTDOWN, f"hibernation unavailable ({why_not or 'unknown reason'}), so shut down instead"
+        return SHUTDOWN, shut_down_instead(why_not)
     return SHUTDOWN, None
 
 
@@ -186,13 +187,14 @@ def _reclaiming(reclaim: bool, rule: Rule, now: float, state: KernelState, reaso
 
 
 def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
-           reclaim: bool = False, dry_run: bool = False, reserved: str = "") -> Decision:
+           reclaim: bool = False, dry_run: bool = False, reserved: str = "", reservation: str = "") -> Decision:
     """What to do with one kernel now.  Pure: same inputs, same decision.
 
     ``reclaim``: the kernel is chosen to give its slice back to a waiter (``pool.reclaim``); it is
     warned for that (reason ``pressure``), and the warning is withdrawn once it is not chosen any more.
     ``reserved``: it is chosen to give back room a reservation keeps, and why in words ("reserved for ML
-    101 lab from 10:00"); warned for that (reason ``reserved``, no snooze), withdrawn once not chosen."""
+    101 lab from 10:00"); warned for that (reason ``reserved``, no snooze, ``Warning.reservation``: the
+    ``reservation``'s name), withdrawn once not chosen."""
     conditions = _conditions(facts, rule, _reclaiming(reclaim, rule, now, state),
                              _reclaiming(bool(reserved), rule, now, state, RESERVED))
     best = _earliest(conditions, state)
@@ -224,7 +226,7 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
     if warning is None or warning.reason != reason:
         deadline = max(effective, now + lead)
         message = _warning_message(reason, action, facts, rule, now, deadline, reserved)
-        warning = Warning(reason, action, now, deadline, message)
+        warning = Warning(reason, action, now, deadline, message, reservation if reason == RESERVED else "")
         return Decision(WARN, replace(state, warning=warning), reason=reason, action=action, deadline=deadline,
                         message=message, note=note, dry_run=dry_run)
 
@@ -334,7 +336,7 @@ def _what(reason: str, facts: Facts, rule: Rule, now: float, reserved: str = "")
         max_hibernated=format_duration(rule.max_hibernated),
         used=format_size(facts.memory_used),
         limit=format_size(facts.memory_limit),
-        period=facts.budget_period,
+        this_period=this_period(facts.budget_period or "week"),
         spent=f"{facts.budget_used or 0:.1f}",
         budget=f"{facts.budget_limit or 0:g}",
     )

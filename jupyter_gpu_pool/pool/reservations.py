@@ -224,6 +224,14 @@ class Unused:
         return replace(self, memory=max(self.memory - memory, 0), gpus=max(self.gpus - gpus, 0))
 
 
+def named_in(words: str, reservations: Iterable[Reservation]) -> str:
+    """The reservation that the words of a reclaim (:meth:`Slot.reason`: "reserved for ML 101 lab from
+    10:00") name, the longest name where one begins another; "" where none does."""
+    named = [r.name for r in reservations
+             if words.startswith((f"reserved for {r.name} from ", f"reserved for {r.name} until "))]
+    return max(named, key=len, default="")
+
+
 def unused(slot: Slot, gpus: Iterable[GPUUsage], leases: Iterable[Lease]) -> Unused:
     """What of ``slot``'s room its members leave unused now: members' active leases on its GPUs count,
     whole GPUs against its GPUs first (the rest as memory), slices as memory."""

@@ -385,6 +385,20 @@ def admit(state: Residency, request: str, *, quota: bool = True, room: bool = Tr
     return Step(answer.state, effects)
 
 
+def asked_to_wake(state: Residency, request: str) -> Step:
+    """A user's request to wake a kernel (``RESUME``, or ``HINT``: its notebook opened) as the API answers it
+    before any mover runs: the request's step, where it starts a resume or (a Resume) joins the one under way;
+    else :class:`Refused` with the word to answer it with: the model's own refusals, ``not_hibernated`` where
+    the kernel is awake already (a Resume has nothing to do), ``in_progress`` where a hint would only join a
+    move under way (a hint's one try is its own, never another's)."""
+    asked = step(state, request)
+    if asked.state.stage == ACTIVE and state.stage == ACTIVE:
+        raise Refused(state, request, "not_hibernated")
+    if request == HINT and TAKE_SLICE_NOW not in asked.effects:
+        raise Refused(state, request, "in_progress")
+    return asked
+
+
 # -- the store's view: a lease's (state, phase) ---------------------------------------------------------
 
 def ledger_view(state: Residency) -> tuple[str, str]:

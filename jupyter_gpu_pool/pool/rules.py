@@ -176,6 +176,18 @@ def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Ru
     if not isinstance(name, str) or not name.strip():
         raise PolicyError(f"[{index}].name must be non-empty text, not {name!r}")
     values: dict = {"name": name, "match": _parse_match(where, entry.get("match", {}), profiles)}
+    values.update(_parse_durations(where, entry))
+    if "gpu_idle_threshold" in entry:
+        values["gpu_idle_threshold"] = _parse_threshold(where, entry["gpu_idle_threshold"])
+    values.update(_parse_choices(where, entry))
+    rule = Rule(**values)
+    _check_together(where, rule, warn_given="warn" in entry)
+    return rule
+
+
+def _parse_durations(where: str, entry: dict) -> dict[str, float | None]:
+    """The rule's durations given, in seconds (None: turned off, where the field may be)."""
+    values = {}
     for key in _DURATIONS:
         if key not in entry:
             continue
@@ -186,18 +198,26 @@ def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Ru
         if seconds is None and key not in _OPTIONAL_DURATIONS:
             raise PolicyError(f"{where}.{key} cannot be turned off; give a duration such as 5m")
         values[key] = seconds
-    if "gpu_idle_threshold" in entry:
-        t = entry["gpu_idle_threshold"]
-        if isinstance(t, str):
-            t = t.strip().rstrip("%")
-        try:
-            t = float(t)
-        except (TypeError, ValueError):
-            raise PolicyError(f"{where}.gpu_idle_threshold: {entry['gpu_idle_threshold']!r} is not a percentage "
-                              "such as 5 or '5%'") from None
-        if not 0 < t <= 100:
-            raise PolicyError(f"{where}.gpu_idle_threshold must be above 0 and at most 100, not {t:g}")
-        values["gpu_idle_threshold"] = t
+    return values
+
+
+def _parse_threshold(where: str, given) -> float:
+    """``gpu_idle_threshold``: a percentage, as a number or text such as '5%'."""
+    t = given.strip().rstrip("%") if isinstance(given, str) else given
+    try:
+        t = float(t)
+    except (TypeError, ValueError):
+        raise PolicyError(f"{where}.gpu_idle_threshold: {given!r} is not a percentage "
+                          "such as 5 or '5%'") from None
+    if not 0 < t <= 100:
+        raise PolicyError(f"{where}.gpu_idle_threshold must be above 0 and at most 100, not {t:g}")
+    return t
+
+
+def _parse_choices(where: str, entry: dict) -> dict:
+    """The rule's other settings given: how many snoozes, what it does, when a kernel takes its slice, how much
+    sooner a kernel is taken back for a waiter."""
+    values: dict = {}
     if "max_snoozes" in entry:
         n = entry["max_snoozes"]
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -219,18 +239,21 @@ def parse_rule(index: int, entry, profiles: tuple[str, ...] | None = None) -> Ru
             raise PolicyError(f"{where}.pressure_factor must be a number above 0 and at most 1 (1: a kernel is "
                               f"taken back for a waiter only once idle for its whole idle_timeout), not {f!r}")
         values["pressure_factor"] = float(f)
-    rule = Rule(**values)
+    return values
+
+
+def _check_together(where: str, rule: Rule, *, warn_given: bool) -> None:
+    """Settings each valid alone that make no sense together."""
     if rule.hibernate_after_cell is not None and rule.action != HIBERNATE:
         raise PolicyError(f"{where}.hibernate_after_cell needs action: hibernate (a kernel shut down after each "
                           "cell would lose its variables); remove hibernate_after_cell or set action: hibernate")
-    if "warn" in entry:  # an explicit warning longer than what it warns of would come before the kernel is idle
+    if warn_given:  # an explicit warning longer than what it warns of would come before the kernel is idle
         for key in ("idle_timeout", "gpu_idle_timeout"):
             limit = getattr(rule, key)
             if limit is not None and rule.warn > limit:
                 raise PolicyError(f"{where}.warn ({format_duration(rule.warn)}) is longer than its {key} "
                                   f"({format_duration(limit)}): the warning would come before the kernel is idle; "
                                   "make warn shorter")
-    return rule
 
 
 def _parse_match(where: str, match, profiles: tuple[str, ...] | None) -> Match:

@@ -89,7 +89,7 @@ reason(MAX_HIBERNATED, "Hibernated for {hibernated}, longer than the {max_hibern
        "hibernated too long")
 reason(OVER_MEMORY, "Using {used} of GPU memory, more than its slice's {limit}", "over its GPU memory",
        unless=", unless it frees GPU memory first.")
-reason(BUDGET, "GPU time this {period}: {spent} of {budget} h used", "GPU time used up",
+reason(BUDGET, "{spent} of the {budget} GPU hours budgeted {this_period} are used", "GPU time used up",
        unless=" when the GPU time runs out; save your work.")
 reason(PRESSURE, "Someone is waiting for a GPU slice and this kernel has been idle for {idle}",
        "someone waits for a GPU slice")
@@ -98,6 +98,11 @@ reason(RESERVED, "The GPU room this kernel holds is {reserved}", "its GPU room i
        unless=" (no snooze: the room is reserved).")
 
 # -- the pieces of a sentence -------------------------------------------------------------------------
+
+
+def this_period(period: str) -> str:
+    """A budget's period as now: ``today``, ``this week``, ``this month``."""
+    return "today" if period == "day" else f"this {period}"
 
 
 def kernel_name(label: str, kernel_id: str) -> str:
@@ -159,7 +164,75 @@ def snooze_limit(limit: float) -> str:
     return f"at most {seconds_text(limit)} seconds ({format_duration(limit)})"
 
 
-# An MPS client cannot be checkpointed (the CUDA driver refuses it, error 801): why such a kernel cannot
-# hibernate, in words a user reads in the Release GPU button's tooltip and in a record's note.
-MPS_CANNOT_HIBERNATE = ("it runs under NVIDIA MPS (its profile guarantees a share of the GPU's compute), and the "
-                        "CUDA driver cannot checkpoint an MPS kernel's GPU memory")
+# -- why a kernel cannot hibernate ------------------------------------------------------------------------
+# Whoever knows why a kernel cannot hibernate (the local hibernator's capability, a cluster's sharing backend,
+# the server where it cannot ask) says it as a clause: lower case but for a name, no final stop, one sentence's
+# worth.  The sentences below embed it (a refusal, a record's note, the hibernator's own refusal), and so does
+# the Release GPU button's tooltip ("… it cannot hibernate (<why>).", labextension's view.ts).
+
+# An MPS client cannot be checkpointed (the CUDA driver refuses it, error 801).
+MPS_CANNOT_HIBERNATE = ("it runs under NVIDIA MPS, which guarantees its profile a share of the GPU's compute, and "
+                        "the CUDA driver cannot checkpoint an MPS kernel's GPU memory")
+MIG_CANNOT_HIBERNATE = "its GPU is in MIG mode, and the CUDA driver cannot checkpoint processes on MIG instances"
+NOTHING_TO_HIBERNATE = "it holds no GPU right now, so there is nothing to hibernate"
+# What follows a refusal where the kernel can only be shut down (a sentence of its own).
+ONLY_SHUT_DOWN = "It can only be shut down to free its slice."
+
+
+def no_checkpoint_driver(reason: str) -> str:
+    """The machine's CUDA driver has no checkpoint API (``reason``: the loader's words)."""
+    return f"hibernation is unavailable on this machine: {why_clause(reason)}"
+
+
+def old_checkpoint_driver(minimum: int, found: str) -> str:
+    return f"hibernation needs NVIDIA driver {minimum} or newer; this machine has {found}"
+
+
+def driver_refuses(error_name: str) -> str:
+    """The CUDA driver refused to lock the kernel's processes as not supported (an MPS client, MIG, IPC…)."""
+    return (f"the CUDA driver answers {error_name} to a checkpoint of it, as it does for a kernel that uses MPS, "
+            "MIG, CUDA IPC or multi-process NCCL")
+
+
+_SENTENCE_STARTS = ("this kernel cannot hibernate now:", "this kernel cannot hibernate:",
+                    "this cluster cannot hibernate kernels:", "it cannot hibernate:")
+
+
+def why_clause(text: str) -> str:
+    """``text`` saying why a kernel cannot hibernate, as the clause the sentences here embed: a sentence
+    another part wrote (the operator's status: "This kernel cannot hibernate: its 8 GiB … memory. It keeps
+    running. …") keeps its first sentence, without "This kernel cannot hibernate:" or its final stop, and
+    starts in lower case unless its first word is a name (MPS, NVIDIA, HAMi)."""
+    clause = " ".join(text.split())
+    for start in _SENTENCE_STARTS:
+        if clause.lower().startswith(start):
+            clause = clause[len(start):].lstrip()
+            break
+    first = next((i for i in range(len(clause) - 2) if clause[i] == "." and clause[i + 1] == " "
+                  and clause[i + 2].isupper()), None)
+    clause = (clause[:first] if first is not None else clause).rstrip(". ")
+    word = clause.split(" ", 1)[0]
+    if word[:1].isupper() and word[1:] == word[1:].lower():  # "This", "Hibernation"; not "MPS", "HAMi"
+        clause = clause[:1].lower() + clause[1:]
+    return clause
+
+
+def cannot_hibernate(why: str) -> str:
+    """The kernel's refusal as a clause, for after a colon: "it cannot hibernate (<why>)"."""
+    return f"it cannot hibernate ({why_clause(why)})"
+
+
+def cannot_hibernate_sentence(why: str, then: str = "") -> str:
+    """"This kernel cannot hibernate: <why>." and ``then`` (what follows: a sentence of its own)."""
+    return " ".join(filter(None, (f"This kernel cannot hibernate: {why_clause(why)}.", then)))
+
+
+def not_done(action: str, why: str) -> str:
+    """A request (``action``: release, hibernate or shutdown) that was not carried out, and why (a clause)."""
+    done = {"release": "Not released", "hibernate": "Not hibernated", "shutdown": "Not shut down"}[action]
+    return f"{done}: {why}."
+
+
+def shut_down_instead(why: str | None) -> str:
+    """A record's note where a rule's hibernation became a shutdown."""
+    return f"hibernation unavailable ({why_clause(why) if why else 'unknown reason'}), so shut down instead"

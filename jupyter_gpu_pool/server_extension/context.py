@@ -81,7 +81,9 @@ class ServerContext:
             return None
 
     def rule_for(self, kernel, lease: Lease) -> P.Rule:
-        return self.policy.rule_for(lease.owner, lease.groups, lease.profile, kernel.kernel_name or "")
+        """The rule that governs a kernel; one of another server (``kernel`` None) by its lease alone."""
+        name = (kernel.kernel_name or "") if kernel is not None else ""
+        return self.policy.rule_for(lease.owner, lease.groups, lease.profile, name)
 
     def hibernation(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether this kernel can hibernate now, and why not."""

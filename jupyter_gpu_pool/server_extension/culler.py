@@ -40,7 +40,9 @@ from ..pool.phases import HIBERNATING, STOPPING
 from ..pool.budgets import Standing
 from ..pool import policy as P
 from ..pool.rules import Policy
+from ..pool.reservations import named_in
 from ..pool.units import unix_time
+from ..pool.words import cannot_hibernate, shut_down_instead
 from . import messages, metrics
 from .activity import ActivityRecorder
 from .backends.base import PoolBackend
@@ -207,7 +209,8 @@ class Culler:
         """Ask the policy about one kernel, keep its answer, carry it out, and keep the kernel's deadline
         timer in step with its warning."""
         decision = P.decide(facts, rule, now, self.states.get(kid, P.FRESH), reclaim=reclaim,
-                            dry_run=self.policy.dry_run, reserved=reserved)
+                            dry_run=self.policy.dry_run, reserved=reserved,
+                            reservation=named_in(reserved, self.backend.sharing.reservations) if reserved else "")
         self.states[kid] = decision.state
         self.seen[kid] = Seen(rule, facts, decision)
         if decision.verb != P.NONE:
@@ -364,7 +367,7 @@ class Culler:
                         await self.recorder.record("refused", lease, reason=e.reason, message=e.message,
                                                    rule=rule.name, action=P.HIBERNATE)
                         return
-                    note = f"hibernation unavailable ({e.message}), so shut down instead"
+                    note = shut_down_instead(e.message)
                 except HibernationFailed as e:
                     extra = {"states": {str(p): s for p, s in e.states.items()}, "recovered": e.recovered}
                     if e.recovered and not user_release:  # our failure: the kernel runs on, its variables kept
@@ -461,7 +464,7 @@ class Culler:
             if lease.state == HIBERNATED:
                 raise ValueError("it is hibernated already")
             if not can:
-                raise ValueError(f"it cannot hibernate: {why}")
+                raise ValueError(cannot_hibernate(why or "for a reason not known"))
             done = P.HIBERNATE
         elif action == "release":
             done, note = P.release_action(rule, can, why)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 from ..pool import Lease, Snapshot
+from ..pool.words import not_done
 from . import admin_requests, messages
 from .backends.base import PoolBackend
 from .context import ServerContext
@@ -81,7 +82,7 @@ class JournalWatch:
                 done = self.act(lease, action, by)
             except ValueError as why:
                 log.info("kernel %s: %s's request to %s it is not carried out: %s", e.kernel_id, by, action, why)
-                await self.recorder.record("refused", lease, reason="admin", message=messages.not_done(action, str(why)),
+                await self.recorder.record("refused", lease, reason="admin", message=not_done(action, str(why)),
                                            action=action)
                 continue
             log.info("kernel %s: %s at the request of admin %s", e.kernel_id, done, by)

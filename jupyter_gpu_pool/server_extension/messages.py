@@ -28,12 +28,6 @@ def hibernation_failed(why: str, retry_after: float, now: float) -> str:
             f"GPU slice. The pool tries again at {format_clock(retry_after, now)} at the earliest.")
 
 
-def not_done(action: str, why: str) -> str:
-    """An admin's request (``action``: release, hibernate or shutdown) this server could not carry out."""
-    done = {"release": "Not released", "hibernate": "Not hibernated", "shutdown": "Not shut down"}[action]
-    return f"{done}: {why}."
-
-
 def kept_alive(until: float, now: float, left: int, then: str | None) -> str:
     """What a Keep alive did, said once: until when (``until``), how many more the rule allows (``left``),
     and what follows if the kernel stays idle (``then``: hibernate or shutdown; None: nothing soon after)."""

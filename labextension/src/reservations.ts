@@ -43,13 +43,22 @@ export function reservationNamed(
   return named[0] ?? (others.length === 1 ? others[0] : null);
 }
 
-/** The reservation a kernel's warning gives its room back for (reason `reserved`), or null. */
+/**
+ * The reservation a kernel's warning gives its room back for (reason `reserved`), or null: the one its
+ * `reservation` names, else (a server that does not say) the one its message names.
+ */
 export function warnedFor(
   kernel: IKernel,
   reservations: ReadonlyArray<IReservation> | undefined
 ): IReservation | null {
   const w = kernel.warning;
-  return w && w.reason === 'reserved' ? reservationNamed(w.message, reservations) : null;
+  if (!w || w.reason !== 'reserved') {
+    return null;
+  }
+  if (w.reservation) {
+    return (reservations ?? []).find(r => r.name === w.reservation) ?? null;
+  }
+  return reservationNamed(w.message, reservations);
 }
 
 /**

@@ -64,6 +64,8 @@ export interface IWarning {
   deadline: number;
   snoozes_left: number;
   snooze_seconds: number;
+  /** Reason `reserved`: the name of the reservation the kernel gives its room back for (else null). */
+  reservation?: string | null;
 }
 
 /** When the policy will act on an idle kernel if it stays idle (no warning yet). */

@@ -29,9 +29,10 @@ needs_node = pytest.mark.skipif(shutil.which("node") is None,
                                 reason="Node.js is not installed (the frontend needs Node 20+)")
 
 
-def _installed() -> tuple[str, dict]:
+@pytest.fixture(scope="module")
+def installed() -> tuple[str, dict]:
     """jlpm, and an environment in which the package's scripts find it (and jupyter) by name, as the
-    extension template's do; the committed lockfile installed unchanged."""
+    extension template's do; the committed lockfile installed unchanged (once for the unit tests and the lint)."""
     jlpm = _jlpm()
     assert jlpm, "jlpm not found: it comes with JupyterLab (pip install jupyterlab)"
     env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(jlpm), os.environ.get("PATH", "")])}
@@ -43,8 +44,8 @@ def _installed() -> tuple[str, dict]:
 
 @pytest.mark.timeout(900)
 @needs_node
-def test_frontend_unit_tests_pass():
-    jlpm, env = _installed()
+def test_frontend_unit_tests_pass(installed):
+    jlpm, env = installed
     run = subprocess.run([jlpm, "test"], cwd=LABEXTENSION, capture_output=True, text=True, timeout=600, env=env)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report[-6000:]
@@ -57,9 +58,9 @@ def test_frontend_unit_tests_pass():
 
 @pytest.mark.timeout(900)
 @needs_node
-def test_frontend_lint_passes():
+def test_frontend_lint_passes(installed):
     """ESLint (typescript-eslint, the template's rules) and Prettier, as `jlpm lint:check` runs them."""
-    jlpm, env = _installed()
+    jlpm, env = installed
     run = subprocess.run([jlpm, "lint:check"], cwd=LABEXTENSION, capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
 

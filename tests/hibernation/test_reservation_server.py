@@ -48,6 +48,11 @@ def member_asks(pool, kernel: str) -> LeaseRequest:
     return LeaseRequest(owner=MEMBER, kernel_id=kernel, profile=whole, groups=(), manager=processes.identify())
 
 
+async def _warned(server, kid: str) -> dict | None:
+    shown = await server.me_kernel(kid)
+    return shown if (shown["warning"] or {}).get("reason") == "reserved" else None
+
+
 def entries(pool, kid: str) -> list:
     return [e for e in reversed(pool.ledger.journal()) if e.kernel_id == kid and e.detail.get("source") == "policy"]
 
@@ -60,6 +65,13 @@ async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed
     ch = await channels(a)
     await ch.replies(await ch.execute("x = 42"))
     start, end = reserve(server, opens_in=12, lead=10, lasts=120)
+
+    # while warned, GET me names the reservation in the warning and offers no Keep alive (a snooze is refused)
+    shown = await wait_until(lambda: _warned(server, a), timeout=60, interval=0.1, what="a's warning in GET me")
+    assert shown["warning"]["reservation"] == "ML 101 lab" and "snooze" not in shown["actions"]
+    [listed] = (await server.pool())["reservations"]  # the admin's list: who it is for, its window as written
+    assert (listed["name"], listed["users"], listed["groups"]) == ("ML 101 lab", [MEMBER], [])
+    assert listed["window"].endswith("(UTC)") and listed["member"] is False
 
     # before the window: both idle kernels are warned with the reason, then hibernated (the least that
     # makes 80 GiB: both 10 GiB slices), their processes and variables kept
@@ -97,6 +109,8 @@ async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed
                                                          waiter_id=waiter), Place(MEMBER, "ann-2", "whole",
                                                                                    first.slice), poll=0.2, timeout=60)
     assert server.lease(c).state == HIBERNATED and waited >= 2
+    assert server.lease(c).borrowed == ("ML 101 lab",)  # the lease remembers; the user reads it gave the room back
+    assert (await server.me_kernel(c))["borrowed"] is None
     warned = next(e for e in entries(pool, c) if e.kind == "warned")
     assert warned.reason == "reserved" and "and a member needs it" in warned.detail["message"]
 

@@ -320,8 +320,8 @@ def test_a_nodes_resumes_are_served_in_order_into_the_room_its_agent_reads():
 
     first, second, guess = _asleep("first", 6 * GiB, 10), _asleep("second", 2 * GiB, 20), _asleep("guess", GiB, 0, True)
     node = [first, second, guess]
-    fit, hinted, parts = quota_pass(node, "gpu-node-1", read_quotas([]), {k["metadata"]["uid"]: () for k in node},
-                                    SETTINGS, NOW)
+    fit, hinted, parts, _ = quota_pass(node, "gpu-node-1", read_quotas([]), {k["metadata"]["uid"]: () for k in node},
+                                       SETTINGS, NOW)
     assert ([k["metadata"]["name"] for k in fit], [k["metadata"]["name"] for k in hinted], parts) == (
         ["first", "second"], ["guess"], [])
     reading = FreeReading({"GPU-a": 8 * GiB}, NOW - 1)  # 8 GiB less a 1 GiB margin: the first only
@@ -340,8 +340,8 @@ def test_a_resume_over_its_owners_quota_waits_warned_and_a_hint_is_declined_quie
     full = read_quotas([{"metadata": {"name": "alice"}, "spec": {"scope": "user", "name": "alice",
                                                                   "memory": "10GiB"}}])
     holding = held_leases([kernel(running())])  # 10 GiB held by another kernel of alice's
-    fit, hinted, parts = quota_pass([real, guess], "gpu-node-1", full, {"uid-real": holding, "uid-guess": holding},
-                                    SETTINGS, NOW)
+    fit, hinted, parts, _ = quota_pass([real, guess], "gpu-node-1", full, {"uid-real": holding, "uid-guess": holding},
+                                       SETTINGS, NOW)
     assert fit == [] and hinted == []
     said = {k["metadata"]["name"]: (shown(Plan(a, again), k), a[0].changes["message"]) for k, a, again in parts}
     assert said["real"][0] == [("write", "Hibernated", "QuotaExceeded", True), ("look again", 5.0)]

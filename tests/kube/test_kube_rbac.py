@@ -3,7 +3,8 @@
 The test cluster's API server keeps an audit log of every request, by bearer token.  The operator, a
 user's Jupyter server (with the extension) and the node agent each get a token of their own and go
 through what they do in a cluster: kernels started, run, restarted, refused over a quota, shut down and
-orphaned by a killed server; quotas and the policy marked valid; the ``dra`` backend's claim templates
+orphaned by a killed server; quotas and the policy (with a reservation, whose room is counted on the nodes)
+marked valid; the ``dra`` backend's claim templates
 kept (a retired one deleted) and a claim no node can meet explained (its DeviceClass and the driver's
 ResourceSlices read), so that the DRA overlay's extra rules are exercised too; the agent's
 readings written (the pods' use in the kernels' status, its GPUs' free memory on its Node) and the
@@ -64,9 +65,11 @@ async def scenario(cluster, kube: Kube, tmp_path) -> None:
               "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                   "deviceClassName": "gpu.nvidia.com"}}]}}}}, auth_settings=["BearerToken"])
     await kube.quota("group", "ml", members=["alice"], kernels=10)
-    await kube.custom.create_cluster_custom_object(GROUP, "v1alpha1", "gpupoolpolicies", {  # the admin's policy
-        "apiVersion": f"{GROUP}/v1alpha1", "kind": "GPUPoolPolicy", "metadata": {"name": "default"},
-        "spec": {"rules": []}})
+    await kube.custom.create_cluster_custom_object(GROUP, "v1alpha1", "gpupoolpolicies", {  # the admin's policy,
+        "apiVersion": f"{GROUP}/v1alpha1", "kind": "GPUPoolPolicy", "metadata": {"name": "default"},  # with a
+        "spec": {"rules": [], "reservations": [{  # reservation: the operator reads the nodes its room is counted on
+            "name": "Lab", "groups": ["ml"], "days": ["sun"], "start": "03:00", "end": "04:00", "timezone": "UTC",
+            "memory": "1GiB"}]}})
     operator = OperatorProcess(cluster, tmp_path, {**DRA_MIG, "GPUPoolOperator.namespaces": [KERNELS_NS],
                                                    "GPUPoolOperator.progress_interval": 0.5},
                                kubeconfig=cluster.kubeconfig_for("operator")).start()

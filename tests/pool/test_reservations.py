@@ -17,7 +17,7 @@ from jupyter_gpu_pool.pool.leases import ACTIVE, Lease
 from jupyter_gpu_pool.pool.queue import Waiter
 from jupyter_gpu_pool.pool.reclaim import Candidate, choose_for_reservations, reservation_candidate, shortfall
 from jupyter_gpu_pool.pool.reservations import (
-    AFTER, BEFORE, MAKING_ROOM, OPEN, ReservationError, check_fit, hold_back, parse_reservations, unused)
+    AFTER, BEFORE, MAKING_ROOM, OPEN, ReservationError, check_fit, hold_back, named_in, parse_reservations, unused)
 from jupyter_gpu_pool.pool.rules import HIBERNATE, SHUTDOWN, Rule
 from jupyter_gpu_pool.pool.sharing import Sharing
 from jupyter_gpu_pool.pool.slices import SliceSpec
@@ -81,6 +81,17 @@ def test_a_bad_reservation_is_refused_naming_the_reservation_and_the_field(chang
 def test_two_reservations_of_one_name_are_refused():
     with pytest.raises(ReservationError, match=r"\[1\] \('ML 101 lab'\).name: 'ML 101 lab' is used by reservation 0"):
         parse_reservations([LAB, LAB])
+
+
+@pytest.mark.parametrize("words, named", [
+    ("reserved for ML 101 lab from 10:00", "ML 101 lab"),
+    ("reserved for ML 101 lab B until 12:00", "ML 101 lab B"),  # a name that begins another's: the longest
+    ("reserved for Research until 18:00", ""),  # a reservation not configured here
+    ("idle for 2 minutes", ""),
+])
+def test_the_reservation_a_reclaims_words_name(words, named):
+    both = parse_reservations([LAB, {**LAB, "name": "ML 101 lab B"}])
+    assert named_in(words, both) == named
 
 
 def test_a_reservation_is_read_with_its_defaults():

@@ -156,6 +156,26 @@ def test_the_admission_of_a_request_composes_its_step_with_the_pools_answer(requ
     assert M.admit(state, request_, quota=quota, room=room) == expected
 
 
+@pytest.mark.parametrize("state, request_, answer", [
+    # a Resume starts a resume, or joins (or calls off, for) a move under way; nothing to do awake
+    (H, RESUME, Step(R, (TAKE_SLICE,))), (E, RESUME, Step(R, (TAKE_SLICE,))), (N, RESUME, Step(RF, (TAKE_SLICE,))),
+    (Q, RESUME, Step(Q, ())), (T, RESUME, Step(T, ())), (HG, RESUME, Step(HG, (CALL_OFF,))),
+    (A, RESUME, "not_hibernated"), (AH, RESUME, "not_hibernated"), (F, RESUME, "failed"),
+    (stopped(H), RESUME, "stopping"),
+    # a hint only where it takes a slice itself
+    (H, HINT, Step(RH, (TAKE_SLICE_NOW,))), (N, HINT, "no_gpu_yet"), (A, HINT, "not_hibernated"),
+    (E, HINT, "evicting"), (HG, HINT, "in_progress"), (Q, HINT, "in_progress"), (T, HINT, "in_progress"),
+])
+def test_a_users_request_to_wake_is_answered_by_the_model(state, request_, answer):
+    """What the REST API's Resume and hint ask (``rest/resume.py``): the model's step, or the word it refuses with."""
+    if isinstance(answer, Step):
+        assert M.asked_to_wake(state, request_) == answer
+    else:
+        with pytest.raises(Refused) as refused:
+            M.asked_to_wake(state, request_)
+        assert refused.value.reason == answer
+
+
 def test_admission_of_a_first_slice_and_of_a_request_that_cannot_be():
     assert M.admit(N, CELL, room=False) == Step(QF, ())
     assert M.admit(N, CELL) == Step(TF, (SET_ENVIRONMENT,))

@@ -24,7 +24,10 @@ from jupyter_gpu_pool.pool.errors import LeaseNotFound, MPSUserBusy
 from jupyter_gpu_pool.pool.leases import FIRST_CELL
 from jupyter_gpu_pool.pool.rules import parse_rule
 from jupyter_gpu_pool.pool.units import format_clock
-from jupyter_gpu_pool.pool.words import ACTIONS, MPS_CANNOT_HIBERNATE, REASONS, holding, kernel_name
+from jupyter_gpu_pool.cluster.hibernation import backend_support, refusal_words
+from jupyter_gpu_pool.pool.words import (ACTIONS, MPS_CANNOT_HIBERNATE, ONLY_SHUT_DOWN, REASONS, cannot_hibernate,
+                                         cannot_hibernate_sentence, driver_refuses, holding, kernel_name, not_done,
+                                         why_clause)
 from jupyter_gpu_pool.server_extension import messages
 
 NOW = 1_750_000_000.0
@@ -50,6 +53,10 @@ BAD = [
     (r"CUDA error \d+|error \d{3}\b", "an error code where words belong"),
     (r"\w''s\b", "a quoted name with 's"),
     (r"\bthe never\b", "a limit that is not set, said as one"),
+    (r"(cannot hibernate|unavailable|now)(: | \()(This|The|It|Its|Hibernation)\b", "a sentence where a clause belongs"),
+    (r"\((This|The|It|Its|Hibernation)\b|\.\)", "a sentence in brackets"),
+    (r"cannot hibernate.*cannot hibernate", "'cannot hibernate' said twice"),
+    (r"\bthis day\b", "'this day' for today"),
 ]
 
 
@@ -78,7 +85,11 @@ def test_the_checks_catch_what_users_reported():
                  "1 other request(s) are waiting in the queue.",
                  "A snooze must last at most 3.1536e+07 seconds.",
                  "It cannot hibernate: an MPS client cannot be checkpointed (CUDA error 801).",
-                 "You hold 1 of your 1 GPU kernels."]:
+                 "You hold 1 of your 1 GPU kernels.",
+                 "Not hibernated: it cannot hibernate: The checkpoint API is missing.",
+                 "This kernel cannot hibernate now: it cannot hibernate here.",
+                 "Shut it down: it cannot hibernate (This kernel runs under NVIDIA MPS.).",
+                 "GPU time this day: 9.1 of 10 h used: this kernel will be shut down in 5m."]:
         assert problems(text), text
     assert problems("A fine sentence, 2 GPU kernels and 1 GPU kernel; 3 more Keep alives allowed.") == []
 
@@ -235,7 +246,14 @@ def test_every_reason_with_every_action_reads_right_warned_and_done(rule_name):
         said[f"warned {key} {action} in {lead} {why}"] = P._warning_message(key, action, FACTS, rule, NOW,
                                                                             NOW + lead, why)
         said[f"done {key} {action} {why}"] = P._action_message(key, action, FACTS, rule, NOW, why)
+    for period, action in itertools.product(("day", "week", "month"), ACTIONS):  # a budget's, each period
+        facts = replace(FACTS, budget_period=period)
+        said[f"warned budget {period} {action}"] = P._warning_message(P.BUDGET, action, facts, rule, NOW, NOW + 90)
+        said[f"done budget {period} {action}"] = P._action_message(P.BUDGET, action, facts, rule, NOW)
     check(said)
+    # one sentence: what is true, then what follows (no fact that is itself "label: value")
+    assert [w for w, text in said.items()
+            if w.startswith("warned") and re.sub(r"\([^()]*\)", "", text).count(": ") != 1] == []
     first = next(iter(reserved.values()))
     assert all(ACTIONS[a].will_be in said[f"warned idle {a} in 90 {first}"] for a in ACTIONS)
     assert "variables will be lost" in said[f"warned idle shutdown in 90 {first}"]  # a shutdown says what it costs
@@ -277,22 +295,50 @@ def test_every_refusal_of_a_keep_alive_reads_right_and_says_the_limit_one_way():
     assert limits == {"at most 120 seconds (2m)", "at most 600 seconds (10m)"}, limits
 
 
-def test_why_a_kernel_cannot_hibernate_reads_right_in_the_release_buttons_words():
-    """The Release GPU button's tooltip says "… it cannot hibernate: <why>"; a record's note says "hibernation
-    unavailable (<why>), so shut down instead"."""
+def _whys() -> dict[str, str]:
+    """Every way a part of the pool says why a kernel cannot hibernate: the local capability (each isolation
+    mode, GPU kind and driver), the driver's own refusal, the server's own reasons, each cluster backend that
+    hands nothing back, and the operator's refusals (sentences of its status, which the server embeds)."""
     declared = GPU("G0", "Demo", 40 * GiB, index=0, source="declared")
     real = GPU("G1", "H100", 80 * GiB, index=1, source="detected")
-    info = DriverInfo(available=True, reason="", remap=True)
-    whys = {"mps": MPS_CANNOT_HIBERNATE}
-    for isolation, gpus in itertools.product(("mps", "soft", "exclusive"), ([], [declared], [real])):
-        found = capability(isolation, gpus, info, "580.1")
+    mig = GPU("G2", "A100", 40 * GiB, index=2, source="detected", mig=True)
+    drivers = {"ok": DriverInfo(available=True, reason="", remap=True),
+               "none": DriverInfo(available=False, reason="libcuda.so.1 not found (no NVIDIA driver on this machine)")}
+    whys = {"mps": MPS_CANNOT_HIBERNATE, "801": driver_refuses("CUDA_ERROR_NOT_SUPPORTED"),
+            "not here": "the kernel runs in another server", "failed": "the hibernator failed: boom"}
+    for (isolation, gpus, (name, info), version) in itertools.product(
+            ("mps", "soft", "exclusive"), ([], [declared], [real], [mig]), drivers.items(), ("580.1", "550.54")):
+        found = capability(isolation, gpus, info, version)
         if not found.available:
-            whys[f"{isolation} {[g.source for g in gpus]}"] = found.message
-    said = {where: f"Shut the kernel down now; it cannot hibernate: {why[0].lower()}{why[1:]}"
-            for where, why in whys.items()}
-    said.update({f"note {where}": f"Shut down ({P.release_action(parse_rule(0, {'action': 'hibernate'}), False, why)[1]})."
-                 for where, why in whys.items()})
-    check({where: text if text.endswith(".") else text + "." for where, text in said.items()})
+            whys[f"{isolation} {[g.name for g in gpus]} {name} {version}"] = found.why
+    for backend in ("mps", "mig", "whole", "dra", "hami", "unknown"):
+        whys[f"cluster {backend}"] = backend_support(backend, memory_scaling=1.0).why
+    whys["operator host memory"] = (
+        "This kernel cannot hibernate: its 8 GiB of GPU memory would land in its pod's host memory, and the pod's "
+        "memory limit (12 GiB) cannot hold it on top of the 6 GiB it is sized to use: the kernel would be killed "
+        "for running out of memory. It keeps running. Ask your admin to size kernel pods for hibernation.")
+    whys["operator backend"] = refusal_words(backend_support("mps"))
+    return whys
+
+
+def test_why_a_kernel_cannot_hibernate_reads_right_wherever_it_is_embedded():
+    """Each reason, in each sentence that embeds it: the hibernator's refusal ("This kernel cannot hibernate:
+    <why>."), a refused Hibernate (the REST API's 409 and an admin's request: "Not hibernated: it cannot
+    hibernate (<why>)."), a record's note where the rule's hibernation became a shutdown, and the Release GPU
+    button's tooltip (labextension's view.ts: "… (its variables are lost): it cannot hibernate (<why>).").  No
+    sentence where a clause belongs, no sentence in brackets, no "cannot hibernate" said twice."""
+    rule = parse_rule(0, {"action": "hibernate"})
+    said = {}
+    for where, why in _whys().items():
+        said[f"refusal {where}"] = cannot_hibernate_sentence(why, ONLY_SHUT_DOWN)
+        said[f"409 {where}"] = not_done("hibernate", cannot_hibernate(why))
+        said[f"note {where}"] = f"Shut down: {P.release_action(rule, False, why)[1]}."
+        said[f"tooltip {where}"] = ("Shut the kernel down now to give its GPU slice back (its variables are lost): "
+                                    f"it cannot hibernate ({why_clause(why)}).")
+    check(said)
+    assert why_clause("MPS: the CUDA driver cannot checkpoint an MPS client") == \
+        "MPS: the CUDA driver cannot checkpoint an MPS client"  # a name keeps its capitals
+    assert why_clause("This kernel cannot hibernate: Its memory. Ask.") == "its memory"
 
 
 # -- times -------------------------------------------------------------------------------------------

@@ -107,11 +107,15 @@ async def test_non_admin_gets_403_from_pool_and_from_other_users_kernels(jp_fetc
     ("release", '{"now": true}', "unknown_keys", "send {}"),
     ("release", '"x"', "bad_body", "must be a JSON object"),
     # hostile bodies: a 400 with a message, never a 500
-    ("snooze", "[" * 100_000 + "]" * 100_000, "bad_json", "nests too deeply"),
-    ("snooze", '{"seconds": ' + "9" * 400 + "}", "bad_snooze", "must be a number of seconds"),
+    # (short ids: a test's id is in every report and in PYTEST_CURRENT_TEST, which the kernels it starts inherit,
+    # and one environment string over 128 KiB makes their launch fail with "Argument list too long")
+    pytest.param("snooze", "[" * 100_000 + "]" * 100_000, "bad_json", "nests too deeply", id="snooze-deep-list"),
+    pytest.param("snooze", '{"seconds": ' + "9" * 400 + "}", "bad_snooze", "must be a number of seconds",
+                 id="snooze-400-digits"),
     ("snooze", '{"seconds": NaN}', "bad_snooze", "must be a number of seconds"),
     ("snooze", '{"seconds": 1e999}', "bad_snooze", "must be a number of seconds"),
-    ("release", '{"a": ' * 50_000 + "1" + "}" * 50_000, "bad_json", "nests too deeply"),
+    pytest.param("release", '{"a": ' * 50_000 + "1" + "}" * 50_000, "bad_json", "nests too deeply",
+                 id="release-deep-object"),
 ])
 async def test_malformed_payloads_get_400_with_a_message(jp_fetch, pool_home, action, payload, reason, words):
     kid = await start_kernel(jp_fetch)

@@ -404,7 +404,7 @@ async def test_a_kernel_is_warned_at_90_percent_of_the_budget_and_acted_on_at_10
     me = body(await jp_fetch(*ME))
     assert me["budget"]["gpu_hours"] == pytest.approx(0.25 * 5 / 3600) and me["budget"]["period"] == "day"
     warned = await events.pool_action("warned", kid, timeout=30)
-    assert warned["reason"] == "budget" and "GPU time this day" in warned["message"]
+    assert warned["reason"] == "budget" and "GPU hours budgeted today are used" in warned["message"]
     assert "save your work" in warned["message"]
     busy = await execute(jp_ws_fetch, kid, "import time; time.sleep(30)")  # a busy kernel is no exception
     culled = await events.pool_action("culled", kid, timeout=30)

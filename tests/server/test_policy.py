@@ -181,7 +181,7 @@ def test_a_warning_always_precedes_the_action():
 def test_a_budget_warning_cannot_be_snoozed():
     state = decide(facts(budget_warn_at=NOW, budget_due=NOW + 900, budget_used=9.0, budget_limit=10.0),
                    rule(max_snoozes=2, snooze=600), NOW).state
-    assert "GPU time this week: 9.0 of 10 h used" in state.warning.message
+    assert "9.0 of the 10 GPU hours budgeted this week are used: this kernel will be" in state.warning.message
     with pytest.raises(SnoozeRefused) as refused:
         snooze(state, rule(max_snoozes=2, snooze=600), NOW)
     assert refused.value.reason == "budget" and "cannot add GPU time" in refused.value.message

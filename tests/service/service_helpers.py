@@ -44,6 +44,8 @@ def user_env(lab, name: str, **extra) -> dict:
     }
     if os.environ.get("PYTHONPATH"):  # the checkout under test (run with PYTHONPATH), not the one installed
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    if os.environ.get("JUPYTER_GPU_POOL_TESTS_NO_IRI"):  # scripts/test: no IRI grammar built at each start
+        env["JUPYTER_GPU_POOL_TESTS_NO_IRI"] = os.environ["JUPYTER_GPU_POOL_TESTS_NO_IRI"]
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

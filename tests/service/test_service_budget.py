@@ -45,7 +45,7 @@ def test_a_kernel_is_warned_at_90_percent_of_the_budget_and_shut_down_at_100_thr
     assert standing["gpu_hours"] == pytest.approx(0.25 * 20 / 3600) and standing["period"] == "day"
     warned = wait_for(lambda: [e for e in _journal(lab, "alice", "warned") if e["kernel_id"] == kid], timeout=90,
                       what="the budget warning")
-    assert warned[0]["reason"] == "budget" and "GPU time this day" in warned[0]["detail"]["message"]
+    assert warned[0]["reason"] == "budget" and "GPU hours budgeted today are used" in warned[0]["detail"]["message"]
     culled = wait_for(lambda: [e for e in _journal(lab, "alice", "culled") if e["kernel_id"] == kid], timeout=90,
                       what="the shutdown at 100%")
     assert culled[0]["reason"] == "budget"
@@ -80,7 +80,7 @@ def test_at_100_percent_a_kernel_on_a_declared_gpu_is_hibernated_and_its_resume_
     holder = wait_for(lambda: (x := _lease_of(lab, "alice", kid)) and x["holder_pid"], what="the kernel's process")
     warned = wait_for(lambda: [e for e in _journal(lab, "alice", "warned") if e["kernel_id"] == kid], timeout=90,
                       what="the budget warning")
-    assert warned[0]["reason"] == "budget" and "GPU time this day" in warned[0]["detail"]["message"]
+    assert warned[0]["reason"] == "budget" and "GPU hours budgeted today are used" in warned[0]["detail"]["message"]
     assert _lease_of(lab, "alice", kid)["state"] == "active"  # warned at 90%, not acted on yet
     hibernated = wait_for(lambda: [e for e in _journal(lab, "alice", "hibernated") if e["kernel_id"] == kid],
                           timeout=90, what="the hibernation at 100%")

@@ -6,10 +6,15 @@ one reads from the cluster, without a handler or the culler changing:
 
 - leases: the GPUKernels of the server's namespace that hold a slice (the same watch the
   provisioners use, so no request per view);
-- quotas and group members: the ``GPUQuota`` objects; the policy: the ``GPUPoolPolicy`` named
-  ``default`` (else ``c.GPUPool.policy``), both re-read every ``refresh`` seconds;
+- quotas and group members: the ``GPUQuota`` objects; the policy and the admin's sharing (reservations,
+  the queue's order): the ``GPUPoolPolicy`` named ``default`` (else ``c.GPUPool.policy``, and the config
+  file's reservations and queue order), both re-read every ``refresh`` seconds;
 - GPUs: one entry per GPU node (``N x <product>``, from the node's GPU feature discovery labels
-  and allocatable GPUs), with the slices held on it by the kernels this server can see;
+  and allocatable GPUs: ``cluster.room.node_gpu``), with the slices held on it by the kernels this server
+  can see; the queue: the starts waiting for room a reservation keeps for their owner (``status.waiting``);
+- reservations: which of this server's kernels give back the room a reservation keeps (:meth:`reserved`),
+  judged by ``pool.reclaim.reserved_for`` on the room as the operator counts it (``cluster.room``), on the
+  kernels this server can see;
 - telemetry: each kernel's ``status.usage``, written by the node agent from NVML;
 - the journal: this server's own decisions, plus refusals the operator wrote on its kernels.
 
@@ -31,16 +36,18 @@ from ...periodic import every
 from ...cluster.kernels import as_lease, holds_quota, spec, status
 from ...cluster.quotas import read_quotas
 from ...cluster.resources import FAILED, GROUP, POLICIES, POLICY_NAME, QUOTAS, VERSION
+from ...cluster.room import NODE_PREFIX, SharingError, node_gpu, on_cluster, read_sharing, room_lease, \
+    start_waiter, usage_of
 from ...cluster.session import KernelSession
 from ...cluster.settings import kubernetes_settings
-from ...pool import ACTIVE, DETECTED, GPU, GPUUsage, JournalEntry, Lease, Profile, Quota, Snapshot
+from ...pool import ACTIVE, GPU, GPUUsage, SPREAD, JournalEntry, Lease, Profile, Quota, Snapshot, Waiter
+from ...pool.reclaim import reserved_for
 from ...pool.rules import Policy, PolicyError, parse_policy
+from ...pool.sharing import Sharing
 from .adoption import adopt_kernels
 from .base import PoolBackend
 
 log = logging.getLogger(__name__)
-
-NODE_PREFIX = "node/"
 
 
 class KubernetesBackend(PoolBackend):
@@ -55,6 +62,7 @@ class KubernetesBackend(PoolBackend):
         self.session: KernelSession | None = None
         self._quotas = read_quotas([])
         self._policy = self.settings.idle_policy
+        self._sharing = self.settings.sharing  # the GPUPoolPolicy's, where it sets any; else the config file's
         self._nodes: list[GPU] = []
         self._journal: list[JournalEntry] = []
         self._seq = 0
@@ -123,15 +131,17 @@ class KubernetesBackend(PoolBackend):
         try:
             obj = await session.custom.get_cluster_custom_object(GROUP, VERSION, POLICIES, POLICY_NAME)
             rules, dry_run = spec(obj).get("rules") or [], bool(spec(obj).get("dryRun", False))
-            self._policy = parse_policy(rules, dry_run, tuple(self.settings.profiles))
+            policy, sharing = parse_policy(rules, dry_run, tuple(self.settings.profiles)), read_sharing(spec(obj))
+            self._policy, self._sharing = policy, sharing or self.settings.sharing
         except ApiException as e:
             if e.status != 404:
                 raise
             self._policy = self.settings.idle_policy  # no cluster policy: the config file's
-        except PolicyError as e:  # the operator marks it invalid too; keep the last good one
+            self._sharing = self.settings.sharing
+        except (PolicyError, SharingError) as e:  # the operator marks it invalid too; keep the last good one
             log.warning("GPU pool: GPUPoolPolicy %r is invalid (%s); keeping the previous policy", POLICY_NAME, e)
-        nodes = await session.core.list_node()
-        self._nodes = [gpu for i, node in enumerate(nodes.items) if (gpu := _node_gpu(node, i)) is not None]
+        nodes = session.api.sanitize_for_serialization(await session.core.list_node())
+        self._nodes = [gpu for i, node in enumerate(nodes.get("items") or []) if (gpu := node_gpu(node, i)) is not None]
         count = sum(int(g.extra.get("count", 1)) for g in self._nodes)
         self.note = (f"Kubernetes cluster: {len(self._nodes)} GPU node(s), {count} GPU(s); kernels in namespace "
                      f"{session.namespace}")
@@ -158,6 +168,10 @@ class KubernetesBackend(PoolBackend):
     @property
     def owner(self) -> str:
         return self.settings.owner
+
+    @property
+    def sharing(self) -> Sharing:
+        return self._sharing
 
     def gpus(self) -> list[GPU]:
         return list(self._nodes)
@@ -190,7 +204,30 @@ class KubernetesBackend(PoolBackend):
             here = [lease for lease in leases if lease.gpus and lease.gpus[0] == gpu.uuid and lease.state == ACTIVE]
             usage.append(GPUUsage(gpu=gpu, memory=sum(lease.total_memory for lease in here),
                                   sm_percent=sum(lease.total_sm for lease in here), leases=len(here)))
-        return Snapshot(at=time.time(), gpus=usage, leases=leases, waiters=[])
+        now = time.time()
+        return Snapshot(at=now, gpus=usage, leases=leases, waiters=self.waiters(now))
+
+    def waiters(self, now: float) -> list[Waiter]:
+        """The starts waiting for room a reservation keeps for their owners (the operator's ``status.waiting``),
+        in the order it serves them."""
+        kernels = list(self.session.kernels.values()) if self.session else []
+        return sorted((w for k in kernels if (w := start_waiter(k, now)) is not None),
+                      key=lambda w: (w.position or 0, w.enqueued, w.id))
+
+    async def reserved(self, candidates: list, freeing: tuple[str, ...] = (),
+                       warned: tuple[str, ...] = ()) -> dict[str, str]:
+        """Of this server's idle ``candidates``, those to give back the room a reservation keeps now, with why:
+        the pool core's choice (``reserved_for``) on the room as the operator counts it, node by node
+        (``cluster.room``), with the kernels this server can see and the members' starts waiting for room."""
+        now = time.time()
+        sharing = on_cluster(self.sharing, self._nodes)
+        if not candidates or not sharing.needs_everyone(now):
+            return {}
+        kernels = list(self.session.kernels.values()) if self.session else []
+        leases = [room_lease(lease, lease.host) for lease in (as_lease(k) for k in kernels if holds_quota(k))]
+        mine = [dataclasses.replace(c, lease=room_lease(c.lease, c.lease.host)) for c in candidates]
+        return reserved_for(sharing, usage_of(self._nodes, leases), leases, self.waiters(now), mine, now,
+                            freeing=freeing, warned=warned, placement=SPREAD)
 
     async def reconcile(self) -> list[Lease]:
         return []  # the operator reclaims what a dead server left, by its heartbeat
@@ -245,19 +282,6 @@ class ClusterSampler(Sampler):
             self._last[kernel_id] = usage["sampledAt"]
             with self._lock:
                 self._record(k, Reading(usage["sampledAt"], usage.get("memoryUsed"), usage.get("utilization")))
-
-
-def _node_gpu(node, index: int) -> GPU | None:
-    """A GPU node as one entry of the pool: its GPUs together (labels from NVIDIA's GPU feature discovery)."""
-    labels = node.metadata.labels or {}
-    allocatable = (node.status.allocatable if node.status else None) or {}
-    count = int(labels.get("nvidia.com/gpu.count") or allocatable.get("nvidia.com/gpu") or 0)
-    if count <= 0:
-        return None
-    per_gpu = int(labels.get("nvidia.com/gpu.memory", "0")) * 2**20  # MiB
-    product = labels.get("nvidia.com/gpu.product", "GPU")
-    return GPU(uuid=NODE_PREFIX + node.metadata.name, name=f"{count} × {product}", memory=count * per_gpu,
-               index=index, node=node.metadata.name, source=DETECTED, extra={"count": count})
 
 
 def _report_end(task: asyncio.Task) -> None:

@@ -20,6 +20,7 @@ from tornado import web
 from ...compat import VerbatimHTTPError
 from ...pool import HIBERNATED, Lease
 from ...pool import policy as P
+from ...pool.words import not_done
 from .. import admin_requests
 from . import dashboard
 from . import views
@@ -45,6 +46,15 @@ class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
         return caller_of(self.current_user, personal=ext.personal_server, owner=ext.backend.owner,
                          admin_users=set(ext.admin_users), owner_admin=ext.backend.owner_admin)
 
+    def admin(self, what: str) -> Caller:
+        """The caller, where they are one of the pool's admins; else 403 saying what (``what``: "The pool
+        view is") is theirs only."""
+        caller = self.caller()
+        if not caller.admin:
+            raise api_error(403, "not_admin", f"{what} for the pool's admins (GPUPoolExtension.admin_users, or "
+                                              "JupyterHub admins).")
+        return caller
+
     def json_body(self, allowed: set[str]) -> dict:
         raw = self.request.body or b""
         if not raw.strip():
@@ -68,21 +78,26 @@ class PoolAPIHandler(ExtensionHandlerMixin, APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(payload))
 
-    async def own_kernel(self, kernel_id: str) -> tuple[Caller, Lease, P.Rule]:
-        """The caller's (or, for an admin, anyone's) pool kernel in this server, or the right 4xx."""
+    async def callers_lease(self, kernel_id: str) -> tuple[Caller, Lease]:
+        """The caller and the lease of their (or, for an admin, anyone's) pool kernel, in any server of the
+        pool, or the right 4xx."""
         ext = self.ext
         caller = self.caller()
         if not ext.backend.enabled:
             raise api_error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
-        snapshot = await ext.backend.snapshot()
-        lease = next((lease for lease in snapshot.leases if lease.kernel_id == kernel_id), None)
-        context = ext.server_context
+        lease = (await ext.backend.snapshot()).lease_of_kernel(kernel_id)
         if lease is None:
             raise api_error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
                                                    "(it ended, or it is not a GPU pool kernel).")
         if lease.owner != caller.user and not caller.admin:
             raise api_error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels "
                                               "only.")
+        return caller, lease
+
+    async def own_kernel(self, kernel_id: str) -> tuple[Caller, Lease, P.Rule]:
+        """The caller's (or, for an admin, anyone's) pool kernel in this server, or the right 4xx."""
+        caller, lease = await self.callers_lease(kernel_id)
+        context = self.ext.server_context
         if kernel_id not in context.km:
             raise api_error(409, "other_server", f"Kernel {kernel_id!r} runs in another Jupyter server; act on it "
                                                  "from that server.")
@@ -124,10 +139,7 @@ class PoolHandler(PoolAPIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        caller = self.caller()
-        if not caller.admin:
-            raise api_error(403, "not_admin", "The pool view is for the pool's admins "
-                                              "(GPUPoolExtension.admin_users, or JupyterHub admins).")
+        self.admin("The pool view is")
         self.send(await views.pool(backend=self.ext.backend, context=self.ext.server_context))
 
 
@@ -167,16 +179,7 @@ class KernelActionHandler(PoolAPIHandler):
     async def post(self, kernel_id: str, action: str) -> None:
         self.json_body(set())
         ext, context = self.ext, self.ext.server_context
-        caller = self.caller()
-        if not ext.backend.enabled:
-            raise api_error(409, "no_pool", f"This server has no GPU pool: {ext.backend.note}")
-        lease = (await ext.backend.snapshot()).lease_of_kernel(kernel_id)
-        if lease is None:
-            raise api_error(404, "no_such_kernel", f"No GPU kernel {kernel_id!r} holds a slice of the pool "
-                                                   "(it ended, or it is not a GPU pool kernel).")
-        if lease.owner != caller.user and not caller.admin:
-            raise api_error(403, "not_yours", f"Kernel {kernel_id!r} is not yours; you can act on your own kernels "
-                                              "only.")
+        caller, lease = await self.callers_lease(kernel_id)
         if lease.phase or context.busy(kernel_id):
             raise api_error(409, "in_progress", f"This kernel is {lease.phase or 'being released'} already.")
         if lease.awaits_first_cell and action != "shutdown":
@@ -196,7 +199,7 @@ class KernelActionHandler(PoolAPIHandler):
         try:
             done = ext.culler.act(lease, action, by)
         except ValueError as e:
-            raise api_error(409, "cannot_hibernate", f"This kernel cannot hibernate now: {e}.") from None
+            raise api_error(409, "cannot_hibernate", not_done(action, str(e))) from None
         self.send({"action": done, "kernel_id": kernel_id}, status=202)
 
 
@@ -206,10 +209,7 @@ class TelemetryHandler(PoolAPIHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        caller = self.caller()
-        if not caller.admin:
-            raise api_error(403, "not_admin", "The pool's readings are for the pool's admins "
-                                              "(GPUPoolExtension.admin_users, or JupyterHub admins).")
+        self.admin("The pool's readings are")
         raw = self.get_argument("window", "600")
         try:
             window = float(raw)

@@ -16,13 +16,36 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ...hibernation import HibernationError
-from ...pool.phases import IN_FLIGHT, PhaseConflict, display_state
-from ...pool import HIBERNATED, PoolError
+from ...pool.phases import PhaseConflict, PhaseError, display_state
+from ...pool import Lease, PoolError
+from ...pool import residency as M
 from . import views
 from .handlers import API, KERNEL_ID, PoolAPIHandler, api_error
 from .hints import retry_after
 
 SETTLE = 0.5  # seconds to let the resume say whether it runs or waits in the queue before answering
+
+
+def refusal(lease: Lease, request: str) -> tuple[str, str] | None:
+    """Why the residency model refuses the user's ``request`` (``RESUME``, ``HINT``) for the kernel of
+    ``lease`` (``residency.asked_to_wake``), as (reason, message); None where it may go on."""
+    try:
+        M.asked_to_wake(M.residency_of(lease), request)
+        return None
+    except M.Refused as refused:
+        reason = refused.reason
+    except PhaseError:  # a lease no residency shows as: a move under way that this server does not know
+        reason = "in_progress"
+    shown = display_state(lease).replace("_", " ")
+    nothing = "nothing to resume" if request == M.RESUME else "nothing to wake"
+    words = {"not_hibernated": (f"This kernel is {lease.state}, not hibernated: there is nothing to resume."
+                                if request == M.RESUME else "This kernel is not sleeping: there is nothing to wake."),
+             "no_gpu_yet": "This kernel has held no GPU yet: it takes one when a cell runs.",
+             "evicting": "This kernel is to be shut down to make room in host RAM: a cell resumes it, not a guess.",
+             "stopping": f"This kernel is shutting down; there is {nothing}.",
+             "failed": f"This kernel's last move could be neither finished nor undone; there is {nothing}: shut it "
+                       "down to give its GPU slice back."}
+    return reason, words.get(reason) or f"This kernel is {lease.phase or shown} already; there is {nothing} now."
 
 
 class ResumeHandler(PoolAPIHandler):
@@ -35,9 +58,9 @@ class ResumeHandler(PoolAPIHandler):
         if not hook.enabled:
             raise api_error(409, "no_hibernation", "Hibernation is not enabled on this server, so there is "
                                                    "nothing to resume.")
-        if lease.state != HIBERNATED and lease.phase not in IN_FLIGHT:
-            raise api_error(409, "not_hibernated", f"This kernel is {lease.state}, not hibernated: there is "
-                                                   "nothing to resume.")
+        refused = refusal(lease, M.RESUME)
+        if refused is not None:
+            raise api_error(409, *refused)
         task = hook.start_resume(kernel_id, "user")
         await hook.settle(kernel_id, SETTLE)
         if task.done() and not task.cancelled() and task.exception() is not None:
@@ -78,12 +101,9 @@ class HintHandler(PoolAPIHandler):
                                               "wakes it in advance.")
         hook = self.ext.hibernator
         answer = {"kernel_id": kernel_id, "woken": False}
-        if lease.state != HIBERNATED or lease.phase:
-            return self.send({**answer, "state": display_state(lease), "reason": "not_hibernated",
-                              "message": "This kernel is not sleeping: there is nothing to wake."})
-        if lease.awaits_first_cell:  # a restored tab's kernel takes its GPU when a cell runs, not on a guess
-            return self.send({**answer, "state": display_state(lease), "reason": "no_gpu_yet",
-                              "message": "This kernel has held no GPU yet: it takes one when a cell runs."})
+        refused = refusal(lease, M.HINT)  # (a restored tab's kernel with no GPU yet takes one when a cell runs)
+        if refused is not None:
+            return self.send({**answer, "state": display_state(lease), "reason": refused[0], "message": refused[1]})
         task = hook.start_resume(kernel_id, "hint", hint=True)
         if not task.done():  # a hint declined at once has nothing to settle
             await hook.settle(kernel_id, SETTLE)

@@ -12,12 +12,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ...pool import HIBERNATED, JournalEntry, Lease, Snapshot, usage_of
+from ...pool import HIBERNATED, JournalEntry, Lease, Profile, Snapshot, usage_of
 from ...pool import policy as P
 from ...pool.leases import ACTIVE
 from ...pool.liveness import ended_with_server
 from ...pool.phases import HIBERNATING, IN_FLIGHT, NO_GPU_YET, STOPPING, display_state
-from ...pool.rules import Policy
+from ...pool.rules import Policy, Rule
 from ...pool.units import unix_time
 from ...pool.words import notebook_label
 from . import dashboard
@@ -52,6 +52,56 @@ def under_way(lease: Lease, context: ServerContext) -> str:
     return HIBERNATING if doing == P.HIBERNATE else STOPPING
 
 
+def warning_shown(kstate: P.KernelState, rule: Rule, context: ServerContext) -> dict | None:
+    """The culler's warning of the kernel as the user reads it (none in a dry run: nothing will happen)."""
+    w = kstate.warning
+    if w is None or context.policy.dry_run:
+        return None
+    return {"action": w.action, "reason": w.reason, "message": w.message, "deadline": w.deadline,
+            "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze,
+            "reservation": w.reservation or None}  # reason reserved: the reservation it gives room back for
+
+
+def next_idle_action(lease: Lease, rule: Rule, kstate: P.KernelState, context: ServerContext, *, now: float,
+                     last_activity: float | None, execution_state: str | None) -> dict | None:
+    """When the policy acts on a kernel of this server if it stays idle: the last pass's facts, with any
+    activity since; none while it runs, moves or has not been judged yet."""
+    kid = lease.kernel_id
+    seen = context.seen.get(kid)
+    if seen is None or lease.phase or context.busy(kid) or execution_state == "busy":
+        return None
+    facts = replace(seen.facts, last_activity=max(seen.facts.last_activity, last_activity or 0.0))
+    found = P.next_action(facts, rule, kstate)
+    if found is None or found[0] <= now:
+        return None
+    return {"at": found[0], "reason": found[1], "action": found[2]}
+
+
+def user_actions(lease: Lease, rule: Rule, kstate: P.KernelState, context: ServerContext, *,
+                 warning: dict | None) -> list[str]:
+    """What the user may do to a kernel of this server: nothing while a move is under way; a snooze while
+    any is left (never of an over-memory warning, nor of a reserved one: the server refuses both); Release
+    a held slice, Resume a hibernated kernel (a first slice is taken by a cell); Shut down."""
+    if lease.phase or context.busy(lease.kernel_id):
+        return []
+    actions = []
+    if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] in (P.OVER_MEMORY, P.RESERVED)):
+        actions.append("snooze")
+    if lease.state != HIBERNATED:
+        actions.append("release")
+    elif context.hibernator.enabled and not lease.awaits_first_cell:
+        actions.append("resume")
+    actions.append("shutdown")
+    return actions
+
+
+def slice_shown(lease: Lease, profile: Profile | None) -> dict:
+    """The kernel's slice: its profile's words, and what the lease holds (no memory figure for a whole GPU)."""
+    spec = profile.slice if profile else None
+    return {"label": str(spec) if spec else "", "memory": lease.memory if not lease.whole else None,
+            "sm_percent": lease.sm_percent, "whole": lease.whole, "gpu_count": lease.gpu_count}
+
+
 def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext, snapshot: Snapshot,
                   now: float, notebooks: Mapping[str, str]) -> dict:
     """One kernel as the user sees it.  Kernels of other servers (same user, shared ledger) show
@@ -61,9 +111,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
     profile = backend.profile(lease.profile)
     kernel = context.kernel(kid)
     here = kernel is not None
-    rule = context.rule_for(kernel, lease) if here else context.policy.rule_for(lease.owner, lease.groups,
-                                                                                 lease.profile, "")
-    state = under_way(lease, context)
+    rule = context.rule_for(kernel, lease)
     waiter = snapshot.waiter_of_kernel(kid)
     queue_position = waiter.position if waiter is not None else None
     execution_state = kernel.execution_state if here else None
@@ -73,40 +121,20 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
     can, why = context.hibernation(lease) if here else (False, "the kernel runs in another server")
     action, _note = P.release_action(rule, can, why)
     kstate = context.states.get(kid, P.FRESH)
-    warning = None
-    if kstate.warning is not None and not context.policy.dry_run:
-        w = kstate.warning
-        warning = {"action": w.action, "reason": w.reason, "message": w.message, "deadline": w.deadline,
-                   "snoozes_left": P.snoozes_left(kstate, rule), "snooze_seconds": rule.snooze}
-    next_action = None
-    seen = context.seen.get(kid) if here else None
-    if seen is not None and warning is None and not lease.phase and not context.busy(kid) and execution_state != "busy":
-        # When the policy acts if the kernel stays idle: the last pass's facts, with any activity since.
-        facts = replace(seen.facts, last_activity=max(seen.facts.last_activity, last_activity or 0.0))
-        found = P.next_action(facts, rule, kstate)
-        if found is not None and found[0] > now:
-            next_action = {"at": found[0], "reason": found[1], "action": found[2]}
-    actions = []
-    if here and not lease.phase and not context.busy(kid):
-        if P.snoozes_left(kstate, rule) > 0 and not (warning and warning["reason"] == P.OVER_MEMORY):
-            actions.append("snooze")
-        if lease.state != HIBERNATED:
-            actions.append("release")
-        elif context.hibernator.enabled and not lease.awaits_first_cell:  # a first slice is taken by a cell
-            actions.append("resume")
-        actions.append("shutdown")
-    spec = profile.slice if profile else None
+    warning = warning_shown(kstate, rule, context)
+    next_action = (next_idle_action(lease, rule, kstate, context, now=now, last_activity=last_activity,
+                                    execution_state=execution_state) if here and warning is None else None)
+    actions = user_actions(lease, rule, kstate, context, warning=warning) if here else []
     return {
         "kernel_id": kid,
         "lease_id": lease.id,
         "name": name_of(lease, notebooks),  # the notebook's path now: it follows a rename
         "profile": lease.profile,
         "profile_display_name": profile.display_name if profile else lease.profile,
-        "slice": {"label": str(spec) if spec else "", "memory": lease.memory if not lease.whole else None,
-                  "sm_percent": lease.sm_percent, "whole": lease.whole, "gpu_count": lease.gpu_count},
+        "slice": slice_shown(lease, profile),
         "isolation": lease.isolation,
         "gpus": gpu_refs(backend, lease.gpus or lease.last_gpus),
-        "state": state,
+        "state": under_way(lease, context),
         "execution_state": execution_state,
         "last_activity": last_activity,
         "idle_since": last_activity if here and execution_state != "busy" else None,
@@ -131,8 +159,8 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
         "here": here,
         "actions": actions,
         "progress": lease.extra.get("progress"),  # a cluster kernel's start, in words, while it starts
-        # it borrowed room reserved for others, in words, while their window is open (else null)
-        "borrowed": backend.sharing.borrowed(lease, now) or None,
+        # room reserved for others it holds, in words, while their window is open (a hibernated kernel gave it back)
+        "borrowed": (backend.sharing.borrowed(lease, now) or None) if lease.state == ACTIVE else None,
     }
 
 
@@ -284,9 +312,7 @@ async def pool(*, backend: PoolBackend, context: ServerContext) -> dict:
         "queue": [{**w.to_dict(), "label": notebooks.get(w.kernel_id, w.label)} for w in snapshot.waiters],
         "decisions": decisions,
         "policy": context.policy.to_dict(),
-        "reservations": [{**s.to_dict(now, member=False), "groups": list(s.reservation.groups),
-                          "users": list(s.reservation.users), "window": s.reservation.window.words()}
-                         for s in backend.sharing.slots(now)],
+        "reservations": [s.listed(now) for s in backend.sharing.slots(now)],
         "pressure": bool(snapshot.waiters),
         "passes": context.passes(),
     }

@@ -32,6 +32,7 @@ from ...hibernation import HibernationFailed, HibernationRefused, Kernels, Outco
 from ...pool import ACTIVE, Lease, format_size
 from ...pool import residency as M
 from ...pool.phases import display_state
+from ...pool.words import cannot_hibernate_sentence, why_clause
 from .hook import HibernationHook
 from .timers import SleepTimers
 
@@ -177,7 +178,7 @@ class ClusterHibernation(HibernationHook):
         if never is not None:
             return False, never.why
         if st.get("reason") == R.HIBERNATION_REFUSED and hibernation(obj).get("reason") in LASTING:
-            return False, st.get("message") or "the operator refused its hibernation"
+            return False, why_clause(st.get("message") or "the operator refused its hibernation")
         return True, None
 
     def shown(self, kernel_id: str) -> str:
@@ -208,9 +209,10 @@ class ClusterHibernation(HibernationHook):
         position, why = self.queue_position(kernel_id), self.queue_reason(kernel_id)
         if position is not None:
             why = why or "waiting for room on its GPU"
-            return (f"Waiting to resume this kernel: position {position} in its node's queue ({why}). The cell "
-                    "runs as soon as the kernel has resumed.")
-        if st.get("reason") == R.QUOTA_EXCEEDED and why:
+            shared = hibernation(obj).get("why")  # where the admin's sharing orders the queue: why it is there
+            return (f"Waiting to resume this kernel: position {position} in its node's queue"
+                    f"{f', {shared}' if shared else ''} ({why}). The cell runs as soon as the kernel has resumed.")
+        if st.get("reason") in (R.QUOTA_EXCEEDED, R.WAITING_FOR_ROOM) and why:  # its quota, or reserved room
             return f"This kernel's resume is {why}. The cell runs as soon as the kernel has resumed."
         return ("Resuming this kernel: its GPU memory is coming back from host memory on its node. The cell runs "
                 "next.")
@@ -271,7 +273,7 @@ class ClusterHibernation(HibernationHook):
         asked_to_sleep(obj, SLEEP_EVENTS.get(reason, M.IDLE), hinted)
         can, why = self.can_hibernate(as_lease(obj))
         if not can:
-            raise HibernationRefused("unavailable", f"This kernel cannot hibernate: {why}.", keep_running=False)
+            raise HibernationRefused("unavailable", cannot_hibernate_sentence(why or "for a reason not known"), keep_running=False)
         if self.kernels.execution_state(kernel_id) == "busy":
             raise HibernationRefused("busy", "This kernel is running a cell; it can hibernate once the cell is done.")
         started = time.monotonic()

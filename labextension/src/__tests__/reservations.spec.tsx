@@ -90,6 +90,27 @@ describe('which reservation a kernel’s words concern', () => {
     assert.equal(warnedFor(k, [reservation(), research])?.name, 'Research block');
     assert.equal(warnedFor(kernel({ warning }), [research]), null); // an idle warning is no reservation's
   });
+
+  it('takes a reserved warning’s reservation from its field, by name, whatever its message says', () => {
+    const labB = reservation({ name: 'ML 101 lab B' });
+    const named = (
+      name: string,
+      message = 'The GPU room this kernel holds is reserved for others: …'
+    ) => kernel({ warning: { ...warning, reason: 'reserved', message, reservation: name } });
+    // the field decides where the message (a name that begins another's) would be read otherwise
+    assert.equal(warnedFor(named('ML 101 lab'), [labB, reservation()])?.name, 'ML 101 lab');
+    assert.equal(
+      warnedFor(
+        named(
+          'ML 101 lab',
+          'The GPU room this kernel holds is reserved for ML 101 lab B until 12:00'
+        ),
+        [labB, reservation()]
+      )?.name,
+      'ML 101 lab'
+    );
+    assert.equal(warnedFor(named('Gone'), [labB]), null); // a reservation no longer shown
+  });
 });
 
 describe('the status bar', () => {
