@@ -47,6 +47,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -142,6 +143,7 @@ def stalls(samples: dict[str, list], start: float, end: float) -> dict:
         lost = sum(1 for at, w in series if start <= at <= end and w is None)
         ordered = sorted(waits)
         out[who] = {"max_ms": round(1000 * ordered[-1], 1) if ordered else None,
+                    "p50_ms": round(1000 * ordered[len(ordered) // 2], 1) if ordered else None,
                     "p99_ms": round(1000 * ordered[int(0.99 * (len(ordered) - 1))], 1) if ordered else None,
                     "over_100ms": sum(1 for w in waits if w > 0.1), "samples": len(waits), "unanswered": lost}
     return out
@@ -267,9 +269,10 @@ def start_operator(cluster, root: Path, liveness_port: int):
 
 
 class Probe:
-    """benchmarks/loop_probe.py on the operator's liveness endpoint and on an idle process."""
+    """benchmarks/loop_probe.py on the operator's liveness endpoint and on an idle process; a second prober
+    on the test cluster (a discovery request: what any request waits for the cluster's loop to take it up)."""
 
-    def __init__(self, root: Path, liveness_port: int):
+    def __init__(self, root: Path, liveness_port: int, cluster_url: str):
         from kernel_helpers import free_port
 
         idle_port = free_port()
@@ -278,17 +281,46 @@ class Probe:
         self.idle = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(idle_port),
                                       "--directory", str(empty)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.urls = {"operator": f"http://127.0.0.1:{liveness_port}/healthz", "idle": f"http://127.0.0.1:{idle_port}/"}
-        self.out = root / "probe.json"
-        self.proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "loop_probe.py"), str(self.out),
-                                      *self.urls.values()])
+        self.cluster_url = f"{cluster_url}/healthz"
+        self.out, self.cluster_out = root / "probe.json", root / "probe-cluster.json"
+        self.procs = [subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "loop_probe.py"), str(out), *urls])
+                      for out, urls in ((self.out, self.urls.values()), (self.cluster_out, [self.cluster_url]))]
 
     def stop(self) -> dict[str, list]:
-        self.proc.terminate()
-        self.proc.wait(30)
+        for proc in self.procs:
+            proc.terminate()
+            proc.wait(30)
         self.idle.terminate()
         self.idle.wait(10)
         raw = json.loads(self.out.read_text())
-        return {who: raw[url] for who, url in self.urls.items()}
+        return {**{who: raw[url] for who, url in self.urls.items()},
+                "cluster": json.loads(self.cluster_out.read_text())[self.cluster_url]}
+
+
+class Profiler:
+    """``--profile DIR``: py-spy (``pip install py-spy``) records the operator and the test cluster, one phase
+    at a time (``DIR/k500-burst-operator.txt``: py-spy's raw format, collapsed stacks and their counts)."""
+
+    def __init__(self, out: str | None, pids: dict[str, int]):
+        self.out, self.pids = Path(out) if out else None, pids
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, phase: str) -> None:
+        if self.out is None:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        spy = shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        self.procs = [subprocess.Popen([spy or "py-spy", "record", "-p", str(pid), "-r", "100",
+                                        "-f", "raw", "-o", str(self.out / f"{phase}-{who}.txt")],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                      for who, pid in self.pids.items()]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGINT)  # py-spy writes what it recorded, and ends
+        for proc in self.procs:
+            proc.wait(60)
+        self.procs = []
 
 
 async def wait_for_liveness(url: str, timeout: float = 60) -> None:
@@ -322,7 +354,7 @@ async def run_burst(kernels: int, nodes: int, root: Path, args) -> tuple[dict, d
     from kube_helpers import operator_ready
 
     cluster = await prepare(root, nodes)
-    operator = probe = None
+    operator = probe = profiler = None
     servers = Servers(cluster, args.heartbeat_interval)
     tasks: list[asyncio.Task] = []
     try:
@@ -331,19 +363,25 @@ async def run_burst(kernels: int, nodes: int, root: Path, args) -> tuple[dict, d
         await operator_ready(cluster)
         await wait_for_liveness(f"http://127.0.0.1:{port}/healthz")
         sampler = Sampler({"operator": operator.proc.pid, "cluster": cluster.proc.pid, "benchmark": os.getpid()})
-        probe = Probe(root, port)
+        probe = Probe(root, port, cluster.url)
+        profiler = Profiler(args.profile, {"operator": operator.proc.pid, "cluster": cluster.proc.pid})
         await servers.start()
         tasks = [asyncio.create_task(sampler.run()), asyncio.create_task(servers.beat())]
         await asyncio.sleep(2.0)  # a baseline: the operator's RSS and probes before the burst
         mark, before = len(await cluster.audit()), time.time()
+        profiler.start(f"k{kernels}-burst")
         await servers.create([f"student-{i:05d}" for i in range(kernels)])
         created_all = time.time()
         done = await until_all_running(servers, kernels, before + args.time_limit)
         burst_end = done or time.time()
-        burst = await cluster.audit(user="operator", since=mark)
+        profiler.stop()
+        everyone = await cluster.audit(since=mark)
+        burst = [e for e in everyone if e["user"] == "operator"]
+        profiler.start(f"k{kernels}-rest")
         rest_start = time.time()
         await asyncio.sleep(args.rest)
         rest_end = time.time()
+        profiler.stop()
         resting = [e for e in await cluster.audit(user="operator", since=mark) if rest_start <= e["at"] <= rest_end]
         template = await kernel_pod(cluster)
         probes = probe.stop()
@@ -356,6 +394,7 @@ async def run_burst(kernels: int, nodes: int, root: Path, args) -> tuple[dict, d
         result["at_rest"] = rest_result(kernels, sampler, resting, rest_start, rest_end, servers)
         result["event_loop_stalls"] = {"burst": stalls(probes, before, burst_end),
                                        "at_rest": stalls(probes, rest_start, rest_end)}
+        result["where_the_time_goes"] = time_on_path([e for e in everyone if e["at"] <= burst_end], servers)
         return result, template
     finally:
         for task in tasks:
@@ -363,6 +402,8 @@ async def run_burst(kernels: int, nodes: int, root: Path, args) -> tuple[dict, d
         await servers.close()
         if probe is not None:
             probe.stop()
+        if profiler is not None:
+            profiler.stop()
         if operator is not None:
             operator.stop()
         cluster.stop()
@@ -390,6 +431,54 @@ def burst_result(kernels: int, nodes: int, servers: Servers, sampler: Sampler, b
         "cluster_cpu_share_burst": round(sampler.cpu("cluster", before, burst_end) / wall, 2) if wall else None,
         "benchmark_cpu_share_burst": round(sampler.cpu("benchmark", before, burst_end) / wall, 2) if wall else None,
     }
+
+
+def time_on_path(entries: list[dict], servers: Servers) -> dict:
+    """Where each kernel's create→Running went, from the audit log (``at``: when a request came, ``took``: how
+    long the cluster served it) and the servers' watch: (1) created → the operator's first request for it
+    (kopf's watch event, then the work queue); (2) that request → its pod's create answered (the admission's
+    status write, Secret, NetworkPolicy, pod), of which the cluster's serving (``took``); (3) the pod made →
+    the operator's Running write (the scheduler and the hollow kubelet, the pod watch, then the work queue);
+    (4) that write → the servers' watch shows Running.  Each as p50 / p95 over the kernels, and as the mean of
+    the slowest 5% (what the p95 is made of); beside, the cluster's serving time of each kind of request."""
+    mine: dict[str, list[dict]] = {}
+    for e in entries:
+        if e["user"] == "operator" and e.get("name") and e.get("took") is not None:
+            mine.setdefault(e["name"][:38], []).append(e)  # k-<uuid>: the kernel's name starts every name
+    segments: dict[str, list[float]] = {k: [] for k in ("to_first_request", "start_requests",
+                                                         "start_requests_cluster", "pod_to_running_write",
+                                                         "running_write_to_seen", "total")}
+    slowest = sorted(((servers.running[n] - servers.created[n], n) for n in servers.running if n in servers.created
+                      and n in mine), reverse=True)[:max(1, len(servers.running) // 20)]
+    worst = {n for _, n in slowest}
+    worst_sums: dict[str, float] = {k: 0.0 for k in segments}
+    for name, requests in mine.items():
+        patches = [e for e in requests if e["resource"] == "gpukernels/status"]
+        pods = [e for e in requests if e["verb"] == "create" and e["resource"] == "pods"]
+        if name not in servers.running or len(patches) < 2 or not pods:
+            continue
+        first, pod, last = min(e["at"] for e in requests), pods[0], patches[-1]
+        starting = [e for e in requests if first <= e["at"] <= pod["at"]]
+        parts = {"to_first_request": first - servers.created[name],
+                 "start_requests": pod["at"] + pod["took"] - first,
+                 "start_requests_cluster": sum(e["took"] for e in starting),
+                 "pod_to_running_write": last["at"] - (pod["at"] + pod["took"]),
+                 "running_write_to_seen": servers.running[name] - last["at"],
+                 "total": servers.running[name] - servers.created[name]}
+        for k, v in parts.items():
+            segments[k].append(v)
+            if name in worst:
+                worst_sums[k] += v / len(worst)
+    served: dict[str, list[float]] = {}
+    for e in entries:
+        if e.get("took") is not None:
+            served.setdefault(f"{e['verb']} {e['resource']}", []).append(e["took"])
+    return {"kernels": len(segments["total"]),
+            "segments_s": {k: {"p50": percentiles(v)["p50"], "p95": percentiles(v)["p95"]} for k, v in segments.items()},
+            "slowest_5pct_mean_s": {k: round(v, 3) for k, v in worst_sums.items()},
+            "cluster_serving_ms": {what: {"count": len(v), "p50": round(1000 * statistics.median(v), 2),
+                                          "p95": round(1000 * sorted(v)[int(0.95 * (len(v) - 1))], 2)}
+                                   for what, v in sorted(served.items(), key=lambda kv: -len(kv[1]))[:12]}}
 
 
 def rest_result(kernels: int, sampler: Sampler, entries: list[dict], start: float, end: float,
@@ -544,7 +633,15 @@ def table(results: list[dict]) -> str:
             ("longest stall ms: burst / rest (idle process)", lambda r: "{} / {} ({} / {})".format(
                 *(r["event_loop_stalls"][phase][who]["max_ms"] for who in ("operator", "idle")
                   for phase in ("burst", "at_rest")))),
-            ("test cluster CPU share in the burst", lambda r: f"{r['cluster_cpu_share_burst']}")]
+            ("test cluster CPU share in the burst", lambda r: f"{r['cluster_cpu_share_burst']}"),
+            ("test cluster's wait to answer, burst p50/max ms", lambda r: "{p50_ms} / {max_ms}".format(
+                **r["event_loop_stalls"]["burst"]["cluster"])),
+            ("slowest 5%: to 1st request / start", lambda r: "{to_first_request} / {start_requests}".format(
+                **r["where_the_time_goes"]["slowest_5pct_mean_s"])),
+            ("  (cluster serving) / pod→Running write", lambda r: "({start_requests_cluster}) / "
+             "{pod_to_running_write}".format(**r["where_the_time_goes"]["slowest_5pct_mean_s"])),
+            ("  Running write → seen, s", lambda r: "{running_write_to_seen}".format(
+                **r["where_the_time_goes"]["slowest_5pct_mean_s"]))]
     lines = [f"{'':44}" + "".join(f"{'K=' + str(r['kernels']):>34}" for r in results)]
     for label, cell in rows:
         lines.append(f"{label:44}" + "".join(f"{cell(r):>34}" for r in results))
@@ -597,6 +694,8 @@ if __name__ == "__main__":
     parser.add_argument("--quotas", type=numbers, default=[10, 100], help="new GPUQuotas, comma-separated")
     parser.add_argument("--quiet", type=float, default=5.0, help="seconds without a quota status write: done")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--profile", help="a folder for py-spy profiles of the operator and the test cluster, "
+                        "burst and rest apart (py-spy must be installed)")
     parser.add_argument("--smoke", action="store_true", help="10 kernels on 2 nodes, briefly: that it runs")
     args = parser.parse_args()
     if args.smoke:

@@ -7,8 +7,12 @@ reconcile the marked kernels from what is kept then.  So the work per event is b
   latest state (a burst of events about one kernel costs one pass, not one per event);
 - a key is never worked on by two workers at once: marked during its pass, it goes back in once that
   pass ends (the pass may have read what changed just before);
-- a key marked by an event goes before one marked by the sweep (which marks every kernel), so a
-  sweep over thousands of kernels never holds up a kernel that is starting;
+- three lanes, taken in order: work that finishes what is under way (``first``: a kernel admitted
+  already, whose pod or asks changed), then new work (a kernel not yet admitted, a timer, a retry),
+  then the sweep's marks (it marks every kernel).  So in a class's burst a kernel whose pod runs is
+  written Running at once, not behind every admission still waiting (which would have every kernel of
+  the burst wait for the last one's admission), and a sweep over thousands of kernels never holds up
+  a kernel that is starting;
 - "look again in N s" is one timer per key (the earliest wins), not a task per kernel; each pass
   decides anew when its key is looked at next;
 - a pass that fails is tried again after a wait that doubles up to ``retry_max``.
@@ -25,6 +29,8 @@ from typing import Awaitable, Callable, Hashable
 
 log = logging.getLogger("jupyter_gpu_pool.operator")
 
+FIRST, NEW, SWEEP = 0, 1, 2  # the lanes, in the order they are taken
+
 
 class WorkQueue:
     def __init__(self, work: Callable[[Hashable], Awaitable[None]], workers: int, *, retry_first: float = 1.0,
@@ -33,11 +39,10 @@ class WorkQueue:
         self.workers = max(workers, 1)
         self.retry_first, self.retry_max = retry_first, max(retry_max, retry_first)
         self.failed = failed
-        self._events: deque = deque()  # marked by an event: first
-        self._sweep: deque = deque()  # marked by the sweep
-        self._queued: dict[Hashable, bool] = {}  # key -> marked by the sweep only
+        self._lanes: tuple[deque, ...] = (deque(), deque(), deque())  # FIRST, NEW, SWEEP: taken in that order
+        self._queued: dict[Hashable, int] = {}  # key -> the lane it is in (its earliest mark)
         self._active: set = set()
-        self._again: set = set()  # marked while worked on
+        self._again: dict[Hashable, int] = {}  # marked while worked on -> the earliest lane asked
         self._timers: dict[Hashable, tuple[float, asyncio.TimerHandle]] = {}
         self._failures: dict[Hashable, int] = {}
         self._ready: asyncio.Event | None = None
@@ -48,7 +53,7 @@ class WorkQueue:
 
     def start(self) -> None:
         self._ready = asyncio.Event()
-        if self._events or self._sweep:
+        if self._queued:
             self._ready.set()
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
 
@@ -61,15 +66,17 @@ class WorkQueue:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
-    def add(self, key: Hashable, *, sweep: bool = False) -> None:
-        """Mark ``key`` for a pass (``sweep``: behind every key an event marked)."""
+    def add(self, key: Hashable, *, first: bool = False, sweep: bool = False) -> None:
+        """Mark ``key`` for a pass (``first``: before new work, it finishes what is under way; ``sweep``:
+        behind every key an event marked)."""
+        lane = FIRST if first else SWEEP if sweep else NEW
         if key in self._active:
-            self._again.add(key)
+            self._again[key] = min(lane, self._again.get(key, lane))
             return
-        if key in self._queued and (sweep or not self._queued[key]):
+        if self._queued.get(key, SWEEP + 1) <= lane:
             return  # in the queue already, as early as this mark would put it
-        self._queued[key] = sweep  # an event's mark passes the sweep's: the first taken wins, the other is skipped
-        (self._sweep if sweep else self._events).append(key)
+        self._queued[key] = lane  # an earlier lane's mark passes a later one's: the later entry is skipped
+        self._lanes[lane].append(key)
         if self._ready is not None:
             self._ready.set()
 
@@ -94,10 +101,10 @@ class WorkQueue:
         self.add(key)
 
     def _take(self) -> Hashable | None:
-        for lane in (self._events, self._sweep):
-            while lane:
-                key = lane.popleft()
-                if self._queued.get(key) == (lane is self._sweep):  # else a stale entry: it moved lanes, or was taken
+        for lane, keys in enumerate(self._lanes):
+            while keys:
+                key = keys.popleft()
+                if self._queued.get(key) == lane:  # else a stale entry: it moved up a lane, or was taken
                     del self._queued[key]
                     return key
         return None
@@ -125,8 +132,8 @@ class WorkQueue:
             finally:
                 self._active.discard(key)
                 if key in self._again:
-                    self._again.discard(key)
-                    self.add(key)
+                    lane = self._again.pop(key)
+                    self.add(key, first=lane == FIRST, sweep=lane == SWEEP)
             await asyncio.sleep(0)  # a pass that did not wait still lets the watches in
 
     def forget(self, key: Hashable) -> None:

@@ -89,7 +89,8 @@ class TestCluster:
 
     async def audit(self, user: str | None = None, since: int = 0) -> list[dict]:
         """Every resource request the API server served (from the ``since``-th on; of one ``user`` only):
-        when (``at``), user (bearer token), verb, resource, namespace."""
+        when (``at``), user (bearer token), verb, resource, namespace, name (a create's: what it made), and the
+        seconds it took to serve (``took``)."""
         import aiohttp
 
         query = {"since": str(since), **({"user": user} if user is not None else {})}

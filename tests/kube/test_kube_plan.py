@@ -348,3 +348,11 @@ def test_a_resume_over_its_owners_quota_waits_warned_and_a_hint_is_declined_quie
     assert "resume is waiting for your GPU quota" in said["real"][1]
     assert said["guess"][0] == [("write", "Hibernated", "ResumeDeclined", True),
                                 ("count", "admissions", "hint_declined")]
+
+
+def test_a_starts_secret_and_network_policy_are_made_at_once_and_its_pod_after_both():
+    from jupyter_gpu_pool.operator.controller import together
+
+    steps = together(plan(facts(kernel(), pods_listed=True)).actions)
+    shape = [tuple(a.what if isinstance(a, Ensure) else type(a).__name__ for a in step) for step in steps]
+    assert shape == [("Count",), ("Write",), ("secret", "network policy"), ("pod",)]

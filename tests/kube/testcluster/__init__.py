@@ -54,7 +54,8 @@ What it does as a real API server does:
 - Dynamic Resource Allocation (``resource.k8s.io/v1``): see ``dra.py``.
 - An audit log of every resource request, by bearer token
   (``GET /testcluster/audit``), to compare what each client does with the
-  RBAC it is granted.
+  RBAC it is granted; each entry says when it came (``at``) and how long the
+  server took to answer it once its loop took it up (``took``; none for a watch).
 - Deletion: finalizers and ``deletionTimestamp``; graceful deletion of running
   pods (the kubelet stops them); propagation ``Background`` / ``Foreground`` /
   ``Orphan`` through owner references by a garbage collector (owners matched by uid), after a delay

@@ -131,17 +131,20 @@ class ApiServer:
             return _error(e)
         return web.json_response({})
 
-    def record(self, request: web.Request, kind: Kind, namespace, name, sub) -> None:
+    def record(self, request: web.Request, kind: Kind, namespace, name, sub) -> dict:
+        """Add a request to the audit log; its entry (``took`` and a create's ``name`` are set once served)."""
         auth = request.headers.get("Authorization", "")
         q = request.query
         watch = q.get("watch") in _TRUE
-        self.audit.append({
+        entry = {
             "at": time.time(),
             "user": auth[len("Bearer "):] if auth.startswith("Bearer ") else "anonymous",
             "verb": verb_of(request.method, name, watch), "group": kind.group, "version": kind.version,
             "resource": kind.plural + (f"/{sub}" if sub else ""), "namespace": namespace, "name": name,
             "labelSelector": q.get("labelSelector"), "fieldSelector": q.get("fieldSelector"),
-            "limit": q.get("limit")})
+            "limit": q.get("limit"), "took": None}
+        self.audit.append(entry)
+        return entry
 
     # -- discovery ------------------------------------------------------------------------------
 
@@ -229,11 +232,14 @@ class ApiServer:
                 if found is not None:
                     return web.json_response(found)
             kind, namespace, name, sub = self.route(parts)
-            self.record(request, kind, namespace, name, sub)
+            request["audit"] = entry = self.record(request, kind, namespace, name, sub)
             await self.faults.check(kind.plural, verb_of(request.method, name, request.query.get("watch") in _TRUE))
             if "dryRun" in request.query:
                 raise ApiError(400, "BadRequest", "dryRun is not supported by this test server")
-            return await self.serve(request, kind, namespace, name, sub)
+            response = await self.serve(request, kind, namespace, name, sub)
+            if isinstance(response, web.Response):  # (not a watch: its stream lasts as long as it lasts)
+                entry["took"] = time.time() - entry["at"]
+            return response
         except ApiError as e:
             return _error(e)
         except json.JSONDecodeError as e:
@@ -273,7 +279,9 @@ class ApiServer:
         if request.method == "POST" and sub == "eviction":
             return web.json_response(store.evict(kind, namespace, name, await self._body(request)), status=201)
         if request.method == "POST" and name is None:
-            return web.json_response(store.create(kind, namespace, await self._body(request)), status=201)
+            made = store.create(kind, namespace, await self._body(request))
+            request["audit"]["name"] = made["metadata"]["name"]  # what was made, for the audit log's reader
+            return web.json_response(made, status=201)
         if request.method == "PUT" and name is not None:
             return web.json_response(store.replace(kind, namespace, name, await self._body(request), sub))
         if request.method == "PATCH" and name is not None:
