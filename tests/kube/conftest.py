@@ -51,15 +51,21 @@ def operator_factory(tmp_path):
         op.stop()
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cluster_options(**kwargs): the test cluster's TestCluster options "
+                            "(pid1=True: a container's process ignores a SIGTERM it has no handler for)")
+
+
 @pytest.fixture
-async def cluster(cluster_kind, cluster_factory, tmp_path):
+async def cluster(request, cluster_kind, cluster_factory, tmp_path):
     if cluster_kind == "real":
         c = RealCluster(tmp_path).start()
         await install(c)
         yield c
         c.stop()
         return
-    c = cluster_factory()
+    options = request.node.get_closest_marker("cluster_options")
+    c = cluster_factory(**(options.kwargs if options else {}))
     await install(c)
     yield c
 
