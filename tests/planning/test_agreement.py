@@ -41,8 +41,10 @@ POLICY = [
 
 
 def lease_of(pool_home, kernel_id: str):
+    """The kernel's latest lease (a kernel started again, by a restart or a retried start, has more than one)."""
     leases = pool_home.ledger().leases(states=("active", "hibernated", "released"))
-    return next((lease for lease in leases if lease.kernel_id == kernel_id), None)
+    return max((lease for lease in leases if lease.kernel_id == kernel_id), key=lambda lease: lease.created,
+               default=None)
 
 
 def live_decisions(pool_home) -> tuple[dict[str, list[tuple]], list[tuple[str, str]]]:
