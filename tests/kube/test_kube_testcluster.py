@@ -285,7 +285,7 @@ async def test_a_graceful_pod_deletion_stops_the_process_then_removes_the_pod(cl
         "spec": {"tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 20,
                  "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
                                  "args": ["import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
-                                          "sys.exit(0)); print('up', flush=True); time.sleep(60)"]}]}})
+                                          "(time.sleep(3), sys.exit(0))); print('up', flush=True); time.sleep(60)"]}]}})
     await wait_until(lambda: _phase(kube, "sleeper", "Running"), timeout=30)
     deleted = await kube.core.delete_namespaced_pod("sleeper", NS)
     assert deleted.metadata.deletion_timestamp is not None  # terminating, not gone: the kubelet stops it
@@ -308,12 +308,13 @@ async def test_an_eviction_deletes_the_pod_gracefully_as_a_drain_does(cluster, k
         "spec": {"tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 20,
                  "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
                                  "args": ["import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
-                                          "sys.exit(0)); print('up', flush=True); time.sleep(60)"]}]}})
+                                          "(time.sleep(3), sys.exit(0))); print('up', flush=True); time.sleep(60)"]}]}})
     await wait_until(lambda: _phase(kube, "evicted", "Running"), timeout=30)
     with pytest.raises(ApiException) as refused:
         await kube.api.call_api(f"/api/v1/namespaces/{NS}/pods/evicted/eviction", "POST", body={"kind": "Pod"},
                                 response_types_map={}, auth_settings=["BearerToken"])
     assert refused.value.status == 400
+    # (its SIGTERM handler takes 3 s before it exits: the pod is read while terminating, not raced to its end)
     await kube.core.create_namespaced_pod_eviction("evicted", NS, {
         "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted", "namespace": NS}})
     pod = await kube.core.read_namespaced_pod("evicted", NS)

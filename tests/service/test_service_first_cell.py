@@ -34,7 +34,8 @@ def lease_row(lab, kernel_id: str) -> dict:
 
 
 async def run_cell(server, kernel_id: str, code: str, timeout: float = 90.0) -> list[str]:
-    """Send one cell on the kernel's websocket (the JSON protocol); the text it printed, once it replied."""
+    """Send one cell on the kernel's websocket (the JSON protocol); the text it printed, once it replied and
+    went idle (its output comes on iopub, which the websocket may deliver after the shell's reply)."""
     ws = await websocket_connect(f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels?token={server.token}")
     msg_id = uuid.uuid4().hex
     header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "alice", "session": uuid.uuid4().hex,
@@ -44,6 +45,7 @@ async def run_cell(server, kernel_id: str, code: str, timeout: float = 90.0) -> 
                                              "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
                                  "buffers": []}))
     out: list[str] = []
+    replied = idle = False
     try:
         while True:
             m = json.loads(await asyncio.wait_for(ws.read_message(), timeout))
@@ -54,6 +56,10 @@ async def run_cell(server, kernel_id: str, code: str, timeout: float = 90.0) -> 
             elif m["msg_type"] == "error":
                 out.append(m["content"]["evalue"])
             elif m["msg_type"] == "execute_reply":
+                replied = True
+            elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                idle = True  # (iopub: its output before it; the reply, on shell, may come before or after)
+            if replied and idle:
                 return out
     finally:
         ws.close()
