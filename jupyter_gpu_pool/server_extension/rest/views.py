@@ -115,7 +115,8 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
     waiter = snapshot.waiter_of_kernel(kid)
     queue_position = waiter.position if waiter is not None else None
     execution_state = kernel.execution_state if here else None
-    last_activity = unix_time(kernel.last_activity) if here else None
+    # Clamped to ``now``: a deadline is never said to be further than the rule's limit from the "now" it goes with.
+    last_activity = min(unix_time(kernel.last_activity), now) if here else None
     reading = context.sampler.reading(kid) if here and lease.state != HIBERNATED else None
     samples = context.sampler.samples(kid) if here else []
     can, why = context.hibernation(lease) if here else (False, "the kernel runs in another server")
@@ -218,7 +219,6 @@ def pool_summary(backend: PoolBackend, snapshot: Snapshot) -> dict:
 
 
 async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerContext) -> dict:
-    now = time.time()
     snapshot = await backend.snapshot()
     mine = [lease for lease in snapshot.leases if lease.owner == user]
     groups = []
@@ -229,6 +229,7 @@ async def me(user: str, admin: bool, *, backend: PoolBackend, context: ServerCon
         members = [lease for lease in snapshot.leases if group in lease.groups]
         groups.append({"name": group, "quota": quota.to_dict(), "usage": usage_of(members).to_dict()})
     notebooks = await context.notebooks.paths()
+    now = time.time()  # after the awaits: a kernel's activity read next is never later than "now"
     kernels = [kernel_object(lease, backend=backend, context=context, snapshot=snapshot, now=now, notebooks=notebooks)
                for lease in mine]
     leased = {lease.kernel_id for lease in mine}
