@@ -214,6 +214,8 @@ class Agent:
                          if namespace is not None and p["metadata"].get("namespace") != namespace}
             self.pods.update({p["metadata"]["uid"]: p for p in items})
             self._pods_listed = True
+            for pod in items:  # a deletion begun while the watch was down is seen only here
+                self._if_terminating(pod)
             self.dispatch()
         return replace
 
@@ -225,8 +227,13 @@ class Agent:
             self.mover.measured.pop(uid, None)
             return
         self.pods[uid] = pod
+        self._if_terminating(pod)
+
+    def _if_terminating(self, pod: dict) -> None:
+        """A pod being deleted: the kubelet stops it now, so the processes this agent restored in it are
+        checkpointed first (see PodMover.before_kill; once per pod: it forgets them as it starts)."""
+        uid = pod["metadata"]["uid"]
         if pod["metadata"].get("deletionTimestamp") and uid in self.mover.restored:
-            # the kubelet stops it now: the processes this agent restored first (see PodMover.before_kill)
             task = asyncio.create_task(self._before_kill(uid))
             self._kills.add(task)
             task.add_done_callback(self._kills.discard)

@@ -423,6 +423,27 @@ async def test_a_resumed_pod_is_checkpointed_again_before_its_kill(rig, operator
                      what="the restored processes to be checkpointed before the kill (cuda-checkpoint issue 53)")
 
 
+@pytest.mark.cluster_options(pid1=True)
+async def test_a_resumed_pods_deletion_missed_by_the_watch_is_seen_on_the_relist_and_checkpointed_first(rig, operator):
+    """The agent's pod watch is down (quiet, not knowing it) while the pod's deletion begins: no MODIFIED event
+    carries the deletionTimestamp, and the listing that follows the watch's 410 is where the agent learns it."""
+    name, pids = await rig.kernel()
+    operator.stop()
+    await rig.start_agent()
+    await rig.set_phase(name, HIBERNATING)
+    await rig.settled(name, HIBERNATED)
+    await rig.set_phase(name, RESUMING)
+    await rig.settled(name, RUNNING)
+    pod = rig.pods[name]["metadata"]["name"]
+    await rig.cluster.fault(stall=["pods"])
+    await rig.kube.core.delete_namespaced_pod(pod, rig.cluster.namespace, grace_period_seconds=30)
+    await asyncio.sleep(1.0)
+    assert all(rig.driver.procs[p].checkpoints == 1 for p in pids)  # the watch is quiet: nothing seen yet
+    await rig.cluster.fault(resume=True)
+    await wait_until(lambda: all(rig.driver.procs[p].checkpoints == 2 for p in pids), timeout=30,
+                     what="the restored processes to be checkpointed once the re-list shows the deletion")
+
+
 def test_a_pods_processes_are_found_from_their_cgroups_only(tmp_path):
     a, b = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "2c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
     proc = fake_proc(tmp_path, {30: a, 10: a, 20: b, 40: None})
