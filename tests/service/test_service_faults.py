@@ -123,6 +123,25 @@ def test_with_the_service_gone_a_users_server_still_shuts_down_and_the_slice_com
     code, kernel = alice.start_kernel()
     assert code == 201
     service.stop()
+    _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel["id"])
+
+
+def test_a_server_started_before_the_service_stops_at_once_with_the_service_killed(lab):
+    """A user's server started while the service was down (its pool extension could not load) and stopped
+    after the service was killed exits at once, saying why its extension has nothing to stop (before: the
+    extension's stop raised on what it never built, jupyter_server's shutdown ended there and the server ran
+    on until killed)."""
+    lab.configure(holder_grace=1)
+    alice = lab.server("alice")  # no service yet
+    service = lab.service()
+    code, kernel = alice.start_kernel()  # the provisioner asks the service itself
+    assert code == 201
+    service.kill()  # kill -9: its socket file left behind
+    _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel["id"])
+    assert "the pool service was not answering when this server started" in alice.log()
+
+
+def _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel_id: str) -> None:
     started = time.monotonic()
     alice.proc.terminate()
     alice.proc.wait(timeout=20)  # before: the kernel's release raised and the server never exited
@@ -130,7 +149,7 @@ def test_with_the_service_gone_a_users_server_still_shuts_down_and_the_slice_com
     assert "the pool reclaims the slice when it sees the kernel's process gone" in alice.log()
     lab.service()
     released = wait_for(lambda: [x for x in raw(lab, "alice", [request("leases", states=["released"])])[0]["result"]
-                                 if x["kernel_id"] == kernel["id"]], what="the dead kernel's lease released")
+                                 if x["kernel_id"] == kernel_id], what="the dead kernel's lease released")
     assert released[0]["reason"] != "shutdown"  # reclaimed by the service's reconcile, not by the gone server
 
 
