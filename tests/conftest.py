@@ -104,8 +104,8 @@ def pytest_collection_modifyitems(config, items):
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if "slow" not in item.keywords]
-    # A file's tests run in one worker, so its module fixtures are made once; the service tests share the real
-    # Unix users their session creates, so they all run in one worker (and the GPU tests share a GPU).
+    # A file's tests run in one worker, so its module fixtures are made once (the GPU tests share a GPU, and
+    # the service tests that spawn users' servers into the system's homes share those: _group_of).
     groups: dict[str, list] = {}
     for item in items:
         group = _group_of(item)
@@ -125,11 +125,19 @@ def pytest_xdist_node_collection_finished(node, ids):
                     "and pytest-xdist do not work together (see the pytest pin in pyproject.toml)", returncode=3)
 
 
+# Service tests whose users' servers are spawned through a real JupyterHub into the homes the system names
+# (/tmp/gpupool-home-<name>, one per user for every process): one worker for them all (and the system_homes
+# fixture keeps other pytest sessions out meanwhile).  Every other service test works in a lab of its own
+# (its own homes, socket and ledger under /tmp/gpupool-lab-*), and the real Unix users they share are
+# held by each process that runs them (tests/service/users_registry.py).
+SYSTEM_HOMES = {"test_service_hub.py"}
+
+
 def _group_of(item) -> str:
     if "gpu" in item.keywords:
         return "gpu"  # one at a time: some fill the GPU's memory on purpose
     path = Path(str(item.fspath))
-    return "unix-users" if "service" in path.parts else str(path)
+    return "system-homes" if "service" in path.parts and path.name in SYSTEM_HOMES else str(path)
 
 
 def _estimated_seconds(group: list) -> float:
