@@ -77,9 +77,10 @@ def lab(unix_users, tmp_path_factory):
     lab = Lab(root, conf, share)
     lab.configure()
     yield lab
-    for proc in reversed(lab.processes):  # users' servers first, while the service can still release their leases
-        proc.stop()
+    # users' servers first, while the service can still release their leases
+    stuck = [why for why in [proc.stop() for proc in reversed(lab.processes)] if why]
     shutil.rmtree(root, ignore_errors=True)
+    assert not stuck, "\n".join(stuck)
 
 
 class Lab:
