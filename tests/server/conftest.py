@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 from jupyter_server.auth.identity import IdentityProvider, User
 from server_helpers import ScriptedReadings  # noqa: F401  (re-exported for tests)
+from server_teardown import kernel_sockets_closed_at_once  # noqa: F401  (autouse)
 
 OWNER = "alice"
 TOKENS = {"bob-token": "bob", "root-token": "root"}
