@@ -58,6 +58,9 @@ class StandInDriver:
     fail: dict[tuple[str, int], int] = field(default_factory=dict)  # (call, pid) → CUresult to return once
     refuse_remap: bool = False  # restore with moved GPU pairs → INVALID_VALUE (as in NVIDIA/cuda-checkpoint#35)
     lock_delay: float = 0.0  # every lock waits this long (lets a test act while a hibernation is under way)
+    # Every lock waits until the test opens this gate (``gate_locks``): a test acts while a hibernation is under
+    # way, then lets it go on, with no time guessed (a minute at most: a test that never opens it fails, not hangs).
+    lock_gate: threading.Event | None = None
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -74,6 +77,11 @@ class StandInDriver:
 
     def fail_next(self, call: str, pid: int, code: int) -> None:
         self.fail[(call, pid)] = code
+
+    def gate_locks(self) -> threading.Event:
+        """Every lock from now on waits until the returned gate is set."""
+        self.lock_gate = threading.Event()
+        return self.lock_gate
 
     # -- devices.checkpoint.Driver -----------------------------------------------------------
 
@@ -113,6 +121,8 @@ class StandInDriver:
             raise cp._error(call, cp.CUDA_ERROR_NOT_SUPPORTED, pid)
         self._need(call, pid, proc, cp.ProcessState.RUNNING)
         time.sleep(self.lock_delay)
+        if self.lock_gate is not None and not self.lock_gate.wait(60):
+            raise cp._error(call, cp.CUDA_ERROR_TIMEOUT, pid)  # the test never opened it
         remaining = proc.gpu_busy_until - time.monotonic()
         if remaining > timeout:
             time.sleep(timeout)

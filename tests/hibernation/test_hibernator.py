@@ -112,7 +112,9 @@ async def test_a_lock_that_times_out_leaves_the_kernel_running_untouched(rig):
     assert "hibernated" not in r.journaled(kid)
 
 
-async def test_a_cache_release_stuck_behind_gpu_work_counts_against_the_lock_timeout(rig):
+async def test_a_cache_release_stuck_behind_gpu_work_counts_against_the_lock_timeout(rig, monkeypatch):
+    # the kernel's grace to answer, beyond the lock timeout, waited out here: one second, not five
+    monkeypatch.setattr("jupyter_gpu_pool.hibernation.hibernator.ANSWER_GRACE", 1.0)
     r = rig(lock_timeout=0.5)
     kid, pid = await r.gpu_kernel()
     km = r.manager.get_kernel(kid)
@@ -126,7 +128,8 @@ async def test_a_cache_release_stuck_behind_gpu_work_counts_against_the_lock_tim
     with pytest.raises(HibernationRefused) as err:
         await r.hibernator.hibernate(kid)
     assert err.value.reason == "gpu_busy" and err.value.keep_running
-    assert asyncio.get_running_loop().time() - started < 20  # the lock timeout and the grace, not the GPU work
+    waited = asyncio.get_running_loop().time() - started
+    assert 1.5 <= waited < 20  # the lock timeout and the grace, not the GPU work
     assert r.standin.procs[pid].state == RUNNING and r.standin.procs[pid].checkpoints == 0
     assert ("cuCheckpointProcessLock", pid) not in r.standin.calls
     lease = r.lease(kid)
@@ -182,23 +185,26 @@ async def test_a_missing_driver_is_refused_with_a_sentence(rig, standin):
 async def test_a_second_hibernate_while_one_runs_is_refused(rig):
     r = rig()
     kid, pid = await r.gpu_kernel()
-    r.standin.lock_delay = 3.0  # the driver's lock takes a while: the second request comes during it
+    gate = r.standin.gate_locks()  # the driver's lock takes a while: the second request comes during it
     first = asyncio.ensure_future(r.hibernator.hibernate(kid))
     await wait_until(lambda: r.lease(kid).phase == "hibernating", timeout=10, what="the first to be under way")
     assert r.hibernator.shown(kid) == "hibernating"
     with pytest.raises(HibernationRefused) as err:
         await r.hibernator.hibernate(kid)
     assert err.value.reason == "in_progress"
+    gate.set()
     assert (await first).action == "hibernated"
 
 
 async def test_a_cell_sent_while_hibernating_makes_the_hibernation_give_up_before_the_checkpoint(rig):
     r = rig()
     kid, pid = await r.gpu_kernel()
-    r.standin.lock_delay = 3.0  # the cell comes while the driver locks
+    gate = r.standin.gate_locks()  # the cell comes while the driver locks
     hibernation = asyncio.ensure_future(r.hibernator.hibernate(kid))
-    await wait_until(lambda: r.lease(kid).phase == "hibernating", timeout=10, what="the hibernation to be under way")
+    await wait_until(lambda: ("cuCheckpointProcessLock", pid) in r.standin.calls, timeout=10,
+                     what="the hibernation to be locking")
     resume = r.hibernator.start_resume(kid, "cell")  # what transparent resume does
+    gate.set()
     with pytest.raises(HibernationRefused) as err:
         await hibernation
     assert err.value.reason == "in_use"
@@ -555,10 +561,11 @@ async def test_jupyter_gpu_pool_status_shows_each_phase(rig):
     def row() -> str:
         return next(line for line in render_status(r.pool, r.pool.ledger.snapshot()).splitlines() if short in line)
 
-    r.standin.lock_delay = 2.0
+    gate = r.standin.gate_locks()
     hibernation = asyncio.ensure_future(r.hibernator.hibernate(kid))
     await wait_until(lambda: r.lease(kid).phase == "hibernating", timeout=10, what="the hibernation to be under way")
     assert "hibernating" in row()
+    gate.set()
     await hibernation
     assert "600 MiB" in row() and row().split()[-2] == "-"  # hibernated, no phase
     for g in STANDIN_GPUS:

@@ -77,12 +77,14 @@ async def test_a_kill_waits_no_longer_than_the_shutdown_timeout_for_the_driver(r
     kid, pid = await r.gpu_kernel(gpu_bytes=600 * MiB)
     await r.hibernator.hibernate(kid)
     await r.hibernator.resume(kid)
-    r.standin.lock_delay = 6.0  # the driver hangs in the lock for longer than the bound
+    gate = r.standin.gate_locks()  # the driver hangs in the lock for longer than the bound
 
     started = time.monotonic()
     await asyncio.wait_for(r.manager.shutdown_kernel(kid, now=True), 60)
+    took = time.monotonic() - started
+    gate.set()  # the driver's call returns at last (its thread would hold up the test's teardown)
 
-    assert time.monotonic() - started < 5.5  # the bound, plus jupyter_client's kill
+    assert took < 5.5  # the bound, plus jupyter_client's kill
     assert not psutil.pid_exists(pid) and r.lease(kid) is None
 
 
@@ -171,10 +173,11 @@ async def test_a_shutdown_that_begins_during_a_checkpoint_keeps_the_kernel_stopp
     r = rig()
     kid, pid = await r.gpu_kernel(gpu_bytes=600 * MiB)
     lease = r.lease(kid)
-    r.standin.lock_delay = 1.0
+    gate = r.standin.gate_locks()
     move = asyncio.ensure_future(r.hibernator.hibernate(kid))
-    await wait_until(lambda: r.lease(kid).phase == "hibernating", 30, what="the hibernation under way")
+    await wait_until(lambda: ("cuCheckpointProcessLock", pid) in r.standin.calls, 30, what="the hibernation under way")
     r.pool.ledger.stop(lease.id)  # what the provisioner does when a shutdown begins
+    gate.set()
     outcome = await asyncio.wait_for(move, 60)
     after = r.lease(kid)
     assert (after.state, after.phase, after.host_bytes, after.gpus) == (HIBERNATED, "stopping", 600 * MiB, ())
