@@ -40,6 +40,13 @@ POLICY = [
 ]
 
 
+async def passes(ext, n: int = 2) -> None:
+    """Wait for ``n`` more culling passes to end: the last of them began after now, so what the pool did
+    before now is on the trace (a pass writes what it saw and the journal's news since the one before)."""
+    start = ext.culler.passes
+    await wait_until(lambda: ext.culler.passes >= start + n, 30 * n, interval=0.05, what=f"{n} culling passes")
+
+
 def lease_of(pool_home, kernel_id: str):
     """The kernel's latest lease (a kernel started again, by a restart or a retried start, has more than one)."""
     leases = pool_home.ledger().leases(states=("active", "hibernated", "released"))
@@ -124,7 +131,7 @@ async def test_a_replay_of_the_recorded_trace_decides_what_the_live_pool_decided
     tab.close()
     await jp_fetch("api", "kernels", b, method="DELETE")
     await wait_until(lambda: lease_of(pool_home, b).state == RELEASED, 60, what="b shut down by its user")
-    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+    await passes(ext)  # the last pass writes the trace
 
     live, refused = live_decisions(pool_home)
     assert [x[1:] for x in live[a]] == [("warn", "idle", "hibernate"), ("act", "idle", "hibernate"),
@@ -164,14 +171,14 @@ async def test_a_replay_decides_gpu_idle_and_over_memory_as_the_live_pool_did(jp
     b = await start_kernel(jp_fetch, "gpu-pool-whole")
     await wait_until(lambda: ext.sampler.reading(a) is not None and ext.sampler.reading(b) is not None, 60,
                      what="readings of both")
-    await asyncio.sleep(3 * INTERVAL)  # passes judge both active; nothing is due
+    await passes(ext, 3)  # passes judge both active; nothing is due
 
     ScriptedReadings.set(memory=12 * GiB, utilization=60.0)  # a is over its 10 GiB; b's 40 GiB GPU is not
     await wait_until(lambda: lease_of(pool_home, a).state == RELEASED, 120, what="a shut down for its memory")
     assert lease_of(pool_home, b).state == "active"
     ScriptedReadings.set(memory=12 * GiB, utilization=0.0)  # b's loop ended: memory held, GPU idle
     await wait_until(lambda: lease_of(pool_home, b).state == RELEASED, 120, what="b shut down, GPU idle")
-    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+    await passes(ext)  # the last pass writes the trace
 
     live, _ = live_decisions(pool_home)
     assert [x[1:] for x in live[a]] == [("warn", "over_memory", "shutdown"), ("act", "over_memory", "shutdown")]
@@ -194,22 +201,22 @@ async def test_a_hibernation_its_user_asked_for_is_replayed_when_they_asked(jp_f
     tab = await execute(jp_ws_fetch, kid, "x = 1")
     km = ext.serverapp.kernel_manager
     await wait_until(lambda: any(e.kind == "allocated" for e in pool_home.ledger().journal()), 60)
-    await asyncio.sleep(2 * INTERVAL)
+    await passes(ext)
     await wait_until(lambda: km.get_kernel(kid).execution_state == "idle", 60, what="idle")
     asked = time.time()
     r = await jp_fetch("gpu-pool", "api", "v1", "kernels", kid, "release", method="POST", body="{}")
     assert r.code == 202 and body(r)["action"] == "hibernate"
     await wait_until(lambda: lease_of(pool_home, kid).state == HIBERNATED, 60, what="hibernated at its user's request")
-    await asyncio.sleep(2 * INTERVAL)
+    await passes(ext)
     tab.close()
     tab = await execute(jp_ws_fetch, kid, "y = 2")  # wakes it
     await wait_until(lambda: lease_of(pool_home, kid).state == "active" and not lease_of(pool_home, kid).phase, 60,
                      what="resumed")
-    await asyncio.sleep(3 * INTERVAL)
+    await passes(ext, 3)
     tab.close()
     await jp_fetch("api", "kernels", kid, method="DELETE")
     await wait_until(lambda: lease_of(pool_home, kid).state == RELEASED, 60, what="shut down by its user")
-    await asyncio.sleep(2 * INTERVAL)
+    await passes(ext)
 
     trace, replay = export_and_replay(tmp_path)
     [request] = [e for e in map(json.loads, trace.read_text().splitlines()[1:-1]) if e["e"] == "act"]
@@ -244,10 +251,10 @@ async def test_a_replay_reclaims_for_a_waiter_what_the_live_pool_reclaimed(jp_fe
     assert not [e for e in pool_home.ledger().journal() if e.kind == "warned"]
 
     waiter = await asyncio.wait_for(start_kernel(jp_fetch, "gpu-pool-small"), 60)  # queued, then served
-    await asyncio.sleep(3 * INTERVAL)  # more passes: nothing more is taken back once it is served
+    await passes(ext, 3)  # more passes: nothing more is taken back once it is served
     for kid in (whole, *small, waiter):
         await jp_fetch("api", "kernels", kid, method="DELETE")
-    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+    await passes(ext)  # the last pass writes the trace
 
     live, refused = live_decisions(pool_home)
     [taken] = live  # one kernel, a 10 GiB one (which: the longest idle by jupyter_server's last activity)
@@ -302,7 +309,7 @@ async def test_a_replay_of_first_cell_kernels_holds_what_the_live_pool_held(jp_f
     for kid in (reader, worker):
         await jp_fetch("api", "kernels", kid, method="DELETE")
     await wait_until(lambda: lease_of(pool_home, worker).state == RELEASED, 60, what="worker shut down")
-    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+    await passes(ext)  # the last pass writes the trace
 
     live, refused = live_decisions(pool_home)
     assert list(live) == [worker] and refused == []
@@ -368,7 +375,7 @@ async def test_a_replay_hibernates_after_cells_where_the_live_pool_did(jp_fetch,
     live server, and charges no checkpoint or restore (its kernels are recorded declared)."""
     a = await start_kernel(jp_fetch, "gpu-pool-small")
     b = await start_kernel(jp_fetch, "gpu-pool-small")
-    await asyncio.sleep(2 * INTERVAL)  # both seen without a slice
+    await passes(ext)  # both seen without a slice
     tab = await jp_ws_fetch("api", "kernels", a, "channels")
     await cell(tab, "x = 1")  # takes its slice
     await wait_until(lambda: lease_of(pool_home, a).state == HIBERNATED and not lease_of(pool_home, a).phase, 30,
@@ -392,7 +399,7 @@ async def test_a_replay_hibernates_after_cells_where_the_live_pool_did(jp_fetch,
     tab.close()
     await jp_fetch("api", "kernels", a, method="DELETE")
     await wait_until(lambda: all(lease_of(pool_home, k).state == RELEASED for k in (a, b)), 60, what="shut down")
-    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+    await passes(ext)  # the last pass writes the trace
 
     live, refused = live_decisions(pool_home)
     assert list(live) == [a] and refused == []
@@ -437,7 +444,7 @@ async def test_a_replay_wakes_a_kernel_on_its_recorded_hint_and_puts_it_back_to_
     tab.close()
     await jp_fetch("api", "kernels", a, method="DELETE")
     await wait_until(lambda: lease_of(pool_home, a).state == RELEASED, 60, what="shut down")
-    await asyncio.sleep(2 * INTERVAL)  # the last pass writes the trace
+    await passes(ext)  # the last pass writes the trace
 
     live, _ = live_decisions(pool_home)
     assert [x[1:] for x in live[a]] == [("act", "after_cell", "hibernate"), ("act", "hint_unused", "hibernate"),
