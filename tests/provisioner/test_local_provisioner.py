@@ -72,8 +72,11 @@ async def test_a_kernel_killed_with_sigkill_loses_its_lease_after_the_grace(pool
 
 async def test_a_killed_kernel_under_a_restarter_comes_back_on_the_same_lease(pool_home, managers):
     from jupyter_client.ioloop import AsyncIOLoopKernelManager
+    from traitlets.config import Config
 
-    km = AsyncIOLoopKernelManager(kernel_name="gpu-pool-small", autorestart=True)
+    # its restarter looks every 0.5 s, not jupyter_client's 3 s (as jupyter_server's can be told to)
+    km = AsyncIOLoopKernelManager(kernel_name="gpu-pool-small", autorestart=True,
+                                  config=Config({"KernelRestarter": {"time_to_dead": 0.5}}))
     await km.start_kernel()
     try:
         [lease] = held(pool_home)
@@ -151,11 +154,11 @@ async def test_a_start_waits_in_the_queue_when_the_admin_allows_it(pool_home, ma
 
 
 async def test_a_queued_start_gives_up_with_a_clear_message(pool_home, managers):
-    pool_home.configure(start_queue_timeout=2.0)
+    pool_home.configure(start_queue_timeout=1.0)
     for _ in range(2):
         await managers("gpu-pool-whole").start_kernel()
     km = managers("gpu-pool-small")
-    with pytest.raises(KernelStartRefused, match=r"Waited 2s in the GPU queue"):
+    with pytest.raises(KernelStartRefused, match=r"Waited 1s in the GPU queue"):
         await km.start_kernel()
     assert pool_home.ledger().waiters() == [] and len(held(pool_home)) == 2
 
