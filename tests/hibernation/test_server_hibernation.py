@@ -228,8 +228,13 @@ async def test_shutting_down_a_hibernated_kernel_releases_its_lease_and_its_host
     assert not server.ext.hibernator.asleep(kid)
 
 
-async def test_a_held_cell_is_answered_when_its_kernel_is_shut_down_while_queued(server, channels, jp_fetch):
+async def test_a_held_cell_is_answered_when_its_kernel_is_shut_down_while_queued(server, channels, jp_fetch,
+                                                                                 monkeypatch):
+    """At once: its wait ends with the resume, not at the next redraw of its notice (once a minute here; the
+    cell was answered only then)."""
     from jupyter_gpu_pool.pool import LeaseRequest, Profile, SliceSpec
+
+    monkeypatch.setattr("jupyter_gpu_pool.server_extension.sleep.websocket.NOTICE_REDRAW", 60.0)
 
     kid, _ = await server.gpu_kernel(profile="big")
     ch = await channels(kid)
@@ -241,7 +246,7 @@ async def test_a_held_cell_is_answered_when_its_kernel_is_shut_down_while_queued
     msg_id = await ch.execute("print('ran')")
     await wait_until(lambda: server.lease(kid).phase == "queued", what="queued")
     await jp_fetch("api", "kernels", kid, method="DELETE")
-    got = await ch.replies(msg_id)
+    got = await ch.replies(msg_id, timeout=30)
     reply = next(c for _ch, k, c in got if k == "execute_reply")
     assert reply["status"] == "error" and "shut down before it could resume" in reply["evalue"]
     assert ledger.waiters() == []

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 SETTINGS_KEY = "gpu_pool_hibernation"
 HOLD = {"execute_request", "comm_msg"}  # user code: it may touch the GPU
+NOTICE_REDRAW = 5.0  # seconds: a held cell's notice is drawn again at least this often while it waits
 V1 = "v1.kernel.websocket.jupyter.org"
 
 
@@ -115,7 +116,11 @@ class TransparentResume:
             task = hook.start_resume(kernel_id, "cell")
             shown = hook.shown(kernel_id)
             while not task.done():
-                changed = await hook.wait_change(kernel_id, 5.0)
+                # the resume's end ends the wait too: a resume cancelled (the kernel shut down) changes nothing
+                change = asyncio.ensure_future(hook.wait_change(kernel_id, NOTICE_REDRAW))
+                await asyncio.wait((task, change), return_when=asyncio.FIRST_COMPLETED)
+                change.cancel()
+                changed = hook.shown(kernel_id)
                 if changed != shown or changed == QUEUED:
                     shown = changed
                     self._update_notices()
