@@ -53,12 +53,13 @@ async def test_release_hibernates_and_resume_brings_it_back_reported_everywhere(
 
 
 @pytest.mark.pool_settings(hibernation_lock_timeout=1)
-async def test_a_release_right_after_a_slow_start_waits_for_the_kernel_and_hibernates(server, standin):
+async def test_a_release_right_after_a_slow_start_waits_for_the_kernel_and_hibernates(server, standin, monkeypatch):
     """CI under load: a Release in the seconds after a start timed out on the cache release (the kernel
     had not answered yet) and was refused as 'GPU work did not finish'.  The lock's timeout is for the
     kernel's GPU work; a kernel still starting is waited for first."""
-    # it answers 8 s and more after its start: past the cache release's bound (the lock's 1 s + 5 s of grace)
-    kernelspec_wrapping("gpu-pool-small", "gpu-pool-slow", "sleep 8")
+    monkeypatch.setattr("jupyter_gpu_pool.hibernation.hibernator.ANSWER_GRACE", 1.0)  # (5 s otherwise)
+    # it answers 3 s and more after its start: past the cache release's bound (the lock's 1 s + 1 s of grace)
+    kernelspec_wrapping("gpu-pool-small", "gpu-pool-slow", "sleep 3")
     kid, pid = await server.gpu_kernel(gpu_bytes=300 * MiB, profile="slow")
     await server.hibernate(kid)
     assert standin.procs[pid].state == cp.ProcessState.CHECKPOINTED
@@ -79,10 +80,11 @@ async def test_resume_of_a_kernel_that_is_not_hibernated_is_refused_plainly(serv
     assert err.value.code == 404
 
 
-async def test_a_kernel_running_a_cell_is_not_hibernated_and_keeps_running(server, channels, standin):
+async def test_a_kernel_running_a_cell_is_not_hibernated_and_keeps_running(server, channels, standin, tmp_path):
     kid, pid = await server.gpu_kernel()
     ch = await channels(kid)
-    msg_id = await ch.execute("import time; time.sleep(4); print('done')")
+    go = tmp_path / "go"  # the cell runs until the test has tried to hibernate the kernel
+    msg_id = await ch.execute(f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\nprint('done')")
     km = server.ext.serverapp.kernel_manager
     await wait_until(lambda: km.get_kernel(kid).execution_state == "busy", what="busy")
     from jupyter_gpu_pool.hibernation import HibernationRefused
@@ -91,6 +93,7 @@ async def test_a_kernel_running_a_cell_is_not_hibernated_and_keeps_running(serve
         await server.ext.hibernator.hibernate(kid, "idle")
     assert err.value.reason == "busy" and err.value.keep_running
     assert standin.calls == [] or all(c[0] == "cuCheckpointProcessGetState" for c in standin.calls)
+    go.touch()
     assert "done\n" in texts(await ch.replies(msg_id))
     assert server.lease(kid).state == "active"
 
