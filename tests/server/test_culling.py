@@ -81,10 +81,11 @@ async def test_idle_kernel_is_warned_then_culled_and_its_lease_released(jp_fetch
 
 
 @pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 1, "action": "shutdown"}])
-async def test_busy_kernel_is_not_culled(jp_fetch, jp_ws_fetch, ext, pool_home):
+async def test_busy_kernel_is_not_culled(jp_fetch, jp_ws_fetch, ext, pool_home, tmp_path):
     events = await subscribe(jp_ws_fetch)
     kid = await start_kernel(jp_fetch)
-    ws = await execute(jp_ws_fetch, kid, "import time; time.sleep(7)")  # trains without printing a thing
+    done = tmp_path / "done"  # trains without printing a thing, until the test has watched long enough
+    ws = await execute(jp_ws_fetch, kid, f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)")
     km = ext.serverapp.kernel_manager
     await wait_until(lambda: km.get_kernel(kid).execution_state == "busy", what="the kernel busy")
     busy_at = time.time()
@@ -95,6 +96,7 @@ async def test_busy_kernel_is_not_culled(jp_fetch, jp_ws_fetch, ext, pool_home):
     # (a warning given while the kernel was still starting is withdrawn once it is busy)
     assert not [e for e in journal(pool_home, kid) if e.kind == "warned" and e.at > busy_at + 0.5]
     # once the cell is done, the idle clock starts from its end
+    done.touch()
     await events.pool_action("culled", kid, timeout=60)
     ws.close()
     events.close()
