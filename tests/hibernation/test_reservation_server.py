@@ -64,7 +64,8 @@ async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed
     b, b_pid = await server.gpu_kernel()
     ch = await channels(a)
     await ch.replies(await ch.execute("x = 42"))
-    start, end = reserve(server, opens_in=12, lead=10, lasts=120)
+    lead = 6  # the room is made from 6 s before the window (its kernels hibernated 2 s after their warning)
+    start, end = reserve(server, opens_in=lead + 2, lead=lead, lasts=120)
 
     # while warned, GET me names the reservation in the warning and offers no Keep alive (a snooze is refused)
     shown = await wait_until(lambda: _warned(server, a), timeout=60, interval=0.1, what="a's warning in GET me")
@@ -95,7 +96,7 @@ async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed
     assert first.borrowed == ()
 
     # a lead time into the window, a non-member's new kernel borrows what the member leaves, and is told so
-    await wait_until(lambda: time.time() >= start + 10, timeout=30, what="borrowing")
+    await wait_until(lambda: time.time() >= start + lead, timeout=30, what="borrowing")
     c, _ = await server.gpu_kernel()
     assert server.lease(c).borrowed == ("ML 101 lab",)
     told = (await server.me_kernel(c))["borrowed"]
