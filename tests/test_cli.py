@@ -156,7 +156,7 @@ def test_lab_sets_up_a_demo_pool_and_starts_jupyterlab(jp_environ, jp_config_dir
         deadline = time.monotonic() + 120
         specs = None
         while time.monotonic() < deadline and specs is None:
-            time.sleep(1)
+            time.sleep(0.2)
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/kernelspecs?token=t0k", timeout=5) as r:
                     specs = json.load(r)
