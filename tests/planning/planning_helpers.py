@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from kernel_helpers import wait_until
 from traitlets.config import Config
 
 from jupyter_gpu_pool.config import GPUPool
@@ -53,3 +54,11 @@ def simulate_json(*args) -> dict:
     done = jupyter("simulate", *args, "--json", "--no-progress")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+async def passes(ext, n: int = 2) -> None:
+    """Wait for ``n`` more culling passes of the server's extension ``ext`` to end: the last of them began after
+    now, so what the pool did before now is on the trace (a pass writes what it saw and the journal's news
+    since the one before)."""
+    start = ext.culler.passes
+    await wait_until(lambda: ext.culler.passes >= start + n, 30 * n, interval=0.05, what=f"{n} culling passes")

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from planning_helpers import GiB, jupyter, simulate_json
+from planning_helpers import GiB, jupyter, passes, simulate_json
 from server_helpers import ScriptedReadings, body, execute, start_kernel, wait_until
 from tornado.httpclient import HTTPClientError
 
@@ -38,13 +38,6 @@ POLICY = [
      "match": {"profile": "small"}, "idle_timeout": 7, "gpu_idle_timeout": None, "warn": 2.5,
      "action": "hibernate", "max_hibernated": 6, "snooze": 4, "max_snoozes": 1},
 ]
-
-
-async def passes(ext, n: int = 2) -> None:
-    """Wait for ``n`` more culling passes to end: the last of them began after now, so what the pool did
-    before now is on the trace (a pass writes what it saw and the journal's news since the one before)."""
-    start = ext.culler.passes
-    await wait_until(lambda: ext.culler.passes >= start + n, 30 * n, interval=0.05, what=f"{n} culling passes")
 
 
 def lease_of(pool_home, kernel_id: str):

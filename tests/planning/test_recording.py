@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from planning_helpers import GiB, jupyter, simulate_json
+from planning_helpers import GiB, jupyter, passes, simulate_json
 from server_helpers import ScriptedReadings, execute, start_kernel, wait_until
 
 from jupyter_gpu_pool.config import GPUPool
@@ -25,7 +25,7 @@ from jupyter_gpu_pool.service.server import PoolService
 
 SECRET = "SECRET-7f3a"
 SHORT = [{"name": "short", "slice_at": "start",
-          "idle_timeout": 30, "gpu_idle_timeout": None, "warn": 25, "snooze": 20, "max_snoozes": 1}]
+          "idle_timeout": 30, "gpu_idle_timeout": None, "warn": 27, "snooze": 20, "max_snoozes": 1}]
 
 
 def exported(tmp_path) -> list[dict]:
@@ -87,14 +87,14 @@ def _ended_in_trace(pool_home, kid) -> bool:
     return any(e.kind == "end" and e.kernel_id == kid for e in events)
 
 
-@pytest.mark.usefixtures("ext")
 @pytest.mark.pool_settings(trace_recording=False)
-async def test_with_recording_off_nothing_is_written(jp_fetch, pool_home, tmp_path):
+@pytest.mark.extension(cull_interval=0.3)
+async def test_with_recording_off_nothing_is_written(jp_fetch, ext, pool_home, tmp_path):
     kid = await start_kernel(jp_fetch, "gpu-pool-small")
     await wait_until(lambda: any(e.kind == "allocated" and e.kernel_id == kid for e in pool_home.ledger().journal()),
                      60)
     await jp_fetch("api", "kernels", kid, method="DELETE")
-    await asyncio.sleep(3)  # passes go on, and write nothing
+    await passes(ext, 5)  # passes go on, and write nothing
     assert pool_home.ledger().trace_export(limit=100) == ([], None)
     assert exported(tmp_path) == []
 
@@ -132,9 +132,9 @@ async def test_a_user_in_71_groups_and_a_long_failure_message_are_recorded_as_a_
     assert replay["recorded"]["agrees"], replay["recorded"]
 
 
-@pytest.mark.usefixtures("ext")
 @pytest.mark.policy(rules=[{"name": "lab", "slice_at": "first-cell", "idle_timeout": None, "gpu_idle_timeout": None,
                             "max_hibernated": None, "action": "hibernate"}])
+@pytest.mark.extension(cull_interval=0.3)
 async def test_a_first_cell_kernel_is_recorded_again_with_its_slice_declared_and_able_to_hibernate(
         jp_fetch, jp_ws_fetch, ext, pool_home, tmp_path):
     """A kernel seen before its first cell holds no GPU: its first ``kernel`` event says so (it cannot
@@ -149,7 +149,7 @@ async def test_a_first_cell_kernel_is_recorded_again_with_its_slice_declared_and
     await wait_until(lambda: sum(e.kind == "kernel" and e.kernel_id == kid
                                  for e in pool_home.ledger().trace_export(limit=10_000)[0]) == 2, 60,
                      what="seen again with its slice")
-    await asyncio.sleep(3)  # more passes: written twice only
+    await passes(ext, 5)  # more passes: written twice only
     tab.close()
     await jp_fetch("api", "kernels", kid, method="DELETE")
     await wait_until(lambda: _ended_in_trace(pool_home, kid), 60, what="the end on the trace")
