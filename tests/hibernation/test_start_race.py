@@ -10,6 +10,10 @@ import psutil
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
 from kernel_helpers import kernelspec_wrapping, run_code, start_answering
 from rig_helpers import CHECKPOINTED, MiB, Rig
+from traitlets.config import Config
+
+# jupyter_client's restarter looks every 0.5 s, not every 3 s: the first launch's death is seen sooner
+RESTARTER = Config({"KernelRestarter": {"time_to_dead": 0.5}})
 
 
 def dies_once_kernelspec(tmp_path) -> str:
@@ -20,7 +24,7 @@ def dies_once_kernelspec(tmp_path) -> str:
 
 
 async def test_a_kernel_restarted_at_start_is_known_by_the_process_that_answers(standin_machine, tmp_path):
-    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path))
+    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path), config=RESTARTER)
     try:
         kid, pid = await start_answering(manager, dies_once_kernelspec(tmp_path))
         assert (tmp_path / "launched-once").exists()  # the first launch ran, and died
@@ -32,7 +36,7 @@ async def test_a_kernel_restarted_at_start_is_known_by_the_process_that_answers(
 
 async def test_a_kernel_restarted_at_start_keeps_one_slice_and_hibernates(standin_machine, standin, standin_memory,
                                                                          tmp_path):
-    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path))
+    manager = AsyncMultiKernelManager(connection_dir=str(tmp_path), config=RESTARTER)
     try:
         rig = Rig(manager, standin, standin_memory)
         kid, pid = await start_answering(manager, dies_once_kernelspec(tmp_path))
