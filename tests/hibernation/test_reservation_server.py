@@ -26,6 +26,7 @@ from jupyter_gpu_pool.local.waiting import Place, wait_for_slice
 from jupyter_gpu_pool.pool import HIBERNATED, LeaseRequest, PoolExhausted
 
 CLASS_TIME = {**HIBERNATE, "name": "class-time", "warn": 2, "slice_at": "start"}
+LEAD = 6  # the room is made from 6 s before the window (its kernels hibernated 2 s after their warning)
 MEMBER = "ann"  # the reservation's member; the server's own kernels are a non-member's
 
 
@@ -57,6 +58,18 @@ def entries(pool, kid: str) -> list:
     return [e for e in reversed(pool.ledger.journal()) if e.kernel_id == kid and e.detail.get("source") == "policy"]
 
 
+async def _room_made_of(server, events, kid: str, start: float) -> None:
+    """The kernel is warned with the reservation's reason, then hibernated before the window opens."""
+    await wait_until(lambda: server.lease(kid).state == HIBERNATED, timeout=60, what=f"{kid} hibernated")
+    warned, hibernated = [e for e in entries(server.ext.backend.pool, kid) if e.kind in ("warned", "hibernated")][:2]
+    assert warned.kind == "warned" and warned.reason == "reserved" and hibernated.kind == "hibernated"
+    clock = dt.datetime.fromtimestamp(start, dt.timezone.utc).strftime("%H:%M")
+    assert warned.detail["message"].startswith(f"The GPU room this kernel holds is reserved for ML 101 lab from "
+                                               f"{clock}: this kernel will be hibernated")
+    assert hibernated.at - warned.at >= 2 and hibernated.at < start  # warned the rule's time, done in time
+    assert (await events.action("warned", kid))["reason"] == "reserved"
+
+
 @pytest.mark.pool_settings(policy=[CLASS_TIME])
 async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed_room_back(server, channels, events):
     pool = server.ext.backend.pool
@@ -64,8 +77,7 @@ async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed
     b, b_pid = await server.gpu_kernel()
     ch = await channels(a)
     await ch.replies(await ch.execute("x = 42"))
-    lead = 6  # the room is made from 6 s before the window (its kernels hibernated 2 s after their warning)
-    start, end = reserve(server, opens_in=lead + 2, lead=lead, lasts=120)
+    start, end = reserve(server, opens_in=LEAD + 2, lead=LEAD, lasts=120)
 
     # while warned, GET me names the reservation in the warning and offers no Keep alive (a snooze is refused)
     shown = await wait_until(lambda: _warned(server, a), timeout=60, interval=0.1, what="a's warning in GET me")
@@ -77,14 +89,7 @@ async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed
     # before the window: both idle kernels are warned with the reason, then hibernated (the least that
     # makes 80 GiB: both 10 GiB slices), their processes and variables kept
     for kid in (a, b):
-        await wait_until(lambda kid=kid: server.lease(kid).state == HIBERNATED, timeout=60, what=f"{kid} hibernated")
-        warned, hibernated = [e for e in entries(pool, kid) if e.kind in ("warned", "hibernated")][:2]
-        assert warned.kind == "warned" and warned.reason == "reserved" and hibernated.kind == "hibernated"
-        clock = dt.datetime.fromtimestamp(start, dt.timezone.utc).strftime("%H:%M")
-        assert warned.detail["message"].startswith(f"The GPU room this kernel holds is reserved for ML 101 lab from "
-                                                   f"{clock}: this kernel will be hibernated")
-        assert hibernated.at - warned.at >= 2 and hibernated.at < start  # warned the rule's time, done in time
-        assert (await events.action("warned", kid))["reason"] == "reserved"
+        await _room_made_of(server, events, kid, start)
     assert psutil.pid_exists(a_pid) and psutil.pid_exists(b_pid)
     me = await server.me()
     assert me["reservations"][0]["words"].startswith("80 GiB reserved for ML 101 lab from")
@@ -96,7 +101,7 @@ async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed
     assert first.borrowed == ()
 
     # a lead time into the window, a non-member's new kernel borrows what the member leaves, and is told so
-    await wait_until(lambda: time.time() >= start + lead, timeout=30, what="borrowing")
+    await wait_until(lambda: time.time() >= start + LEAD, timeout=30, what="borrowing")
     c, _ = await server.gpu_kernel()
     assert server.lease(c).borrowed == ("ML 101 lab",)
     told = (await server.me_kernel(c))["borrowed"]
