@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 from jupyter_client.manager import AsyncKernelManager
 from kernel_helpers import slice_at_start
+from server_teardown import kernel_sockets_closed_at_once  # noqa: F401  (autouse: every test server's teardown)
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 

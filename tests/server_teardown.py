@@ -1,4 +1,4 @@
-"""A fixture for the tests that run a jupyter_server (pytest-jupyter's): a conftest imports it to use it.
+"""A fixture for the tests that run a jupyter_server (pytest-jupyter's): tests/conftest.py imports it for all.
 A module of its own, apart from kernel_helpers (which the benchmarks import, without pytest)."""
 
 import pytest

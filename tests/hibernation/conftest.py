@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from hibernation_standin import StandInDriver, StandInMemory, standin_discovery
 from jupyter_client.multikernelmanager import AsyncMultiKernelManager
-from server_teardown import kernel_sockets_closed_at_once  # noqa: F401  (autouse)
 
 GiB = 2**30
 

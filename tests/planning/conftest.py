@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from traitlets.config import Config
-from server_teardown import kernel_sockets_closed_at_once  # noqa: F401  (autouse)
 
 # server_helpers (kernels over REST and websockets, scripted GPU readings), shared with the server tests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))

@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 import pytest_asyncio
 from jupyter_server.auth.identity import IdentityProvider, User
-from server_helpers import ScriptedReadings  # noqa: F401  (re-exported for tests)
-from server_teardown import kernel_sockets_closed_at_once  # noqa: F401  (autouse)
+from server_helpers import ScriptedReadings
 
 OWNER = "alice"
 TOKENS = {"bob-token": "bob", "root-token": "root"}
