@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
-from kube_helpers import GiB, Kube, ScriptedNVML, fake_proc, pod_processes, wait_until
+from kube_helpers import (GiB, Kube, OperatorProcess, ScriptedNVML, fake_proc, operator_ready, pod_processes,
+                          wait_until)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hibernation"))
 from hibernation_standin import STANDIN_GPUS, StandInDriver, StandInMemory  # noqa: E402
@@ -56,8 +57,8 @@ class DriverNVML(ScriptedNVML):
 class Rig:
     """One kernel pod on the test cluster, its processes known to the stand-in driver, and an agent."""
 
-    def __init__(self, cluster, kube: Kube, tmp_path: Path):
-        self.cluster, self.kube, self.tmp_path = cluster, kube, tmp_path
+    def __init__(self, cluster, kube: Kube, tmp_path: Path, operator: OperatorProcess):
+        self.cluster, self.kube, self.tmp_path, self.operator = cluster, kube, tmp_path, operator
         self.driver = StandInDriver()
         self.memory = StandInMemory(self.driver)
         self.kms: list[AsyncKernelManager] = []
@@ -154,10 +155,15 @@ class Rig:
         return [(call, pid) for call, pid in self.driver.calls if pid in pids and call in moves]
 
     async def close(self) -> None:
+        """The kernels are stopped as a user's are, all at once: by the operator (the tests stop it: it is back for
+        this, else each kernel's stop waits out jupyter_client's 5 s for a pod no one deletes) and with the agent
+        still up (a restored pod's kill waits for the agent's checkpoint); then the agent and the workers."""
+        if self.kms and self.operator.proc.poll() is not None:
+            self.operator.start()
+            await operator_ready(self.cluster)
+        await asyncio.gather(*(km.shutdown_kernel(now=True) for km in self.kms))
         self.stop.set()
         await self.stop_agent()
-        for km in self.kms:
-            await km.shutdown_kernel(now=True)
         for proc in self.workers:
             proc.kill()
             proc.wait()
@@ -168,7 +174,7 @@ class Rig:
 @pytest.fixture
 async def rig(cluster, operator, server_config, kube_sessions, tmp_path):
     kube = Kube(await cluster.api())
-    rig = Rig(cluster, kube, tmp_path)
+    rig = Rig(cluster, kube, tmp_path, operator)
     try:
         yield rig
     finally:
