@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
-from kube_helpers import (GiB, Kube, OperatorProcess, ScriptedNVML, fake_proc, operator_ready, pod_processes,
-                          wait_until)
+from kube_helpers import GiB, Kube, OperatorProcess, ScriptedNVML, fake_proc, operator_ready, pod_processes, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hibernation"))
 from hibernation_standin import STANDIN_GPUS, StandInDriver, StandInMemory  # noqa: E402
