@@ -290,8 +290,10 @@ class OperatorProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> OperatorProcess:
-        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(self.config_dir), "JUPYTER_CONFIG_PATH": "",
-               "KUBECONFIG": self.kubeconfig}
+        # as an admin starts it outside a cluster: the file on the command line only (no KUBECONFIG: see
+        # test_kube_operator_start.py), and no in-cluster service account
+        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(self.config_dir), "JUPYTER_CONFIG_PATH": ""}
+        env.pop("KUBECONFIG", None)
         env.pop("KUBERNETES_SERVICE_HOST", None)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
