@@ -7,12 +7,12 @@ developer's own Jupyter setup or ledger.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
-
-import asyncio
 
 import pytest
 import pytest_asyncio
@@ -63,7 +63,7 @@ def _gpu_present() -> tuple[bool, str]:
     if not smi:
         return False, "no GPU here: nvidia-smi is not installed (gpu tests run on the GPU test machine)"
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run([smi, "-L"], check=False, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"no GPU here: nvidia-smi failed ({e})"
     if out.returncode != 0 or "GPU" not in out.stdout:
@@ -74,6 +74,9 @@ def _gpu_present() -> tuple[bool, str]:
 def pytest_addoption(parser):
     parser.addoption("--fast", action="store_true",
                      help="leave out the slow runs (marked slow; the browser and Binder tests are): ./scripts/test --fast")
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test file's measured seconds into tests/{DURATIONS.name} (after a full run), which orders "
+                     "the next runs")
 
 
 def pytest_configure(config):
@@ -104,15 +107,17 @@ def pytest_collection_modifyitems(config, items):
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if "slow" not in item.keywords]
-    # A file's tests run in one worker, so its module fixtures are made once; the service tests share the real
-    # Unix users their session creates, so they all run in one worker (and the GPU tests share a GPU).
+    # A file's tests run in one worker, so its module fixtures are made once (the GPU tests share a GPU, and
+    # the service tests that spawn users' servers into the system's homes share those: _group_of).
     groups: dict[str, list] = {}
     for item in items:
         group = _group_of(item)
         item.add_marker(pytest.mark.xdist_group(group))
         groups.setdefault(group, []).append(item)
-    # The longest groups first, so that none starts last and keeps one worker busy after the others are done.
-    items[:] = [item for group in sorted(groups.values(), key=_estimated_seconds, reverse=True) for item in group]
+    # The longest groups first (DURATIONS), so that none starts last and keeps one worker busy after the others.
+    measured = _measured()
+    items[:] = [item for group in sorted(groups.values(), key=lambda g: _estimated_seconds(g, measured), reverse=True)
+                for item in group]
 
 
 def pytest_xdist_node_collection_finished(node, ids):
@@ -125,22 +130,64 @@ def pytest_xdist_node_collection_finished(node, ids):
                     "and pytest-xdist do not work together (see the pytest pin in pyproject.toml)", returncode=3)
 
 
+# Service tests whose users' servers are spawned through a real JupyterHub into the homes the system names
+# (/tmp/gpupool-home-<name>, one per user for every process): one worker for them all (and the system_homes
+# fixture keeps other pytest sessions out meanwhile).  Every other service test works in a lab of its own
+# (its own homes, socket and ledger under /tmp/gpupool-lab-*), and the real Unix users they share are
+# held by each process that runs them (tests/service/users_registry.py).
+SYSTEM_HOMES = {"test_service_hub.py"}
+
+
 def _group_of(item) -> str:
     if "gpu" in item.keywords:
         return "gpu"  # one at a time: some fill the GPU's memory on purpose
     path = Path(str(item.fspath))
-    return "unix-users" if "service" in path.parts else str(path)
+    return "system-homes" if "service" in path.parts and path.name in SYSTEM_HOMES else str(path)
 
 
-def _estimated_seconds(group: list) -> float:
-    """A rough cost of a group on a 2-CPU machine, for ordering only: what its tests start costs more than
-    what they run (a Binder environment built once, a lab server and Chromium per browser file, a test API
-    server and an operator per Kubernetes test, a user's Jupyter server per service test)."""
-    first = group[0]
-    if "binder" in first.keywords:
+# Each test file's seconds (its tests' setups, calls and teardowns) in a full run on the 2-CPU machine under
+# ./scripts/test, written by --store-durations: the groups start longest first, so that a long one does not start
+# last and keep one worker busy after the others are done.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def _measured() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _estimated_seconds(group: list, measured: dict[str, float]) -> float:
+    """A group's cost, for ordering only: its files' measured seconds, or for a file not measured yet a rough
+    guess (what its tests start costs more than what they run: a lab server and Chromium per browser test, a
+    test API server and an operator per Kubernetes test, a user's Jupyter server per service test)."""
+    if "binder" in group[0].keywords:
         return 1e6  # builds a whole environment before its first test: always first
-    per_test = 30 if "browser" in first.keywords else 8 if ("kube" in first.keywords or "service" in first.keywords) else 1
-    return per_test * len(group)
+    guessed: dict[str, float] = {}
+    for item in group:
+        per_test = 30 if "browser" in item.keywords else 8 if ("kube" in item.keywords or "service" in item.keywords) else 1
+        guessed[_file_of(item.nodeid)] = guessed.get(_file_of(item.nodeid), 0.0) + per_test
+    return sum(measured.get(path, guess) for path, guess in guessed.items())
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when in ("setup", "call", "teardown"):
+        path = _file_of(report.nodeid)
+        _durations[path] = _durations.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("store_durations") and not hasattr(session.config, "workerinput") and _durations:
+        stored = {**_measured(), **{k: round(v, 1) for k, v in _durations.items()}}
+        DURATIONS.write_text(json.dumps(dict(sorted(stored.items())), indent=0) + "\n")
 
 
 class PoolHome:

@@ -18,6 +18,7 @@ from traitlets import Bool, Enum, Instance, TraitError, Type, default
 from ..compat import forget_failed_starts, quiet_refusals, start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
+from ..pool import PoolError
 from ..pools import pool_for
 from ..traits import Count, Names, Seconds
 from . import events
@@ -167,6 +168,10 @@ class GPUPoolExtension(ExtensionApp):
     culler: Culler
     server_context: ServerContext  # what the REST views read (the culler's, read-only)
     _config_error: ConfigError | None = None
+    # Set once initialize_settings is done.  jupyter_server stops an extension that failed to load too, and a
+    # stop that raises ends its shutdown there: the server then runs on after SIGTERM until it is killed.
+    _ready = False
+    _unready_because = "its setup failed"
     sampler: Sampler
 
     def _config_file_name_default(self) -> str:
@@ -212,6 +217,7 @@ class GPUPoolExtension(ExtensionApp):
         self.log.info("GPU pool: %s; policy: %d rule(s)%s, pass every %gs; hibernation %s", self.backend.note,
                       len(policy.rules), " (DRY RUN: decisions are reported, nothing is done)" if policy.dry_run
                       else "", self.cull_interval, "on" if self.hibernator.enabled else "off (hibernate rules shut down)")
+        self._ready = True
 
     def update_config(self, config) -> None:
         """Load settings, refusing a bad one the way a bad pool setting is refused: the server stops
@@ -242,6 +248,11 @@ class GPUPoolExtension(ExtensionApp):
         except ConfigError as e:
             self._refuse(e, self.exit_on_config_error)
             return NoPool(f"The GPU pool is misconfigured, tell your admin: {e}")
+        except PoolError as e:  # the pool service is not answering: jupyter_server runs on without this extension
+            self._unready_because = "the pool service was not answering when this server started"
+            self.log.error("GPU pool: %s This server runs without the pool's API and idle policy until it is "
+                           "restarted; its kernels start through the service once it answers.", e)
+            raise
 
     def _check_server_culler(self, km) -> None:
         timeout = km.cull_idle_timeout
@@ -286,6 +297,10 @@ class GPUPoolExtension(ExtensionApp):
         if failed:
             self.log.info("GPU pool: %d kernel start(s) that failed left no kernel to shut down: %s", len(failed),
                           ", ".join(failed))
+        if not self._ready:
+            self.log.warning("GPU pool: the extension has nothing to stop (%s); the server's kernels are shut down "
+                             "as usual", self._unready_because)
+            return
         if self._stop is not None:
             self._stop.set()
         if self._tasks:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import users_registry
 from kernel_helpers import slice_at_start
 from service_helpers import USERS, JupyterServer, PoolServiceProcess, as_user
 
@@ -36,44 +37,25 @@ def _interpreter_reachable(name: str) -> bool:
 
 @pytest.fixture(scope="session")
 def unix_users():
-    """``jupyter-alice`` and ``jupyter-bob``: real users, created for the session and removed after."""
+    """``jupyter-alice`` and ``jupyter-bob``: real users, made if missing and removed once no pytest process
+    runs these tests any more (``users_registry``: several workers and sessions share them)."""
     if os.geteuid() != 0:
         pytest.skip("real Unix users are created only when the tests run as root (CI does)")
-    created, opened = [], []
-    # The project's Python may live under root's home (pyenv): let other users reach it (traverse only).
-    home = Path(sys.executable).resolve()
-    for parent in home.parents:
-        mode = parent.stat().st_mode
-        if str(parent) != "/" and not mode & 0o001:
-            opened.append((parent, mode))
-            os.chmod(parent, mode | 0o001)
-    for name, user in USERS.items():
-        try:
-            pwd.getpwnam(user)
-        except KeyError:  # a home of their own, as a spawner expects (emptied for each test)
-            subprocess.run(["useradd", "--home-dir", f"/tmp/gpupool-home-{name}", "--shell", "/usr/sbin/nologin",
-                            user], check=True)
-            created.append(user)
+    users_registry.hold(USERS, Path(sys.executable).resolve())
     try:
         if not _interpreter_reachable("alice"):
             pytest.skip(f"{sys.executable} cannot be run by another user here")
         yield USERS
     finally:
-        for user in created:
-            try:
-                home = pwd.getpwnam(user).pw_dir
-            except KeyError:  # gone already: nothing of it to remove
-                continue
-            # userdel refuses a user with processes left (a server still stopping): end them first
-            subprocess.run(["pkill", "-KILL", "-u", user], check=False)
-            for _ in range(50):
-                if subprocess.run(["pgrep", "-u", user], capture_output=True).returncode != 0:
-                    break
-                time.sleep(0.1)
-            subprocess.run(["userdel", user], check=False)
-            shutil.rmtree(home, ignore_errors=True)
-        for parent, mode in reversed(opened):
-            os.chmod(parent, mode)
+        users_registry.leave()
+
+
+@pytest.fixture
+def system_homes(unix_users):
+    """The users' homes the system names (/tmp/gpupool-home-<name>), where a spawner puts their servers: held
+    by one test at a time of every pytest process (the lab's own homes are the lab's alone)."""
+    with users_registry.locked("system-homes"):
+        yield {name: Path(pwd.getpwnam(user).pw_dir) for name, user in unix_users.items()}
 
 
 @pytest.fixture
@@ -95,9 +77,10 @@ def lab(unix_users, tmp_path_factory):
     lab = Lab(root, conf, share)
     lab.configure()
     yield lab
-    for proc in reversed(lab.processes):  # users' servers first, while the service can still release their leases
-        proc.stop()
+    # users' servers first, while the service can still release their leases
+    stuck = [why for why in [proc.stop() for proc in reversed(lab.processes)] if why]
     shutil.rmtree(root, ignore_errors=True)
+    assert not stuck, "\n".join(stuck)
 
 
 class Lab:

@@ -172,7 +172,9 @@ class JupyterServer:
     def me(self) -> dict:
         return self.request("GET", "gpu-pool/api/v1/me")[1]
 
-    def stop(self) -> None:
+    def stop(self) -> str | None:
+        """SIGTERM, as JupyterHub stops a server; killed if it still runs 30 s later, and then what its log
+        says last (a server that does not stop is a defect: the lab's teardown fails on it)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -180,6 +182,8 @@ class JupyterServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                return f"{self.name}'s server ran on 30 s after SIGTERM (killed): {self.log()[-3000:]}"
+        return None
 
 
 def uid_of(name: str) -> int:
@@ -267,6 +271,67 @@ def probe_waits(lab, name: str, seconds: float, reads_journal: bool = False) -> 
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+FLOOD = """
+import json, socket, sys, threading, time
+path, conns, allowed = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+lines = [line.encode() for line in json.loads(sys.stdin.readline())]
+stop, answered, done = threading.Event(), threading.Semaphore(0), []
+def flood():
+    s = socket.socket(socket.AF_UNIX); s.connect(path); s.settimeout(120); replies = s.makefile("rb")
+    n, waited, size = 0, 0.0, 0
+    while not stop.is_set():
+        started = time.monotonic()
+        s.sendall(lines[n % len(lines)])
+        answer = replies.readline()
+        waited += time.monotonic() - started
+        reply = json.loads(answer)
+        assert reply["ok"] or reply["error"]["reason"] in allowed, answer[:300]
+        n, size = n + 1, len(answer)
+        if n == 1:
+            answered.release()
+    done.append([n, waited, size])
+threads = [threading.Thread(target=flood) for _ in range(conns)]
+for t in threads: t.start()
+for t in threads: answered.acquire()
+print("under way", flush=True)
+sys.stdin.read()  # until the test closes it
+stop.set()
+for t in threads: t.join()
+print(json.dumps(done), flush=True)
+"""
+
+
+class Flood:
+    """``conns`` connections of the user's, each sending ``lines`` in turn as fast as the service answers them
+    (a refusal other than for one of ``allowed`` reasons stops it): under way once each has had an answer,
+    until :meth:`stop`, which says what each sent (requests, seconds waited for answers, the last's size)."""
+
+    def __init__(self, lab, name: str, lines: list[bytes], conns: int, allowed: tuple[str, ...] = ()):
+        self.proc = subprocess.Popen([sys.executable, "-c", FLOOD, lab.socket, str(conns), *allowed],
+                                     **identity(name), env=user_env(lab, name), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.lines = lines
+
+    def __enter__(self) -> Flood:
+        try:
+            self.proc.stdin.write(json.dumps([line.decode() for line in self.lines]) + "\n")
+            self.proc.stdin.flush()
+            assert self.proc.stdout.readline() == "under way\n", "the flood did not start"
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def stop(self) -> list[tuple[int, float, int]]:
+        out, _ = self.proc.communicate(timeout=120)
+        assert self.proc.returncode == 0, out[-2000:]
+        return [tuple(x) for x in json.loads(out)]
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 class Connection:

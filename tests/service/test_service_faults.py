@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from service_helpers import execute, identity, ledger_dump, probe_waits, raw, request, user_env, wait_for
+from service_helpers import Flood, execute, identity, ledger_dump, probe_waits, raw, request, user_env, wait_for
 
 from jupyter_gpu_pool.service.client import ServiceClient, ServiceUnavailable
 from jupyter_gpu_pool.service import protocol
@@ -123,6 +123,25 @@ def test_with_the_service_gone_a_users_server_still_shuts_down_and_the_slice_com
     code, kernel = alice.start_kernel()
     assert code == 201
     service.stop()
+    _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel["id"])
+
+
+def test_a_server_started_before_the_service_stops_at_once_with_the_service_killed(lab):
+    """A user's server started while the service was down (its pool extension could not load) and stopped
+    after the service was killed exits at once, saying why its extension has nothing to stop (before: the
+    extension's stop raised on what it never built, jupyter_server's shutdown ended there and the server ran
+    on until killed)."""
+    lab.configure(holder_grace=1)
+    alice = lab.server("alice")  # no service yet
+    service = lab.service()
+    code, kernel = alice.start_kernel()  # the provisioner asks the service itself
+    assert code == 201
+    service.kill()  # kill -9: its socket file left behind
+    _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel["id"])
+    assert "the pool service was not answering when this server started" in alice.log()
+
+
+def _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel_id: str) -> None:
     started = time.monotonic()
     alice.proc.terminate()
     alice.proc.wait(timeout=20)  # before: the kernel's release raised and the server never exited
@@ -130,7 +149,7 @@ def test_with_the_service_gone_a_users_server_still_shuts_down_and_the_slice_com
     assert "the pool reclaims the slice when it sees the kernel's process gone" in alice.log()
     lab.service()
     released = wait_for(lambda: [x for x in raw(lab, "alice", [request("leases", states=["released"])])[0]["result"]
-                                 if x["kernel_id"] == kernel["id"]], what="the dead kernel's lease released")
+                                 if x["kernel_id"] == kernel_id], what="the dead kernel's lease released")
     assert released[0]["reason"] != "shutdown"  # reclaimed by the service's reconcile, not by the gone server
 
 
@@ -245,51 +264,21 @@ def test_one_users_flood_of_connections_locks_nobody_else_out(lab):
     assert who["ok"]
 
 
-FLOOD = """
-import json, socket, sys, threading, time
-path, seconds, conns = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-events = [{"t": time.time(), "e": "busy", "k": "k-flood"} for _ in range(1000)]  # the most one request may carry
-lines = [json.dumps({"id": 1, "op": "trace_record", "args": {"events": events}}).encode() + b"\\n",
-         json.dumps({"id": 2, "op": "record", "args": {"kind": "noted", "detail": {"x": "y" * 16000}}}).encode() + b"\\n"]
-done = []
-def flood():
-    s = socket.socket(socket.AF_UNIX); s.connect(path); replies = s.makefile("rb")
-    n, waited, end = 0, 0.0, time.monotonic() + seconds
-    while time.monotonic() < end:
-        started = time.monotonic()
-        s.sendall(lines[n % 2])
-        reply = json.loads(replies.readline())
-        waited += time.monotonic() - started
-        assert reply["ok"] or reply["error"]["reason"] == "too_many", reply  # (the journal's caps, once reached)
-        n += 1
-    done.append([n, waited])
-threads = [threading.Thread(target=flood) for _ in range(conns)]
-for t in threads: t.start()
-for t in threads: t.join()
-print(json.dumps(done), flush=True)
-"""
-
 def test_one_users_flood_of_writes_holds_up_nobody_elses_requests(lab):
     """bob writes to the ledger as fast as several connections allow (the largest trace batches and
     journal entries a request may carry); alice's who-am-I, allocations and releases are each answered
     within 2 s all the while, though bob's writes together keep the ledger busy far longer."""
     lab.service()
-    seconds = 8.0
-    flood = subprocess.Popen([sys.executable, "-c", FLOOD, lab.socket, str(seconds + 2), "32"], **identity("bob"),
-                             env=user_env(lab, "bob"), stdout=subprocess.PIPE, text=True)
-    try:
-        time.sleep(1.0)  # the flood under way
-        waits = probe_waits(lab, "alice", seconds)
-        out, _ = flood.communicate(timeout=120)
-    finally:
-        flood.kill()
-        flood.wait()
-    flooded = json.loads(out)
-    assert flood.returncode == 0 and len(flooded) == 32
+    events = [{"t": time.time(), "e": "busy", "k": "k-flood"} for _ in range(1000)]  # the most one request may carry
+    lines = [request("trace_record", events=events), request("record", kind="noted", detail={"x": "y" * 16000})]
+    with Flood(lab, "bob", lines, conns=32, allowed=("too_many",)) as flood:  # (the journal's caps, once reached)
+        waits = probe_waits(lab, "alice", 8.0)
+        flooded = flood.stop()
+    assert len(flooded) == 32
     assert len(waits["allocate"]) >= 3  # alice was served all along, not once at the end
     slowest = {op: max(w) for op, w in waits.items()}
     assert all(w < 2.0 for w in slowest.values()), slowest
-    writes, waited = sum(n for n, _ in flooded), sum(w for _, w in flooded)
+    writes, waited = sum(n for n, _, _ in flooded), sum(w for _, w, _ in flooded)
     assert writes >= 50 and waited > 10 * 2.0, (writes, waited)  # bob's writes would have kept her waiting long
 
 
@@ -298,15 +287,14 @@ import json, socket, sys, time
 def connect():
     s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(60); return s, s.makefile("rb")
 (a, a_replies), (w, w_replies) = connect(), connect()
-started = time.monotonic()
 a.sendall(b'{"id": 1, "op": "allocate", "args": {"kernel_id": "k-alice-1", "profile": "small"}}\\n')
 time.sleep(0.3)  # the allocation waits on the ledger's lock by now
 asked = time.monotonic()
 w.sendall(b'{"id": 2, "op": "whoami"}\\n')
 who = json.loads(w_replies.readline())
-answered = time.monotonic() - asked
+print(json.dumps({"whoami": time.monotonic() - asked, "who": who}), flush=True)
 lease = json.loads(a_replies.readline())
-print(json.dumps({"whoami": answered, "who": who, "allocate": time.monotonic() - started, "lease": lease}))
+print(json.dumps({"at": time.time(), "lease": lease}), flush=True)
 """
 
 
@@ -319,16 +307,17 @@ def test_the_service_never_sleeps_on_the_ledgers_lock_whoever_holds_it(lab):
     lab.service()
     holder = sqlite3.connect(lab.ledger, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
+    probe = subprocess.Popen([sys.executable, "-c", HOLDER_PROBE, lab.socket], **identity("alice"),
+                             env=user_env(lab, "alice"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        probe = subprocess.Popen([sys.executable, "-c", HOLDER_PROBE, lab.socket], **identity("alice"),
-                                 env=user_env(lab, "alice"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(3.0)
+        answered = json.loads(probe.stdout.readline() or "null")  # her who-am-I, while the lock is held
     finally:
+        released = time.time()
         holder.execute("ROLLBACK")
         holder.close()
     out, err = probe.communicate(timeout=60)
-    assert probe.returncode == 0, err[-3000:]
+    assert probe.returncode == 0 and answered, err[-3000:]
+    assert answered["who"]["result"]["user"] == "alice" and answered["whoami"] < 1.0, answered
     seen = json.loads(out)
-    assert seen["who"]["result"]["user"] == "alice" and seen["whoami"] < 1.0, seen
     assert seen["lease"]["ok"] and seen["lease"]["result"]["kernel_id"] == "k-alice-1", seen
-    assert seen["allocate"] > 2.0  # it did wait for the lock (then took the slice)
+    assert seen["at"] >= released  # it did wait for the lock (then took the slice)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import users_registry
 from hub_helpers import Hub, npm_available, proxy_command
 from service_helpers import raw, request
 
@@ -23,10 +24,12 @@ def proxy() -> str:
     if not npm_available():
         pytest.skip("npm is not installed: JupyterHub's proxy (configurable-http-proxy) comes from npm")
     cache = Path(os.environ.get("JUPYTER_GPU_POOL_TEST_CACHE", Path.home() / ".cache" / "jupyter-gpu-pool-tests"))
-    return proxy_command(cache / "configurable-http-proxy")
+    with users_registry.locked("proxy-install"):  # one npm install at a time into the shared cache
+        return proxy_command(cache / "configurable-http-proxy")
 
 
-def test_a_real_jupyterhub_spawns_two_users_whose_kernels_share_the_pool(lab, proxy):
+def test_a_real_jupyterhub_spawns_two_users_whose_kernels_share_the_pool(system_homes, lab, proxy):
+    # (system_homes before lab: the homes stay this test's until the lab has stopped the hub and its servers)
     # Hub names are the Unix names here (LocalProcessSpawner), so the service strips no prefix; "students"
     # is a hub group only, and its quota holds one kernel for all its members.
     lab.configure(service={"user_prefix": "", "admin_groups": []}, group_quotas={"students": {"kernels": 1}})
