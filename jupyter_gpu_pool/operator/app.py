@@ -52,14 +52,14 @@ class OperatorApp(Application):
         return operator_settings(operator_config(self.config, parent=self), load_settings(self.config))
 
     def start(self):
+        if self.kubeconfig:  # kopf's login reads it too: as kubernetes_asyncio's default, fixed at its import
+            os.environ["KUBECONFIG"] = self.kubeconfig
         from .controller import Controller
         from .handlers import build_registry
         from ..cluster.client import api_client
         from .metrics import OperatorMetrics
 
         settings = self.settings()
-        if self.kubeconfig:
-            os.environ["KUBECONFIG"] = self.kubeconfig  # kopf's login reads it too
 
         async def run() -> None:
             api = await api_client(self.kubeconfig)

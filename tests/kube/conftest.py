@@ -1,7 +1,7 @@
 """Fixtures for the Kubernetes tests: a test cluster, the operator, and a Jupyter server on them.
 
-Each test gets its own cluster process and operator process (a few seconds), so
-quotas, policies and heartbeats never leak between tests.  A module that sets
+Each test gets its own cluster (a new run in a parked process of an earlier test's: see testcluster/__main__.py)
+and its own operator process, so quotas, policies and heartbeats never leak between tests.  A module that sets
 ``REAL_CLUSTER_TOO = True`` runs its tests a second time, marked ``k8s``, on the
 cluster ``KUBECONFIG`` names (skipped where it is not set): see ``RealCluster``.
 """

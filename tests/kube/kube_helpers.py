@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import signal
@@ -98,12 +99,11 @@ class TestCluster:
             async with http.get(f"{self.url}/testcluster/audit", params=query) as r:
                 return await r.json()
 
-    def start(self) -> TestCluster:
-        self.state.mkdir(parents=True, exist_ok=True)
+    def _args(self) -> list[str]:
         nodes = self.state / "nodes.json"
         nodes.write_text(json.dumps(self.nodes))
-        args = [sys.executable, "-m", "testcluster", "--state-dir", str(self.state), "--nodes", str(nodes),
-                "--port", str(self.port)]
+        args = ["--state-dir", str(self.state), "--nodes", str(nodes), "--port", str(self.port),
+                "--log-file", str(self.state / "cluster.log")]
         for image in self.images:
             args += ["--image", image]
         for image, seconds in self.slow_images.items():
@@ -112,13 +112,26 @@ class TestCluster:
             args += ["--feature-gates", ",".join(f"{k}={str(v).lower()}" for k, v in self.feature_gates.items())]
         if self.hollow_nodes:
             args += ["--hollow-nodes", str(self.hollow_nodes)]
-        args += ["--gc-delay", str(self.gc_delay)] + ["--pid1"] * self.pid1 + ["--spread"] * self.spread
-        # the caller's path after its own: where the packages come from a folder of wheels (the GPU machine's
-        # scripts/gpu-check), the cluster finds aiohttp, kubernetes_validate and celpy there too
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)}
-        self.log = open(self.state / "cluster.log", "ab")
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=self.log, cwd=str(self.root))
-        line = self.proc.stdout.readline().decode()  # type: ignore[union-attr]
+        return args + ["--gc-delay", str(self.gc_delay)] + ["--pid1"] * self.pid1 + ["--spread"] * self.spread
+
+    def start(self) -> TestCluster:
+        """A run of the test cluster: in a parked process of an earlier one where there is one (a new state on
+        a new port: see testcluster/__main__.py), else in a new process."""
+        self.state.mkdir(parents=True, exist_ok=True)
+        args = self._args()
+        self.proc = _parked.pop() if _parked and not self.port else None
+        if self.proc is not None:
+            self.proc.stdin.write(f"run {json.dumps(args)}\n".encode())  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        else:
+            # the caller's path after its own: where the packages come from a folder of wheels (the GPU machine's
+            # scripts/gpu-check), the cluster finds aiohttp, kubernetes_validate and celpy there too
+            path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+            with open(self.state / "cluster.log", "ab") as log:  # until it logs to --log-file itself
+                self.proc = subprocess.Popen([sys.executable, "-m", "testcluster", "--reusable", *args],
+                                             env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=log, cwd=str(self.root))
+        line = _answer(self.proc)
         if not line.startswith("testcluster ready"):
             self.stop()
             raise RuntimeError(f"the test cluster did not start: {line!r}; see {self.state / 'cluster.log'}")
@@ -132,21 +145,26 @@ class TestCluster:
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait()
-        self.proc.stdout.close()  # type: ignore[union-attr]
-        self.log.close()
+        _close(self.proc)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc and self.proc.stdout:
-            self.proc.stdout.close()
-        if getattr(self, "log", None):
-            self.log.close()
+        """The run ends, every pod's process with it; the process is parked for the next run (see start), or
+        stopped where it does not answer."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            if proc is not None:
+                _close(proc)
+            return
+        try:
+            proc.stdin.write(b"park\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+            parked = _answer(proc) == "testcluster parked"
+        except (BrokenPipeError, TimeoutError):
+            parked = False
+        if parked and len(_parked) < 2:
+            _parked.append(proc)
+        else:
+            _end(proc)
 
     async def api(self):
         from jupyter_gpu_pool.cluster.client import api_client
@@ -162,6 +180,45 @@ class TestCluster:
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{self.url}/testcluster/faults", json=body) as r:
                 assert r.status == 200, await r.text()
+
+
+_parked: list[subprocess.Popen] = []  # test clusters' processes between runs (of this test process)
+
+
+def _answer(proc: subprocess.Popen, timeout: float = 60) -> str:
+    """The test cluster's answer to its start or to a command (its next line on stdout)."""
+    import select
+
+    if not select.select([proc.stdout], [], [], timeout)[0]:
+        raise TimeoutError(f"the test cluster did not answer within {timeout:.0f} s")
+    return proc.stdout.readline().decode().strip()  # type: ignore[union-attr]
+
+
+def _close(proc: subprocess.Popen) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except BrokenPipeError:
+                pass
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """SIGTERM (every pod's process goes with it), SIGKILL where that does not end it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    _close(proc)
+
+
+@atexit.register
+def _end_parked() -> None:
+    while _parked:
+        _end(_parked.pop())
 
 
 class RealCluster:
@@ -233,8 +290,10 @@ class OperatorProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> OperatorProcess:
-        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(self.config_dir), "JUPYTER_CONFIG_PATH": "",
-               "KUBECONFIG": self.kubeconfig}
+        # as an admin starts it outside a cluster: the file on the command line only (no KUBECONFIG: see
+        # test_kube_operator_start.py), and no in-cluster service account
+        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(self.config_dir), "JUPYTER_CONFIG_PATH": ""}
+        env.pop("KUBECONFIG", None)
         env.pop("KUBERNETES_SERVICE_HOST", None)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -77,10 +77,10 @@ async def scenario(cluster, kube: Kube, tmp_path) -> None:
     server = JupyterServer(tmp_path, cluster, extension=True, kubeconfig=cluster.kubeconfig_for("server"))
     watcher = None
     try:
+        server.start()  # the server's start and the operator's overlap: neither waits on the other
         await operator_ready(cluster)
         await wait_until(lambda: _valid(kube, "default", "gpupoolpolicies"), timeout=20,
                          what="the operator to mark the policy valid")
-        server.start()
         await server.ready()
         first = (await server.request("POST", "api/kernels", {"name": "gpu-pool-kubernetes-small"}))["id"]
         assert await server.execute(first, "print('one')") == "one\n"

@@ -286,9 +286,11 @@ async def test_a_graceful_pod_deletion_stops_the_process_then_removes_the_pod(cl
                  "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
                                  "args": ["import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
                                           "(time.sleep(3), sys.exit(0))); print('up', flush=True); time.sleep(60)"]}]}})
-    await wait_until(lambda: _phase(kube, "sleeper", "Running"), timeout=30)
+    await wait_until(lambda: _says_up(kube, "sleeper"), timeout=30, what="its process to handle SIGTERM")
     deleted = await kube.core.delete_namespaced_pod("sleeper", NS)
     assert deleted.metadata.deletion_timestamp is not None  # terminating, not gone: the kubelet stops it
+    # (its SIGTERM handler takes 3 s before it exits: the pod is read while terminating, not raced to its end)
+    assert (await kube.core.read_namespaced_pod("sleeper", NS)).metadata.deletion_timestamp is not None
 
     async def gone():
         try:
@@ -309,7 +311,7 @@ async def test_an_eviction_deletes_the_pod_gracefully_as_a_drain_does(cluster, k
                  "containers": [{"name": "c", "image": "quay.io/jupyter/base-notebook", "command": ["python", "-c"],
                                  "args": ["import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
                                           "(time.sleep(3), sys.exit(0))); print('up', flush=True); time.sleep(60)"]}]}})
-    await wait_until(lambda: _phase(kube, "evicted", "Running"), timeout=30)
+    await wait_until(lambda: _says_up(kube, "evicted"), timeout=30, what="its process to handle SIGTERM")
     with pytest.raises(ApiException) as refused:
         await kube.api.call_api(f"/api/v1/namespaces/{NS}/pods/evicted/eviction", "POST", body={"kind": "Pod"},
                                 response_types_map={}, auth_settings=["BearerToken"])
@@ -332,6 +334,12 @@ async def test_an_eviction_deletes_the_pod_gracefully_as_a_drain_does(cluster, k
 
 async def _phase(kube: Kube, name: str, phase: str) -> bool:
     return (await kube.core.read_namespaced_pod(name, NS)).status.phase == phase
+
+
+async def _says_up(kube: Kube, name: str) -> bool:
+    """The pod runs and its process has said so (its SIGTERM handler is set: a pod only Running may not have
+    got that far, and the signal would end it at once)."""
+    return await _phase(kube, name, "Running") and "up" in await kube.core.read_namespaced_pod_log(name, NS)
 
 
 def test_json_roundtrip_of_errors_is_a_status():

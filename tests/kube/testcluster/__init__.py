@@ -90,6 +90,8 @@ Where it differs (and so what these tests cannot show):
 - Scheduling, the kubelet and DRA are simplified; see ``scheduler.py``,
   ``kubelet.py`` and ``dra.py`` for exactly how.  Killed, the server keeps no
   state: started again on its address (``--port``), it is a fresh cluster (the ``restart`` fault keeps it).
+  ``--reusable``: a test suite runs cluster after cluster in one process (``__main__.py``), each run a new state
+  on a new port, the last run's pods killed and its connections closed before it.
   The scheduler and kubelets read and write the store in-process, not over HTTP (their writes still bump
   resource versions and reach every watch), and go on working while a ``restart`` has the HTTP face down.
 - The store keeps every object in memory, indexed by resource, uid and owner; the cluster's own

@@ -97,6 +97,17 @@ class ApiServer:
             runner, self._runner = self._runner, None
             await runner.cleanup()
 
+    def use(self, store: Store) -> None:
+        """Serve a new run's state (a reused cluster, ``__main__.py``): its own audit log and faults, a new
+        application and, once started again, a new port.  A restart the last run's fault had under way is
+        called off."""
+        self.faults.cancel()
+        self.store = store
+        self.audit = []
+        self.faults = Faults(store, restart=self.restart)
+        self.app = self._application()  # an application runs once
+        self.port = 0
+
     async def restart(self, seconds: float) -> None:
         """A restart with the state kept (the ``restart`` fault): every connection closed, nothing listening
         for ``seconds``, then the same address again, with the history compacted as a restarted server's

@@ -37,6 +37,7 @@ in CEL are whole numbers of base units, so ``>=`` works where Kubernetes needs `
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import uuid
@@ -100,13 +101,19 @@ def _compare_to(a, b) -> celtypes.IntType:
 _FUNCTIONS = {"quantity": _quantity, "compareTo": _compare_to,
               "isGreaterThan": lambda a, b: celtypes.BoolType(a > b),
               "isLessThan": lambda a, b: celtypes.BoolType(a < b)}
-_ENV = celpy.Environment()
 _PROGRAMS: dict[str, object] = {}
+
+
+@functools.cache
+def _environment() -> celpy.Environment:
+    """Built at the first selector (its parser takes half a second: most test clusters never see a claim)."""
+    return celpy.Environment()
 
 
 def _program(expression: str):
     if expression not in _PROGRAMS:
-        _PROGRAMS[expression] = _ENV.program(_ENV.compile(expression), functions=_FUNCTIONS)
+        env = _environment()
+        _PROGRAMS[expression] = env.program(env.compile(expression), functions=_FUNCTIONS)
     return _PROGRAMS[expression]
 
 

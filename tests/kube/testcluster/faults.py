@@ -84,6 +84,12 @@ class Faults:
         if fault.status and (fault.verbs is None or "watch" in fault.verbs):
             self.store.watches.cut(resources)
 
+    def cancel(self) -> None:
+        """No more faults, and no restart under way (the cluster's run is over)."""
+        self.active.clear()
+        if self._restarting is not None:
+            self._restarting.cancel()
+
     async def check(self, plural: str, verb: str) -> None:
         """Raise the status a fault answers for this request, or hold it while a hang lasts."""
         now = time.monotonic()

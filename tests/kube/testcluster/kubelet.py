@@ -173,9 +173,24 @@ class Kubelet:
         finally:
             self.store.unwatch(watcher)
 
-    def kill_all(self) -> None:
-        for runner in list(self.runners.values()):
+    async def stop(self) -> None:
+        """Every pod's processes killed, and waited for (a run of a reused cluster ends: none outlives it)."""
+        runners = list(self.runners.values())
+        await cancel([r.task for r in runners if r.task is not None])  # each kills its container's processes
+        for runner in runners:
             runner.signal(signal.SIGKILL)
+            if runner.proc is not None:
+                await runner.proc.wait()
+
+
+async def cancel(tasks: list[asyncio.Task]) -> None:
+    """Cancel the tasks and wait for their end.  Python 3.11's wait_for loses a cancellation that comes as the
+    event it waits for does (a pod's end wakes the controllers just as they are stopped): cancelled again until
+    they are done."""
+    while pending := [t for t in tasks if not t.done()]:
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending, timeout=0.1)
 
 
 class PodRunner:
