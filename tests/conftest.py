@@ -81,7 +81,8 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a long run (a soak, a build, a real browser): left out by --fast")
+    config.addinivalue_line("markers", "slow: a long run (over 10 s on the 2-CPU machine: a soak, a real-time window, a build, "
+                            "a real browser): left out by --fast")
     # Groups go to the workers in the order pytest_collection_modifyitems puts them (the longest first),
     # not sorted by their number of tests as pytest-xdist would.
     if getattr(config.option, "dist", "no") == "loadgroup":

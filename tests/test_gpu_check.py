@@ -208,6 +208,7 @@ def test_only_selects_exactly_the_tests_it_names_under_a_real_pytest(tmp_path, o
     assert collected == selected, done.stdout[-2000:] + done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_every_gpu_test_in_the_tree_is_planned_or_named_as_left_out_with_why():
     """A gpu test added anywhere must reach the GPU machine through the check, or say why it does not."""
     gc = gpu_check()
@@ -274,6 +275,7 @@ def test_the_plugin_reports_each_test_as_it_finishes_under_a_real_pytest(tmp_pat
     assert by_name["test_skip"]["outcome"] == "skipped" and "not here" in by_name["test_skip"]["message"]
 
 
+@pytest.mark.slow
 def test_the_sharing_benchmark_runs_in_smoke_mode_on_cpu(tmp_path):
     out = tmp_path / "sharing.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_")}

@@ -219,6 +219,7 @@ RECLAIM = {**HIBERNATE, "idle_timeout": 60, "pressure_factor": 0.02, "warn": 2}
 
 
 @pytest.mark.pool_settings(policy=[RECLAIM])
+@pytest.mark.slow
 async def test_a_queued_resume_reclaims_one_idle_kernel_hibernated_and_never_the_mps_one(server, channels, events):
     """The pool full, a hibernated kernel's cell queued at #1, the user's other idle kernels (a whole GPU, an
     MPS one, two 10 GiB ones): exactly one 10 GiB kernel is warned (pressure, the rule's warning time) and

@@ -71,6 +71,7 @@ async def _room_made_of(server, events, kid: str, start: float) -> None:
 
 
 @pytest.mark.pool_settings(policy=[CLASS_TIME])
+@pytest.mark.slow
 async def test_a_reservation_makes_its_room_before_the_window_and_takes_borrowed_room_back(server, channels, events):
     pool = server.ext.backend.pool
     a, a_pid = await server.gpu_kernel()

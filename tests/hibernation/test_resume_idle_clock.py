@@ -44,6 +44,7 @@ async def test_the_resume_button_restarts_the_idle_clock(server, channels, event
 
 
 @pytest.mark.pool_settings(policy=[{**HIBERNATE, "idle_timeout": IDLE, "warn": WARN}])
+@pytest.mark.slow
 async def test_a_resume_that_waited_in_the_queue_restarts_the_clock_when_it_has_its_slice(server, channels, events):
     kid = await _idle_past_its_time_asleep(server, channels)
     blockers = fill_pool(server.ext.backend.pool)

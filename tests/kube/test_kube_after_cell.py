@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 
+import pytest
 from agent_standin import kernel, phase_of
 from kube_helpers import Kube, wait_until
 from test_kube_hibernation_e2e import start_on_gpu
@@ -45,6 +46,7 @@ async def policy_entries(jp_fetch, kid: str) -> list[tuple[str, str]]:
     return [(e["kind"], e["reason"]) for e in reversed(recent) if e["kernel_id"] == kid]
 
 
+@pytest.mark.slow
 async def test_a_kernel_pod_sleeps_unwarned_after_its_cell_and_its_next_cell_wakes_it_with_its_variables(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
     await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
@@ -101,6 +103,7 @@ async def test_a_kernel_pod_sleeps_unwarned_after_its_cell_and_its_next_cell_wak
         await ext.stop_extension()
 
 
+@pytest.mark.slow
 async def test_a_cell_started_within_the_time_cancels_it_and_a_silent_execute_does_not_arm_it(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
     await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
@@ -136,6 +139,7 @@ async def test_a_cell_started_within_the_time_cancels_it_and_a_silent_execute_do
         await ext.stop_extension()
 
 
+@pytest.mark.slow
 async def test_a_cell_while_its_hibernation_waits_for_the_operator_calls_it_off_and_runs(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
     """The operator is down when the wait ends: the server's request (spec.desiredState Hibernated) stands
@@ -172,6 +176,7 @@ async def test_a_cell_while_its_hibernation_waits_for_the_operator_calls_it_off_
         await ext.stop_extension()
 
 
+@pytest.mark.slow
 async def test_a_kernel_pod_that_cannot_hibernate_is_left_alone_between_cells_and_said_so_once(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node, caplog):
     """HAMi without memory oversubscription: the operator refuses the first request for good (its words in

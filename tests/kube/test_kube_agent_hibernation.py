@@ -301,6 +301,7 @@ async def test_a_failed_restore_leaves_the_kernel_hibernated(rig, operator):
     (RESUMING, (S.LOCKED, S.CHECKPOINTED), RUNNING, S.RUNNING),  # died between two restores
     (RESUMING, (S.RUNNING, S.LOCKED), RUNNING, S.RUNNING),  # died between two unlocks
 ])
+@pytest.mark.slow
 async def test_an_agent_restarted_mid_move_finishes_it_from_the_processes_real_states(rig, operator, phase, left,
                                                                                     settles, ends):
     name, pids = await rig.kernel()
@@ -316,6 +317,7 @@ async def test_an_agent_restarted_mid_move_finishes_it_from_the_processes_real_s
     assert kernel["status"]["reason"] == ""
 
 
+@pytest.mark.slow
 async def test_an_agent_killed_mid_checkpoint_leaves_it_to_the_next_one(rig, operator):
     name, pids = await rig.kernel()
     operator.stop()
@@ -348,6 +350,7 @@ async def test_a_move_that_can_be_neither_finished_nor_undone_fails_the_kernel(r
     assert rig.states(pids) == [S.CHECKPOINTED, S.RUNNING]  # as the message says; the operator deletes the pod
 
 
+@pytest.mark.slow
 async def test_a_settle_re_reads_on_a_conflict_and_never_overwrites_anothers_move(rig, operator):
     name, pids = await rig.kernel()
     operator.stop()
@@ -384,6 +387,7 @@ async def test_a_settle_re_reads_on_a_conflict_and_never_overwrites_anothers_mov
     assert rig.states(pids) == [S.CHECKPOINTED, S.CHECKPOINTED]
 
 
+@pytest.mark.slow
 async def test_a_move_whose_settle_meets_the_api_server_down_settles_once_it_is_back(rig, operator):
     name, pids = await rig.kernel()
     operator.stop()
@@ -401,6 +405,7 @@ async def test_a_move_whose_settle_meets_the_api_server_down_settles_once_it_is_
         ("cuCheckpointProcessCheckpoint", pids[0]), ("cuCheckpointProcessCheckpoint", pids[1])]  # once each
 
 
+@pytest.mark.slow
 async def test_a_pod_deleted_while_hibernated_is_left_to_the_operator(rig, operator):
     name, pids = await rig.kernel()
     operator.stop()
@@ -422,6 +427,7 @@ async def test_a_pod_deleted_while_hibernated_is_left_to_the_operator(rig, opera
 # does not end it, so the agent has the grace period (without pid1 the test cluster's kubelet ends it at once,
 # and the test would be a race between the kubelet's signal and the agent's watch).
 @pytest.mark.cluster_options(pid1=True)
+@pytest.mark.slow
 async def test_a_resumed_pod_is_checkpointed_again_before_its_kill(rig, operator):
     name, pids = await rig.kernel()
     operator.stop()

@@ -10,6 +10,7 @@ import base64
 import json
 import uuid
 
+import pytest
 import zmq
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
@@ -106,6 +107,7 @@ async def pod_log(kube: Kube, namespace: str, km) -> str:
     return await kube.core.read_namespaced_pod_log(km.provisioner.pod, namespace)
 
 
+@pytest.mark.slow
 async def test_kubernetes_kernels_are_encrypted_by_default(cluster, operator, server_config, kube_sessions, managers):
     kube = Kube(await cluster.api(), cluster.namespace)
     try:

@@ -204,6 +204,7 @@ async def hibernate(kube: Kube, name: str) -> dict:
     return await kernel(kube, name)
 
 
+@pytest.mark.slow
 async def test_a_hibernated_kernels_memory_is_free_for_a_second_kernel_its_count_stays_and_it_resumes_when_room_frees(
         cluster, operator_factory, kms, kube, agent):
     """Quota 10 GiB and 2 kernels: the first kernel (10 GiB slice) hibernates; a second starts in its
@@ -291,6 +292,7 @@ async def test_the_pods_host_memory_and_the_nodes_cap_refuse_a_hibernation(clust
     assert "cap of 10 GiB" in (await kernel(kube, second))["status"]["message"]
 
 
+@pytest.mark.slow
 async def test_an_operator_restarted_mid_move_picks_up_from_the_status(cluster, operator_factory, kms, kube, agent):
     """Asked while the operator is down; restarted while the kernel sleeps (its pod not yet listed again,
     which is not its pod gone); down while a resume it admitted is settled by the agent."""
@@ -397,6 +399,7 @@ async def test_a_gpukernel_edited_by_hand_cannot_name_another_pod_or_pid(cluster
     assert stale.value.status == 409
 
 
+@pytest.mark.slow
 async def test_a_restarted_server_adopts_its_hibernated_kernel_and_keeps_it(cluster, operator_factory, server_config,
                                                                             kube_sessions, jp_serverapp, kube, agent):
     """A hibernated kernel's process lives on in its pod: a server started again adopts it (its heartbeat
@@ -430,6 +433,7 @@ async def test_a_restarted_server_adopts_its_hibernated_kernel_and_keeps_it(clus
     await second.shutdown_kernel(kernel_id)
 
 
+@pytest.mark.slow
 async def test_a_hibernated_kernel_restarted_runs_a_new_pod_that_stays_awake(cluster, operator_factory, kms, kube,
                                                                              agent):
     """A restart asks for a new launch: a new, empty kernel, not one to hibernate at once because the old
@@ -451,6 +455,7 @@ async def test_a_hibernated_kernel_restarted_runs_a_new_pod_that_stays_awake(clu
     assert "fresh" in await run_code(km, "print('fresh')")
 
 
+@pytest.mark.slow
 async def test_a_resume_waiting_through_an_api_server_outage_is_admitted_once_it_is_back(cluster, operator_factory,
                                                                                         kms, kube, agent):
     """For 4 s every request about GPUKernels answers 503 (the operator's status writes, its watch, the

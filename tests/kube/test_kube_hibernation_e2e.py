@@ -159,6 +159,7 @@ def policy_of_its_own(cluster):
 
 
 @pytest.mark.usefixtures("policy_of_its_own")
+@pytest.mark.slow
 async def test_an_idle_kernel_is_warned_hibernated_by_the_real_agent_and_a_cell_resumes_it_after_the_queue(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
     await operator_factory(cluster, **node.operator_settings())
@@ -356,6 +357,7 @@ async def test_a_kernel_pod_ended_right_after_its_resume_is_checkpointed_again_b
         await km.shutdown_kernel(now=True)
 
 
+@pytest.mark.slow
 async def test_a_hint_has_the_real_agent_restore_a_kernel_pod_before_its_cell_runs(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, node):
     """Its user opens the notebook: the hint's resume is admitted into the room the agent reads free, the real

@@ -78,6 +78,7 @@ async def test_the_connection_key_is_in_the_secret_and_nowhere_else(cluster, ope
         await km.shutdown_kernel(now=True)
 
 
+@pytest.mark.slow
 async def test_a_killed_server_leaves_no_kernel_behind_once_the_reconcile_interval_passes(cluster, operator, kube,
                                                                                            servers):
     server = servers()
@@ -105,6 +106,7 @@ async def _none(coro) -> bool:
     return not await coro
 
 
+@pytest.mark.slow
 async def test_a_restarted_server_adopts_its_running_kernel_with_its_state(cluster, operator, server_config,
                                                                              kube_sessions, jp_serverapp, kube):
     first = jp_serverapp.kernel_manager

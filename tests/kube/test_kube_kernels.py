@@ -50,6 +50,7 @@ async def gone(kube: Kube, kernel_id: str) -> bool:
     return not (kernels or pods or secrets)
 
 
+@pytest.mark.slow
 async def test_a_kernel_runs_code_in_its_own_pod_and_leaves_nothing_behind(cluster, operator, kms, kube):
     km = kms()
     await km.start_kernel()
@@ -285,6 +286,7 @@ async def test_a_kernel_goes_with_its_server_pod(cluster, operator, kube, server
     await wait_until(lambda: gone(kube, kernel_id), timeout=20, what="the kernel to go with its server's pod")
 
 
+@pytest.mark.slow
 async def test_a_pod_on_a_node_that_never_starts_is_explained_with_true_numbers(
         cluster_factory, operator_factory, configure_server, kube_sessions, managers, caplog):
     """The scheduler places the pod on a node whose kubelet is gone: the user reads where it is and why

@@ -96,6 +96,7 @@ async def _stop_agent(node: Node) -> None:
 
 
 @pytest.mark.parametrize("lock_seconds", [0, 6])
+@pytest.mark.slow
 async def test_a_resumed_kernel_killed_at_once_is_checkpointed_again_while_its_process_lives(
         cluster, operator_factory, server_config, kube_sessions, kube, node, lock_seconds):
     """shutdown_kernel(now=True): stopGraceSeconds 0, so the pod's deletion kills the process at once.  The
@@ -130,6 +131,7 @@ async def test_a_resumed_kernel_killed_at_once_is_checkpointed_again_while_its_p
 
 
 
+@pytest.mark.slow
 async def test_a_resumed_kernel_whose_server_died_is_checkpointed_again_before_its_pod_is_deleted(
         cluster, operator_factory, server_config, kube_sessions, kube, node):
     """Nobody asks for this stop: the kernel's server is gone (its heartbeat stops, as a killed server's
@@ -181,6 +183,7 @@ async def test_a_never_resumed_kernels_stop_does_not_wait_for_the_agent(
         await km.shutdown_kernel(now=True)
 
 
+@pytest.mark.slow
 async def test_the_stop_completes_after_the_timeout_when_the_agent_is_down(
         cluster, operator_factory, server_config, kube_sessions, kube, node):
     """The agent resumed the kernel, then went down: the operator's request is never answered, and after

@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_operator_burst_benchmark_reports_the_burst_the_rest_the_floor_and_the_quotas():
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "operator_burst.py"), "--smoke"],
                           capture_output=True, text=True, timeout=280, cwd=str(REPO),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from kube_helpers import Kube, OperatorProcess, install, operator_ready, wait_until
 
 from jupyter_gpu_pool.cluster.resources import API_VERSION, GROUP, KERNEL_KIND, KERNELS, LABEL_KERNEL, VERSION
@@ -19,6 +20,7 @@ async def _status(kube: Kube, name: str) -> dict:
     return obj.get("status") or {}
 
 
+@pytest.mark.slow
 async def test_a_refused_pod_is_retried_with_back_off_and_the_user_reads_the_quotas_reason(cluster_factory, tmp_path):
     cluster = cluster_factory()
     await install(cluster)

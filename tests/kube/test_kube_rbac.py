@@ -17,8 +17,21 @@ from __future__ import annotations
 
 import asyncio
 
-from kube_helpers import REPO, GiB, JupyterServer, Kube, OperatorProcess, ScriptedMemory, ScriptedNVML, fake_proc, \
-    KERNEL_IMAGE, kustomize, pod_processes, wait_until
+import pytest
+from kube_helpers import (
+    KERNEL_IMAGE,
+    REPO,
+    GiB,
+    JupyterServer,
+    Kube,
+    OperatorProcess,
+    ScriptedMemory,
+    ScriptedNVML,
+    fake_proc,
+    kustomize,
+    pod_processes,
+    wait_until,
+)
 from test_kube_dra import DRA_MIG, MIG_NODE
 from tornado.httpclient import HTTPClientError
 
@@ -134,6 +147,7 @@ async def _no_kernels(kube: Kube) -> bool:
     return not await kube.kernels()
 
 
+@pytest.mark.slow
 async def test_the_roles_grant_exactly_the_calls_the_code_makes(cluster_factory, tmp_path):
     rules = bound_rules(kustomize(REPO / "deploy" / "overlays" / "dra"))
     # Each kernel's image takes 2 s to pull: a start slower than the operator's progress_interval (0.5 s), whose

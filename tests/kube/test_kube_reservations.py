@@ -76,6 +76,7 @@ async def start(jp_fetch) -> str:
     return body(await jp_fetch("api", "kernels", method="POST", body='{"name": "gpu-pool-kubernetes-small"}'))["id"]
 
 
+@pytest.mark.slow
 async def test_a_reservation_through_the_operator_makes_its_room_before_the_window_and_takes_borrowed_room_back(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, agent):
     await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0,

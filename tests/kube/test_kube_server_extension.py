@@ -108,6 +108,7 @@ async def test_me_and_pool_read_the_cluster(ext, jp_fetch, kube):
     assert [lease["kernel_id"] for lease in pool["leases"]] == [kid]
 
 
+@pytest.mark.slow
 async def test_culling_deletes_the_pod_and_frees_the_slice(ext, jp_fetch, kube):
     await kube.quota("default", kernels=1)
     await wait_until(lambda: ext.backend.user_quota("alice").kernels == 1, timeout=20, what="quota read")
@@ -169,6 +170,7 @@ async def test_the_ui_sees_the_node_agents_readings(ext, jp_fetch, cluster, tmp_
         await kube.close()
 
 
+@pytest.mark.slow
 async def test_a_server_killed_and_started_again_adopts_its_kernel(cluster, operator_factory, servers, kube):
     # A heartbeat timeout longer than a server's restart on a loaded machine (the tests' usual 4 s is not):
     # the kernel must outlive its dead server's restart, and the restarted server must then keep it alive.
@@ -203,6 +205,7 @@ async def _no_kernels(kube: Kube) -> bool:
 __all__ = ["uuid", "KERNELS"]
 
 
+@pytest.mark.slow
 async def test_a_starting_kernels_progress_reaches_me(patient_ext, jp_fetch, kube):
     """While a kernel's pod waits (here for a node with 64 GPUs), GET me says what it waits for, in the
     operator's words and with fresh numbers; once a kernel runs, its progress is null."""

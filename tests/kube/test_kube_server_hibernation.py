@@ -89,6 +89,7 @@ class Cell:
                 if kind in ("stream", "display_data", "update_display_data")]
 
 
+@pytest.mark.slow
 async def test_release_hibernates_a_cluster_kernel_and_a_cell_resumes_it_showing_its_place_in_the_queue(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, agent):
     await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})
@@ -188,6 +189,7 @@ async def test_a_hint_wakes_a_cluster_kernel_only_into_room_free_now_and_unused_
         await ext.stop_extension()
 
 
+@pytest.mark.slow
 async def test_a_hint_never_overtakes_a_waiting_resume_and_a_cell_under_it_makes_it_a_real_one(
         cluster, operator_factory, jp_serverapp, jp_fetch, jp_ws_fetch, kube_sessions, kube, agent):
     await operator_factory(cluster, **{"GPUPoolOperator.hami_memory_scaling": 2.0})

@@ -90,6 +90,7 @@ def assert_same_decisions(live: dict, replayed: dict) -> None:
 
 
 @pytest.mark.policy(rules=POLICY)
+@pytest.mark.slow
 async def test_a_replay_of_the_recorded_trace_decides_what_the_live_pool_decided(jp_fetch, jp_ws_fetch, ext,
                                                                                   pool_home, tmp_path):
     km = ext.serverapp.kernel_manager
@@ -154,6 +155,7 @@ GPU_RULES = [
 
 
 @pytest.mark.policy(rules=GPU_RULES)
+@pytest.mark.slow
 async def test_a_replay_decides_gpu_idle_and_over_memory_as_the_live_pool_did(jp_fetch, ext, pool_home, tmp_path):
     """GPU readings from the scripted telemetry source (NVML's stand-in), read by the live sampler every
     0.5 s: a kernel on a 10 GiB soft slice goes to 12 GiB (over its slice: warned, then shut down after the
@@ -232,6 +234,7 @@ RECLAIM_POLICY = [  # candidates for a waiter after 3 s idle (60 s × 0.05); war
 
 @pytest.mark.policy(rules=RECLAIM_POLICY)
 @pytest.mark.pool_settings(start_queue_timeout=120)
+@pytest.mark.slow
 async def test_a_replay_reclaims_for_a_waiter_what_the_live_pool_reclaimed(jp_fetch, ext, pool_home, tmp_path):
     """The pool full of idle kernels (a whole GPU; four 10 GiB slices on the other), all candidates, and a
     start that queues for 10 GiB: the live culler takes back one 10 GiB kernel, the longest idle (warned,
@@ -280,6 +283,7 @@ def live_held(pool_home, kernel_id: str, share: float) -> float:
 
 
 @pytest.mark.policy(rules=FIRST_CELL_POLICY)
+@pytest.mark.slow
 async def test_a_replay_of_first_cell_kernels_holds_what_the_live_pool_held(jp_fetch, jp_ws_fetch, ext, pool_home,
                                                                             tmp_path):
     """slice_at first-cell, live and replayed: a kernel opened and never run holds nothing in either; a
@@ -359,6 +363,7 @@ async def cell(ws, code: str) -> None:
 
 
 @pytest.mark.policy(rules=AFTER_CELL_POLICY)
+@pytest.mark.slow
 async def test_a_replay_hibernates_after_cells_where_the_live_pool_did(jp_fetch, jp_ws_fetch, ext, pool_home,
                                                                        tmp_path):
     """hibernate_after_cell: 2s, first-cell slices on declared GPUs, replayed with the default costs: one
@@ -414,6 +419,7 @@ HINT_POLICY = [{**AFTER_CELL_POLICY[0], "slice_at": "start"}]
 
 @pytest.mark.policy(rules=HINT_POLICY)
 @pytest.mark.extension(hint_sleep_after=2.5)
+@pytest.mark.slow
 async def test_a_replay_wakes_a_kernel_on_its_recorded_hint_and_puts_it_back_to_sleep_unused(
         jp_fetch, jp_ws_fetch, ext, pool_home, tmp_path):
     """A kernel asleep after its cell; its user opens its notebook (a hint: POST .../hint) and runs no cell,

@@ -69,6 +69,7 @@ async def warned_after(events, kid: str, last: float, lead: float) -> dict:
 
 @pytest.mark.policy(rules=[{"idle_timeout": 2, "gpu_idle_timeout": None, "warn": 2, "action": "hibernate"}])
 @pytest.mark.extension(cull_interval=INTERVAL, hibernator_class=GatedHibernator)
+@pytest.mark.slow
 async def test_a_warned_kernel_is_acted_on_at_its_deadline_not_at_the_next_pass(jp_fetch, jp_ws_fetch, ext,
                                                                                  pool_home):
     events = await subscribe(jp_ws_fetch)
@@ -111,6 +112,7 @@ async def test_a_warned_kernel_is_acted_on_at_its_deadline_not_at_the_next_pass(
 @pytest.mark.policy(rules=[{"idle_timeout": 3, "gpu_idle_timeout": None, "warn": 2.5, "snooze": 30,
                             "action": "shutdown"}])
 @pytest.mark.extension(cull_interval=INTERVAL, hibernator_class=None)
+@pytest.mark.slow
 async def test_keep_alive_before_the_deadline_cancels_the_action(jp_fetch, jp_ws_fetch, ext, pool_home):
     events = await subscribe(jp_ws_fetch)
     kid = await start_kernel(jp_fetch)
@@ -135,6 +137,7 @@ async def test_keep_alive_before_the_deadline_cancels_the_action(jp_fetch, jp_ws
 
 @pytest.mark.policy(rules=[{"idle_timeout": 6, "gpu_idle_timeout": None, "warn": 2.5, "action": "shutdown"}])
 @pytest.mark.extension(cull_interval=INTERVAL, hibernator_class=None)
+@pytest.mark.slow
 async def test_a_cell_before_the_deadline_cancels_the_action_and_withdraws_the_warning(jp_fetch, jp_ws_fetch, ext,
                                                                                         pool_home):
     events = await subscribe(jp_ws_fetch)

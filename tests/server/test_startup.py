@@ -67,6 +67,7 @@ BAD_SETTINGS = [
 
 @pytest.mark.parametrize("setting, words", BAD_SETTINGS, ids=[s.split(" = ")[0] + " = " + s.split(" = ")[1][:20]
                                                               for s, _ in BAD_SETTINGS])
+@pytest.mark.slow
 def test_a_bad_setting_stops_the_server_at_start_naming_it(tmp_path, setting, words):
     proc = start_server(tmp_path, setting + "\n")
     assert proc.returncode == 1, proc.stderr[-3000:]

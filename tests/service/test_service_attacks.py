@@ -81,6 +81,7 @@ def test_bob_cannot_make_the_service_kill_alices_process_on_his_dead_kernels_pid
             victim.wait()
 
 
+@pytest.mark.slow
 def test_bobs_reads_of_his_largest_journal_from_many_connections_cost_alice_nothing(lab):
     lab.configure(trace_recording=False)
     lab.service()

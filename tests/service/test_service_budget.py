@@ -34,6 +34,7 @@ def _lease_of(lab, name: str, kernel_id: str) -> dict | None:
     return next((x for x in reply["result"] if x["kernel_id"] == kernel_id), None)
 
 
+@pytest.mark.slow
 def test_a_kernel_is_warned_at_90_percent_of_the_budget_and_shut_down_at_100_through_the_service(lab):
     lab.configure(budgets=budget(20), policy=POLICY)
     lab.service()
@@ -68,6 +69,7 @@ def test_a_kernel_is_warned_at_90_percent_of_the_budget_and_shut_down_at_100_thr
     assert [x["user"] for x in json.loads(admin.stdout)["gpu_time"]] == ["alice"], admin.stderr
 
 
+@pytest.mark.slow
 def test_at_100_percent_a_kernel_on_a_declared_gpu_is_hibernated_and_its_resume_refused_until_the_reset(lab):
     """The rule's action is hibernate: on a declared GPU the kernel keeps its process (nothing to move) and
     gives its slice back; hibernated time is free, and resuming it is refused with when the budget resets."""
@@ -103,6 +105,7 @@ def test_at_100_percent_a_kernel_on_a_declared_gpu_is_hibernated_and_its_resume_
     assert lease["state"] == "hibernated" and lease["gpus"] == [] and not lease["phase"]  # and it stays so
 
 
+@pytest.mark.slow
 def test_the_service_ends_a_kernel_past_its_budget_when_its_server_does_not(lab):
     lab.configure(budgets=budget(3), service={"budget_grace": 2})
     lab.service()

@@ -84,6 +84,7 @@ def test_a_stuck_service_is_reported_not_waited_on_for_ever(lab):
     assert client.call("whoami")["user"] == "root"  # and it is used again once it answers
 
 
+@pytest.mark.slow
 def test_a_service_killed_and_started_again_keeps_every_lease_and_clients_reconnect(lab):
     service = lab.service()
     alice = lab.server("alice")
@@ -264,6 +265,7 @@ def test_one_users_flood_of_connections_locks_nobody_else_out(lab):
     assert who["ok"]
 
 
+@pytest.mark.slow
 def test_one_users_flood_of_writes_holds_up_nobody_elses_requests(lab):
     """bob writes to the ledger as fast as several connections allow (the largest trace batches and
     journal entries a request may carry); alice's who-am-I, allocations and releases are each answered

@@ -28,6 +28,7 @@ def proxy() -> str:
         return proxy_command(cache / "configurable-http-proxy")
 
 
+@pytest.mark.slow
 def test_a_real_jupyterhub_spawns_two_users_whose_kernels_share_the_pool(system_homes, lab, proxy):
     # (system_homes before lab: the homes stay this test's until the lab has stopped the hub and its servers)
     # Hub names are the Unix names here (LocalProcessSpawner), so the service strips no prefix; "students"

@@ -67,6 +67,7 @@ def _start_over(lab, attempt: int) -> None:
     lab.ledger = str(lab.root / "state" / f"ledger-{attempt}.sqlite")
 
 
+@pytest.mark.slow
 def test_a_reservation_through_the_service_makes_room_for_the_class_and_takes_borrowed_room_back(lab):
     # The setup (about 3 s on an idle 2-CPU machine) must end before the lead time: the window is set close
     # after it, and further once more where the machine was too busy for that.

@@ -41,6 +41,7 @@ def test_the_service_knows_each_user_from_the_socket_and_keeps_the_ledger_to_its
         assert done.returncode != 0 and "Permission denied" in done.stderr
 
 
+@pytest.mark.slow
 def test_bob_cannot_release_or_snooze_alices_kernel_by_rest_cli_or_socket(shared):
     lab, alice, kid, lease_id = shared
     bob = lab.server("bob")
@@ -90,6 +91,7 @@ _client.ServicePool.__init__ = _admin
 """
 
 
+@pytest.mark.slow
 def test_bob_declaring_himself_admin_in_his_own_server_gains_nothing_over_alices_kernel(shared):
     lab, alice, kid, lease_id = shared
     config = lab.home("bob") / ".jupyter"
@@ -140,6 +142,7 @@ def test_bob_gains_no_quota_from_his_own_config_a_borrowed_owner_or_jupyterhub_u
     assert {x["owner"] for x in leases["result"]} == {"bob"}  # held under his own name
 
 
+@pytest.mark.slow
 def test_bob_cannot_register_a_process_of_another_uid_as_his_kernel(shared):
     lab, alice, kid, lease_id = shared
     alices_kernel = next(k for k in alice.me()["kernels"] if k["kernel_id"] == kid)
