@@ -248,7 +248,11 @@ async def test_dry_run_decides_and_reports_without_acting(jp_fetch, jp_ws_fetch,
     assert lease_of(pool_home, kid).state == "active"
     assert my_kernel(body(await jp_fetch(*ME)), kid)["warning"] is None  # users are not warned in a dry run
     entries = [e for e in journal(pool_home, kid) if e.kind in ("warned", "culled")]
-    assert [e.kind for e in entries].count("culled") == 1 and entries[-1].kind == "culled"  # reported once
+    # Reported once per idle spell, not at every pass (a pass every 0.3 s: 6 in those 2 s).  Once, where the
+    # kernel stayed idle; a CI run on a loaded machine saw a second spell (warned, culled) within the 2 s.
+    kinds = [e.kind for e in entries]
+    assert 1 <= kinds.count("culled") <= 2 and kinds.count("warned") == kinds.count("culled"), kinds
+    assert entries[-1].kind == "culled"
     assert all(e.detail["dry_run"] and e.detail["rule"] == "trial" for e in entries)
     pool = body(await jp_fetch("gpu-pool", "api", "v1", "pool", headers={"Authorization": "token root-token"}))
     assert pool["policy"]["dry_run"] is True
