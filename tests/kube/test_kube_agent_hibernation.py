@@ -423,12 +423,8 @@ async def test_a_pod_deleted_while_hibernated_is_left_to_the_operator(rig, opera
     assert rig.touched(pids) == []  # nothing restored into a pod that is gone; the operator frees the slice
 
 
-# A kernel's process as in a container, where it is PID 1: the kubelet's SIGTERM, which it has no handler for,
-# does not end it, so the agent has the grace period (without pid1 the test cluster's kubelet ends it at once,
-# and the test would be a race between the kubelet's signal and the agent's watch).
-@pytest.mark.cluster_options(pid1=True)
-@pytest.mark.slow
-async def test_a_resumed_pod_is_checkpointed_again_before_its_kill(rig, operator):
+async def _resumed_by_the_agent(rig: Rig, operator) -> tuple[list[int], str]:
+    """A kernel the agent hibernated and resumed (the test admits the moves): its processes and its pod."""
     name, pids = await rig.kernel()
     operator.stop()
     await rig.start_agent()
@@ -436,7 +432,16 @@ async def test_a_resumed_pod_is_checkpointed_again_before_its_kill(rig, operator
     await rig.settled(name, HIBERNATED)
     await rig.set_phase(name, RESUMING)
     await rig.settled(name, RUNNING)
-    pod = rig.pods[name]["metadata"]["name"]
+    return pids, rig.pods[name]["metadata"]["name"]
+
+
+# A kernel's process as in a container, where it is PID 1: the kubelet's SIGTERM, which it has no handler for,
+# does not end it, so the agent has the grace period (without pid1 the test cluster's kubelet ends it at once,
+# and the test would be a race between the kubelet's signal and the agent's watch).
+@pytest.mark.cluster_options(pid1=True)
+@pytest.mark.slow
+async def test_a_resumed_pod_is_checkpointed_again_before_its_kill(rig, operator):
+    pids, pod = await _resumed_by_the_agent(rig, operator)
     # Once the kubelet kills the processes no second checkpoint can come: the agent's comes within the grace
     # period (30 s, so that a loaded machine's slow watch still shows the order, not the load).
     await rig.kube.core.delete_namespaced_pod(pod, rig.cluster.namespace, grace_period_seconds=30)
@@ -448,14 +453,7 @@ async def test_a_resumed_pod_is_checkpointed_again_before_its_kill(rig, operator
 async def test_a_resumed_pods_deletion_missed_by_the_watch_is_seen_on_the_relist_and_checkpointed_first(rig, operator):
     """The agent's pod watch is down (quiet, not knowing it) while the pod's deletion begins: no MODIFIED event
     carries the deletionTimestamp, and the listing that follows the watch's 410 is where the agent learns it."""
-    name, pids = await rig.kernel()
-    operator.stop()
-    await rig.start_agent()
-    await rig.set_phase(name, HIBERNATING)
-    await rig.settled(name, HIBERNATED)
-    await rig.set_phase(name, RESUMING)
-    await rig.settled(name, RUNNING)
-    pod = rig.pods[name]["metadata"]["name"]
+    pids, pod = await _resumed_by_the_agent(rig, operator)
     await rig.cluster.fault(stall=["pods"])
     await rig.kube.core.delete_namespaced_pod(pod, rig.cluster.namespace, grace_period_seconds=30)
     await asyncio.sleep(1.0)

@@ -115,8 +115,7 @@ def kernel_object(lease: Lease, *, backend: PoolBackend, context: ServerContext,
     waiter = snapshot.waiter_of_kernel(kid)
     queue_position = waiter.position if waiter is not None else None
     execution_state = kernel.execution_state if here else None
-    # Clamped to ``now``: a deadline is never said to be further than the rule's limit from the "now" it goes with.
-    last_activity = min(unix_time(kernel.last_activity), now) if here else None
+    last_activity = min(unix_time(kernel.last_activity), now) if here else None  # no later than the "now" shown
     reading = context.sampler.reading(kid) if here and lease.state != HIBERNATED else None
     samples = context.sampler.samples(kid) if here else []
     can, why = context.hibernation(lease) if here else (False, "the kernel runs in another server")
