@@ -5,6 +5,7 @@ that arrows only point down and the next person can trust the map."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,12 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
+@functools.cache
+def import_nodes(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """A file's import statements, wherever they are (parsed once a run: some fifty tests read them)."""
+    return tuple(n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
 def _part(module: str) -> str:
     """``jupyter_gpu_pool.local.ledger`` → ``local``; the package's own ``__init__`` → ``__init__``."""
     parts = module.split(".")
@@ -49,7 +56,7 @@ def imports_between_parts() -> list[tuple[str, str, str]]:
         rel = path.relative_to(PACKAGE.parent).with_suffix("")
         module = ".".join(rel.parts)
         package = module[: -len(".__init__")] if module.endswith(".__init__") else module.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in import_nodes(path):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 if node.level:
@@ -164,7 +171,7 @@ def module_imports() -> dict[str, set[str]]:
     for module, path in modules.items():
         package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in import_nodes(path):
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:

@@ -59,13 +59,15 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def wait_in_page(page, predicate, timeout: float, what: str) -> None:
-    """Like wait_for, for conditions on browser events: Playwright delivers them while it waits."""
+def wait_in_page(page, predicate, timeout: float, what: str):
+    """Like wait_for, for conditions on browser events: Playwright delivers them (and ``pushed_actions``
+    stamps them) only while it waits, so a wait that sleeps instead would stamp them late."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         page.wait_for_timeout(250)
+    return value
 
 
 def contrast(page, selector: str) -> float:
@@ -155,7 +157,8 @@ def shoot(page, artifacts: Path, name: str, small: bool = True) -> None:
 
 def pushed_actions(page) -> list[dict]:
     """kernel-action events JupyterLab receives on its event stream (/api/events/subscribe), each with
-    ``received``: when (this clock)."""
+    ``received``: when (this clock). Playwright hands frames over only while the test waits on it, so
+    wait with ``wait_in_page`` where the time of arrival matters."""
     events: list[dict] = []
 
     def on_frame(payload) -> None:

@@ -220,7 +220,8 @@ def test_one_queued_resume_reclaims_the_fewest_kernels_and_never_the_mps_one(lab
                 deadlines.setdefault(k["kernel_id"], []).append(k["warning"]["deadline"])
             return found
 
-        found = wait_for(warned_now, CULL_INTERVAL + 10, "a kernel warned for the waiter", interval=0.5)
+        # Waiting in the page: the warning's pushed event is stamped when it arrives, not after a sleep.
+        found = wait_in_page(page, warned_now, CULL_INTERVAL + 10, "a kernel warned for the waiter")
         assert len(found) == 1, found  # the fewest: one 10 GiB kernel makes room for the 10 GiB waiter
         [chosen] = found
         assert chosen["kernel_id"] in idle and chosen["warning"]["reason"] == "pressure"
