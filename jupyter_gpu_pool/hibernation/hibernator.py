@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ASLEEP", "Hibernator", "Notice", "Outcome", "RAM_MARGIN"]
 
-ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
 SLEEP_EVENTS = {"after_cell": M.AFTER_CELL, "hint_unused": M.HINT_UNUSED, "user": M.RELEASE, "admin": M.RELEASE}
 
 
@@ -241,8 +240,7 @@ class Hibernator:
         """The model's CLAIM_HOST_RAM: release the framework's cache (what moves is what is reserved), then
         claim host RAM for what NVML sees the processes hold (else the slice's size).  Returns the bytes."""
         if pids and self.settings.release_cache:
-            # Bounded like the lock: freeing GPU memory waits for the GPU work in flight.
-            timeout = self.settings.lock_timeout + ANSWER_GRACE
+            timeout = self.settings.cache_release_timeout
             if await self.kernels.release_cache(lease.kernel_id, timeout) == "timeout":
                 raise self.processes.gpu_busy(timeout)
         moved = 0

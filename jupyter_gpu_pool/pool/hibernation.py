@@ -62,6 +62,9 @@ def parse_host_memory(text) -> tuple[int | None, float | None]:
         raise ValueError(f"{e}; or write a share of the machine's RAM such as '50%', or 'none'") from None
 
 
+ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
+
+
 @dataclass(frozen=True)
 class HibernationSettings:
     host_memory: str = "50%"  # cap on host RAM that hibernated kernels may hold, per machine
@@ -87,6 +90,12 @@ class HibernationSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{name} must be a number of seconds above 0, not {value!r}")
+
+    @property
+    def cache_release_timeout(self) -> float:
+        """How long a kernel may take to release its framework's cache before a hibernation: bounded like
+        the lock (freeing GPU memory waits for the GPU work in flight), and a little more to answer."""
+        return self.lock_timeout + ANSWER_GRACE
 
     def declared_restore_seconds(self, declared_bytes: int) -> float:
         """Seconds a restore of ``declared_bytes`` takes on declared GPUs under the modelled cost (0 without)."""

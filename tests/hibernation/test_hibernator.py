@@ -114,7 +114,7 @@ async def test_a_lock_that_times_out_leaves_the_kernel_running_untouched(rig):
 
 async def test_a_cache_release_stuck_behind_gpu_work_counts_against_the_lock_timeout(rig, monkeypatch):
     # the kernel's grace to answer, beyond the lock timeout, waited out here: one second, not five
-    monkeypatch.setattr("jupyter_gpu_pool.hibernation.hibernator.ANSWER_GRACE", 1.0)
+    monkeypatch.setattr("jupyter_gpu_pool.pool.hibernation.ANSWER_GRACE", 1.0)
     r = rig(lock_timeout=0.5)
     kid, pid = await r.gpu_kernel()
     km = r.manager.get_kernel(kid)

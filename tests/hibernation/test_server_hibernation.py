@@ -57,7 +57,7 @@ async def test_a_release_right_after_a_slow_start_waits_for_the_kernel_and_hiber
     """CI under load: a Release in the seconds after a start timed out on the cache release (the kernel
     had not answered yet) and was refused as 'GPU work did not finish'.  The lock's timeout is for the
     kernel's GPU work; a kernel still starting is waited for first."""
-    monkeypatch.setattr("jupyter_gpu_pool.hibernation.hibernator.ANSWER_GRACE", 1.0)  # (5 s otherwise)
+    monkeypatch.setattr("jupyter_gpu_pool.pool.hibernation.ANSWER_GRACE", 1.0)  # (5 s otherwise)
     # it answers 3 s and more after its start: past the cache release's bound (the lock's 1 s + 1 s of grace)
     kernelspec_wrapping("gpu-pool-small", "gpu-pool-slow", "sleep 3")
     kid, pid = await server.gpu_kernel(gpu_bytes=300 * MiB, profile="slow")

@@ -39,7 +39,6 @@ from .timers import SleepTimers
 log = logging.getLogger(__name__)
 
 MERGE = "application/merge-patch+json"
-ANSWER_GRACE = 5.0  # seconds, beyond the lock timeout, for a kernel to answer the silent cache release
 ADMISSION_TIMEOUT = 30.0  # seconds for the operator to answer a hibernation request (it may be down)
 MOVE_TIMEOUT = 300.0  # seconds for the node agent to checkpoint (32 GiB took 18 s on an H100)
 REFUSAL_WORDS = {HOST_MEMORY: "host_memory", NODE_CAP: "node_cap"}
@@ -280,7 +279,7 @@ class ClusterHibernation(HibernationHook):
         if self.settings.release_cache:
             # What moves is what the process has reserved: the framework's cache goes first, over the
             # kernel's own channel, bounded like the lock (freeing GPU memory waits for the GPU work in flight).
-            timeout = self.settings.lock_timeout + ANSWER_GRACE
+            timeout = self.settings.cache_release_timeout
             if await self.kernels.release_cache(kernel_id, timeout) == "timeout":
                 raise HibernationRefused("busy", f"This kernel's GPU stayed busy for {timeout:.0f} s; it can "
                                                  "hibernate once its GPU work is done.", retry_after=timeout)
