@@ -1012,7 +1012,11 @@ export function indicatorView(me: IMe | null, kernelId: string | null): IIndicat
     case 'queued':
       text = __('queued #%1', k.queue_position ?? '?');
       break;
-    default: // hibernating, hibernated, resuming, released
+    case 'hibernated':
+      // Its rule's sleep between cells is not the hibernation of an idle kernel: the card says so too.
+      text = k.sleeps_after_cell ? __('asleep between cells') : stateWord(k.state);
+      break;
+    default: // hibernating, resuming, released
       text = k.state === 'resuming' && k.woken_on_hint ? __('waking up…') : stateWord(k.state);
   }
   const slice = !k.slice?.label

@@ -63,6 +63,7 @@ def test_a_kernel_asleep_between_cells_is_shown_calmly_and_its_next_cell_runs_on
         "asleep between cells: GPU slice given back, variables kept (declared: no GPU memory to move)",
         timeout=(AFTER + 20) * 1000)
     expect(card.locator(".jp-GpuPool-stateDetail")).to_have_text("It wakes when a cell runs.")
+    expect(indicator).to_have_text("asleep between cells")  # the toolbar agrees with the card
     expect(page.locator(".jp-GpuPool-recent li").first).to_contain_text("Asleep between cells", timeout=10_000)
     page.set_viewport_size(LARGE)
     page.wait_for_timeout(500)

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 
 import { reasonPhrase } from '../words';
-import { historyLine, stateView } from '../view';
+import { historyLine, indicatorView, stateView } from '../view';
 import { kernel, me, NOW, Screen } from './fixtures';
 
 const BETWEEN = kernel({
@@ -28,6 +28,17 @@ describe('asleep between cells', () => {
     assert.match(stateView({ ...BETWEEN, sleeps_after_cell: null }, NOW).label, /^hibernated:/);
     // a cell waits on it: it is resuming for the cell, as any hibernated kernel
     assert.match(stateView(BETWEEN, NOW, true).label, /^resuming/);
+  });
+
+  it('says the same on the notebook toolbar, not "hibernated"', () => {
+    const shown = indicatorView(me({ kernels: [BETWEEN] }), BETWEEN.kernel_id);
+    assert.equal(shown.text, 'asleep between cells');
+    assert.match(
+      shown.title,
+      /State: asleep between cells: GPU slice given back, variables kept\./
+    );
+    const idled = { ...BETWEEN, sleeps_after_cell: null };
+    assert.equal(indicatorView(me({ kernels: [idled] }), idled.kernel_id).text, 'hibernated');
   });
 
   it('says on an idle card that it sleeps after each cell', () => {
