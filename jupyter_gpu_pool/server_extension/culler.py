@@ -194,6 +194,8 @@ class Culler:
                 continue  # it has held nothing yet: nothing to give back, and no hibernation to time out
             if self.context.hibernator.hinted(kid):
                 continue  # woken on a hint, no cell yet: the hook puts it back to sleep, unwarned, if none comes
+            if self.context.hibernator.resume_asked(kid):
+                continue  # its user asked for it awake: judged once it is, its idle clock restarted
             rule = self.context.rule_for(kernel, lease)
             if lease.owner not in budgets:
                 budgets[lease.owner] = await self.backend.budget(lease.owner, lease.groups)

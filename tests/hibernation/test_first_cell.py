@@ -280,3 +280,37 @@ async def test_a_hint_never_gives_a_kernel_its_first_slice(jp_fetch, ext, server
     await asyncio.sleep(0.5)
     lease = server.lease(kid)
     assert lease.awaits_first_cell and lease.phase == "" and lease.gpus == ()
+
+
+@pytest.mark.pool_settings(policy=[{**FIRST_CELL, "idle_timeout": "2s", "warn": "1s", "max_hibernated": None}])
+async def test_a_first_cell_long_after_the_notebook_opened_is_not_warned_as_it_takes_its_slice(
+        jp_fetch, ext, server, channels, monkeypatch):
+    """The first cell is its user's ask: the kernel is not judged idle for the time it was open before it.  A
+    loaded run once warned a first cell 60 ms after its slice was taken (and withdrew the warning a moment later):
+    a culling pass came between the end of the slice's move (the lease active, no phase) and the hook's record
+    of it, which restarts the idle clock.  Here that record is held back until a pass has run."""
+    kid, _ = await open_notebook(jp_fetch, ext)
+    ch = await channels(kid)
+    await asyncio.sleep(3.5)  # open longer than the idle time: it holds nothing, so it is not judged
+    hook = ext.hibernator
+    taken, go_on = asyncio.Event(), asyncio.Event()
+    record = hook._record_resume
+
+    async def late(task, kernel_id: str, reason: str) -> None:
+        await asyncio.wait([task])
+        taken.set()  # the slice is taken and the move over; its record (and the clock's restart) not yet
+        await go_on.wait()
+        await record(task, kernel_id, reason)
+
+    monkeypatch.setattr(hook, "_record_resume", late)
+    sent = await ch.execute("x = 1")
+    await asyncio.wait_for(taken.wait(), 30)
+    lease = server.lease(kid)
+    assert (lease.state, lease.phase) == (ACTIVE, "")
+    await ext.culler.pass_once()  # a culling pass comes first
+    go_on.set()
+    got = await ch.replies(sent)
+    await ext.culler.pass_once()  # and one once the cell has run
+
+    assert next(c for _ch, k, c in got if k == "execute_reply")["status"] == "ok"
+    assert [e.kind for e in ext.backend.pool.ledger.journal() if e.kernel_id == kid and e.kind == "warned"] == []

@@ -372,11 +372,13 @@ class ClusterHibernation(HibernationHook):
             self.timers.cancel(kernel_id)  # its user wants it awake
             self._hinted.discard(kernel_id)
             if task is not None and not task.done() and task not in self._hints:
+                self._asking(kernel_id, task)
                 return task
             hinted = task if task is not None and not task.done() else None
             task = self._resumes[kernel_id] = asyncio.ensure_future(
                 self._resume(kernel_id, reason) if hinted is None else self._for_real(kernel_id, hinted, reason))
-        future = asyncio.ensure_future(self._record_resume(task, kernel_id, reason))
+            self._asking(kernel_id, task)
+        future = asyncio.ensure_future(self._recorded(task, kernel_id, reason))
         self._recording.add(future)
         future.add_done_callback(self._recording.discard)
         return task

@@ -55,6 +55,7 @@ class HibernationHook(ABC):
     def __init__(self, parent=None, **kwargs):
         self.extension = parent
         self._on_user_resume: list[Callable[[str], None]] = []
+        self._asked: dict[str, asyncio.Future] = {}  # kernel -> the resume its user asked for, until it ends
 
     def when_user_resumes(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(kernel_id)`` whenever a resume the kernel's user asked for has put it back on a
@@ -70,6 +71,33 @@ class HibernationHook(ABC):
         if M.RESTART_IDLE_CLOCK in effects:
             for listener in self._on_user_resume:
                 listener(kernel_id)
+
+    def resume_asked(self, kernel_id: str) -> bool:
+        """Whether a resume (or a first slice) the kernel's user asked for is under way and has not yet ended
+        with :meth:`user_resumed` (no I/O).  The culler leaves such a kernel alone: from the moment its slice is
+        taken until the clock restarts it would be judged idle for all the time before the ask, and a
+        first cell was once warned 60 ms after it took its slice."""
+        return kernel_id in self._asked
+
+    def _asking(self, kernel_id: str, task: asyncio.Future) -> None:
+        """``task`` carries a resume the kernel's user asked for (their cell, their Resume)."""
+        self._asked[kernel_id] = task
+
+    def _answered(self, kernel_id: str, task: asyncio.Future) -> None:
+        """``task`` ended and is on record; a later resume of the kernel keeps its own mark."""
+        if self._asked.get(kernel_id) is task:
+            del self._asked[kernel_id]
+
+    async def _recorded(self, task: asyncio.Future, kernel_id: str, reason: str) -> None:
+        """Put the resume's outcome on record, then drop its user's ask (whatever the outcome)."""
+        try:
+            await self._record_resume(task, kernel_id, reason)
+        finally:
+            self._answered(kernel_id, task)
+
+    async def _record_resume(self, task: asyncio.Future, kernel_id: str, reason: str) -> None:
+        """Await the resume ``task`` and put its outcome on record (the journal, the event, the clock
+        restarted where its user asked for it)."""
 
     def can_hibernate(self, lease: Lease) -> tuple[bool, str | None]:
         """Whether the lease's kernel can hibernate now, and why not (no I/O: the culler asks on every pass)."""
@@ -212,9 +240,11 @@ class PoolHibernation(HibernationHook):
         if not hint:
             self.timers.cancel(kernel_id)  # its user wants it awake
         task = self.hibernator.start_resume(kernel_id, reason, hint=hint)
+        if not hint:
+            self._asking(kernel_id, task)
         if task not in self._watched:  # one record per resume, however many callers join it
             self._watched.add(task)
-            future = asyncio.ensure_future(self._record_resume(task, kernel_id, reason))
+            future = asyncio.ensure_future(self._recorded(task, kernel_id, reason))
             self._recording.add(future)
             future.add_done_callback(self._recording.discard)
         return task
