@@ -256,14 +256,30 @@ def code_cells(server: Server, path: str) -> dict[str, str]:
     return {c["id"]: "".join(c["source"]) for c in cells if c["cell_type"] == "code"}
 
 
-async def wait_state(server: Server, kernel_id: str, state: str, timeout: float = 60) -> dict:
+async def wait_state(server: Server, kernel_id: str, state: str, timeout: float = 60, *,
+                     execution_state: str | None = None) -> dict:
+    """Until GET me shows the kernel in ``state`` (and ``execution_state``, where given); else what it shows,
+    what happened to it (its recent list) and the server log's end."""
     deadline = time.monotonic() + timeout
     while True:
-        found = next((k for k in server.get("gpu-pool/api/v1/me")["kernels"] if k["kernel_id"] == kernel_id), None)
-        if found and found["state"] == state:
+        me = server.get("gpu-pool/api/v1/me")
+        found = next((k for k in me["kernels"] if k["kernel_id"] == kernel_id), None)
+        if found and found["state"] == state and execution_state in (None, found.get("execution_state")):
             return found
-        assert time.monotonic() < deadline, f"the kernel is {found and found['state']}, not {state}"
+        if time.monotonic() > deadline:
+            recent = [(e["kind"], e["reason"], e.get("message")) for e in me.get("recent", [])
+                      if e["kernel_id"] == kernel_id]
+            raise AssertionError(f"the kernel is {found and (found['state'], found.get('execution_state'))}, not "
+                                 f"{state}; what happened, newest first: {recent}\nserver log:\n"
+                                 f"{server.log_path.read_text()[-4000:]}")
         await asyncio.sleep(0.3)
+
+
+async def release(server: Server, kernel_id: str) -> None:
+    """Release GPU as its card's button does: once the card shows the kernel idle (its cell's end has reached
+    the server), and accepted as a hibernation."""
+    await wait_state(server, kernel_id, "active", execution_state="idle")
+    assert server.call("POST", f"gpu-pool/api/v1/kernels/{kernel_id}/release", {})[1]["action"] == "hibernate"
 
 
 def test_the_tour_hibernates_resumes_and_queues_as_it_says(binder_server):
@@ -288,7 +304,7 @@ def test_the_tour_hibernates_resumes_and_queues_as_it_says(binder_server):
         assert "x = 42" in await nb.run(demo["c4"])
 
         # Section 4: hibernated, the slice is back in the pool; the next cell resumes it, x kept.
-        assert server.call("POST", f"gpu-pool/api/v1/kernels/{kid}/release", {})[1]["action"] == "hibernate"
+        await release(server, kid)
         await wait_state(server, kid, "hibernated")
         assert server.get("gpu-pool/api/v1/me")["usage"]["memory"] == 0
         out = await nb.run(demo["c7"])
@@ -296,7 +312,7 @@ def test_the_tour_hibernates_resumes_and_queues_as_it_says(binder_server):
         await wait_state(server, kid, "active")
 
         # Section 5: hibernate, the stand-in takes the pool, the cell waits its turn.
-        server.call("POST", f"gpu-pool/api/v1/kernels/{kid}/release", {})
+        await release(server, kid)
         await wait_state(server, kid, "hibernated")
         other = await Kernel.open(server, start("binder/another-student.ipynb", "python3"))
         taken = await other.run(student["s1"])
