@@ -241,6 +241,16 @@ def decide(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *,
                     dry_run=dry_run)
 
 
+def told(state: KernelState, at: float) -> KernelState:
+    """The kernel's warning was put on record at ``at``, later than its pass decided it (the pass took its
+    time to reach the kernel, the journal its write): its deadline moves as much later, so that its user has
+    the rule's whole warning time from the moment they could know.  No warning: unchanged."""
+    warning = state.warning
+    if warning is None or at <= warning.warned_at:
+        return state
+    return replace(state, warning=replace(warning, deadline=warning.deadline + (at - warning.warned_at)))
+
+
 def quiet_until(facts: Facts, rule: Rule, now: float, state: KernelState = FRESH, *, reclaim: bool = False,
                 dry_run: bool = False, reserved: str = "") -> float:
     """Until when :func:`decide` keeps answering ``none`` and leaving ``state`` as it is, for these facts

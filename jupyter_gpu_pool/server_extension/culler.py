@@ -327,8 +327,12 @@ class Culler:
             log.info("kernel %s: warning (%s) withdrawn, it is in use again", kid, decision.reason)
             return
         if decision.verb == P.WARN:
+            deadline = decision.deadline
+            if kid in self.states:  # told now, later than its pass decided: the whole warning time from now
+                self.states[kid] = P.told(self.states[kid], self.clock())  # (its timer follows)
+                deadline = self.states[kid].warning.deadline
             await self.recorder.record("warned", lease, reason=decision.reason or "", message=decision.message,
-                                       rule=rule.name, dry_run=decision.dry_run, deadline=decision.deadline,
+                                       rule=rule.name, dry_run=decision.dry_run, deadline=deadline,
                                        action=decision.action, note=decision.note)
             return
         if decision.dry_run:

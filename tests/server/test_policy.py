@@ -178,6 +178,19 @@ def test_a_warning_always_precedes_the_action():
     assert verbs == {90: WARN, 120: ACT}
 
 
+def test_a_warning_on_record_later_than_decided_keeps_the_whole_warning_time():
+    """A pass decides its kernels one after another, and each warning is on record a moment after it was
+    decided: its deadline moves as late, so the user has all of ``warn`` from when they could know."""
+    r, f = rule(idle_timeout=120, warn=30), facts(last_activity=NOW)
+    d = decide(f, r, NOW + 90)
+    assert d.verb == WARN and d.state.warning.deadline == NOW + 120
+    state = P.told(d.state, NOW + 90.02)
+    assert state.warning.deadline == pytest.approx(NOW + 120.02) and state.warning.warned_at == NOW + 90
+    assert decide(f, r, NOW + 120.01, state).verb == NONE  # not yet: 30 s from when it was told
+    assert decide(f, r, NOW + 120.02, state).verb == ACT
+    assert P.told(d.state, NOW + 90) == d.state and P.told(FRESH, NOW) == FRESH  # told at once, or nothing told
+
+
 def test_a_budget_warning_cannot_be_snoozed():
     state = decide(facts(budget_warn_at=NOW, budget_due=NOW + 900, budget_used=9.0, budget_limit=10.0),
                    rule(max_snoozes=2, snooze=600), NOW).state
