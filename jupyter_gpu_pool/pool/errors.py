@@ -33,6 +33,9 @@ def would_start(names: tuple[str, ...] | list[str]) -> str:
     return f"{either(names)} would start now."
 
 
+SERVICE_UNAVAILABLE = "service_unavailable"  # the reason of a refusal because the pool service is not answering
+
+
 class PoolError(Exception):
     """Base of every refusal; ``str(e)`` is the message for the user."""
 

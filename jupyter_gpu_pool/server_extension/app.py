@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Instance, TraitError, Type, default
@@ -19,6 +20,7 @@ from ..compat import forget_failed_starts, quiet_refusals, start_handlers
 from ..config import CONFIG_FILE, ConfigError
 from ..devices.telemetry import NVMLSource, Sampler
 from ..pool import PoolError
+from ..pool.errors import SERVICE_UNAVAILABLE
 from ..pools import pool_for
 from ..traits import Count, Names, Seconds
 from . import events
@@ -150,6 +152,14 @@ class GPUPoolExtension(ExtensionApp):
         used.  A hint wakes a kernel only where a slice is free and nobody waits (docs/hibernation.md).""",
     ).tag(config=True)
 
+    service_wait = Seconds(
+        15.0, zero_allowed=True,
+        help="""Seconds a server that starts while the pool service is not answering (a machine booting,
+        the service restarting, JupyterHub spawning first) waits for it, asking once a second, before it
+        runs without the pool's API and idle policy until it is restarted.  The server answers no request
+        meanwhile, so keep it under JupyterHub's Spawner.http_timeout (30 s by default).  0: do not wait.""",
+    ).tag(config=True)
+
     hint_rate_limit = Count(
         20, minimum=1,
         help="""The most hints (POST kernels/{id}/hint) one user may send in any minute; more are answered
@@ -244,7 +254,7 @@ class GPUPoolExtension(ExtensionApp):
                 from .backends.kubernetes import KubernetesBackend
 
                 return KubernetesBackend(self.serverapp.config)
-            return LocalBackend(pool_for(self.serverapp.config))
+            return LocalBackend(self._pool_once_it_answers())
         except ConfigError as e:
             self._refuse(e, self.exit_on_config_error)
             return NoPool(f"The GPU pool is misconfigured, tell your admin: {e}")
@@ -253,6 +263,27 @@ class GPUPoolExtension(ExtensionApp):
             self.log.error("GPU pool: %s This server runs without the pool's API and idle policy until it is "
                            "restarted; its kernels start through the service once it answers.", e)
             raise
+
+    def _pool_once_it_answers(self):
+        """The pool; where its service is not answering yet, asked again once a second for ``service_wait``
+        seconds (the server is starting: nothing else runs to be held up)."""
+        deadline = time.monotonic() + self.service_wait
+        waited = False
+        while True:
+            try:
+                pool = pool_for(self.serverapp.config)
+            except PoolError as e:
+                if e.reason != SERVICE_UNAVAILABLE or time.monotonic() + 1 > deadline:
+                    raise
+                if not waited:
+                    self.log.warning("GPU pool: %s This server waits up to %g s for it "
+                                     "(GPUPoolExtension.service_wait).", e, self.service_wait)
+                    waited = True
+                time.sleep(1)
+                continue
+            if waited:
+                self.log.info("GPU pool: the pool service answered; this server runs with its API and idle policy.")
+            return pool
 
     def _check_server_culler(self, km) -> None:
         timeout = km.cull_idle_timeout

@@ -23,7 +23,7 @@ from ..local.pool import Inventory, Pool
 from ..local.store import LeaseStore
 from ..pool import HELD, Holder, Lease, LeaseNotFound, LeaseRequest, PoolError, PoolExhausted, QuotaExceeded
 from ..pool.budgets import BudgetExceeded, Standing
-from ..pool.errors import MPSUserBusy, UnknownProfile
+from ..pool.errors import SERVICE_UNAVAILABLE, MPSUserBusy, UnknownProfile
 from ..pool.phases import PhaseConflict, PhaseError
 from ..pool.trace import TraceEvent, check
 from . import protocol
@@ -34,7 +34,7 @@ TRACE_BATCH = 500  # trace events in one request (a request is at most protocol.
 class ServiceUnavailable(PoolError):
     """The pool service cannot be reached: nothing can start or change until it is back."""
 
-    reason = "service_unavailable"
+    reason = SERVICE_UNAVAILABLE
     status = 503
 
     def __init__(self, path: str, why: str):

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -133,13 +134,34 @@ def test_a_server_started_before_the_service_stops_at_once_with_the_service_kill
     extension's stop raised on what it never built, jupyter_server's shutdown ended there and the server ran
     on until killed)."""
     lab.configure(holder_grace=1)
-    alice = lab.server("alice")  # no service yet
+    alice = lab.server("alice", ("--GPUPoolExtension.service_wait=0",))  # no service yet, and no wait for it
     service = lab.service()
     code, kernel = alice.start_kernel()  # the provisioner asks the service itself
     assert code == 201
     service.kill()  # kill -9: its socket file left behind
     _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel["id"])
     assert "the pool service was not answering when this server started" in alice.log()
+
+
+def test_a_server_started_a_moment_before_the_service_waits_for_it_and_runs_with_its_pool(lab):
+    """A machine starting up: JupyterHub spawns a user's server a moment before the pool service answers.  The
+    server waits for the service (``service_wait``) and runs with the pool's API and idle policy, not without
+    them until it is restarted."""
+    lab.configure()
+    coming = threading.Timer(2.0, lab.service)  # the service comes up while the server waits for it
+    coming.start()
+    try:
+        alice = lab.server("alice")
+    finally:
+        coming.join()
+    log = alice.log()
+    assert "The GPU pool service is not answering" in log and "waits up to 15 s for it" in log, log[-3000:]
+    assert "the pool service answered" in log and "not answering when this server started" not in log
+    code, me = alice.request("GET", "gpu-pool/api/v1/me")
+    assert code == 200 and me["pool"]["enabled"], me
+    code, kernel = alice.start_kernel()
+    assert code == 201, kernel
+    assert [k["kernel_id"] for k in alice.me()["kernels"]] == [kernel["id"]]
 
 
 def _stops_at_once_and_the_service_back_reclaims_the_slice(lab, alice, kernel_id: str) -> None:
