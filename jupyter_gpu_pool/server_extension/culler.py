@@ -192,10 +192,9 @@ class Culler:
                 continue  # a move or a shutdown is under way: the ledger's phase says which
             if lease.awaits_first_cell:
                 continue  # it has held nothing yet: nothing to give back, and no hibernation to time out
-            if self.context.hibernator.hinted(kid):
-                continue  # woken on a hint, no cell yet: the hook puts it back to sleep, unwarned, if none comes
-            if self.context.hibernator.resume_asked(kid):
-                continue  # its user asked for it awake: judged once it is, its idle clock restarted
+            if self.context.hibernator.hinted(kid) or self.context.hibernator.resume_asked(kid):
+                continue  # woken on a hint, no cell yet (back to sleep unwarned if none comes), or its user asked
+                # for it awake: judged once it is, its idle clock restarted
             rule = self.context.rule_for(kernel, lease)
             if lease.owner not in budgets:
                 budgets[lease.owner] = await self.backend.budget(lease.owner, lease.groups)
@@ -326,13 +325,10 @@ class Culler:
         if decision.verb == P.WITHDRAW:
             log.info("kernel %s: warning (%s) withdrawn, it is in use again", kid, decision.reason)
             return
-        if decision.verb == P.WARN:
-            deadline = decision.deadline
-            if kid in self.states:  # told now, later than its pass decided: the whole warning time from now
-                self.states[kid] = P.told(self.states[kid], self.clock())  # (its timer follows)
-                deadline = self.states[kid].warning.deadline
+        if decision.verb == P.WARN:  # told now, later than its pass decided: the whole warning time from now
+            self.states[kid] = state = P.told(self.states[kid], self.clock())  # (its timer follows)
             await self.recorder.record("warned", lease, reason=decision.reason or "", message=decision.message,
-                                       rule=rule.name, dry_run=decision.dry_run, deadline=deadline,
+                                       rule=rule.name, dry_run=decision.dry_run, deadline=state.warning.deadline,
                                        action=decision.action, note=decision.note)
             return
         if decision.dry_run:
