@@ -66,6 +66,11 @@ class Server:
         return await self.fetch(*API, "kernels", kid, action, method="POST", body=json.dumps(payload or {}))
 
     async def hibernate(self, kid: str) -> None:
+        """Release GPU as its card's button is pressed: once the server has the kernel idle.  (A release that
+        comes between a cell's reply and its idle status is refused as "a cell was started": a known gap, which
+        a loaded run met.)"""
+        kernel = self.ext.serverapp.kernel_manager.get_kernel(kid)
+        await wait_until(lambda: kernel.execution_state == "idle", what="the kernel idle, its cell's end seen")
         r = await self.post(kid, "release")
         assert r.code == 202 and body(r)["action"] == "hibernate"
         await wait_until(lambda: self.lease(kid).state == "hibernated", what="hibernated")
